@@ -1,0 +1,6 @@
+#include <cstdio>
+
+int main() {
+  std::puts("primus");
+  return 0;
+}

@@ -1,0 +1,17 @@
+#pragma once
+#include "core/tensor.h"
+
+namespace primus::ops {
+
+// out = a + b (same shape and dtype; out may alias a or b).
+void add(const Tensor& a, const Tensor& b, Tensor& out, const Stream& s);
+// x *= factor.
+void scale_(Tensor& x, float factor, const Stream& s);
+// dst = src converted (f32 <-> bf16 <-> f64, same numel).
+void cast(const Tensor& src, Tensor& dst, const Stream& s);
+// x[:] = value.
+void fill_(Tensor& x, float value, const Stream& s);
+// Number of non-finite (NaN / Inf) elements of a floating tensor; synchronises.
+int64_t count_nonfinite(const Tensor& x, const Stream& s);
+
+}  // namespace primus::ops
