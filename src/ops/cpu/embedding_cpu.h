@@ -1,0 +1,11 @@
+#pragma once
+// CPU reference implementations (src/ops/cpu/embedding.cpp): f32 and f64, OpenMP.
+// Same contract as ops/embedding.h, which documents every function; the dispatcher ops/embedding.cpp routes here.
+#include "ops/embedding.h"
+
+namespace primus::ops::cpu {
+
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s);
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s);
+
+}  // namespace primus::ops::cpu

@@ -1,0 +1,11 @@
+#pragma once
+// CPU reference implementations (src/ops/cpu/loss.cpp): f32 and f64, OpenMP.
+// Same contract as ops/loss.h, which documents every function; the dispatcher ops/loss.cpp routes here.
+#include "ops/loss.h"
+
+namespace primus::ops::cpu {
+
+void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale, Tensor& losses,
+                           Tensor* dlogits, const Stream& s);
+
+}  // namespace primus::ops::cpu

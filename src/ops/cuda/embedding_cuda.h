@@ -1,0 +1,11 @@
+#pragma once
+// CUDA implementations (src/ops/cuda/embedding.cu): bf16 activations/weights, f32 statistics and parameter grads.
+// Same contract as ops/embedding.h, which documents every function; the dispatcher ops/embedding.cpp routes here.
+#include "ops/embedding.h"
+
+namespace primus::ops::cuda {
+
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s);
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s);
+
+}  // namespace primus::ops::cuda

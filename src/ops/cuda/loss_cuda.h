@@ -1,0 +1,11 @@
+#pragma once
+// CUDA implementations (src/ops/cuda/loss.cu): bf16 activations/weights, f32 statistics and parameter grads.
+// Same contract as ops/loss.h, which documents every function; the dispatcher ops/loss.cpp routes here.
+#include "ops/loss.h"
+
+namespace primus::ops::cuda {
+
+void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale, Tensor& losses,
+                           Tensor* dlogits, const Stream& s);
+
+}  // namespace primus::ops::cuda
