@@ -1,0 +1,167 @@
+// primus_gpu_tests [--seed N] [--quick] [family ...]
+// Runs every registered op family (or the named ones) on GPU 0, prints one table, exits 1 on any failure.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/cuda_check.h"
+#include "core/device.h"
+#include "gpu/gpu_test.h"
+
+namespace primus::gputest {
+
+namespace {
+std::vector<std::pair<std::string, CaseFn>>& registry() {
+  static std::vector<std::pair<std::string, CaseFn>> r;
+  return r;
+}
+}  // namespace
+
+int register_family(const char* family, CaseFn fn) {
+  registry().emplace_back(family, std::move(fn));
+  return 0;
+}
+
+bool CaseResult::pass() const { return std::isfinite(rel_err) && rel_err <= tol; }
+
+Tensor Context::randn_cpu(const Shape& shape, DType dtype, double scale) {
+  Tensor t = Tensor::empty(shape, DType::kF64);
+  std::normal_distribution<double> nd(0.0, scale);
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = nd(rng);
+  return dtype == DType::kF64 ? t : cpu_cast(t, dtype);
+}
+
+Tensor Context::randint_cpu(const Shape& shape, int32_t hi) {
+  Tensor t = Tensor::empty(shape, DType::kI32);
+  std::uniform_int_distribution<int32_t> ud(0, hi - 1);
+  int32_t* p = t.data<int32_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = ud(rng);
+  return t;
+}
+
+Tensor Context::to_gpu(const Tensor& cpu, DType dtype) {
+  Tensor host = cpu.dtype() == dtype ? cpu : cpu_cast(cpu, dtype);
+  return host.to(stream);
+}
+
+Tensor Context::poisoned(const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype, stream);
+  // 0xFF bytes are NaN in f32/f64/bf16/f16 and -1 in integers: any element the op fails to write stands out.
+  device_memset(t.data_ptr(), 0xFF, t.nbytes(), stream);
+  return t;
+}
+
+Tensor Context::to_cpu_f32(const Tensor& t) {
+  Tensor host = t.device().is_cpu() ? t : t.to(Stream::cpu());
+  return host.dtype() == DType::kF32 ? host : cpu_cast(host, DType::kF32);
+}
+
+double Context::check(const std::string& family, const std::string& name, const Tensor& gpu, const Tensor& ref,
+                      double tol, const std::string& note) {
+  stream_sync(stream);
+  CaseResult r;
+  r.family = family;
+  r.name = name;
+  r.tol = tol;
+  r.note = note;
+  if (gpu.numel() != ref.numel()) {
+    r.rel_err = INFINITY;
+    r.note = fmt::format("size mismatch: gpu {} vs ref {}", gpu.describe(), ref.describe());
+  } else {
+    Tensor g = gpu.device().is_cpu() ? gpu : gpu.to(Stream::cpu());
+    std::vector<double> a = g.to_vector<double>(), b = ref.to_vector<double>();
+    double num = 0, den = 0;
+    bool finite = true;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!std::isfinite(a[i])) finite = false;
+      double d = a[i] - b[i];
+      num += d * d;
+      den += b[i] * b[i];
+    }
+    r.rel_err = !finite ? INFINITY : (den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  results.push_back(r);
+  return r.rel_err;
+}
+
+double Context::time_ms(const std::function<void()>& fn, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t a, b;
+  PRIMUS_CUDA_CHECK(cudaEventCreate(&a));
+  PRIMUS_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ts;
+  for (int i = 0; i < iters; ++i) {
+    PRIMUS_CUDA_CHECK(cudaEventRecord(a, cuda_stream(stream)));
+    fn();
+    PRIMUS_CUDA_CHECK(cudaEventRecord(b, cuda_stream(stream)));
+    PRIMUS_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    PRIMUS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms);
+  }
+  PRIMUS_CUDA_CHECK(cudaEventDestroy(a));
+  PRIMUS_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+}  // namespace primus::gputest
+
+int main(int argc, char** argv) {
+  using namespace primus;
+  using namespace primus::gputest;
+  uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  bool quick = false;
+  std::set<std::string> only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else {
+      only.insert(argv[i]);
+    }
+  }
+  if (!cuda_available()) {
+    fmt::print(stderr, "primus_gpu_tests: no GPU visible; nothing to test\n");
+    return 2;
+  }
+  Context ctx{cuda_compute_stream(0), std::mt19937_64(seed), quick, {}};
+  cudaDeviceProp prop;
+  PRIMUS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  fmt::print("primus_gpu_tests on {} (seed {})\n", prop.name, seed);
+  int crashed = 0;
+  for (auto& [family, fn] : registry()) {
+    if (!only.empty() && !only.count(family)) continue;
+    try {
+      fn(ctx);
+    } catch (const std::exception& e) {
+      ++crashed;
+      CaseResult r;
+      r.family = family;
+      r.name = "(exception)";
+      r.rel_err = INFINITY;
+      r.note = e.what();
+      ctx.results.push_back(r);
+    }
+  }
+  int failed = 0;
+  fmt::print("\n{:<12} {:<48} {:>10} {:>8} {:>9} {:>12}  {}\n", "family", "case", "rel_err", "tol", "ms", "rate",
+             "result");
+  for (const auto& r : ctx.results) {
+    bool ok = r.pass();
+    failed += !ok;
+    std::string rate = r.gbps_or_tflops > 0 ? fmt::format("{:.1f} {}", r.gbps_or_tflops, r.rate_unit) : "";
+    std::string ms = r.gpu_ms > 0 ? fmt::format("{:.3f}", r.gpu_ms) : "";
+    fmt::print("{:<12} {:<48} {:>10.2e} {:>8.0e} {:>9} {:>12}  {}{}\n", r.family, r.name, r.rel_err, r.tol, ms, rate,
+               ok ? "ok" : "FAIL", r.note.empty() ? "" : "  (" + r.note + ")");
+  }
+  fmt::print("\n{} cases, {} failed, {} families crashed (seed {})\n", ctx.results.size(), failed, crashed, seed);
+  return failed || crashed ? 1 : 0;
+}
