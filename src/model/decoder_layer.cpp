@@ -1,0 +1,196 @@
+#include "model/decoder_layer.h"
+
+#include <cmath>
+
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/gemm.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace primus {
+
+DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, int layer_index)
+    : spec_(spec), params_(params) {
+  const std::string p = "layers." + std::to_string(layer_index) + ".";
+  auto need = [&](const std::string& n) {
+    int i = params.find(p + n);
+    PRIMUS_CHECK(i >= 0, "parameter {}{} missing", p, n);
+    return i;
+  };
+  w_qkv_ = need("self_attn.qkv_proj.weight");
+  w_o_ = need("self_attn.o_proj.weight");
+  w_gu_ = need("mlp.gate_up_proj.weight");
+  w_down_ = need("mlp.down_proj.weight");
+  norm1_ = need("input_layernorm.weight");
+  norm2_ = need("post_attention_layernorm.weight");
+  if (spec.qkv_bias) b_qkv_ = need("self_attn.qkv_proj.bias");
+  if (spec.qk_norm) {
+    q_norm_ = need("self_attn.q_norm.weight");
+    k_norm_ = need("self_attn.k_norm.weight");
+  }
+}
+
+static ops::AttentionShape attention_shape(const ModelSpec& spec, const StepContext& ctx) {
+  ops::AttentionShape s;
+  s.batch = ctx.batch;
+  s.seq = ctx.seq;
+  s.heads = spec.heads;
+  s.kv_heads = spec.kv_heads;
+  s.head_dim = spec.head_dim;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec.head_dim)));
+  s.causal = true;
+  return s;
+}
+
+Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a) {
+  const int64_t n = ctx.tokens(), d = spec_.hidden;
+  const Stream& s = ctx.stream;
+  a.x_in = x_in;
+
+  a.h1 = ctx.act({n, d});
+  a.rstd1 = ctx.empty({n}, ctx.stat_dtype());
+  ops::rmsnorm_forward(x_in, params_.param(norm1_), spec_.norm_eps, a.h1, a.rstd1, s);
+
+  Tensor qkv = ctx.act({n, spec_.qkv_dim()});
+  Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
+  ops::linear_forward(a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv, s);
+  if (spec_.qk_norm) {
+    // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
+    a.qkv_raw = qkv;
+    qkv = ctx.act({n, spec_.qkv_dim()});
+    qkv.copy_from(a.qkv_raw, s);  // v columns pass through unchanged
+    a.q_rstd = ctx.empty({n, spec_.heads}, ctx.stat_dtype());
+    a.k_rstd = ctx.empty({n, spec_.kv_heads}, ctx.stat_dtype());
+    ops::head_rmsnorm_forward(a.qkv_raw, 0, spec_.heads, spec_.head_dim, params_.param(q_norm_), spec_.norm_eps,
+                              qkv, a.q_rstd, s);
+    ops::head_rmsnorm_forward(a.qkv_raw, spec_.heads, spec_.kv_heads, spec_.head_dim, params_.param(k_norm_),
+                              spec_.norm_eps, qkv, a.k_rstd, s);
+  }
+  const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
+  ops::rope_apply(qkv, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
+                  *ctx.rope_table, ctx.pos_offset, /*inverse=*/false, s);
+  a.qkv = qkv;
+
+  a.attn = ctx.act({n, spec_.q_dim()});
+  a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
+  ops::attention_forward(a.qkv, attention_shape(spec_, ctx), a.attn, a.lse, s);
+
+  a.x_mid = ctx.act({n, d});
+  ops::linear_forward(a.attn, params_.param(w_o_), nullptr, a.x_mid, s, &x_in);
+
+  a.h2 = ctx.act({n, d});
+  a.rstd2 = ctx.empty({n}, ctx.stat_dtype());
+  ops::rmsnorm_forward(a.x_mid, params_.param(norm2_), spec_.norm_eps, a.h2, a.rstd2, s);
+
+  a.gu = ctx.act({n, 2 * spec_.ffn});
+  ops::linear_forward(a.h2, params_.param(w_gu_), nullptr, a.gu, s);
+  a.act = ctx.act({n, spec_.ffn});
+  ops::swiglu_forward(a.gu, a.act, s);
+
+  Tensor x_out = ctx.act({n, d});
+  ops::linear_forward(a.act, params_.param(w_down_), nullptr, x_out, s, &a.x_mid);
+  a.mode = RecomputeMode::kNone;
+  return x_out;
+}
+
+Tensor DecoderLayer::forward(const StepContext& ctx, const Tensor& x_in, LayerActivations* slot,
+                             RecomputeMode mode) {
+  LayerActivations local;
+  LayerActivations& a = slot ? *slot : local;
+  Tensor x_out = forward_full(ctx, x_in, a);
+  if (!slot) return x_out;
+  if (mode == RecomputeMode::kFull) {
+    Tensor keep = a.x_in;
+    a.clear();
+    a.x_in = keep;
+  } else if (mode == RecomputeMode::kSelective) {
+    a.h1 = Tensor();
+    a.h2 = Tensor();
+    a.act = Tensor();
+  }
+  a.mode = mode;
+  return x_out;
+}
+
+void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a) {
+  const Stream& s = ctx.stream;
+  if (a.mode == RecomputeMode::kFull) {
+    Tensor x_in = a.x_in;
+    forward_full(ctx, x_in, a);  // x_out is discarded: the next layer already consumed it
+    return;
+  }
+  if (a.mode == RecomputeMode::kSelective) {
+    const int64_t n = ctx.tokens(), d = spec_.hidden;
+    a.h1 = ctx.act({n, d});
+    ops::rmsnorm_forward(a.x_in, params_.param(norm1_), spec_.norm_eps, a.h1, a.rstd1, s);
+    a.h2 = ctx.act({n, d});
+    ops::rmsnorm_forward(a.x_mid, params_.param(norm2_), spec_.norm_eps, a.h2, a.rstd2, s);
+    a.act = ctx.act({n, spec_.ffn});
+    ops::swiglu_forward(a.gu, a.act, s);
+    a.mode = RecomputeMode::kNone;
+  }
+}
+
+Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivations& a) {
+  recompute_dropped(ctx, a);
+  const int64_t n = ctx.tokens(), d = spec_.hidden;
+  const Stream& s = ctx.stream;
+
+  // MLP: x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T
+  Tensor d_act = ctx.act({n, spec_.ffn});
+  ops::linear_backward_input(dx, params_.param(w_down_), d_act, false, s);
+  Tensor g_down = params_.grad(w_down_);
+  ops::linear_backward_weight(dx, a.act, g_down, nullptr, s);
+  a.act = Tensor();
+  Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
+  ops::swiglu_backward(d_act, a.gu, d_gu, s);
+  d_act = Tensor();
+  a.gu = Tensor();
+  Tensor d_h2 = ctx.act({n, d});
+  ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
+  Tensor g_gu = params_.grad(w_gu_);
+  ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s);
+  d_gu = Tensor();
+  a.h2 = Tensor();
+  // dx becomes dL/dx_mid: the residual gradient plus the norm's contribution, accumulated in place.
+  Tensor g_norm2 = params_.grad(norm2_);
+  ops::rmsnorm_backward(d_h2, a.x_mid, params_.param(norm2_), a.rstd2, dx, g_norm2, /*accumulate_dx=*/true, s);
+  d_h2 = Tensor();
+
+  // Attention: x_mid = x_in + attn(qkv(h1)) Wo^T
+  Tensor d_attn = ctx.act({n, spec_.q_dim()});
+  ops::linear_backward_input(dx, params_.param(w_o_), d_attn, false, s);
+  Tensor g_o = params_.grad(w_o_);
+  ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s);
+  Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
+  ops::attention_backward(d_attn, a.qkv, a.attn, a.lse, attention_shape(spec_, ctx), d_qkv, s);
+  d_attn = Tensor();
+  a.attn = Tensor();
+  a.qkv = Tensor();
+  const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
+  ops::rope_apply(d_qkv, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
+                  *ctx.rope_table, ctx.pos_offset, /*inverse=*/true, s);
+  if (spec_.qk_norm) {
+    Tensor d_raw = ctx.act({n, spec_.qkv_dim()});
+    d_raw.copy_from(d_qkv, s);  // v columns: the norm does not touch them
+    Tensor gq = params_.grad(q_norm_), gk = params_.grad(k_norm_);
+    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(q_norm_), a.q_rstd, 0, spec_.heads, spec_.head_dim,
+                               d_raw, gq, s);
+    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(k_norm_), a.k_rstd, spec_.heads, spec_.kv_heads,
+                               spec_.head_dim, d_raw, gk, s);
+    d_qkv = d_raw;
+  }
+  Tensor g_qkv = params_.grad(w_qkv_);
+  Tensor g_bias = b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor();
+  ops::linear_backward_weight(d_qkv, a.h1, g_qkv, b_qkv_ >= 0 ? &g_bias : nullptr, s);
+  Tensor d_h1 = ctx.act({n, d});
+  ops::linear_backward_input(d_qkv, params_.param(w_qkv_), d_h1, false, s);
+  d_qkv = Tensor();
+  Tensor g_norm1 = params_.grad(norm1_);
+  ops::rmsnorm_backward(d_h1, a.x_in, params_.param(norm1_), a.rstd1, dx, g_norm1, /*accumulate_dx=*/true, s);
+  a.clear();
+  return dx;
+}
+
+}  // namespace primus

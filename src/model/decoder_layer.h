@@ -1,0 +1,49 @@
+#pragma once
+// One Llama/Qwen decoder layer with explicit forward and backward:
+//   h1 = rmsnorm(x); qkv = h1 Wqkv^T (+b); [qk-norm]; rope(q, k); a = attn(qkv); x_mid = x + a Wo^T
+//   h2 = rmsnorm(x_mid); gu = h2 Wgu^T; s = swiglu(gu); x_out = x_mid + s Wdown^T
+// The residual adds ride on the GEMMs' C input (y = x W^T + residual), so they cost no extra pass.
+#include <string>
+
+#include "model/model_spec.h"
+#include "model/param_store.h"
+#include "model/step_context.h"
+
+namespace primus {
+
+// The activation slot of one layer for one micro-batch: what forward saved for backward.
+struct LayerActivations {
+  Tensor x_in;               // always kept (the recompute checkpoint)
+  Tensor h1, rstd1;          // input norm
+  Tensor qkv_raw, q_rstd, k_rstd;  // pre-qk-norm projections (qk-norm models only)
+  Tensor qkv;                // after qk-norm and rope: what attention consumed
+  Tensor attn, lse;          // attention output and its log-sum-exp
+  Tensor x_mid;              // residual stream after attention
+  Tensor h2, rstd2;          // post-attention norm
+  Tensor gu;                 // gate|up projections
+  Tensor act;                // swiglu output
+  RecomputeMode mode = RecomputeMode::kNone;
+  void clear() { *this = LayerActivations{}; }
+};
+
+class DecoderLayer {
+ public:
+  DecoderLayer(const ModelSpec& spec, ParamStore& params, int layer_index);
+
+  // Returns x_out. With a slot, saves what backward needs according to `mode`; without one (evaluation) keeps
+  // nothing.
+  Tensor forward(const StepContext& ctx, const Tensor& x_in, LayerActivations* slot, RecomputeMode mode);
+  // grad_out = dL/dx_out (consumed: its buffer is reused); returns dL/dx_in. Parameter gradients accumulate.
+  Tensor backward(const StepContext& ctx, Tensor grad_out, LayerActivations& slot);
+
+ private:
+  // Runs the forward and fills every field of the slot (mode kNone semantics).
+  Tensor forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a);
+  void recompute_dropped(const StepContext& ctx, LayerActivations& a);
+
+  const ModelSpec& spec_;
+  ParamStore& params_;
+  int w_qkv_, b_qkv_ = -1, w_o_, w_gu_, w_down_, norm1_, norm2_, q_norm_ = -1, k_norm_ = -1;
+};
+
+}  // namespace primus

@@ -1,0 +1,62 @@
+#include "model/lm_head.h"
+
+#include <algorithm>
+
+#include "ops/gemm.h"
+#include "ops/loss.h"
+#include "ops/norm.h"
+
+namespace primus {
+
+namespace {
+// 1 GiB of logits per chunk keeps the head GEMMs large (K = rows for the weight gradient) while bounding memory.
+constexpr size_t kLogitsBudget = size_t(1) << 30;
+}  // namespace
+
+LmHead::LmHead(const ModelSpec& spec, ParamStore& params) : spec_(spec), params_(params) {
+  norm_ = params.find("norm.weight");
+  weight_ = params.find(spec.tied_embeddings ? "embed_tokens.weight" : "lm_head.weight");
+  PRIMUS_CHECK(norm_ >= 0 && weight_ >= 0, "lm head parameters missing");
+}
+
+int64_t LmHead::chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_t budget_bytes) {
+  int64_t r = static_cast<int64_t>(budget_bytes / (static_cast<size_t>(vocab) * elem_bytes));
+  r = std::max<int64_t>(r / 64 * 64, 64);  // multiples of 64 rows keep the GEMMs aligned
+  return std::min(r, rows);
+}
+
+void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale, Tensor& losses,
+                 Tensor* dx) {
+  const int64_t n = x.size(0), d = spec_.hidden, v = spec_.vocab;
+  const Stream& s = ctx.stream;
+  Tensor h = ctx.act({n, d});
+  Tensor rstd = ctx.empty({n}, ctx.stat_dtype());
+  ops::rmsnorm_forward(x, params_.param(norm_), spec_.norm_eps, h, rstd, s);
+
+  Tensor w = params_.param(weight_);
+  Tensor dw = params_.grad(weight_);
+  Tensor dh = dx ? ctx.act({n, d}) : Tensor();
+  const int64_t rows = chunk_rows(n, v, dtype_size(ctx.act_dtype), kLogitsBudget);
+  Tensor logits_buf = ctx.act({std::min(rows, n), v});
+  for (int64_t r0 = 0; r0 < n; r0 += rows) {
+    const int64_t r1 = std::min(n, r0 + rows);
+    Tensor hc = h.slice(r0, r1);
+    Tensor logits = logits_buf.slice(0, r1 - r0);
+    ops::linear_forward(hc, w, nullptr, logits, s);
+    Tensor lc = losses.slice(r0, r1);
+    if (!dx) {
+      ops::softmax_cross_entropy(logits, targets.slice(r0, r1), grad_scale, lc, nullptr, s);
+      continue;
+    }
+    ops::softmax_cross_entropy(logits, targets.slice(r0, r1), grad_scale, lc, &logits, s);  // in place
+    Tensor dhc = dh.slice(r0, r1);
+    ops::linear_backward_input(logits, w, dhc, false, s);
+    ops::linear_backward_weight(logits, hc, dw, nullptr, s);
+  }
+  if (!dx) return;
+  *dx = ctx.act({n, d});
+  Tensor dnorm = params_.grad(norm_);
+  ops::rmsnorm_backward(dh, x, params_.param(norm_), rstd, *dx, dnorm, /*accumulate_dx=*/false, s);
+}
+
+}  // namespace primus

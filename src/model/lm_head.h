@@ -1,0 +1,30 @@
+#pragma once
+// Final RMSNorm + output projection + softmax cross-entropy. Forward and backward run together, chunk by chunk of
+// rows: logits of one chunk are computed, turned into their gradient in place, and consumed by the two backward
+// GEMMs before the next chunk, so the full tokens x vocab logits never exist at once.
+#include "model/model_spec.h"
+#include "model/param_store.h"
+#include "model/step_context.h"
+
+namespace primus {
+
+class LmHead {
+ public:
+  LmHead(const ModelSpec& spec, ParamStore& params);
+
+  // x [N, d] (residual stream after the last layer); targets i32 [N] on x's device (negative = not counted).
+  // losses [N] (f32) receives the per-token losses. When dx is given, also computes dL/dx [N, d] with
+  // L = grad_scale * sum(losses), and accumulates the head's parameter gradients.
+  void run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale, Tensor& losses,
+           Tensor* dx);
+
+  // Rows per chunk for a given vocabulary so that one chunk of logits stays near `budget_bytes`.
+  static int64_t chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_t budget_bytes);
+
+ private:
+  const ModelSpec& spec_;
+  ParamStore& params_;
+  int norm_ = -1, weight_ = -1;
+};
+
+}  // namespace primus

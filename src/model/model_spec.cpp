@@ -1,0 +1,36 @@
+#include "model/model_spec.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace primus {
+
+ModelSpec ModelSpec::from_config(const ModelConfig& m) {
+  ModelSpec s;
+  s.layers = m.num_layers;
+  s.hidden = m.hidden_size;
+  s.heads = m.num_attention_heads;
+  s.kv_heads = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
+  s.head_dim = m.kv_channels > 0 ? m.kv_channels : m.hidden_size / m.num_attention_heads;
+  s.ffn = m.ffn_hidden_size;
+  s.vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+  s.qkv_bias = m.add_qkv_bias;
+  s.qk_norm = m.qk_layernorm;
+  s.tied_embeddings = !m.untie_embeddings_and_output_weights;
+  s.norm_eps = static_cast<float>(m.norm_epsilon);
+  s.init_std = m.init_method_std;
+  PRIMUS_CHECK(s.layers > 0 && s.hidden > 0 && s.heads > 0 && s.ffn > 0 && s.vocab > 0,
+               "model sizes must be positive: {}", s.describe());
+  PRIMUS_CHECK(s.heads % s.kv_heads == 0, "num_attention_heads {} not divisible by num_query_groups {}", s.heads,
+               s.kv_heads);
+  return s;
+}
+
+std::string ModelSpec::describe() const {
+  return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads, kv_heads,
+                     head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "", qk_norm ? " qk-norm" : "",
+                     tied_embeddings ? " tied" : "");
+}
+
+}  // namespace primus

@@ -1,0 +1,141 @@
+#include "model/param_store.h"
+
+#include <cmath>
+#include <functional>
+
+#include "core/philox.h"
+#include "ops/elementwise.h"
+
+namespace primus {
+
+namespace {
+// Tensor starts are aligned to 64 elements (256 bytes in f32, 128 in bf16): cuBLASLt and vector loads want 16 B.
+constexpr int64_t kAlign = 64;
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms and builds
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+ParamStore::ParamStore(const ModelSpec& spec) {
+  const int L = static_cast<int>(spec.layers);
+  const double std = spec.init_std;
+  const double out_std = spec.init_std / std::sqrt(2.0 * spec.layers);  // Megatron's scaled init for outputs
+  regions_.resize(L + 2);
+
+  auto begin_region = [&](int r) { regions_[r].begin = total_; };
+  auto end_decay = [&](int r) { regions_[r].decay_end = total_; };
+  auto end_region = [&](int r) { regions_[r].end = total_; };
+
+  begin_region(0);
+  add("embed_tokens.weight", {spec.vocab, spec.hidden}, 0, true, InitKind::kNormal, std);
+  end_decay(0);
+  end_region(0);
+
+  for (int l = 0; l < L; ++l) {
+    const int r = l + 1;
+    const std::string p = "layers." + std::to_string(l) + ".";
+    begin_region(r);
+    add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), spec.hidden}, r, true, InitKind::kNormal, std);
+    add(p + "self_attn.o_proj.weight", {spec.hidden, spec.q_dim()}, r, true, InitKind::kScaledNormal, out_std);
+    add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, spec.hidden}, r, true, InitKind::kNormal, std);
+    add(p + "mlp.down_proj.weight", {spec.hidden, spec.ffn}, r, true, InitKind::kScaledNormal, out_std);
+    end_decay(r);
+    add(p + "input_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
+    add(p + "post_attention_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
+    if (spec.qkv_bias) add(p + "self_attn.qkv_proj.bias", {spec.qkv_dim()}, r, false, InitKind::kZeros, 0);
+    if (spec.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
+      add(p + "self_attn.k_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
+    }
+    end_region(r);
+  }
+
+  const int rf = L + 1;
+  begin_region(rf);
+  if (!spec.tied_embeddings) add("lm_head.weight", {spec.vocab, spec.hidden}, rf, true, InitKind::kNormal, std);
+  end_decay(rf);
+  add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+  end_region(rf);
+}
+
+void ParamStore::add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std) {
+  ParamEntry e;
+  e.name = name;
+  e.shape = shape;
+  e.numel = shape_numel(shape);
+  e.offset = total_;
+  e.region = region;
+  e.decay = decay;
+  e.init = init;
+  e.std = std;
+  total_ += (e.numel + kAlign - 1) / kAlign * kAlign;
+  entries_.push_back(e);
+}
+
+int64_t ParamStore::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& e : entries_) n += e.numel;
+  return n;
+}
+
+int ParamStore::find(const std::string& name) const {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int ParamStore::require(const std::string& name) const {
+  int i = find(name);
+  PRIMUS_CHECK(i >= 0, "no parameter named '{}'", name);
+  return i;
+}
+
+Tensor ParamStore::view(const Tensor& flat, int i) const {
+  const ParamEntry& e = entries_[i];
+  return flat.slice(e.offset, e.offset + e.numel).view(e.shape);
+}
+
+void ParamStore::allocate(DType compute_dtype, const Stream& s) {
+  master_ = Tensor::zeros({total_}, DType::kF32, s);
+  grad_ = Tensor::zeros({total_}, DType::kF32, s);
+  adam_m_ = Tensor::zeros({total_}, DType::kF32, s);
+  adam_v_ = Tensor::zeros({total_}, DType::kF32, s);
+  compute_aliases_master_ = compute_dtype == DType::kF32;
+  compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({total_}, compute_dtype, s);
+}
+
+void ParamStore::initialize(uint64_t seed, const Stream& s) {
+  // Generated on the host in f32 and copied: bitwise the same initial model on every device and layout.
+  Tensor host = Tensor::zeros({total_}, DType::kF32);
+  float* h = host.data<float>();
+  for (const ParamEntry& e : entries_) {
+    float* dst = h + e.offset;
+    const uint64_t key = mix64(seed ^ name_hash(e.name));
+    switch (e.init) {
+      case InitKind::kOnes:
+        for (int64_t j = 0; j < e.numel; ++j) dst[j] = 1.0f;
+        break;
+      case InitKind::kZeros:
+        break;
+      case InitKind::kNormal:
+      case InitKind::kScaledNormal: {
+        const float sd = static_cast<float>(e.std);
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < e.numel; ++j) dst[j] = sd * philox_normal(key, static_cast<uint64_t>(j));
+        break;
+      }
+    }
+  }
+  master_.copy_from(host, s);
+  sync_compute_copy(s);
+}
+
+void ParamStore::sync_compute_copy(const Stream& s) {
+  if (compute_aliases_master_) return;
+  ops::cast(master_, compute_, s);
+}
+
+}  // namespace primus

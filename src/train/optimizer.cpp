@@ -1,0 +1,50 @@
+#include "train/optimizer.h"
+
+#include <cmath>
+
+#include "ops/optimizer.h"
+
+namespace primus {
+
+AdamW::AdamW(const OptimConfig& cfg, ParamStore& params) : cfg_(cfg), params_(params) {}
+
+double AdamW::grad_norm(const Stream& s) {
+  Tensor out = Tensor::empty({1}, DType::kF32, s);
+  ops::sum_squares(params_.grad_flat(), out, /*accumulate=*/false, s);
+  std::vector<float> host = out.to_vector<float>();
+  return std::sqrt(static_cast<double>(host[0]));
+}
+
+void AdamW::step(double lr, float grad_scale, const Stream& s) {
+  ++step_;
+  ops::AdamWParams p;
+  p.lr = static_cast<float>(lr);
+  p.beta1 = static_cast<float>(cfg_.adam_beta1);
+  p.beta2 = static_cast<float>(cfg_.adam_beta2);
+  p.eps = static_cast<float>(cfg_.adam_eps);
+  p.step = step_;
+  p.grad_scale = grad_scale;
+  const bool separate_copy = !params_.compute_aliases_master();
+  for (const ParamRegion& r : params_.regions()) {
+    // Two spans per region: [begin, decay_end) with weight decay, [decay_end, end) without.
+    for (int span = 0; span < 2; ++span) {
+      const int64_t b = span == 0 ? r.begin : r.decay_end;
+      const int64_t e = span == 0 ? r.decay_end : r.end;
+      if (e <= b) continue;
+      p.weight_decay = span == 0 ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+      Tensor master = params_.master_flat().slice(b, e);
+      Tensor grad = params_.grad_flat().slice(b, e);
+      Tensor m = params_.adam_m_flat().slice(b, e);
+      Tensor v = params_.adam_v_flat().slice(b, e);
+      Tensor copy = separate_copy ? params_.compute_flat().slice(b, e) : Tensor();
+      ops::adamw_step(master, grad, m, v, p, separate_copy ? &copy : nullptr, s);
+    }
+  }
+}
+
+float clip_coefficient(double grad_norm, double clip) {
+  if (clip <= 0 || !std::isfinite(grad_norm) || grad_norm <= clip) return 1.0f;
+  return static_cast<float>(clip / (grad_norm + 1e-6));
+}
+
+}  // namespace primus

@@ -1,0 +1,29 @@
+#pragma once
+// AdamW over a ParamStore's flat buffers: the global gradient norm (for clipping and the log), then one fused
+// update per contiguous span of parameters that share a weight-decay setting.
+#include "config/train_config.h"
+#include "model/param_store.h"
+
+namespace primus {
+
+class AdamW {
+ public:
+  AdamW(const OptimConfig& cfg, ParamStore& params);
+
+  // L2 norm of all gradients (synchronises with the device to read it).
+  double grad_norm(const Stream& s);
+  // Applies one update with learning rate `lr`; gradients are first multiplied by `grad_scale` (clipping).
+  void step(double lr, float grad_scale, const Stream& s);
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t n) { step_ = n; }
+
+ private:
+  OptimConfig cfg_;
+  ParamStore& params_;
+  int64_t step_ = 0;
+};
+
+// Clip coefficient for a gradient norm: min(1, clip / norm); 1 when clip <= 0.
+float clip_coefficient(double grad_norm, double clip);
+
+}  // namespace primus

@@ -1,0 +1,38 @@
+#include "train/run.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace primus {
+
+int run_pretrain(const TrainConfig& cfg, const std::string& resolved_yaml) {
+  const std::string run_dir = cfg.run.run_dir();
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) throw Error(ErrorKind::kRuntime, "cannot create run directory " + run_dir + ": " + ec.message());
+  {
+    std::ofstream f(run_dir + "/config.yaml");
+    f << resolved_yaml;
+    if (!f) throw Error(ErrorKind::kRuntime, "cannot write " + run_dir + "/config.yaml");
+  }
+  log::info("primus {} | run directory {}", PRIMUS_VERSION, run_dir);
+  Trainer trainer(cfg, run_dir);
+  TrainResult r = trainer.train();
+
+  nlohmann::json summary;
+  summary["steps"] = r.steps;
+  summary["first_loss"] = r.first_loss;
+  summary["last_loss"] = r.last_loss;
+  if (r.last_val_loss >= 0) summary["last_val_loss"] = r.last_val_loss;
+  summary["tokens_per_s"] = r.tokens_per_s;
+  summary["peak_mem_gb"] = r.peak_mem_gb;
+  summary["device"] = trainer.stream().device.str();
+  std::ofstream(run_dir + "/summary.json") << summary.dump(1) << '\n';
+  return 0;
+}
+
+}  // namespace primus
