@@ -1,0 +1,23 @@
+#include "ops/attention.h"
+
+#include "ops/cpu/attention_cpu.h"
+#include "ops/op_dispatch.h"
+#ifdef PRIMUS_WITH_CUDA
+#include "ops/cuda/attention_cuda.h"
+#endif
+
+namespace primus::ops {
+
+void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
+                       const Stream& s) {
+  check_same_device("attention_forward", qkv.device(), {&qkv, &out, &lse});
+  PRIMUS_DISPATCH(qkv, attention_forward, qkv, shape, out, lse, s);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        const AttentionShape& shape, Tensor& dqkv, const Stream& s) {
+  check_same_device("attention_backward", qkv.device(), {&dout, &qkv, &out, &lse, &dqkv});
+  PRIMUS_DISPATCH(qkv, attention_backward, dout, qkv, out, lse, shape, dqkv, s);
+}
+
+}  // namespace primus::ops

@@ -1,0 +1,74 @@
+// CPU reference for the token embedding: a row gather forward, a row scatter-add backward. The backward
+// splits the work by column blocks, so each dtable element is summed by one thread in token order:
+// deterministic whatever the thread count, and no atomics.
+#include <cstring>
+
+#include "ops/cpu/cpu_common.h"
+#include "ops/cpu/embedding_cpu.h"
+
+namespace primus::ops::cpu {
+
+using namespace detail;
+
+namespace {
+
+void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
+  check_host(op, "tokens", tokens);
+  check_ndim(op, "tokens", tokens, 1);
+  check_dtype(op, "tokens", tokens, DType::kI32);
+  const int32_t* ids = tokens.data<int32_t>();
+  const int64_t n = tokens.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    PRIMUS_CHECK(ids[i] >= 0 && ids[i] < vocab, "{}: token id {} at position {} is out of range [0, {})", op,
+                 ids[i], i, vocab);
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s) {
+  constexpr const char* op = "embedding_forward";
+  const DType dt = check_float(op, "table", table);
+  check_ndim(op, "table", table, 2);
+  const int64_t vocab = table.size(0), d = table.size(1);
+  check_tokens(op, tokens, vocab);
+  const int64_t n = tokens.numel();
+  check_tensor(op, "out", out, dt, {n, d});
+  PRIMUS_CHECK(!overlaps(out, table), "embedding_forward: out must not overlap table");
+  const int32_t* ids = tokens.data<int32_t>();
+  const size_t row_bytes = static_cast<size_t>(d) * dtype_size(dt);
+  const char* src = static_cast<const char*>(table.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+#pragma omp parallel for schedule(static) if (n * d > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row_bytes, src + ids[i] * row_bytes, row_bytes);
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
+  constexpr const char* op = "embedding_backward";
+  const DType dt = check_float(op, "dtable", dtable);
+  check_ndim(op, "dtable", dtable, 2);
+  const int64_t vocab = dtable.size(0), d = dtable.size(1);
+  check_tokens(op, tokens, vocab);
+  const int64_t n = tokens.numel();
+  check_tensor(op, "dout", dout, dt, {n, d});
+  PRIMUS_CHECK(!overlaps(dout, dtable), "embedding_backward: dout must not overlap dtable");
+  const int32_t* ids = tokens.data<int32_t>();
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = dout.data<T>();
+    T* w = dtable.data<T>();
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (d + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n * d > kParallelGrain && blocks > 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t c0 = blk * kBlock, c1 = std::min(d, c0 + kBlock);
+      for (int64_t i = 0; i < n; ++i) {
+        const T* src = g + i * d;
+        T* dst = w + static_cast<int64_t>(ids[i]) * d;
+        for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+      }
+    }
+  });
+}
+
+}  // namespace primus::ops::cpu

@@ -1,0 +1,111 @@
+// CPU reference for AdamW and the gradient-norm reduction. The update is computed in double and stored in the
+// element type; sum_squares uses a fixed chunking so the result is bitwise independent of the thread count.
+#include <cmath>
+
+#include "ops/cpu/cpu_common.h"
+#include "ops/cpu/optimizer_cpu.h"
+
+namespace primus::ops::cpu {
+
+using namespace detail;
+
+namespace {
+
+template <typename T, typename P>
+void adamw_impl(T* master, const T* grad, T* m, T* v, const AdamWParams& p, P* copy, int64_t n) {
+  const double b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay, gs = p.grad_scale;
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(p.step));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(p.step));
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = static_cast<double>(grad[i]) * gs;
+    const double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
+    const double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
+    const double w = static_cast<double>(master[i]);
+    const double upd = (mi / bc1) / (std::sqrt(vi / bc2) + eps) + wd * w;
+    const T nw = static_cast<T>(w - lr * upd);
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    master[i] = nw;
+    if constexpr (!std::is_same_v<P, void>) {
+      if constexpr (std::is_same_v<P, bf16_t>) {
+        copy[i] = float_to_bf16(static_cast<float>(nw));
+      } else {
+        copy[i] = static_cast<P>(nw);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                Tensor* param_copy, const Stream& s) {
+  constexpr const char* op = "adamw_step";
+  const DType dt = check_float(op, "master", master);
+  const int64_t n = master.numel();
+  auto check_flat = [&](const char* name, const Tensor& t) {
+    check_host(op, name, t);
+    check_dtype(op, name, t, dt);
+    PRIMUS_CHECK(t.numel() == n, "{}: {} must have {} elements like master, got {}", op, name, n,
+                 t.describe());
+  };
+  check_flat("grad", grad);
+  check_flat("m", m);
+  check_flat("v", v);
+  PRIMUS_CHECK(!overlaps(master, grad) && !overlaps(master, m) && !overlaps(master, v) && !overlaps(m, v) &&
+                   !overlaps(m, grad) && !overlaps(v, grad),
+               "adamw_step: master, grad, m and v must not overlap");
+  PRIMUS_CHECK(p.step >= 1, "adamw_step: step is 1-based, got {}", p.step);
+  PRIMUS_CHECK(p.beta1 >= 0.0f && p.beta1 < 1.0f && p.beta2 >= 0.0f && p.beta2 < 1.0f,
+               "adamw_step: betas must be in [0, 1), got {} and {}", p.beta1, p.beta2);
+  // A param_copy that is master itself (same storage) has nothing to receive.
+  const bool write_copy = param_copy != nullptr && param_copy->defined() && !same_data(*param_copy, master);
+  if (write_copy) {
+    check_host(op, "param_copy", *param_copy);
+    PRIMUS_CHECK(param_copy->numel() == n, "adamw_step: param_copy must have {} elements like master, got {}",
+                 n, param_copy->describe());
+    const DType cd = param_copy->dtype();
+    PRIMUS_CHECK(cd == DType::kF32 || cd == DType::kBF16 || cd == dt,
+                 "adamw_step: param_copy must be f32, bf16 or {}, got {}", dtype_name(dt),
+                 param_copy->describe());
+    PRIMUS_CHECK(!overlaps(*param_copy, master) && !overlaps(*param_copy, grad) &&
+                     !overlaps(*param_copy, m) && !overlaps(*param_copy, v),
+                 "adamw_step: param_copy must be master itself or not overlap master, grad, m, v");
+  }
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    T* w = master.data<T>();
+    const T* g = grad.data<T>();
+    T* mp = m.data<T>();
+    T* vp = v.data<T>();
+    if (!write_copy) {
+      adamw_impl<T, void>(w, g, mp, vp, p, nullptr, n);
+    } else if (param_copy->dtype() == DType::kBF16) {
+      adamw_impl<T, bf16_t>(w, g, mp, vp, p, param_copy->data<bf16_t>(), n);
+    } else if (param_copy->dtype() == DType::kF32) {
+      adamw_impl<T, float>(w, g, mp, vp, p, param_copy->data<float>(), n);
+    } else {
+      adamw_impl<T, double>(w, g, mp, vp, p, param_copy->data<double>(), n);
+    }
+  });
+}
+
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s) {
+  constexpr const char* op = "sum_squares";
+  const DType dt = check_float(op, "x", x);
+  check_tensor(op, "out", out, dt, {1});
+  PRIMUS_CHECK(!overlaps(out, x), "sum_squares: out must not overlap x");
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    const double ss = deterministic_sum(x.numel(), [xp](int64_t i) {
+      const double e = static_cast<double>(xp[i]);
+      return e * e;
+    });
+    T* o = out.data<T>();
+    o[0] = static_cast<T>(accumulate ? static_cast<double>(o[0]) + ss : ss);
+  });
+}
+
+}  // namespace primus::ops::cpu

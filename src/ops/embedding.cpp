@@ -1,0 +1,21 @@
+#include "ops/embedding.h"
+
+#include "ops/cpu/embedding_cpu.h"
+#include "ops/op_dispatch.h"
+#ifdef PRIMUS_WITH_CUDA
+#include "ops/cuda/embedding_cuda.h"
+#endif
+
+namespace primus::ops {
+
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s) {
+  check_same_device("embedding_forward", table.device(), {&tokens, &table, &out});
+  PRIMUS_DISPATCH(table, embedding_forward, tokens, table, out, s);
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
+  check_same_device("embedding_backward", dtable.device(), {&tokens, &dout, &dtable});
+  PRIMUS_DISPATCH(dtable, embedding_backward, tokens, dout, dtable, s);
+}
+
+}  // namespace primus::ops

@@ -1,0 +1,24 @@
+#include "ops/optimizer.h"
+
+#include "ops/cpu/optimizer_cpu.h"
+#include "ops/op_dispatch.h"
+#ifdef PRIMUS_WITH_CUDA
+#include "ops/cuda/optimizer_cuda.h"
+#endif
+
+namespace primus::ops {
+
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                Tensor* param_copy, const Stream& s) {
+  // An undefined param_copy counts as absent, like a null one.
+  const Tensor* copy = param_copy != nullptr && param_copy->defined() ? param_copy : nullptr;
+  check_same_device("adamw_step", master.device(), {&master, &grad, &m, &v, copy});
+  PRIMUS_DISPATCH(master, adamw_step, master, grad, m, v, p, param_copy, s);
+}
+
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s) {
+  check_same_device("sum_squares", x.device(), {&x, &out});
+  PRIMUS_DISPATCH(x, sum_squares, x, out, accumulate, s);
+}
+
+}  // namespace primus::ops

@@ -1,0 +1,79 @@
+#include "ops/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "ops/cpu/rope_cpu.h"
+#include "ops/op_dispatch.h"
+#ifdef PRIMUS_WITH_CUDA
+#include "ops/cuda/rope_cuda.h"
+#endif
+
+namespace primus::ops {
+
+std::vector<float> rope_inv_freq(const RopeConfig& cfg, int64_t head_dim) {
+  PRIMUS_CHECK(head_dim >= 2 && head_dim % 2 == 0, "rope_inv_freq: head_dim must be even and >= 2, got {}",
+               head_dim);
+  PRIMUS_CHECK(cfg.theta > 1.0, "rope_inv_freq: theta must be > 1, got {}", cfg.theta);
+  const int64_t half = head_dim / 2;
+  std::vector<float> f(static_cast<size_t>(half));
+  // theta^(-2i/D) evaluated in double and rounded once: the f32 value HF computes, without powf's last-bit
+  // noise.
+  for (int64_t i = 0; i < half; ++i)
+    f[i] = static_cast<float>(
+        std::pow(cfg.theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim)));
+  if (!cfg.llama3_scaling) return f;
+
+  PRIMUS_CHECK(cfg.factor > 0.0 && cfg.low_freq_factor > 0.0 && cfg.high_freq_factor > cfg.low_freq_factor &&
+                   cfg.original_max_position > 0,
+               "rope_inv_freq: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+               "original_max_position > 0, got factor={} low={} high={} orig={}",
+               cfg.factor, cfg.low_freq_factor, cfg.high_freq_factor, cfg.original_max_position);
+  // reference.md §1.5: wavelengths shorter than orig/high keep f, longer than orig/low use f/factor, and the
+  // band between blends the two linearly in orig/λ.
+  const double orig = static_cast<double>(cfg.original_max_position);
+  const double low_wavelen = orig / cfg.low_freq_factor;
+  const double high_wavelen = orig / cfg.high_freq_factor;
+  for (int64_t i = 0; i < half; ++i) {
+    const double fi = f[i];
+    const double wavelen = 2.0 * std::numbers::pi / fi;
+    double out;
+    if (wavelen < high_wavelen) {
+      out = fi;
+    } else if (wavelen > low_wavelen) {
+      out = fi / cfg.factor;
+    } else {
+      const double t = (orig / wavelen - cfg.low_freq_factor) / (cfg.high_freq_factor - cfg.low_freq_factor);
+      out = (1.0 - t) * fi / cfg.factor + t * fi;
+    }
+    f[i] = static_cast<float>(out);
+  }
+  return f;
+}
+
+Tensor rope_table(const RopeConfig& cfg, int64_t max_pos, int64_t head_dim) {
+  PRIMUS_CHECK(max_pos >= 1, "rope_table: max_pos must be >= 1, got {}", max_pos);
+  const std::vector<float> f = rope_inv_freq(cfg, head_dim);
+  const int64_t half = head_dim / 2;
+  Tensor table = Tensor::empty({max_pos, head_dim}, DType::kF32);
+  float* p = table.data<float>();
+  for (int64_t pos = 0; pos < max_pos; ++pos) {
+    float* row = p + pos * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      // The angle in double from the f32 frequency, so large positions lose no accuracy before cos/sin.
+      const double angle = static_cast<double>(pos) * static_cast<double>(f[i]);
+      row[i] = static_cast<float>(std::cos(angle));
+      row[half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return table;
+}
+
+void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
+                const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s) {
+  check_same_device("rope_apply", x.device(), {&x, &table});
+  PRIMUS_DISPATCH(x, rope_apply, x, batch, seq, total_heads, n_heads, head_dim, table, pos_offset, inverse,
+                  s);
+}
+
+}  // namespace primus::ops
