@@ -64,10 +64,13 @@ void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float gr
       const double lse = static_cast<double>(mx) + std::log(sum);
       loss[r] = static_cast<T>(lse - static_cast<double>(target_logit));
       if (dr != nullptr) {
+        const double e_t = static_cast<double>(dr[t]);
         const T k = static_cast<T>(static_cast<double>(gs) / sum);
 #pragma omp simd
         for (int64_t j = 0; j < vocab; ++j) dr[j] *= k;
-        dr[t] -= gs;
+        // p_t - 1 in double: when the target dominates, p_t rounds near 1 and the f32 difference would keep
+        // only a few correct bits.
+        dr[t] = static_cast<T>(static_cast<double>(gs) * (e_t / sum - 1.0));
       }
     }
   });

@@ -1,0 +1,151 @@
+#include "ops/optimizer.h"
+
+#include <omp.h>
+
+#include <cmath>
+
+#include "op_test_util.h"
+
+namespace primus::test {
+namespace {
+
+using ops::AdamWParams;
+
+TEST(AdamW, ThreeStepsMatchHandComputedSequence) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    const int64_t n = 37;
+    AdamWParams p;
+    p.lr = 0.01f;
+    p.beta1 = 0.8f;
+    p.beta2 = 0.95f;
+    p.eps = 1e-6f;
+    p.weight_decay = 0.1f;
+    p.grad_scale = 0.5f;
+    Tensor master = rand_tensor(rng, {n}, dt), m = Tensor::zeros({n}, dt), v = Tensor::zeros({n}, dt);
+    std::vector<double> w = host(master), em(n, 0.0), ev(n, 0.0);
+    for (int step = 1; step <= 3; ++step) {
+      p.step = step;
+      Tensor grad = rand_tensor(rng, {n}, dt, -2, 2);
+      const auto g = host(grad);
+      ops::adamw_step(master, grad, m, v, p, nullptr, Stream::cpu());
+      // By hand, with the float hyper-parameters exactly as the op receives them.
+      const double b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay, gs = p.grad_scale;
+      for (int64_t i = 0; i < n; ++i) {
+        const double gi = g[i] * gs;
+        em[i] = b1 * em[i] + (1 - b1) * gi;
+        ev[i] = b2 * ev[i] + (1 - b2) * gi * gi;
+        const double mhat = em[i] / (1 - std::pow(b1, step)), vhat = ev[i] / (1 - std::pow(b2, step));
+        w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+      }
+      const double tol = dt == DType::kF64 ? 1e-12 : 2e-6;
+      EXPECT_LT(rel_err(master, w), tol) << "step " << step;
+      EXPECT_LT(rel_err(m, em), tol) << "step " << step;
+      EXPECT_LT(rel_err(v, ev), tol) << "step " << step;
+    }
+  }
+}
+
+TEST(AdamW, FirstStepIsSignedLearningRate) {
+  // With bias correction, step 1 moves every weight by lr * g / (|g| + eps) (no decay): about +-lr.
+  Tensor master = tensor_of({1.0, -2.0, 3.0}, {3}, DType::kF64);
+  Tensor grad = tensor_of({4.0, -0.5, 1e-3}, {3}, DType::kF64);
+  Tensor m = Tensor::zeros({3}, DType::kF64), v = Tensor::zeros({3}, DType::kF64);
+  AdamWParams p;
+  p.lr = 0.1f;
+  p.eps = 0.0f;
+  ops::adamw_step(master, grad, m, v, p, nullptr, Stream::cpu());
+  const double lr = p.lr;
+  EXPECT_LT(rel_err(master, {1.0 - lr, -2.0 + lr, 3.0 - lr}), 1e-12);
+}
+
+TEST(AdamW, ParamCopyReceivesCastUpdate) {
+  Rng rng;
+  const int64_t n = 300;
+  Tensor master = rand_tensor(rng, {n}, DType::kF32), grad = rand_tensor(rng, {n}, DType::kF32);
+  Tensor m = Tensor::zeros({n}, DType::kF32), v = Tensor::zeros({n}, DType::kF32);
+  AdamWParams p;
+  p.weight_decay = 0.01f;
+  // bf16 copy.
+  Tensor copy = Tensor::zeros({n}, DType::kBF16);
+  ops::adamw_step(master, grad, m, v, p, &copy, Stream::cpu());
+  const auto mv = master.to_vector<float>();
+  const auto cv = copy.to_vector<bf16_t>();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(cv[i].bits, float_to_bf16(mv[i]).bits) << i;
+  // f32 copy.
+  Tensor copy32 = Tensor::zeros({n}, DType::kF32);
+  p.step = 2;
+  ops::adamw_step(master, grad, m, v, p, &copy32, Stream::cpu());
+  EXPECT_EQ(copy32.to_vector<float>(), master.to_vector<float>());
+  // A copy that is master itself is allowed (nothing extra to write).
+  Tensor alias = master;
+  p.step = 3;
+  const auto before = master.to_vector<float>();
+  ops::adamw_step(master, grad, m, v, p, &alias, Stream::cpu());
+  EXPECT_NE(master.to_vector<float>(), before);
+  // An undefined copy is the same as none.
+  Tensor none;
+  p.step = 4;
+  ops::adamw_step(master, grad, m, v, p, &none, Stream::cpu());
+}
+
+TEST(AdamW, RejectsBadInputs) {
+  const Stream s = Stream::cpu();
+  Tensor master = Tensor::zeros({8}, DType::kF32), grad = Tensor::zeros({8}, DType::kF32);
+  Tensor m = Tensor::zeros({8}, DType::kF32), v7 = Tensor::zeros({7}, DType::kF32);
+  AdamWParams p;
+  EXPECT_PRIMUS_ERROR(ops::adamw_step(master, grad, m, v7, p, nullptr, s),
+                      "adamw_step: v must have 8 elements");
+  Tensor v = Tensor::zeros({8}, DType::kF32);
+  p.step = 0;
+  EXPECT_PRIMUS_ERROR(ops::adamw_step(master, grad, m, v, p, nullptr, s), "step is 1-based");
+  p.step = 1;
+  Tensor g64 = Tensor::zeros({8}, DType::kF64);
+  EXPECT_PRIMUS_ERROR(ops::adamw_step(master, g64, m, v, p, nullptr, s), "adamw_step: grad must be f32");
+  Tensor copy_i32 = Tensor::zeros({8}, DType::kI32);
+  EXPECT_PRIMUS_ERROR(ops::adamw_step(master, grad, m, v, p, &copy_i32, s), "param_copy must be f32, bf16");
+  EXPECT_PRIMUS_ERROR(ops::adamw_step(master, grad, m, m, p, nullptr, s), "must not overlap");
+}
+
+TEST(SumSquares, MatchesDoubleSumAndAccumulates) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    for (int64_t n : {1L, 3L, 127L, 100003L}) {
+      Tensor x = rand_tensor(rng, {n}, dt, -3, 3);
+      double ref = 0.0;
+      for (double e : host(x)) ref += e * e;
+      Tensor out = tensor_of({12345.0}, {1}, dt);
+      ops::sum_squares(x, out, false, Stream::cpu());
+      EXPECT_NEAR(host(out)[0], ref, fwd_tol(dt) * ref) << n;
+      ops::sum_squares(x, out, true, Stream::cpu());
+      EXPECT_NEAR(host(out)[0], 2 * ref, fwd_tol(dt) * 2 * ref) << n;
+    }
+  }
+}
+
+TEST(SumSquares, DeterministicAcrossThreadCounts) {
+  Rng rng;
+  Tensor x = rand_tensor(rng, {1 << 18}, DType::kF32);
+  const int saved = omp_get_max_threads();
+  std::vector<float> r;
+  for (int t : {1, 2, 3}) {
+    omp_set_num_threads(t);
+    Tensor out = Tensor::zeros({1}, DType::kF32);
+    ops::sum_squares(x, out, false, Stream::cpu());
+    r.push_back(out.to_vector<float>()[0]);
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(r[0], r[1]);
+  EXPECT_EQ(r[0], r[2]);
+}
+
+TEST(SumSquares, RejectsBadInputs) {
+  const Stream s = Stream::cpu();
+  Tensor x = Tensor::zeros({4}, DType::kF32), out64 = Tensor::zeros({1}, DType::kF64);
+  EXPECT_PRIMUS_ERROR(ops::sum_squares(x, out64, false, s), "sum_squares: out must be f32");
+  Tensor out2 = Tensor::zeros({2}, DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::sum_squares(x, out2, false, s), "sum_squares: out must be [1]");
+}
+
+}  // namespace
+}  // namespace primus::test

@@ -1,0 +1,230 @@
+#include "ops/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "op_test_util.h"
+
+namespace primus::test {
+namespace {
+
+using ops::RopeConfig;
+
+RopeConfig llama3_config() {
+  RopeConfig c;
+  c.theta = 500000.0;
+  c.llama3_scaling = true;
+  c.factor = 8.0;
+  c.low_freq_factor = 1.0;
+  c.high_freq_factor = 4.0;
+  c.original_max_position = 8192;
+  return c;
+}
+
+// reference.md §1.5, entirely in double.
+std::vector<double> expected_inv_freq(const RopeConfig& c, int64_t d) {
+  std::vector<double> f(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) {
+    double fi = 1.0 / std::pow(c.theta, static_cast<double>(2 * i) / static_cast<double>(d));
+    if (c.llama3_scaling) {
+      const double orig = static_cast<double>(c.original_max_position);
+      const double lambda = 2.0 * std::numbers::pi / fi;
+      if (lambda > orig / c.low_freq_factor) {
+        fi = fi / c.factor;
+      } else if (lambda >= orig / c.high_freq_factor) {
+        const double t = (orig / lambda - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
+        fi = (1.0 - t) * fi / c.factor + t * fi;
+      }
+    }
+    f[i] = fi;
+  }
+  return f;
+}
+
+void expect_close_each(const std::vector<float>& got, const std::vector<double>& want, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], rel * std::fabs(want[i])) << "inv_freq[" << i << "]";
+}
+
+TEST(Rope, InvFreqPlainMatchesFormula) {
+  for (int64_t d : {2, 8, 64, 128}) {
+    for (double theta : {10000.0, 1000000.0}) {
+      RopeConfig c;
+      c.theta = theta;
+      expect_close_each(ops::rope_inv_freq(c, d), expected_inv_freq(c, d), 1.2e-7);
+    }
+  }
+}
+
+TEST(Rope, InvFreqLlama3MatchesKnownValues) {
+  const RopeConfig c = llama3_config();
+  const std::vector<float> got = ops::rope_inv_freq(c, 128);
+  const std::vector<double> want = expected_inv_freq(c, 128);
+  // The scaling is computed from the f32-rounded base frequency: one more rounding than the pure-double
+  // values.
+  expect_close_each(got, want, 3e-7);
+  // Known structure for Llama-3.1 (wavelength bands 2048 / 8192): dims 0..28 keep f, 29..34 are blended,
+  // 35..63 are divided by 8.
+  RopeConfig plain = c;
+  plain.llama3_scaling = false;
+  const std::vector<double> base = expected_inv_freq(plain, 128);
+  for (int i = 0; i <= 28; ++i) EXPECT_NEAR(got[i], base[i], 1.2e-7 * base[i]) << i;
+  for (int i = 35; i < 64; ++i) EXPECT_NEAR(got[i], base[i] / 8.0, 1.2e-7 * base[i] / 8.0) << i;
+  for (int i = 29; i <= 34; ++i) {
+    EXPECT_LT(got[i], base[i] * (1 - 1e-6)) << i;
+    EXPECT_GT(got[i], base[i] / 8.0 * (1 + 1e-6)) << i;
+  }
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_NEAR(got[63], std::pow(500000.0, -126.0 / 128.0) / 8.0, 1e-7 * got[63]);
+}
+
+TEST(Rope, TableHoldsCosThenSin) {
+  const RopeConfig c = llama3_config();
+  const int64_t d = 16, max_pos = 4099;
+  Tensor table = ops::rope_table(c, max_pos, d);
+  ASSERT_EQ(table.shape(), (Shape{max_pos, d}));
+  ASSERT_EQ(table.dtype(), DType::kF32);
+  const std::vector<float> f = ops::rope_inv_freq(c, d);
+  const auto t = host(table);
+  for (int64_t pos : {0L, 1L, 7L, 1000L, 4098L}) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double angle = static_cast<double>(pos) * static_cast<double>(f[i]);
+      EXPECT_NEAR(t[pos * d + i], std::cos(angle), 1e-7) << pos << "," << i;
+      EXPECT_NEAR(t[pos * d + d / 2 + i], std::sin(angle), 1e-7) << pos << "," << i;
+    }
+  }
+}
+
+// Table [max_pos, d] in f64 straight from the double angles.
+Tensor table_f64(const RopeConfig& c, int64_t max_pos, int64_t d) {
+  const std::vector<float> f = ops::rope_inv_freq(c, d);
+  std::vector<double> v(static_cast<size_t>(max_pos * d));
+  for (int64_t p = 0; p < max_pos; ++p) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      v[p * d + i] = std::cos(static_cast<double>(p) * f[i]);
+      v[p * d + d / 2 + i] = std::sin(static_cast<double>(p) * f[i]);
+    }
+  }
+  return tensor_of(v, {max_pos, d}, DType::kF64);
+}
+
+// Direct rotate-half formula with the angles of `table` (host copy) at positions offset + t.
+std::vector<double> naive_rope(const std::vector<double>& x, const std::vector<double>& table, int64_t b,
+                               int64_t t, int64_t total, int64_t n, int64_t d, int64_t offset, bool inverse) {
+  std::vector<double> y = x;
+  const int64_t half = d / 2;
+  for (int64_t bb = 0; bb < b; ++bb) {
+    for (int64_t tt = 0; tt < t; ++tt) {
+      const double* cs = table.data() + (offset + tt) * d;
+      for (int64_t h = 0; h < n; ++h) {
+        const int64_t base = ((bb * t + tt) * total + h) * d;
+        for (int64_t i = 0; i < half; ++i) {
+          const double s = inverse ? -cs[half + i] : cs[half + i];
+          const double x1 = x[base + i], x2 = x[base + half + i];
+          y[base + i] = x1 * cs[i] - x2 * s;         // x * cos + (-x2) * sin
+          y[base + half + i] = x2 * cs[i] + x1 * s;  // x * cos + x1 * sin
+        }
+      }
+    }
+  }
+  return y;
+}
+
+struct RopeCase {
+  int64_t b, t, total, n, d, offset;
+};
+const RopeCase kCases[] = {
+    {1, 1, 1, 1, 2, 0}, {2, 3, 3, 2, 6, 5}, {1, 31, 5, 3, 8, 17}, {2, 33, 4, 4, 64, 100}};
+
+TEST(Rope, ApplyMatchesDirectFormula) {
+  Rng rng;
+  const RopeConfig configs[] = {RopeConfig{}, llama3_config()};
+  for (const RopeConfig& cfg : configs) {
+    for (DType dt : float_types()) {
+      for (const RopeCase& c : kCases) {
+        SCOPED_TRACE(fmt::format("{} llama3={} b={} t={} total={} n={} d={} offset={}", dtype_name(dt),
+                                 cfg.llama3_scaling, c.b, c.t, c.total, c.n, c.d, c.offset));
+        const int64_t max_pos = c.offset + c.t + 3;
+        Tensor table = ops::rope_table(cfg, max_pos, c.d);
+        Tensor x = rand_tensor(rng, {c.b, c.t, c.total * c.d}, dt);
+        const auto x0 = host(x);
+        ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, c.offset, false, Stream::cpu());
+        // Against the f32 table's own cos/sin: f32 and f64 x must both reproduce them to rounding.
+        EXPECT_LT(rel_err(x, naive_rope(x0, host(table), c.b, c.t, c.total, c.n, c.d, c.offset, false)),
+                  fwd_tol(dt));
+        // Heads past n are untouched (bitwise).
+        const auto y = host(x);
+        for (int64_t tok = 0; tok < c.b * c.t; ++tok)
+          for (int64_t col = c.n * c.d; col < c.total * c.d; ++col)
+            ASSERT_EQ(y[tok * c.total * c.d + col], x0[tok * c.total * c.d + col]);
+        // f64 with an f64 table against the exact angles.
+        if (dt == DType::kF64) {
+          Tensor t64 = table_f64(cfg, max_pos, c.d);
+          Tensor x64 = tensor_of(x0, x.shape(), dt);
+          ops::rope_apply(x64, c.b, c.t, c.total, c.n, c.d, t64, c.offset, false, Stream::cpu());
+          EXPECT_LT(rel_err(x64, naive_rope(x0, host(t64), c.b, c.t, c.total, c.n, c.d, c.offset, false)),
+                    1e-14);
+        }
+      }
+    }
+  }
+}
+
+TEST(Rope, InverseUndoesRotation) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    for (const RopeCase& c : kCases) {
+      const int64_t max_pos = c.offset + c.t;
+      Tensor table = dt == DType::kF64 ? table_f64(llama3_config(), max_pos, c.d)
+                                       : ops::rope_table(llama3_config(), max_pos, c.d);
+      Tensor x = rand_tensor(rng, {c.b, c.t, c.total * c.d}, dt);
+      const auto x0 = host(x);
+      ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, c.offset, false, Stream::cpu());
+      if (c.n > 0 && c.d * c.t > 2) EXPECT_GT(rel_err(x, x0), 1e-3);  // it did rotate
+      ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, c.offset, true, Stream::cpu());
+      EXPECT_LT(rel_err(x, x0), dt == DType::kF64 ? 1e-14 : 1e-6);
+    }
+  }
+}
+
+TEST(Rope, BackwardIsInverseRotationFiniteDifferences) {
+  Rng rng;
+  const RopeCase c{2, 5, 3, 2, 6, 3};
+  const DType dt = DType::kF64;
+  Tensor table = table_f64(llama3_config(), 16, c.d);
+  const Shape shape{c.b, c.t, c.total * c.d};
+  Tensor x = rand_tensor(rng, shape, dt), dy = rand_tensor(rng, shape, dt);
+  const auto w = host(dy);
+  auto loss = [&] {
+    Tensor y = clone(x);
+    ops::rope_apply(y, c.b, c.t, c.total, c.n, c.d, table, c.offset, false, Stream::cpu());
+    return weighted_sum(y, w);
+  };
+  Tensor dx = clone(dy);
+  ops::rope_apply(dx, c.b, c.t, c.total, c.n, c.d, table, c.offset, true, Stream::cpu());
+  EXPECT_LT(fd_rel_error(rng, x, host(dx), loss, 200), kGradTol);
+}
+
+TEST(Rope, RejectsBadInputs) {
+  Rng rng;
+  const Stream s = Stream::cpu();
+  Tensor table = ops::rope_table(RopeConfig{}, 8, 4);
+  Tensor x = rand_tensor(rng, {1, 4, 12}, DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 3, 4, table, 5, false, s), "positions [5, 9) exceed");
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 4, 4, table, 0, false, s), "n_heads (4)");
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 4, 3, 3, table, 0, false, s), "even head_dim");
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 4, 3, 3, 4, table, 0, false, s),
+                      "rope_apply: x must be [2, 4, 12]");
+  Tensor t64 = table_f64(RopeConfig{}, 8, 4);
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 3, 4, t64, 0, false, s), "table must be f32 or f32");
+  Tensor wide = ops::rope_table(RopeConfig{}, 8, 6);
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 3, 4, wide, 0, false, s), "table must be [max_pos, 4]");
+  EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(RopeConfig{}, 7), "head_dim must be even");
+  RopeConfig bad = llama3_config();
+  bad.high_freq_factor = 0.5;
+  EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(bad, 8), "low_freq_factor < high_freq_factor");
+}
+
+}  // namespace
+}  // namespace primus::test
