@@ -1,0 +1,199 @@
+// GEMM benchmark timing and tuning driver. See gemm_bench.h.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "bench/gemm_bench.h"
+#include "bench/gemm_timing.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace primus::bench {
+
+namespace {
+
+DType bench_dtype(const std::string& name) {
+  DType t = dtype_from_name(name);
+  if (t != DType::kBF16 && t != DType::kF16 && t != DType::kF32)
+    throw ConfigError(fmt::format("--dtype {}: the GEMM benchmarks take bf16, fp16 or fp32", name));
+  return t;
+}
+
+lt::Problem to_problem(const GemmKey& k) {
+  lt::Problem p;
+  p.m = k.m;
+  p.n = k.n;
+  p.k = k.k;
+  p.trans_a = k.trans_a;
+  p.trans_b = k.trans_b;
+  p.a_type = k.a_type;
+  p.b_type = k.b_type;
+  p.c_type = k.c_type;
+  p.epilogue = lt::epilogue_from_name(k.epilogue);
+  return p;
+}
+
+// Times one shape through lt::matmul (the training path: cached plan, tuned algorithm when installed).
+GemmBenchRow time_shape(const std::string& name, const GemmKey& key, GemmCMode c_mode, int64_t per_step,
+                        double seconds, const TuneOptions& rot, const Stream& s) {
+  const lt::Problem p = to_problem(key);
+  GemmOperandSets sets(p, c_mode, rot.rotate_bytes, rot.max_bytes, s, 0xbe7c4u + static_cast<uint64_t>(p.n));
+  GemmBenchRow r;
+  r.name = name;
+  r.key = key;
+  r.c_mode = c_mode;
+  r.per_step = per_step;
+  const lt::PlanInfo info = lt::plan_info(p, sets.at(0), s);
+  r.algo = info.description;
+  r.tuned = info.tuned;
+  // Warm-up covers every operand set once (first-touch, clocks), then at least 20 timed runs.
+  const int warmup = std::max(3, sets.count());
+  TimingStats st = time_for([&](int run) { lt::matmul(p, sets.at(run), s); }, warmup, seconds, 20, 100000, s);
+  r.avg_ms = st.mean_ms;
+  r.median_ms = st.median_ms;
+  r.min_ms = st.min_ms;
+  r.runs = st.runs;
+  fill_rates(r);
+  return r;
+}
+
+void print_rows(const std::vector<GemmBenchRow>& rows) {
+  std::printf("%-22s %6s %6s %6s %5s %5s %10s %9s %10s %9s %8s\n", "name", "m", "n", "k", "trans", "out",
+              "median_ms", "TFLOP/s", "heur_ms", "tuned_ms", "uplift");
+  for (const auto& r : rows) {
+    std::printf("%-22s %6lld %6lld %6lld %3c%c  %5s %10.4f %9.1f %10.4f %9.4f %+7.1f%%\n", r.name.c_str(),
+                static_cast<long long>(r.key.m), static_cast<long long>(r.key.n),
+                static_cast<long long>(r.key.k), r.key.trans_a ? 'T' : 'N', r.key.trans_b ? 'T' : 'N',
+                dtype_name(r.key.c_type), r.median_ms, r.tflops, r.heuristic_ms, r.tuned_ms, r.uplift_pct);
+  }
+  std::fflush(stdout);
+}
+
+void apply_tune(GemmBenchRow& row, const TuneResult& t) {
+  row.heuristic_ms = t.heuristic_ms;
+  row.tuned_ms = t.best_ms;
+  row.uplift_pct = 100.0 * t.uplift();
+  if (!t.note.empty()) row.note = t.note;
+}
+
+Stream bench_stream(int device) {
+  PRIMUS_CHECK(cuda_available(), "the GEMM benchmarks need a GPU, and none is visible");
+  return cuda_compute_stream(device);
+}
+
+}  // namespace
+
+int run_gemm_bench(const GemmBenchOptions& opt) {
+  if (opt.m <= 0 || opt.n <= 0 || opt.k <= 0)
+    throw ConfigError(
+        fmt::format("benchmark gemm: --M --N --K must be positive (got {} {} {})", opt.m, opt.n, opt.k));
+  if (opt.duration_s <= 0) throw ConfigError("benchmark gemm: --duration must be positive");
+  const DType t = bench_dtype(opt.dtype);
+  const Stream s = bench_stream(opt.device);
+  GemmKey key{opt.m, opt.n, opt.k, opt.trans_a, opt.trans_b, t, t, t, "none"};
+  if (!opt.tune && !opt.tuning_file.empty()) load_gemm_tuning(opt.tuning_file, opt.device);
+  std::optional<TuneResult> tr;
+  if (opt.tune) {
+    tr = tune_gemm(key, opt.tune_options, s);
+    if (tr->improved) {
+      TuningEntry e = to_tuning_entry(*tr, opt.device, "gemm");
+      install_tuning_entry(e, opt.device);
+      if (!opt.tuning_file.empty()) {
+        TuningFile f =
+            std::filesystem::exists(opt.tuning_file) ? read_tuning_file(opt.tuning_file) : TuningFile{};
+        f.upsert(e);
+        write_tuning_file(opt.tuning_file, f);
+      }
+    }
+  }
+  GemmBenchRow row = time_shape("gemm", key, GemmCMode::kNone, 1, opt.duration_s, opt.tune_options, s);
+  if (tr) apply_tune(row, *tr);
+  print_rows({row});
+  write_gemm_report(
+      opt.output_file, {row},
+      fmt::format("GEMM benchmark on {} (cuBLASLt {})", lt::gpu_name(opt.device), lt::cublaslt_version()));
+  log::info("benchmark gemm: {} median {:.4f} ms, {:.1f} TFLOP/s; report {}", key.str(), row.median_ms,
+            row.tflops, opt.output_file);
+  return 0;
+}
+
+int run_gemm_dense_bench(const GemmDenseOptions& opt) {
+  DenseModelDims d;
+  if (!opt.model.empty()) {
+    auto preset = dense_model_preset(opt.model);
+    if (!preset) {
+      std::string names;
+      for (const auto& n : dense_model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+      throw ConfigError(fmt::format("benchmark gemm-dense: unknown --model '{}'", opt.model),
+                        fmt::format("use one of {} or give the dims explicitly", names));
+    }
+    d = *preset;
+  }
+  auto take = [](int64_t& dst, int64_t v) {
+    if (v > 0) dst = v;
+  };
+  take(d.hidden, opt.dims.hidden);
+  take(d.ffn, opt.dims.ffn);
+  take(d.layers, opt.dims.layers);
+  take(d.heads, opt.dims.heads);
+  take(d.kv_heads, opt.dims.kv_heads);
+  take(d.head_dim, opt.dims.head_dim);
+  take(d.vocab, opt.dims.vocab);
+  if (d.head_dim == 0 && d.heads > 0) d.head_dim = d.hidden / d.heads;
+  if (d.name.empty()) d.name = "custom";
+  if (opt.micro_batch_size <= 0 || opt.seq_length <= 0)
+    throw ConfigError("benchmark gemm-dense: --micro-batch-size and --seq-length must be positive");
+  const DType t = bench_dtype(opt.dtype);
+  const Stream s = bench_stream(opt.device);
+  const int64_t tokens = opt.micro_batch_size * opt.seq_length;
+  const auto gemms = dense_step_gemms(d, tokens, t);
+  log::info("gemm-dense: {} x {} tokens, {} GEMM shapes on {} (cuBLASLt {})", d.str(), tokens, gemms.size(),
+            lt::gpu_name(opt.device), lt::cublaslt_version());
+
+  std::vector<std::optional<TuneResult>> tuned(gemms.size());
+  if (opt.tune) {
+    TuningFile f;
+    if (!opt.tuning_file.empty() && std::filesystem::exists(opt.tuning_file))
+      f = read_tuning_file(opt.tuning_file);
+    for (size_t i = 0; i < gemms.size(); ++i) {
+      TuneOptions to = opt.tune_options;
+      to.c_mode = gemms[i].c_mode;
+      tuned[i] = tune_gemm(gemms[i].key, to, s);
+      const TuneResult& r = *tuned[i];
+      log::info("tune {:<22} {}: heuristic {:.4f} ms, best {:.4f} ms ({:+.1f}%), {} of {} candidates timed{}",
+                gemms[i].name, gemms[i].key.str(), r.heuristic_ms, r.best_ms, 100.0 * r.uplift(), r.timed,
+                r.candidates, r.note.empty() ? "" : "; " + r.note);
+      if (r.improved) {
+        TuningEntry e = to_tuning_entry(r, opt.device, gemms[i].name);
+        install_tuning_entry(e, opt.device);
+        f.upsert(e);
+      }
+    }
+    if (!opt.tuning_file.empty()) {
+      write_tuning_file(opt.tuning_file, f);
+      log::info("gemm-dense: tuning file {} written ({} entries)", opt.tuning_file, f.entries.size());
+    }
+  } else if (!opt.tuning_file.empty() && std::filesystem::exists(opt.tuning_file)) {
+    load_gemm_tuning(opt.tuning_file, opt.device);
+  }
+
+  std::vector<GemmBenchRow> rows;
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const StepGemm& g = gemms[i];
+    GemmBenchRow r = time_shape(g.name, g.key, g.c_mode, g.per_step, opt.duration_s, opt.tune_options, s);
+    if (tuned[i]) apply_tune(r, *tuned[i]);
+    rows.push_back(r);
+  }
+  print_rows(rows);
+  write_gemm_report(opt.output_file, rows,
+                    fmt::format("GEMMs of one {} training step, {} tokens, on {} (cuBLASLt {})", d.name,
+                                tokens, lt::gpu_name(opt.device), lt::cublaslt_version()));
+  double total = 0;
+  for (const auto& r : rows) total += r.median_ms * r.per_step;
+  log::info("gemm-dense: GEMM time per step {:.2f} ms; report {}", total, opt.output_file);
+  return 0;
+}
+
+}  // namespace primus::bench
