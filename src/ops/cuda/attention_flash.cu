@@ -1,0 +1,589 @@
+// FA2-style flash attention on the packed qkv layout (see attention_flash.h): the fallback behind cuDNN, and the
+// backend for shapes cuDNN refuses. Correctness first: mma.sync m16n8k16 bf16 with f32 accumulation, tiles staged in
+// padded shared memory by cp.async, no warp specialisation or software pipelining.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, c = lane % 4):
+//   A 16x16 row-major: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..)
+//   B 16x8 "col":      b0 (k 2c..2c+1, n g), b1 (k 2c+8.., n g)
+//   C 16x8 f32:        c0,c1 (g, 2c..2c+1), c2,c3 (g+8, 2c..2c+1)
+// Two adjacent C tiles (n 0..7, 8..15) repacked to bf16 form the A fragment of a k16 step (FA2's register reuse).
+// fmt 9 (header-only) does not build under nvcc in C++20 (its consteval format-string checks): check at run time.
+#if defined(__CUDACC__) && !defined(FMT_CONSTEVAL)
+#define FMT_CONSTEVAL
+#define FMT_USE_CONSTEXPR 1
+#endif
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/device.h"  // cuda_check.h needs Stream
+#include "core/cuda_check.h"
+#include "ops/cuda/attention_flash.h"
+
+namespace primus::ops::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 128;  // 4 warps, 16 rows each
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Params {
+  const bf16* qkv;
+  const bf16* out;
+  const bf16* dout;
+  bf16* o;  // forward output
+  float* lse;
+  const float* delta;
+  bf16* dqkv;
+  int T, H, KV, G;
+  int64_t row;   // qkv / dqkv elements per token: (H + 2 KV) D
+  int64_t orow;  // out elements per token: H D
+  float scale, scale_log2;
+  bool causal;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill (rows past T must read as zeros, never as garbage)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+// ROWS x D tile of rows [row0, row0 + ROWS) from a [T, stride] row-major head slice into smem with row stride D + 8
+// (16 bytes of padding: ldmatrix rows land in distinct banks).
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile(bf16* smem, const bf16* g, int64_t stride, int row0, int T) {
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = (i % kChunks) * 8;
+    const bool valid = row0 + r < T;
+    const bf16* src = valid ? g + static_cast<int64_t>(row0 + r) * stride + c : g;
+    cp_async16(smem_addr(smem + r * (D + 8) + c), src, valid);
+  }
+}
+
+// A fragment (16 rows x 16 cols at (r0, c0)) of a row-major smem tile.
+template <int LDS>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0, int c0, int lane) {
+  ldsm_x4(a, smem_addr(s + (r0 + (lane % 16)) * LDS + c0 + (lane / 16) * 8));
+}
+// B fragments of two n8 tiles (n0..n0+7, n0+8..n0+15), k16 at c0, from a smem tile stored [n][k] (row = n).
+template <int LDS>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* s, int n0, int c0, int lane) {
+  ldsm_x4(b, smem_addr(s + (n0 + (lane % 8) + (lane / 16) * 8) * LDS + c0 + ((lane / 8) % 2) * 8));
+}
+// Same from a smem tile stored [k][n] (row = k), via the transposing ldmatrix.
+template <int LDS>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* s, int k0, int n0, int lane) {
+  ldsm_x4_t(b, smem_addr(s + (k0 + (lane % 8) + ((lane / 8) % 2) * 8) * LDS + n0 + (lane / 16) * 8));
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Forward: one block per (64 query rows, head, batch); each warp owns 16 rows; key blocks of 64.
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
+  constexpr int BM = 64, BN = 64, LDS = D + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sK = sQ + BM * LDS;
+  bf16* sV = sK + BN * LDS;
+
+  const int mb = gridDim.x - 1 - blockIdx.x;  // longest (causal) rows first
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / p.G;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = mb * BM;
+  const bf16* base = p.qkv + static_cast<int64_t>(b) * p.T * p.row;
+  const bf16* qg = base + h * D;
+  const bf16* kg = base + (p.H + kvh) * D;
+  const bf16* vg = base + (p.H + p.KV + kvh) * D;
+
+  load_tile<BM, D>(sQ, qg, p.row, q0, p.T);
+  cp_async_wait_all();
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) load_a<LDS>(qf[kk], sQ, warp * 16, kk * 16, lane);
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const int row_a = q0 + warp * 16 + lane / 4;
+  const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
+  const int n_blocks = (kv_end + BN - 1) / BN;
+
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int k0 = nb * BN;
+    __syncthreads();  // every warp is done with the previous K/V tiles
+    load_tile<BN, D>(sK, kg, p.row, k0, p.T);
+    load_tile<BN, D>(sV, vg, p.row, k0, p.T);
+    cp_async_wait_all();
+    __syncthreads();
+
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t bf[4];
+        load_b_nk<LDS>(bf, sK, np * 16, kk * 16, lane);
+        mma(s[2 * np], qf[kk], bf[0], bf[1]);
+        mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+      }
+    }
+    // Scale into the log2 domain and mask (keys past T; keys after the query under the causal mask).
+    float mx[2] = {m_run[0], m_run[1]};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+        const int row = row_a + (e >= 2 ? 8 : 0);
+        float v = s[nt][e] * p.scale_log2;
+        if (col >= p.T || (p.causal && col > row)) v = -INFINITY;
+        s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+    }
+    float msub[2], alpha[2], rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = quad_max(mx[i]);
+      msub[i] = mx[i] == -INFINITY ? 0.f : mx[i];  // a row with nothing visible yet stays at zero weight
+      alpha[i] = exp2f(m_run[i] - msub[i]);
+      m_run[i] = mx[i];
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(s[nt][e] - msub[e >> 1]);
+        rs[e >> 1] += s[nt][e];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) l_run[i] = l_run[i] * alpha[i] + rs[i];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= alpha[0];
+      o[dt][1] *= alpha[0];
+      o[dt][2] *= alpha[1];
+      o[dt][3] *= alpha[1];
+    }
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t bf[4];
+        load_b_kn<LDS>(bf, sV, kk * 16, dp * 16, lane);
+        mma(o[2 * dp], a, bf[0], bf[1]);
+        mma(o[2 * dp + 1], a, bf[2], bf[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = row_a + i * 8;
+    const float l = quad_sum(l_run[i]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    if (row < p.T) {
+      bf16* og = p.o + (static_cast<int64_t>(b) * p.T + row) * p.orow + h * D;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const int col = dt * 8 + (lane % 4) * 2;
+        *reinterpret_cast<uint32_t*>(og + col) = pack_bf16(o[dt][2 * i] * inv, o[dt][2 * i + 1] * inv);
+      }
+      if (lane % 4 == 0) p.lse[(static_cast<int64_t>(b) * p.H + h) * p.T + row] = (m_run[i] + log2f(l)) * kLn2;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Backward, pass 0: delta[b, h, t] = sum_d dout * out (f32), one warp per (b, t, h).
+
+__global__ void delta_kernel(const bf16* dout, const bf16* out, float* delta, int64_t rows, int T, int H, int D) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const bf16* a = dout + r * D;
+  const bf16* c = out + r * D;
+  float acc = 0.f;
+  for (int i = lane * 2; i < D; i += 64) {
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(a + i));
+    const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(c + i));
+    acc += x.x * y.x + x.y * y.y;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) {
+    const int64_t h = r % H, t = (r / H) % T, b = r / (static_cast<int64_t>(H) * T);
+    delta[(b * H + h) * T + t] = acc;
+  }
+}
+
+// Backward, pass 1: dQ for 64 query rows of one head, looping over key blocks (no atomics: one writer per row).
+template <int D>
+__global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
+  constexpr int BM = 64, BN = 64, LDS = D + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sdO = sQ + BM * LDS;
+  bf16* sK = sdO + BM * LDS;
+  bf16* sV = sK + BN * LDS;
+
+  const int mb = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / p.G;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = mb * BM;
+  const bf16* base = p.qkv + static_cast<int64_t>(b) * p.T * p.row;
+  const bf16* kg = base + (p.H + kvh) * D;
+  const bf16* vg = base + (p.H + p.KV + kvh) * D;
+  load_tile<BM, D>(sQ, base + h * D, p.row, q0, p.T);
+  load_tile<BM, D>(sdO, p.dout + static_cast<int64_t>(b) * p.T * p.orow + h * D, p.orow, q0, p.T);
+
+  const int row_a = q0 + warp * 16 + lane / 4;
+  float lse2[2], dlt[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = row_a + 8 * i;
+    const int64_t idx = (static_cast<int64_t>(b) * p.H + h) * p.T + row;
+    lse2[i] = row < p.T ? p.lse[idx] * kLog2e : 0.f;
+    dlt[i] = row < p.T ? p.delta[idx] : 0.f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+  const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
+  const int n_blocks = (kv_end + BN - 1) / BN;
+
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int k0 = nb * BN;
+    __syncthreads();
+    load_tile<BN, D>(sK, kg, p.row, k0, p.T);
+    load_tile<BN, D>(sV, vg, p.row, k0, p.T);
+    cp_async_wait_all();
+    __syncthreads();
+    float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t aq[4], ado[4];
+      load_a<LDS>(aq, sQ, warp * 16, kk * 16, lane);
+      load_a<LDS>(ado, sdO, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t bk[4], bv[4];
+        load_b_nk<LDS>(bk, sK, np * 16, kk * 16, lane);
+        load_b_nk<LDS>(bv, sV, np * 16, kk * 16, lane);
+        mma(s[2 * np], aq, bk[0], bk[1]);
+        mma(s[2 * np + 1], aq, bk[2], bk[3]);
+        mma(dp[2 * np], ado, bv[0], bv[1]);
+        mma(dp[2 * np + 1], ado, bv[2], bv[3]);
+      }
+    }
+    // dS = P (dP - delta), P = exp2(S scale log2e - lse log2e); masked entries are exactly zero.
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+        const int row = row_a + (e >= 2 ? 8 : 0);
+        const bool masked = col >= p.T || row >= p.T || (p.causal && col > row);
+        const float pr = masked ? 0.f : exp2f(s[nt][e] * p.scale_log2 - lse2[e >> 1]);
+        s[nt][e] = pr * (dp[nt][e] - dlt[e >> 1]);
+      }
+    }
+    // dQ += dS K
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t bf[4];
+        load_b_kn<LDS>(bf, sK, kk * 16, dt * 16, lane);
+        mma(dq[2 * dt], a, bf[0], bf[1]);
+        mma(dq[2 * dt + 1], a, bf[2], bf[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = row_a + 8 * i;
+    if (row >= p.T) continue;
+    bf16* g = p.dqkv + (static_cast<int64_t>(b) * p.T + row) * p.row + h * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(g + dt * 8 + (lane % 4) * 2) =
+          pack_bf16(dq[dt][2 * i] * p.scale, dq[dt][2 * i + 1] * p.scale);
+  }
+}
+
+// Backward, pass 2: dK, dV for 64 keys of one kv head. The block loops over every query head of the group and every
+// query block that sees these keys, so the group sum happens in registers, in a fixed order (deterministic).
+// Warps own 16 keys each and compute the transposed products S^T = K Q^T and dP^T = V dO^T directly.
+template <int D, int BMQ>
+__global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
+  constexpr int BN = 64, LDS = D + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sV = sK + BN * LDS;
+  bf16* sQ = sV + BN * LDS;
+  bf16* sdO = sQ + BMQ * LDS;
+  float* sL = reinterpret_cast<float*>(sdO + BMQ * LDS);
+  float* sD = sL + BMQ;
+
+  const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k0 = nb * BN;
+  const bf16* base = p.qkv + static_cast<int64_t>(b) * p.T * p.row;
+  load_tile<BN, D>(sK, base + (p.H + kvh) * D, p.row, k0, p.T);
+  load_tile<BN, D>(sV, base + (p.H + p.KV + kvh) * D, p.row, k0, p.T);
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+  const int key_a = k0 + warp * 16 + lane / 4;
+  const int m_first = p.causal ? k0 / BMQ : 0;
+  const int m_blocks = (p.T + BMQ - 1) / BMQ;
+
+  for (int hh = 0; hh < p.G; ++hh) {
+    const int h = kvh * p.G + hh;
+    const float* lse = p.lse + (static_cast<int64_t>(b) * p.H + h) * p.T;
+    const float* dl = p.delta + (static_cast<int64_t>(b) * p.H + h) * p.T;
+    for (int mb = m_first; mb < m_blocks; ++mb) {
+      const int q0 = mb * BMQ;
+      __syncthreads();
+      load_tile<BMQ, D>(sQ, base + h * D, p.row, q0, p.T);
+      load_tile<BMQ, D>(sdO, p.dout + static_cast<int64_t>(b) * p.T * p.orow + h * D, p.orow, q0, p.T);
+      for (int i = threadIdx.x; i < BMQ; i += kThreads) {
+        const bool valid = q0 + i < p.T;
+        sL[i] = valid ? lse[q0 + i] * kLog2e : 0.f;
+        sD[i] = valid ? dl[q0 + i] : 0.f;
+      }
+      cp_async_wait_all();
+      __syncthreads();
+
+      float st[BMQ / 8][4], dpt[BMQ / 8][4];
+#pragma unroll
+      for (int i = 0; i < BMQ / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[i][e] = dpt[i][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ak[4], av[4];
+        load_a<LDS>(ak, sK, warp * 16, kk * 16, lane);
+        load_a<LDS>(av, sV, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < BMQ / 16; ++np) {
+          uint32_t bq[4], bo[4];
+          load_b_nk<LDS>(bq, sQ, np * 16, kk * 16, lane);
+          load_b_nk<LDS>(bo, sdO, np * 16, kk * 16, lane);
+          mma(st[2 * np], ak, bq[0], bq[1]);
+          mma(st[2 * np + 1], ak, bq[2], bq[3]);
+          mma(dpt[2 * np], av, bo[0], bo[1]);
+          mma(dpt[2 * np + 1], av, bo[2], bo[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < BMQ / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = nt * 8 + (lane % 4) * 2 + (e & 1);
+          const int q = q0 + qi;
+          const int key = key_a + (e >= 2 ? 8 : 0);
+          const bool masked = q >= p.T || key >= p.T || (p.causal && key > q);
+          const float pr = masked ? 0.f : exp2f(st[nt][e] * p.scale_log2 - sL[qi]);
+          st[nt][e] = pr;
+          dpt[nt][e] = pr * (dpt[nt][e] - sD[qi]);
+        }
+      }
+      // dV += P^T dO, dK += dS^T Q (k = queries)
+#pragma unroll
+      for (int kk = 0; kk < BMQ / 16; ++kk) {
+        const uint32_t ap[4] = {pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
+                                pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+        const uint32_t as[4] = {pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]),
+                                pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+        for (int dt = 0; dt < D / 16; ++dt) {
+          uint32_t bo[4], bq[4];
+          load_b_kn<LDS>(bo, sdO, kk * 16, dt * 16, lane);
+          load_b_kn<LDS>(bq, sQ, kk * 16, dt * 16, lane);
+          mma(dv[2 * dt], ap, bo[0], bo[1]);
+          mma(dv[2 * dt + 1], ap, bo[2], bo[3]);
+          mma(dk[2 * dt], as, bq[0], bq[1]);
+          mma(dk[2 * dt + 1], as, bq[2], bq[3]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int key = key_a + 8 * i;
+    if (key >= p.T) continue;
+    bf16* g = p.dqkv + (static_cast<int64_t>(b) * p.T + key) * p.row;
+    bf16* gk = g + (p.H + kvh) * D;
+    bf16* gv = g + (p.H + p.KV + kvh) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int col = dt * 8 + (lane % 4) * 2;
+      *reinterpret_cast<uint32_t*>(gk + col) = pack_bf16(dk[dt][2 * i] * p.scale, dk[dt][2 * i + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(gv + col) = pack_bf16(dv[dt][2 * i], dv[dt][2 * i + 1]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Launchers
+
+Params make_params(const AttentionShape& s) {
+  Params p{};
+  p.T = static_cast<int>(s.seq);
+  p.H = static_cast<int>(s.heads);
+  p.KV = static_cast<int>(s.kv_heads);
+  p.G = static_cast<int>(s.heads / s.kv_heads);
+  p.row = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  p.orow = s.heads * s.head_dim;
+  p.scale = s.scale;
+  p.scale_log2 = s.scale * kLog2e;
+  p.causal = s.causal;
+  return p;
+}
+
+template <typename K>
+void launch(K kernel, dim3 grid, size_t smem, const Params& p, const Stream& st) {
+  // Above 48 KB a kernel must opt in to its dynamic shared memory; setting the attribute is cheap and idempotent.
+  PRIMUS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, cuda_stream(st)>>>(p);
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void forward_d(const Params& p, int64_t batch, const Stream& st) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
+  launch(fwd_kernel<D>, grid, 3 * 64 * (D + 8) * sizeof(bf16), p, st);
+}
+
+template <int D>
+void backward_d(const Params& p, int64_t batch, const Stream& st) {
+  constexpr int BMQ = D > 64 ? 32 : 64;
+  const dim3 gq(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
+  launch(dq_kernel<D>, gq, 4 * 64 * (D + 8) * sizeof(bf16), p, st);
+  const dim3 gk(static_cast<unsigned>(ceil_div(p.T, 64)), p.KV, static_cast<unsigned>(batch));
+  launch(dkdv_kernel<D, BMQ>, gk, (2 * 64 + 2 * BMQ) * (D + 8) * sizeof(bf16) + 2 * BMQ * sizeof(float), p, st);
+}
+
+}  // namespace
+
+bool flash_attention_supported(const AttentionShape& s, std::string* why) {
+  if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
+    if (why) *why = fmt::format("head_dim {} (flash kernels are built for 32, 64, 128)", s.head_dim);
+    return false;
+  }
+  if (s.seq > (1 << 30) || s.heads > 65535 || s.batch > 65535) {
+    if (why) *why = fmt::format("grid too large (B={}, H={}, T={})", s.batch, s.heads, s.seq);
+    return false;
+  }
+  return true;
+}
+
+void flash_attention_forward(const AttentionShape& s, const void* qkv, void* out, float* lse, const Stream& st) {
+  Params p = make_params(s);
+  p.qkv = static_cast<const bf16*>(qkv);
+  p.o = static_cast<bf16*>(out);
+  p.lse = lse;
+  switch (s.head_dim) {
+    case 32: forward_d<32>(p, s.batch, st); break;
+    case 64: forward_d<64>(p, s.batch, st); break;
+    case 128: forward_d<128>(p, s.batch, st); break;
+    default: PRIMUS_FAIL("flash attention: unsupported head_dim {}", s.head_dim);
+  }
+}
+
+void flash_attention_backward(const AttentionShape& s, const void* dout, const void* qkv, const void* out,
+                              const float* lse, void* dqkv, const Stream& st) {
+  PRIMUS_CHECK(flash_attention_supported(s, nullptr), "flash attention: unsupported head_dim {}", s.head_dim);
+  const int64_t rows = s.batch * s.seq * s.heads;
+  float* delta = static_cast<float*>(device_alloc(static_cast<size_t>(rows) * sizeof(float), st));
+  delta_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(rows, 8)), 256, 0, cuda_stream(st)>>>(
+      static_cast<const bf16*>(dout), static_cast<const bf16*>(out), delta, rows, static_cast<int>(s.seq),
+      static_cast<int>(s.heads), static_cast<int>(s.head_dim));
+  PRIMUS_CUDA_CHECK_LAUNCH();
+  Params p = make_params(s);
+  p.qkv = static_cast<const bf16*>(qkv);
+  p.out = static_cast<const bf16*>(out);
+  p.dout = static_cast<const bf16*>(dout);
+  p.lse = const_cast<float*>(lse);
+  p.delta = delta;
+  p.dqkv = static_cast<bf16*>(dqkv);
+  switch (s.head_dim) {
+    case 32: backward_d<32>(p, s.batch, st); break;
+    case 64: backward_d<64>(p, s.batch, st); break;
+    case 128: backward_d<128>(p, s.batch, st); break;
+    default: break;
+  }
+  device_free(delta, st);
+}
+
+}  // namespace primus::ops::cuda

@@ -1,0 +1,216 @@
+// Attention on the GPU (cuDNN fused graph and our flash kernels) against the CPU reference, plus timed cases at the
+// two performance shapes of the issue (TFLOP/s with the causal-halved convention: fwd = 2 B H T^2 D, bwd = 2.5 fwd).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test.h"
+#include "ops/cpu/attention_cpu.h"
+#include "ops/cuda/attention_backend.h"
+#include "ops/cuda/attention_cuda.h"
+#include "ops/cuda/attention_cudnn.h"
+
+namespace primus::gputest {
+namespace {
+
+using ops::AttentionShape;
+using ops::cuda::AttentionBackend;
+
+struct Case {
+  int64_t b, t, h, kv, d;
+  bool causal = true;
+};
+
+std::string case_name(const Case& c) {
+  return fmt::format("B{} T{} H{} KV{} D{}{}", c.b, c.t, c.h, c.kv, c.d, c.causal ? "" : " full");
+}
+
+AttentionShape make_shape(const Case& c) {
+  AttentionShape s;
+  s.batch = c.b;
+  s.seq = c.t;
+  s.heads = c.h;
+  s.kv_heads = c.kv;
+  s.head_dim = c.d;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  s.causal = c.causal;
+  return s;
+}
+
+// Columns [c0, c1) of a [rows, w] f32 host tensor, as a new [rows, c1 - c0] tensor.
+Tensor columns(const Tensor& t, int64_t w, int64_t c0, int64_t c1) {
+  const int64_t rows = t.numel() / w;
+  Tensor r = Tensor::empty({rows, c1 - c0}, DType::kF32);
+  const float* src = t.data<float>();
+  float* dst = r.data<float>();
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * (c1 - c0), src + i * w + c0, (c1 - c0) * sizeof(float));
+  return r;
+}
+
+// Whether cuDNN is expected to take this shape (so that a refusal is a failure, not a skip): bf16, D 64 or 128,
+// and for the backward a sequence that is a multiple of 128 (the 9.14 bprop's constraint).
+bool cudnn_expected(const Case& c, bool backward) {
+  return (c.d == 64 || c.d == 128) && (!backward || c.t % 128 == 0);
+}
+
+void record_skip(Context& ctx, const std::string& name, const std::string& why) {
+  CaseResult r;
+  r.family = "attention";
+  r.name = name;
+  r.rel_err = 0;
+  r.tol = 1;
+  r.note = "skipped: " + why;
+  ctx.results.push_back(r);
+}
+
+void record_fail(Context& ctx, const std::string& name, const std::string& why) {
+  CaseResult r;
+  r.family = "attention";
+  r.name = name;
+  r.rel_err = INFINITY;
+  r.tol = kTolBF16;
+  r.note = why;
+  ctx.results.push_back(r);
+}
+
+// Can `backend` run `c` in this direction? For cuDNN a refusal of an expected shape is recorded as a failure.
+bool backend_takes(Context& ctx, AttentionBackend be, const Case& c, bool backward, const std::string& label) {
+  if (be != AttentionBackend::kCudnn) return true;
+  const AttentionShape s = make_shape(c);
+  std::string why;
+  const bool ok = ops::cuda::cudnn_attention_supported(s, backward, &why) &&
+                  ops::cuda::cudnn_attention_prepare(s, backward, ctx.stream.device.index, &why);
+  if (ok) return true;
+  if (cudnn_expected(c, backward))
+    record_fail(ctx, label, "cuDNN refused: " + why);
+  else
+    record_skip(ctx, label, "cuDNN refuses: " + why.substr(0, 120));
+  return false;
+}
+
+void run_case(Context& ctx, const Case& c) {
+  const AttentionShape s = make_shape(c);
+  const int64_t w = (c.h + 2 * c.kv) * c.d;
+  // Fresh inputs, rounded to bf16 once; the reference sees exactly the values the GPU sees.
+  Tensor qkv_bf = ctx.randn_cpu({c.b, c.t, w}, DType::kBF16);
+  Tensor dout_bf = ctx.randn_cpu({c.b, c.t, c.h * c.d}, DType::kBF16);
+  Tensor qkv_f = ctx.to_cpu_f32(qkv_bf), dout_f = ctx.to_cpu_f32(dout_bf);
+  Tensor out_ref = Tensor::empty({c.b, c.t, c.h * c.d}, DType::kF32);
+  Tensor lse_ref = Tensor::empty({c.b, c.h, c.t}, DType::kF32);
+  ops::cpu::attention_forward(qkv_f, s, out_ref, lse_ref, Stream::cpu());
+  Tensor dqkv_ref = Tensor::empty({c.b, c.t, w}, DType::kF32);
+  ops::cpu::attention_backward(dout_f, qkv_f, out_ref, lse_ref, s, dqkv_ref, Stream::cpu());
+
+  Tensor qkv = ctx.to_gpu(qkv_bf, DType::kBF16);
+  Tensor dout = ctx.to_gpu(dout_bf, DType::kBF16);
+  for (AttentionBackend be : {AttentionBackend::kCudnn, AttentionBackend::kFlash}) {
+    const std::string tag = fmt::format("{} {}", ops::cuda::attention_backend_name(be), case_name(c));
+    ops::cuda::set_attention_backend(be);
+    if (!backend_takes(ctx, be, c, false, "fwd " + tag)) continue;
+    Tensor out = ctx.poisoned({c.b, c.t, c.h * c.d}, DType::kBF16);
+    Tensor lse = ctx.poisoned({c.b, c.h, c.t}, DType::kF32);
+    ops::cuda::attention_forward(qkv, s, out, lse, ctx.stream);
+    ctx.check("attention", "fwd out " + tag, out, out_ref, kTolBF16);
+    ctx.check("attention", "fwd lse " + tag, lse, lse_ref, kTolBF16);
+
+    if (!backend_takes(ctx, be, c, true, "bwd " + tag)) continue;
+    Tensor dqkv = ctx.poisoned({c.b, c.t, w}, DType::kBF16);
+    ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream);
+    Tensor got = ctx.to_cpu_f32(dqkv);
+    const int64_t kq = c.h * c.d, kk = (c.h + c.kv) * c.d;
+    ctx.check("attention", "bwd dq " + tag, columns(got, w, 0, kq), columns(dqkv_ref, w, 0, kq), kTolBF16);
+    ctx.check("attention", "bwd dk " + tag, columns(got, w, kq, kk), columns(dqkv_ref, w, kq, kk), kTolBF16);
+    ctx.check("attention", "bwd dv " + tag, columns(got, w, kk, w), columns(dqkv_ref, w, kk, w), kTolBF16);
+
+    if (be == AttentionBackend::kFlash && c.kv < c.h) {
+      // The flash backward promises bitwise-deterministic GQA accumulation: a second run must match exactly.
+      Tensor again = ctx.poisoned({c.b, c.t, w}, DType::kBF16);
+      ops::cuda::attention_backward(dout, qkv, out, lse, s, again, ctx.stream);
+      stream_sync(ctx.stream);
+      std::vector<float> a = got.to_vector<float>(), b2 = ctx.to_cpu_f32(again).to_vector<float>();
+      CaseResult r;
+      r.family = "attention";
+      r.name = "bwd determinism " + tag;
+      r.tol = 0;
+      r.rel_err = std::memcmp(a.data(), b2.data(), a.size() * sizeof(float)) == 0 ? 0.0 : INFINITY;
+      ctx.results.push_back(r);
+    }
+  }
+  ops::cuda::set_attention_backend(AttentionBackend::kAuto);
+}
+
+// Timed case: both backends on the same inputs, cross-checked against each other, fwd and bwd timed separately.
+void run_perf(Context& ctx, const Case& c) {
+  const AttentionShape s = make_shape(c);
+  const int64_t w = (c.h + 2 * c.kv) * c.d;
+  const double fwd_flop = 4.0 * c.b * c.h * static_cast<double>(c.t) * c.t * c.d * (c.causal ? 0.5 : 1.0);
+  const double bwd_flop = 2.5 * fwd_flop;
+  Tensor qkv = ctx.to_gpu(ctx.randn_cpu({c.b, c.t, w}, DType::kBF16), DType::kBF16);
+  Tensor dout = ctx.to_gpu(ctx.randn_cpu({c.b, c.t, c.h * c.d}, DType::kBF16), DType::kBF16);
+  std::vector<Tensor> outs, dqkvs;
+  for (AttentionBackend be : {AttentionBackend::kCudnn, AttentionBackend::kFlash}) {
+    const std::string tag = fmt::format("{} {}", ops::cuda::attention_backend_name(be), case_name(c));
+    ops::cuda::set_attention_backend(be);
+    if (!backend_takes(ctx, be, c, false, "perf fwd " + tag) || !backend_takes(ctx, be, c, true, "perf bwd " + tag))
+      continue;
+    Tensor out = ctx.poisoned({c.b, c.t, c.h * c.d}, DType::kBF16);
+    Tensor lse = ctx.poisoned({c.b, c.h, c.t}, DType::kF32);
+    Tensor dqkv = ctx.poisoned({c.b, c.t, w}, DType::kBF16);
+    const double fwd_ms = ctx.time_ms([&] { ops::cuda::attention_forward(qkv, s, out, lse, ctx.stream); }, 3, 20);
+    const double bwd_ms =
+        ctx.time_ms([&] { ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream); }, 3, 20);
+    for (int dir = 0; dir < 2; ++dir) {
+      CaseResult r;
+      r.family = "attention";
+      r.name = fmt::format("perf {} {}", dir == 0 ? "fwd" : "bwd", tag);
+      r.tol = 1;
+      r.gpu_ms = dir == 0 ? fwd_ms : bwd_ms;
+      r.gbps_or_tflops = (dir == 0 ? fwd_flop : bwd_flop) / (r.gpu_ms * 1e-3) / 1e12;
+      r.rate_unit = "TFLOP/s";
+      ctx.results.push_back(r);
+    }
+    outs.push_back(out);
+    dqkvs.push_back(dqkv);
+  }
+  ops::cuda::set_attention_backend(AttentionBackend::kAuto);
+  if (outs.size() == 2) {
+    // At these sizes the CPU reference is too slow; the two independent GPU implementations check each other.
+    ctx.check("attention", "perf out cudnn~flash " + case_name(c), outs[0], ctx.to_cpu_f32(outs[1]), kTolBF16);
+    ctx.check("attention", "perf dqkv cudnn~flash " + case_name(c), dqkvs[0], ctx.to_cpu_f32(dqkvs[1]), kTolBF16);
+  }
+}
+
+}  // namespace
+}  // namespace primus::gputest
+
+PRIMUS_GPU_TEST(attention) {
+  using primus::gputest::Case;
+  // One failing case (a cuDNN error, say) is recorded with its message and the rest still run.
+  auto guarded = [](primus::gputest::Context& cx, const char* what, const Case& c,
+                    void (*fn)(primus::gputest::Context&, const Case&)) {
+    try {
+      fn(cx, c);
+    } catch (const std::exception& e) {
+      primus::ops::cuda::set_attention_backend(primus::ops::cuda::AttentionBackend::kAuto);
+      primus::gputest::record_fail(cx, fmt::format("{} {} (exception)", what, primus::gputest::case_name(c)),
+                                   e.what());
+    }
+  };
+  const std::vector<Case> cases = {
+      {1, 1, 8, 2, 64},    {2, 31, 8, 2, 128},   {1, 33, 4, 4, 64},     {3, 127, 8, 2, 64},
+      {2, 128, 8, 8, 128}, {1, 256, 32, 8, 128}, {4, 64, 2, 1, 32},     {2, 384, 8, 2, 64, false},
+      {1, 512, 16, 4, 128}, {2, 33, 4, 1, 128, false},
+  };
+  // PRIMUS_ATTENTION_TEST_PERF_ONLY=1 skips the reference checks (e.g. a second timing pass with other settings).
+  const char* perf_only = std::getenv("PRIMUS_ATTENTION_TEST_PERF_ONLY");
+  if (!perf_only || std::string(perf_only) != "1") {
+    for (const Case& c : cases) guarded(ctx, "case", c, primus::gputest::run_case);
+    if (!ctx.quick) guarded(ctx, "case", Case{1, 1000, 32, 8, 64}, primus::gputest::run_case);
+  }
+  guarded(ctx, "perf", Case{4, 4096, 32, 8, 128}, primus::gputest::run_perf);
+  guarded(ctx, "perf", Case{8, 2048, 32, 8, 64}, primus::gputest::run_perf);
+}
