@@ -3,6 +3,7 @@
 // these so that a failure names the call's file:line and the library's own error string.
 #include <cuda_runtime.h>
 
+#include "core/device.h"
 #include "core/error.h"
 
 namespace primus::detail {
