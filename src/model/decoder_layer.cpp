@@ -68,13 +68,15 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
                               spec_.norm_eps, qkv, a.k_rstd, s);
   }
   const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
-  ops::rope_apply(qkv, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
+  Tensor qkv3 = qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
+  ops::rope_apply(qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
                   *ctx.rope_table, ctx.pos_offset, /*inverse=*/false, s);
   a.qkv = qkv;
 
   a.attn = ctx.act({n, spec_.q_dim()});
   a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
-  ops::attention_forward(a.qkv, attention_shape(spec_, ctx), a.attn, a.lse, s);
+  Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()});
+  ops::attention_forward(qkv3, attention_shape(spec_, ctx), attn3, a.lse, s);
 
   a.x_mid = ctx.act({n, d});
   ops::linear_forward(a.attn, params_.param(w_o_), nullptr, a.x_mid, s, &x_in);
@@ -164,12 +166,16 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   Tensor g_o = params_.grad(w_o_);
   ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s);
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
-  ops::attention_backward(d_attn, a.qkv, a.attn, a.lse, attention_shape(spec_, ctx), d_qkv, s);
+  Tensor d_qkv3 = d_qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
+  ops::attention_backward(d_attn.view({ctx.batch, ctx.seq, spec_.q_dim()}),
+                          a.qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}),
+                          a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.lse, attention_shape(spec_, ctx),
+                          d_qkv3, s);
   d_attn = Tensor();
   a.attn = Tensor();
   a.qkv = Tensor();
   const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
-  ops::rope_apply(d_qkv, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
+  ops::rope_apply(d_qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
                   *ctx.rope_table, ctx.pos_offset, /*inverse=*/true, s);
   if (spec_.qk_norm) {
     Tensor d_raw = ctx.act({n, spec_.qkv_dim()});

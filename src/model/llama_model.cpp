@@ -41,7 +41,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
       spec_(ModelSpec::from_config(cfg)),
       params_(params),
       stream_(stream),
-      act_dtype_(stream.device.is_cpu() ? DType::kF32 : DType::kBF16),
+      act_dtype_(stream.device.is_cpu() ? params.compute_flat().dtype() : DType::kBF16),
       head_(spec_, params) {
   rope_table_ = ops::rope_table(rope_config(cfg), max_seq, spec_.head_dim).to(stream);
   for (int l = 0; l < spec_.layers; ++l) layers_.push_back(std::make_unique<DecoderLayer>(spec_, params, l));
@@ -73,7 +73,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   std::vector<LayerActivations> slots(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->forward(ctx, x, &slots[l], recompute_[l]);
 
-  Tensor losses = ctx.empty({n}, DType::kF32);
+  Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   Tensor dx;
   head_.run(ctx, x, targets.view({n}), grad_scale, losses, &dx);
   x = Tensor();
@@ -91,7 +91,7 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets) {
   Tensor x = ctx.act({n, spec_.hidden});
   ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
   for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, RecomputeMode::kNone);
-  Tensor losses = ctx.empty({n}, DType::kF32);
+  Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   head_.run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);
   return losses;
 }

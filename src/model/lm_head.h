@@ -13,7 +13,7 @@ class LmHead {
   LmHead(const ModelSpec& spec, ParamStore& params);
 
   // x [N, d] (residual stream after the last layer); targets i32 [N] on x's device (negative = not counted).
-  // losses [N] (f32) receives the per-token losses. When dx is given, also computes dL/dx [N, d] with
+  // losses [N] (f32; f64 with f64 activations) receives the per-token losses. When dx is given, also computes dL/dx [N, d] with
   // L = grad_scale * sum(losses), and accumulates the head's parameter gradients.
   void run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale, Tensor& losses,
            Tensor* dx);

@@ -98,12 +98,14 @@ Tensor ParamStore::view(const Tensor& flat, int i) const {
   return flat.slice(e.offset, e.offset + e.numel).view(e.shape);
 }
 
-void ParamStore::allocate(DType compute_dtype, const Stream& s) {
-  master_ = Tensor::zeros({total_}, DType::kF32, s);
-  grad_ = Tensor::zeros({total_}, DType::kF32, s);
-  adam_m_ = Tensor::zeros({total_}, DType::kF32, s);
-  adam_v_ = Tensor::zeros({total_}, DType::kF32, s);
-  compute_aliases_master_ = compute_dtype == DType::kF32;
+void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dtype) {
+  PRIMUS_CHECK(master_dtype == DType::kF32 || (master_dtype == DType::kF64 && s.device.is_cpu()),
+               "master weights must be f32 (or f64 on the CPU), got {}", dtype_name(master_dtype));
+  master_ = Tensor::zeros({total_}, master_dtype, s);
+  grad_ = Tensor::zeros({total_}, master_dtype, s);
+  adam_m_ = Tensor::zeros({total_}, master_dtype, s);
+  adam_v_ = Tensor::zeros({total_}, master_dtype, s);
+  compute_aliases_master_ = compute_dtype == master_dtype;
   compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({total_}, compute_dtype, s);
 }
 
@@ -129,7 +131,11 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
       }
     }
   }
-  master_.copy_from(host, s);
+  if (master_.dtype() == DType::kF32) {
+    master_.copy_from(host, s);
+  } else {
+    master_.copy_from(cpu_cast(host, master_.dtype()), s);
+  }
   sync_compute_copy(s);
 }
 

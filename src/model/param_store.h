@@ -36,7 +36,8 @@ class ParamStore {
   explicit ParamStore(const ModelSpec& spec);
 
   // Allocates the buffers on `s`'s device. compute_dtype is f32 on the CPU (aliases master) or bf16 on CUDA.
-  void allocate(DType compute_dtype, const Stream& s);
+  // master_dtype is f32 for training; f64 (CPU only, compute aliases master) serves whole-model gradient checks.
+  void allocate(DType compute_dtype, const Stream& s, DType master_dtype = DType::kF32);
   // Deterministic initialisation (Megatron's scheme: N(0, std), output projections N(0, std / sqrt(2L)), norms 1,
   // biases 0) keyed by (seed, parameter name, element index): the same for any device or layout.
   void initialize(uint64_t seed, const Stream& s);
