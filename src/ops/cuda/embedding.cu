@@ -1,0 +1,335 @@
+// Token embedding: a bf16 row gather forward, and a deterministic f32 scatter-add backward.
+//
+// Backward without float atomics: the (token, position) pairs are radix-sorted by token (CUB's sort is
+// stable, so equal tokens keep ascending positions), which makes every token's rows one contiguous run. The
+// sorted positions are cut into fixed chunks of kChunk. Stage 1 sums each run inside a chunk in position
+// order; a run that lies wholly in the chunk is added to its dtable row right there (no other block touches
+// that row), and a run that crosses a chunk boundary leaves its piece in a scratch slot (head piece: the run
+// started in an earlier chunk; tail piece: it goes on in the next one). Stage 2 lets the chunk where a
+// crossing run starts add up its pieces in chunk order and add them to the row. Every sum has a fixed order,
+// so the result is bitwise reproducible.
+//
+// Out-of-range ids: the kernels cannot throw, so they record the id in a small pinned, host-mapped word and
+// skip it (forward writes NaN to that row). The next embedding call on the host sees the word and throws.
+#include "ops/cuda/kernel_utils.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <bit>
+#include <mutex>
+
+#include "ops/cuda/embedding_cuda.h"
+
+namespace primus::ops::cuda {
+namespace {
+
+using detail::bf16;
+using detail::load_vec;
+using detail::store_vec;
+using detail::Vec;
+
+constexpr int kChunk = 32;   // sorted positions per stage-1 block
+constexpr int kBlock = 128;  // threads per block; each owns E columns
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernels
+
+__device__ __forceinline__ void report_bad_id(int* flag, int id) {
+  atomicExch_system(flag + 1, id);
+  atomicExch_system(flag, 1);
+}
+
+template <int E>
+__global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const bf16* __restrict__ table,
+                                     bf16* __restrict__ out, int64_t total, int64_t d, int64_t v, int* flag) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx * E >= total) return;
+  const int64_t n = (idx * E) / d, c = (idx * E) % d;
+  const int32_t t = __ldg(tokens + n);
+  Vec<bf16, E> r;
+  if (t >= 0 && t < v) {
+    r = load_vec<bf16, E>(table + t * d + c);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) r.v[e] = __float2bfloat16_rn(__int_as_float(0x7fc00000));
+    if (c == 0) report_bad_id(flag, t);
+  }
+  store_vec<bf16, E>(out + idx * E, r);
+}
+
+// keys = token id (out-of-range ids become v, which sorts last and is skipped), vals = position.
+__global__ void embedding_sort_prep_kernel(const int32_t* __restrict__ tokens, int64_t n, int64_t v,
+                                           uint32_t* __restrict__ keys, uint32_t* __restrict__ vals,
+                                           int* flag) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t t = tokens[i];
+  const bool ok = t >= 0 && t < v;
+  if (!ok) report_bad_id(flag, t);
+  keys[i] = ok ? static_cast<uint32_t>(t) : static_cast<uint32_t>(v);
+  vals[i] = static_cast<uint32_t>(i);
+}
+
+template <int E>
+__device__ __forceinline__ void add_f32(float* dst, const float (&acc)[E]) {
+  if constexpr (E % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < E / 4; ++q) {
+      Vec<float, 4> o = load_vec<float, 4>(dst + 4 * q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o.v[e] += acc[4 * q + e];
+      store_vec<float, 4>(dst + 4 * q, o);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) dst[e] += acc[e];
+  }
+}
+
+template <int E>
+__device__ __forceinline__ void store_f32(float* dst, const float (&acc)[E]) {
+  if constexpr (E % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < E / 4; ++q) {
+      Vec<float, 4> o;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o.v[e] = acc[4 * q + e];
+      store_vec<float, 4>(dst + 4 * q, o);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) dst[e] = acc[e];
+  }
+}
+
+// Stage 1: block (chunk, column slice). scratch is [chunks, 2, d]: slot 0 = head piece, slot 1 = tail piece.
+template <int E>
+__global__ void __launch_bounds__(kBlock)
+    embedding_bwd_chunk_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ vals,
+                               const bf16* __restrict__ dout, float* dtable, float* __restrict__ scratch,
+                               int64_t n, int64_t d, uint32_t v) {
+  __shared__ uint32_t sk[kChunk], sv[kChunk];
+  __shared__ uint32_t key_before, key_after;
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int len = static_cast<int>(detail::min64(kChunk, n - start));
+  if (threadIdx.x < len) {
+    sk[threadIdx.x] = keys[start + threadIdx.x];
+    sv[threadIdx.x] = vals[start + threadIdx.x];
+  }
+  if (threadIdx.x == 0) {
+    key_before = start > 0 ? keys[start - 1] : 0xffffffffu;
+    key_after = start + len < n ? keys[start + len] : 0xffffffffu;
+  }
+  __syncthreads();
+  const int64_t col = (static_cast<int64_t>(blockIdx.y) * kBlock + threadIdx.x) * E;
+  if (col >= d) return;
+
+  float acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.f;
+  int run_start = 0;
+  auto flush = [&](uint32_t k, int rs, int re) {
+    if (k >= v) return;
+    const bool starts_before = rs == 0 && key_before == k;
+    const bool goes_on = re == len && key_after == k;
+    if (!starts_before && !goes_on) {
+      add_f32<E>(dtable + static_cast<int64_t>(k) * d + col, acc);
+    } else {
+      const int slot = starts_before ? 0 : 1;
+      store_f32<E>(scratch + (static_cast<int64_t>(blockIdx.x) * 2 + slot) * d + col, acc);
+    }
+  };
+  // Rows are loaded 8 at a time ahead of the (data-dependent) run bookkeeping, to keep loads in flight.
+  constexpr int kAhead = 8;
+  for (int j0 = 0; j0 < len; j0 += kAhead) {
+    Vec<bf16, E> rows[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u)
+      if (j0 + u < len) rows[u] = load_vec<bf16, E>(dout + static_cast<int64_t>(sv[j0 + u]) * d + col);
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int j = j0 + u;
+      if (j >= len) break;
+      if (j > 0 && sk[j] != sk[j - 1]) {
+        flush(sk[j - 1], run_start, j);
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] = 0.f;
+        run_start = j;
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] += __bfloat162float(rows[u].v[e]);
+    }
+  }
+  flush(sk[len - 1], run_start, len);
+}
+
+// Stage 2: the chunk where a boundary-crossing run starts adds its tail piece and the head pieces of the
+// following chunks, in chunk order, to the dtable row.
+template <int E>
+__global__ void __launch_bounds__(kBlock)
+    embedding_bwd_merge_kernel(const uint32_t* __restrict__ keys, float* dtable,
+                               const float* __restrict__ scratch, int64_t n, int64_t d, uint32_t v) {
+  const int64_t c = blockIdx.x;
+  const int64_t start = c * kChunk, end = detail::min64(n, start + kChunk);
+  if (end >= n) return;
+  const uint32_t k = keys[end - 1];
+  if (k >= v || keys[end] != k) return;                               // the last run stops in this chunk
+  if (start > 0 && keys[start] == k && keys[start - 1] == k) return;  // it started in an earlier chunk
+  const int64_t col = (static_cast<int64_t>(blockIdx.y) * kBlock + threadIdx.x) * E;
+  if (col >= d) return;
+  float acc[E];
+  auto add_piece = [&](int64_t chunk, int slot) {
+    const float* p = scratch + (chunk * 2 + slot) * d + col;
+    if constexpr (E % 4 == 0) {
+#pragma unroll
+      for (int q = 0; q < E / 4; ++q) {
+        const Vec<float, 4> o = load_vec<float, 4>(p + 4 * q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[4 * q + e] += o.v[e];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] += p[e];
+    }
+  };
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.f;
+  add_piece(c, 1);
+  for (int64_t c2 = c + 1;; ++c2) {
+    add_piece(c2, 0);
+    const int64_t e2 = detail::min64(n, (c2 + 1) * kChunk);
+    if (e2 >= n || keys[e2 - 1] != k || keys[e2] != k) break;  // the run ends in chunk c2
+  }
+  add_f32<E>(dtable + static_cast<int64_t>(k) * d + col, acc);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Launchers
+
+// The pinned, host-mapped error word {flag, id}: written by the kernels, read by the host without a sync.
+int* error_word() {
+  static int* host = [] {
+    int* p = nullptr;
+    PRIMUS_CUDA_CHECK(cudaHostAlloc(&p, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+    p[0] = p[1] = 0;
+    return p;
+  }();
+  return host;
+}
+
+int* error_word_device() {
+  int* dev = nullptr;
+  PRIMUS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), error_word(), 0));
+  return dev;
+}
+
+// Throws if an earlier embedding kernel met an out-of-range id (and clears the word so the error is reported
+// once).
+void raise_pending_error(const char* op, int64_t v) {
+  volatile int* w = error_word();
+  if (w[0] == 0) return;
+  const int id = w[1];
+  w[0] = 0;
+  PRIMUS_FAIL(
+      "{}: an earlier embedding call met token id {} outside [0, {}) (the row was skipped / set to NaN)", op,
+      id, v);
+}
+
+bool vec_ok(int64_t d, std::initializer_list<const void*> ptrs) {
+  if (d % 8 != 0) return false;
+  for (const void* p : ptrs)
+    if (!detail::aligned16(p)) return false;
+  return true;
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s) {
+  constexpr const char* op = "embedding_forward";
+  detail::check_cuda_tensor(op, "tokens", tokens, DType::kI32);
+  detail::check_cuda_tensor(op, "table", table, DType::kBF16);
+  detail::check_cuda_tensor(op, "out", out, DType::kBF16);
+  detail::check_same_cuda_device(op, tokens, table);
+  detail::check_same_cuda_device(op, tokens, out);
+  PRIMUS_CHECK(table.ndim() == 2, "{}: table must be [V, D], got {}", op, table.describe());
+  const int64_t v = table.size(0), d = table.size(1), n = tokens.numel();
+  PRIMUS_CHECK(out.numel() == n * d && out.size(-1) == d, "{}: out must be [{}, {}], got {}", op, n, d,
+               out.describe());
+  raise_pending_error(op, v);
+  const int64_t total = n * d;
+  if (total == 0) return;
+  const bool vec = vec_ok(d, {table.data_ptr(), out.data_ptr()});
+  const int64_t grid = ceil_div<int64_t>(total / (vec ? 8 : 1), 256);
+  PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} elements)", op, total);
+  const auto* tp = tokens.data<int32_t>();
+  const auto* tab = static_cast<const bf16*>(table.data_ptr());
+  auto* o = static_cast<bf16*>(out.data_ptr());
+  if (vec) {
+    embedding_fwd_kernel<8><<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(tp, tab, o, total, d, v,
+                                                                                     error_word_device());
+  } else {
+    embedding_fwd_kernel<1><<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(tp, tab, o, total, d, v,
+                                                                                     error_word_device());
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
+  constexpr const char* op = "embedding_backward";
+  detail::check_cuda_tensor(op, "tokens", tokens, DType::kI32);
+  detail::check_cuda_tensor(op, "dout", dout, DType::kBF16);
+  detail::check_cuda_tensor(op, "dtable", dtable, DType::kF32);
+  detail::check_same_cuda_device(op, tokens, dout);
+  detail::check_same_cuda_device(op, tokens, dtable);
+  PRIMUS_CHECK(dtable.ndim() == 2, "{}: dtable must be [V, D], got {}", op, dtable.describe());
+  const int64_t v = dtable.size(0), d = dtable.size(1), n = tokens.numel();
+  PRIMUS_CHECK(dout.numel() == n * d && dout.size(-1) == d, "{}: dout must be [{}, {}], got {}", op, n, d,
+               dout.describe());
+  PRIMUS_CHECK(v < (int64_t{1} << 31) - 1 && n < (int64_t{1} << 31), "{}: V ({}) or N ({}) too large", op, v,
+               n);
+  raise_pending_error(op, v);
+  if (n == 0 || d == 0) return;
+  cudaStream_t cs = cuda_stream(s);
+
+  Tensor keys = Tensor::empty({2, n}, DType::kI32, s), vals = Tensor::empty({2, n}, DType::kI32, s);
+  auto* k_in = reinterpret_cast<uint32_t*>(keys.data<int32_t>());
+  auto* k_out = k_in + n;
+  auto* v_in = reinterpret_cast<uint32_t*>(vals.data<int32_t>());
+  auto* v_out = v_in + n;
+  embedding_sort_prep_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(n, 256)), 256, 0, cs>>>(
+      tokens.data<int32_t>(), n, v, k_in, v_in, error_word_device());
+  PRIMUS_CUDA_CHECK_LAUNCH();
+  // Keys are in [0, v]: sort only the bits that can be set.
+  const int end_bit = std::bit_width(static_cast<uint32_t>(v));
+  size_t temp_bytes = 0;
+  PRIMUS_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k_in, k_out, v_in, v_out, n, 0, end_bit, cs));
+  Tensor temp = Tensor::empty({static_cast<int64_t>(std::max<size_t>(temp_bytes, 1))}, DType::kU8, s);
+  PRIMUS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, k_in, k_out, v_in, v_out, n,
+                                                    0, end_bit, cs));
+
+  const bool vec = vec_ok(d, {dout.data_ptr(), dtable.data_ptr()});
+  const int e = vec ? 8 : 1;
+  const int64_t chunks = ceil_div<int64_t>(n, kChunk);
+  const int64_t col_blocks = ceil_div<int64_t>(d, int64_t{kBlock} * e);
+  PRIMUS_CHECK(chunks < (int64_t{1} << 31) && col_blocks < 65536, "{}: too large (N={}, D={})", op, n, d);
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(col_blocks));
+  Tensor scratch = Tensor::empty({chunks, 2, d}, DType::kF32, s);
+  const auto* dp = static_cast<const bf16*>(dout.data_ptr());
+  float* dt = dtable.data<float>();
+  const auto uv = static_cast<uint32_t>(v);
+  if (vec) {
+    embedding_bwd_chunk_kernel<8>
+        <<<grid, kBlock, 0, cs>>>(k_out, v_out, dp, dt, scratch.data<float>(), n, d, uv);
+    PRIMUS_CUDA_CHECK_LAUNCH();
+    embedding_bwd_merge_kernel<8><<<grid, kBlock, 0, cs>>>(k_out, dt, scratch.data<float>(), n, d, uv);
+  } else {
+    embedding_bwd_chunk_kernel<1>
+        <<<grid, kBlock, 0, cs>>>(k_out, v_out, dp, dt, scratch.data<float>(), n, d, uv);
+    PRIMUS_CUDA_CHECK_LAUNCH();
+    embedding_bwd_merge_kernel<1><<<grid, kBlock, 0, cs>>>(k_out, dt, scratch.data<float>(), n, d, uv);
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace primus::ops::cuda

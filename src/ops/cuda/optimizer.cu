@@ -1,0 +1,220 @@
+// AdamW over flat f32 regions (master weights, gradients, moments), with the bf16 compute copy of the
+// parameters written in the same pass; and a deterministic sum of squares for the gradient norm.
+//
+// adamw_step: one pass, 4 elements per thread (16-byte f32 accesses, 8-byte bf16 stores). Bytes per
+// parameter: read master, grad, m, v (16) + write master, m, v (12) + bf16 copy (2) = 30. sum_squares: a
+// fixed grid (a function of n only) of per-thread f64 accumulators and fixed-order block trees, then one
+// block sums the per-block partials in block order: bitwise reproducible, no float atomics. f64 costs nothing
+// here (the kernel is bound by reading x) and keeps 1e9-element sums accurate to f32 rounding.
+#include "ops/cuda/kernel_utils.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <type_traits>
+
+#include "ops/cuda/optimizer_cuda.h"
+
+namespace primus::ops::cuda {
+namespace {
+
+using detail::bf16;
+using detail::load_vec;
+using detail::store_vec;
+using detail::Vec;
+
+struct AdamCoeffs {
+  float lr, b1, one_minus_b1, b2, one_minus_b2, inv_bc1, inv_bc2, eps, wd, grad_scale;
+};
+
+__device__ __forceinline__ void adam_update(float& w, float g, float& m, float& v, const AdamCoeffs& c) {
+  g *= c.grad_scale;
+  m = c.b1 * m + c.one_minus_b1 * g;
+  v = c.b2 * v + c.one_minus_b2 * g * g;
+  const float upd = (m * c.inv_bc1) / (sqrtf(v * c.inv_bc2) + c.eps) + c.wd * w;
+  w -= c.lr * upd;
+}
+
+// P = the param_copy element type (bf16 or float), or void for none. N = elements per thread (4, or 1 when a
+// pointer is not 16-byte aligned); the last thread handles a partial group element by element.
+template <int N, typename P>
+__global__ void adamw_kernel(float* __restrict__ master, const float* __restrict__ grad,
+                             float* __restrict__ m, float* __restrict__ v, P* __restrict__ copy, int64_t n,
+                             AdamCoeffs c) {
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+  if (i0 >= n) return;
+  if (i0 + N <= n) {
+    Vec<float, N> w = load_vec<float, N>(master + i0), g = load_vec<float, N>(grad + i0);
+    Vec<float, N> mv = load_vec<float, N>(m + i0), vv = load_vec<float, N>(v + i0);
+#pragma unroll
+    for (int e = 0; e < N; ++e) adam_update(w.v[e], g.v[e], mv.v[e], vv.v[e], c);
+    store_vec<float, N>(master + i0, w);
+    store_vec<float, N>(m + i0, mv);
+    store_vec<float, N>(v + i0, vv);
+    if constexpr (!std::is_void_v<P>) {
+      Vec<P, N> out;
+#pragma unroll
+      for (int e = 0; e < N; ++e) out.v[e] = detail::from_f32<P>(w.v[e]);
+      store_vec<P, N>(copy + i0, out);
+    }
+  } else {
+    for (int64_t i = i0; i < n; ++i) {
+      float w = master[i], mi = m[i], vi = v[i];
+      adam_update(w, grad[i], mi, vi, c);
+      master[i] = w;
+      m[i] = mi;
+      v[i] = vi;
+      if constexpr (!std::is_void_v<P>) copy[i] = detail::from_f32<P>(w);
+    }
+  }
+}
+
+constexpr int kSumBlock = 256;
+constexpr int64_t kSumMaxBlocks = 1024;
+
+__device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double t = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : 0.0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+
+template <int N>
+__global__ void __launch_bounds__(kSumBlock)
+    sum_squares_partial_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partial) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * N;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N; i < n; i += stride) {
+    if (i + N <= n) {
+      const Vec<float, N> xv = load_vec<float, N>(x + i);
+#pragma unroll
+      for (int e = 0; e < N; ++e) acc += static_cast<double>(xv.v[e]) * xv.v[e];
+    } else {
+      for (int64_t j = i; j < n; ++j) acc += static_cast<double>(x[j]) * x[j];
+    }
+  }
+  acc = block_sum_f64(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// One block of kSumMaxBlocks threads: out = (accumulate ? out : 0) + sum of partials in block order.
+__global__ void __launch_bounds__(kSumMaxBlocks)
+    sum_squares_final_kernel(const double* __restrict__ partial, int nparts, float* out, bool accumulate) {
+  __shared__ double scratch[32];
+  double t = threadIdx.x < nparts ? partial[threadIdx.x] : 0.0;
+  t = block_sum_f64(t, scratch);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(accumulate ? static_cast<double>(out[0]) + t : t);
+}
+
+}  // namespace
+
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                Tensor* param_copy, const Stream& s) {
+  constexpr const char* op = "adamw_step";
+  detail::check_cuda_tensor(op, "master", master, DType::kF32);
+  detail::check_cuda_tensor(op, "grad", grad, DType::kF32);
+  detail::check_cuda_tensor(op, "m", m, DType::kF32);
+  detail::check_cuda_tensor(op, "v", v, DType::kF32);
+  const int64_t n = master.numel();
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad, &m, &v}) {
+    detail::check_same_cuda_device(op, master, *t);
+    PRIMUS_CHECK(t->numel() == n, "{}: {} must have {} elements like master", op, t->describe(), n);
+  }
+  PRIMUS_CHECK(!detail::overlaps(master, grad) && !detail::overlaps(master, m) &&
+                   !detail::overlaps(master, v) && !detail::overlaps(m, v) && !detail::overlaps(m, grad) &&
+                   !detail::overlaps(v, grad),
+               "{}: master, grad, m and v must not overlap", op);
+  PRIMUS_CHECK(p.step >= 1, "{}: step is 1-based, got {}", op, p.step);
+  PRIMUS_CHECK(p.beta1 >= 0.0f && p.beta1 < 1.0f && p.beta2 >= 0.0f && p.beta2 < 1.0f,
+               "{}: betas must be in [0, 1), got {} and {}", op, p.beta1, p.beta2);
+  // A param_copy that is master itself has nothing to receive.
+  const bool write_copy =
+      param_copy != nullptr && param_copy->defined() && param_copy->data_ptr() != master.data_ptr();
+  if (write_copy) {
+    PRIMUS_CHECK(param_copy->dtype() == DType::kBF16 || param_copy->dtype() == DType::kF32,
+                 "{}: param_copy must be bf16 or f32, got {}", op, param_copy->describe());
+    detail::check_cuda_tensor(op, "param_copy", *param_copy, param_copy->dtype());
+    detail::check_same_cuda_device(op, master, *param_copy);
+    PRIMUS_CHECK(param_copy->numel() == n, "{}: param_copy must have {} elements like master, got {}", op, n,
+                 param_copy->describe());
+    PRIMUS_CHECK(!detail::overlaps(*param_copy, master) && !detail::overlaps(*param_copy, grad) &&
+                     !detail::overlaps(*param_copy, m) && !detail::overlaps(*param_copy, v),
+                 "{}: param_copy must be master itself or not overlap master, grad, m, v", op);
+  }
+  if (n == 0) return;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+  const AdamCoeffs c{p.lr,
+                     p.beta1,
+                     static_cast<float>(1.0 - p.beta1),
+                     p.beta2,
+                     static_cast<float>(1.0 - p.beta2),
+                     static_cast<float>(1.0 / bc1),
+                     static_cast<float>(1.0 / bc2),
+                     p.eps,
+                     p.weight_decay,
+                     p.grad_scale};
+  bool vec = detail::aligned16(master.data_ptr()) && detail::aligned16(grad.data_ptr()) &&
+             detail::aligned16(m.data_ptr()) && detail::aligned16(v.data_ptr());
+  if (write_copy)
+    vec = vec &&
+          (reinterpret_cast<uintptr_t>(param_copy->data_ptr()) % (4 * dtype_size(param_copy->dtype())) == 0);
+  constexpr int kBlock = 256;
+  const int per_thread = vec ? 4 : 1;
+  const int64_t grid = ceil_div<int64_t>(ceil_div<int64_t>(n, per_thread), kBlock);
+  PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} elements)", op, n);
+  const dim3 g(static_cast<unsigned>(grid));
+  cudaStream_t cs = cuda_stream(s);
+  float *w = master.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
+  const float* gp = grad.data<float>();
+  auto run = [&]<int N>() {
+    if (!write_copy) {
+      adamw_kernel<N, void><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, nullptr, n, c);
+    } else if (param_copy->dtype() == DType::kBF16) {
+      adamw_kernel<N, bf16>
+          <<<g, kBlock, 0, cs>>>(w, gp, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
+    } else {
+      adamw_kernel<N, float><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, param_copy->data<float>(), n, c);
+    }
+    PRIMUS_CUDA_CHECK_LAUNCH();
+  };
+  if (vec) {
+    run.template operator()<4>();
+  } else {
+    run.template operator()<1>();
+  }
+}
+
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s) {
+  constexpr const char* op = "sum_squares";
+  detail::check_cuda_tensor(op, "x", x, DType::kF32);
+  detail::check_cuda_tensor(op, "out", out, DType::kF32);
+  detail::check_same_cuda_device(op, x, out);
+  PRIMUS_CHECK(out.numel() == 1, "{}: out must be f32[1], got {}", op, out.describe());
+  PRIMUS_CHECK(!detail::overlaps(out, x), "{}: out must not overlap x", op);
+  const int64_t n = x.numel();
+  cudaStream_t cs = cuda_stream(s);
+  const bool vec = detail::aligned16(x.data_ptr());
+  const int per_thread = vec ? 4 : 1;
+  // The grid depends on n only, so the reduction tree (and the result) is the same on every run.
+  const int nblocks = static_cast<int>(
+      std::clamp<int64_t>(ceil_div<int64_t>(n, int64_t{kSumBlock} * per_thread), 1, kSumMaxBlocks));
+  Tensor partial = Tensor::empty({nblocks}, DType::kF64, s);
+  if (vec) {
+    sum_squares_partial_kernel<4><<<nblocks, kSumBlock, 0, cs>>>(x.data<float>(), n, partial.data<double>());
+  } else {
+    sum_squares_partial_kernel<1><<<nblocks, kSumBlock, 0, cs>>>(x.data<float>(), n, partial.data<double>());
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+  sum_squares_final_kernel<<<1, kSumMaxBlocks, 0, cs>>>(partial.data<double>(), nblocks, out.data<float>(),
+                                                        accumulate);
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace primus::ops::cuda

@@ -1,0 +1,128 @@
+// Token embedding forward (gather) and deterministic backward (scatter-add) on the GPU against the CPU
+// reference.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "gpu/fused_test_util.h"
+#include "ops/cpu/embedding_cpu.h"
+#include "ops/cuda/embedding_cuda.h"
+
+namespace primus::gputest {
+namespace {
+
+using fused::cpu_copy_f32;
+using fused::gpu_randn;
+
+enum class Dist { kUniform, kSkewed, kOne };
+
+// Token ids in [0, v): uniform, skewed towards small ids (long runs of equal ids, as in text), or all equal.
+Tensor make_tokens(Context& ctx, int64_t n, int64_t v, Dist dist) {
+  Tensor t = Tensor::empty({n}, DType::kI32);
+  int32_t* p = t.data<int32_t>();
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dist) {
+      case Dist::kUniform:
+        p[i] = static_cast<int32_t>(std::min<double>(v - 1, std::floor(u(ctx.rng) * v)));
+        break;
+      case Dist::kSkewed:
+        p[i] = static_cast<int32_t>(std::min<double>(v - 1, std::floor(std::pow(u(ctx.rng), 6) * v)));
+        break;
+      case Dist::kOne:
+        p[i] = static_cast<int32_t>(v / 2);
+        break;
+    }
+  }
+  return t;
+}
+
+const char* dist_name(Dist d) {
+  return d == Dist::kUniform ? "uniform" : d == Dist::kSkewed ? "skewed" : "one id";
+}
+
+void embedding_case(Context& ctx, int64_t n, int64_t v, int64_t d, Dist dist, bool timed) {
+  const std::string sz = fmt::format("N={} V={} D={} {}", n, v, d, dist_name(dist));
+  Tensor tokens = make_tokens(ctx, n, v, dist);
+  Tensor tokens_g = tokens.to(ctx.stream);
+  Tensor table = gpu_randn(ctx, {v, d}, DType::kBF16);
+  Tensor tablef = fused::host_f32(ctx, table);
+
+  Tensor out = ctx.poisoned({n, d}, DType::kBF16);
+  ops::cuda::embedding_forward(tokens_g, table, out, ctx.stream);
+  Tensor out_ref = Tensor::empty({n, d}, DType::kF32);
+  ops::cpu::embedding_forward(tokens, tablef, out_ref, Stream::cpu());
+  ctx.check("embedding", "embedding_fwd " + sz, out, out_ref, 0.0, "exact copy");
+  if (timed) {
+    const double ms = ctx.time_ms([&] { ops::cuda::embedding_forward(tokens_g, table, out, ctx.stream); });
+    fused::set_rate(ctx, ms, n * d * 2.0 * 2 + n * 4.0);
+  }
+
+  Tensor dout = gpu_randn(ctx, {n, d}, DType::kBF16);
+  Tensor doutf = fused::host_f32(ctx, dout);
+  Tensor dtable_start = gpu_randn(ctx, {v, d}, DType::kF32);
+  Tensor dtable = Tensor::empty({v, d}, DType::kF32, ctx.stream);
+  dtable.copy_from(dtable_start, ctx.stream);
+  Tensor dtable_ref = cpu_copy_f32(ctx, dtable_start);
+  ops::cuda::embedding_backward(tokens_g, dout, dtable, ctx.stream);
+  ops::cpu::embedding_backward(tokens, doutf, dtable_ref, Stream::cpu());
+  ctx.check("embedding", "embedding_bwd " + sz, dtable, dtable_ref, kTolF32);
+
+  // The same call again from the same start: bitwise the same dtable.
+  Tensor again = Tensor::empty({v, d}, DType::kF32, ctx.stream);
+  again.copy_from(dtable_start, ctx.stream);
+  ops::cuda::embedding_backward(tokens_g, dout, again, ctx.stream);
+  stream_sync(ctx.stream);
+  fused::check_true(ctx, "embedding", "embedding_bwd bitwise repeatable " + sz,
+                    fused::bitwise_equal(dtable, again));
+  if (timed) {
+    std::set<int32_t> unique(tokens.data<int32_t>(), tokens.data<int32_t>() + n);
+    const double ms = ctx.time_ms([&] { ops::cuda::embedding_backward(tokens_g, dout, dtable, ctx.stream); });
+    fused::set_rate(ctx, ms, n * d * 2.0 + static_cast<double>(unique.size()) * d * 4 * 2 + n * 4.0);
+    ctx.results.back().note = fmt::format("{} unique ids", unique.size());
+  }
+}
+
+// An out-of-range id cannot throw inside the kernel: it is recorded, and the next embedding call throws.
+void bad_id_case(Context& ctx) {
+  const int64_t v = 100, d = 16;
+  Tensor tokens = make_tokens(ctx, 10, v, Dist::kUniform);
+  tokens.data<int32_t>()[3] = static_cast<int32_t>(v + 5);
+  Tensor tokens_g = tokens.to(ctx.stream);
+  Tensor table = gpu_randn(ctx, {v, d}, DType::kBF16);
+  Tensor out = ctx.poisoned({10, d}, DType::kBF16);
+  ops::cuda::embedding_forward(tokens_g, table, out, ctx.stream);
+  stream_sync(ctx.stream);
+  Tensor good = tokens_g.slice(0, 3), out3 = out.slice(0, 3);
+  bool threw = false;
+  try {
+    ops::cuda::embedding_forward(good, table, out3, ctx.stream);
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  // Reported once: the call after is clean again.
+  bool clean = true;
+  try {
+    ops::cuda::embedding_forward(good, table, out3, ctx.stream);
+    stream_sync(ctx.stream);
+  } catch (const std::exception&) {
+    clean = false;
+  }
+  fused::check_true(ctx, "embedding", "embedding_fwd out-of-range id reported", threw && clean);
+}
+
+}  // namespace
+
+PRIMUS_GPU_TEST(embedding) {
+  embedding_case(ctx, 127, 1000, 33, Dist::kUniform, false);  // odd D: scalar path
+  embedding_case(ctx, 1000, 50, 64, Dist::kUniform, false);   // many repeats per id
+  embedding_case(ctx, 1000, 31, 31, Dist::kOne, false);       // one run over every chunk
+  embedding_case(ctx, 4099, 32000, 256, Dist::kSkewed, false);
+  bad_id_case(ctx);
+  // Llama-3-8B: 16384 tokens of a 128256 x 4096 table; skewed ids like text.
+  embedding_case(ctx, 16384, 128256, 4096, Dist::kSkewed, true);
+}
+
+}  // namespace primus::gputest
