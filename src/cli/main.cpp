@@ -1,6 +1,5 @@
-#include <cstdio>
+#include "cli/app.h"
 
-int main() {
-  std::puts("primus");
-  return 0;
+int main(int argc, char** argv) {
+  return primus::cli::run(argc, argv);
 }

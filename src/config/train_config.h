@@ -74,6 +74,7 @@ struct ParallelConfig {
   bool use_torch_fsdp2 = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  int64_t data_parallel_size = 1;  // WORLD_SIZE / (TP x PP x CP), set by the config loader
 };
 
 struct RecomputeConfig {
@@ -93,6 +94,8 @@ struct CheckpointConfig {
   bool finetune = false;
   bool auto_continue_train = false;
   bool async_save = false;
+  bool disable_last_saving = false;         // Primus: no checkpoint at the end of training
+  bool exit_on_missing_checkpoint = true;   // `load` names no checkpoint: fail (true) or start fresh (false)
   int64_t keep_latest_k = 2;
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;

@@ -1,0 +1,89 @@
+#include "cli/app.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/cli_context.h"
+#include "config/did_you_mean.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace primus::cli {
+namespace {
+
+void print_error(const std::string& message, const std::string& hint) {
+  std::fprintf(stderr, "primus: error: %s\n", message.c_str());
+  if (!hint.empty()) std::fprintf(stderr, "  hint: %s\n", hint.c_str());
+}
+
+// CLI11 reports an unknown subcommand only as "a subcommand is required"; find it first so that the message
+// can name it and suggest the right one.
+void check_subcommand_names(CLI::App& root, int argc, char** argv) {
+  CLI::App* level = &root;
+  for (int i = 1; i < argc; ++i) {
+    std::string token = argv[i];
+    if (token.rfind("-", 0) == 0) continue;  // options of this level take no values
+    std::vector<CLI::App*> subs = level->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) return;
+    std::vector<std::string> names;
+    CLI::App* next = nullptr;
+    for (CLI::App* s : subs) {
+      names.push_back(s->get_name());
+      if (s->get_name() == token) next = s;
+    }
+    if (next == nullptr) {
+      std::string where = level == &root ? "primus" : level->get_name();
+      throw ConfigError(
+          fmt::format("unknown command '{}' for {}{}", token, where, config::did_you_mean_text(token, names)),
+          fmt::format("commands: {}; run `primus --help`", fmt::join(names, ", ")));
+    }
+    level = next;
+  }
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  CliContext ctx;
+  CLI::App app{"Primus-C++: LLM pretraining on NVIDIA Hopper (a C++/CUDA reimplementation of AMD's Primus)"};
+  app.name("primus");
+  app.set_version_flag("--version", std::string("primus ") + PRIMUS_VERSION, "Print the version and exit");
+  app.add_flag("--debug", ctx.debug, "Log at debug level");
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments, 3 pre-flight failure.\n"
+      "Run `primus <command> --help` for a command's options.");
+  for (const CommandRegistration& c : commands()) c.attach(app, ctx);
+
+  try {
+    check_subcommand_names(app, argc, argv);
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    print_error(e.what(), "run with --help for the options");
+    return 2;
+  } catch (const Error& e) {
+    print_error(e.what(), e.hint());
+    return e.exit_code();
+  }
+
+  if (ctx.debug) log::set_level(log::Level::kDebug);
+  if (!ctx.action) {
+    print_error("nothing to do", "run `primus --help`");
+    return 2;
+  }
+  try {
+    return ctx.action();
+  } catch (const Error& e) {
+    print_error(e.what(), e.hint());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    print_error(e.what(), "");
+    return 1;
+  }
+}
+
+}  // namespace primus::cli

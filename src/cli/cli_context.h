@@ -1,0 +1,30 @@
+#pragma once
+// What the subcommands share: the global flags, and the action the parsed command line selected (run after
+// parsing, so that parse errors and command failures map to exit codes in one place: cli/app.cpp).
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace primus::cli {
+
+struct CliContext {
+  bool debug = false;
+  std::function<int()> action;  // set by the chosen subcommand's callback
+};
+
+// One subcommand: `attach` adds it (and its own subcommands) to the root app. Each lives in cmd_<name>.cpp.
+struct CommandRegistration {
+  const char* name;
+  void (*attach)(CLI::App& root, CliContext& ctx);
+};
+
+// Every top-level subcommand. An explicit list rather than static self-registration: the subcommand files
+// live in the primus_lib static library, and the linker drops objects nothing refers to, registrars included.
+const std::vector<CommandRegistration>& commands();
+
+// Subcommand attach functions (one per cmd_<name>.cpp).
+void attach_train(CLI::App& root, CliContext& ctx);
+
+}  // namespace primus::cli

@@ -1,0 +1,13 @@
+#include "cli/cli_context.h"
+
+namespace primus::cli {
+
+const std::vector<CommandRegistration>& commands() {
+  // Add a subcommand: write cmd_<name>.cpp with attach_<name>(), declare it in cli_context.h, list it here.
+  static const std::vector<CommandRegistration> kCommands = {
+      {"train", &attach_train},
+  };
+  return kCommands;
+}
+
+}  // namespace primus::cli

@@ -1,0 +1,275 @@
+// Maps the Megatron dialect (flat keys, Megatron-LM's argument names) into TrainConfig, filling in what
+// Megatron derives itself (ffn_hidden_size, kv_channels, num_query_groups, the vocabulary,
+// max_position_embeddings).
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "config/load_config.h"
+#include "config/vocab.h"
+#include "core/error.h"
+
+namespace primus::config {
+namespace {
+
+std::vector<std::string> string_list(const Value& v) {
+  std::vector<std::string> out;
+  if (v.is_null()) return out;
+  if (v.is_list()) {
+    for (const Value& item : v.items()) out.push_back(item.is_string() ? item.as_string() : item.repr());
+    return out;
+  }
+  // Megatron takes `--data-path 0.3 a 0.7 b`; a YAML string holds the same words.
+  std::string text = v.is_string() ? v.as_string() : v.repr();
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t start = text.find_first_not_of(" \t\n", pos);
+    if (start == std::string::npos) break;
+    size_t end = text.find_first_of(" \t\n", start);
+    out.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    pos = end == std::string::npos ? text.size() : end;
+  }
+  return out;
+}
+
+std::string family_of(const ModelConfig& m) {
+  if (m.qk_layernorm) return "qwen3";
+  if (m.add_qkv_bias) return "qwen2";
+  return "llama";
+}
+
+}  // namespace
+
+void map_megatron(ResolvedConfig& rc) {
+  const CheckedKeys& k = rc.keys;
+  TrainConfig& t = rc.train;
+  ModelConfig& m = t.model;
+  auto src = [&](const char* field, const char* key) { rc.set_source(field, key, k.origin(key)); };
+  auto derived = [&](const char* field, const auto& value, const std::string& how) {
+    rc.set_source(field, field, Origin::derived(how));
+    rc.derived.push_back(fmt::format("{} = {} ({})", field, value, how));
+  };
+
+  // Model.
+  if (!k.is_null("model")) m.name = std::filesystem::path(k.s("model")).stem().string();
+  m.num_layers = k.i("num_layers");
+  m.hidden_size = k.i("hidden_size");
+  m.num_attention_heads = k.i("num_attention_heads");
+  src("num_layers", "num_layers");
+  src("hidden_size", "hidden_size");
+  src("num_attention_heads", "num_attention_heads");
+  if (k.b("group_query_attention")) {
+    if (k.is_null("num_query_groups"))
+      throw ConfigError(
+          fmt::format("{}: group_query_attention is true but num_query_groups is null (rule: GQA "
+                      "needs num_query_groups)",
+                      k.origin("group_query_attention").str()));
+    m.num_query_groups = k.i("num_query_groups");
+    src("num_query_groups", "num_query_groups");
+  } else {
+    m.num_query_groups = m.num_attention_heads;
+    derived("num_query_groups", m.num_query_groups, "= num_attention_heads: group_query_attention is false");
+    if (!k.is_null("num_query_groups") && k.i("num_query_groups") != m.num_attention_heads)
+      rc.warnings.push_back(
+          fmt::format("num_query_groups={} ({}) has no effect: group_query_attention is false",
+                      k.i("num_query_groups"), k.origin("num_query_groups").str()));
+  }
+  if (!k.is_null("kv_channels")) {
+    m.kv_channels = k.i("kv_channels");
+    src("kv_channels", "kv_channels");
+  } else {
+    m.kv_channels = m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0;
+    derived("kv_channels", m.kv_channels, "hidden_size / num_attention_heads");
+  }
+  m.swiglu = k.b("swiglu");
+  if (!k.is_null("ffn_hidden_size")) {
+    m.ffn_hidden_size = k.i("ffn_hidden_size");
+    src("ffn_hidden_size", "ffn_hidden_size");
+  } else if (m.swiglu) {
+    m.ffn_hidden_size = (4 * m.hidden_size * 2 / 3) / 64 * 64;
+    derived("ffn_hidden_size", m.ffn_hidden_size, "int(4*hidden_size*2/3 / 64)*64 with swiglu, as Megatron");
+  } else {
+    m.ffn_hidden_size = 4 * m.hidden_size;
+    derived("ffn_hidden_size", m.ffn_hidden_size, "4*hidden_size");
+  }
+  m.untie_embeddings_and_output_weights = k.b("untie_embeddings_and_output_weights");
+  m.add_qkv_bias = k.b("add_qkv_bias");
+  m.add_bias_linear = k.b("add_bias_linear");
+  m.qk_layernorm = k.b("qk_layernorm");
+  m.normalization = k.s("normalization");
+  m.norm_epsilon = k.f("norm_epsilon");
+  m.rotary_base = k.f("rotary_base");
+  m.use_rope_scaling = k.b("use_rope_scaling");
+  m.rope_scaling_factor = k.f("rope_scaling_factor");
+  m.init_method_std = k.f("init_method_std");
+  m.family = family_of(m);
+
+  // Sequence and positions.
+  if (k.is_null("seq_length"))
+    throw ConfigError(fmt::format("{}: seq_length must be set", k.origin("seq_length").str()));
+  t.data.seq_length = k.i("seq_length");
+  src("seq_length", "seq_length");
+  if (!k.is_null("max_position_embeddings")) {
+    m.max_position_embeddings = k.i("max_position_embeddings");
+    src("max_position_embeddings", "max_position_embeddings");
+  } else {
+    m.max_position_embeddings = t.data.seq_length;
+    derived("max_position_embeddings", m.max_position_embeddings, "= seq_length");
+  }
+
+  // Tokenizer and vocabulary.
+  t.data.tokenizer_type = k.s("tokenizer_type");
+  t.data.tokenizer_model = k.s("tokenizer_model");
+  std::optional<int64_t> vocab;
+  if (!k.is_null("vocab_size")) vocab = k.i("vocab_size");
+  VocabChoice choice;
+  try {
+    choice = choose_vocab_size(t.data.tokenizer_type, t.data.tokenizer_model, vocab);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{} [tokenizer_type from {}, tokenizer_model from {}]", e.what(),
+                                  k.origin("tokenizer_type").str(), k.origin("tokenizer_model").str()),
+                      e.hint());
+  }
+  m.vocab_size = choice.size;
+  if (vocab) {
+    src("vocab_size", "vocab_size");
+  } else {
+    derived("vocab_size", m.vocab_size, choice.how);
+  }
+  m.make_vocab_size_divisible_by = k.i("make_vocab_size_divisible_by");
+  const int64_t tp = k.i("tensor_model_parallel_size");
+  m.padded_vocab_size = padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by, tp);
+  derived("padded_vocab_size", m.padded_vocab_size,
+          fmt::format("{} rounded up to a multiple of make_vocab_size_divisible_by {} x TP {}", m.vocab_size,
+                      m.make_vocab_size_divisible_by, tp));
+
+  // Training and optimizer.
+  if (k.is_null("train_iters"))
+    throw ConfigError(fmt::format("{}: train_iters must be set (train_samples is not supported yet)",
+                                  k.origin("train_iters").str()));
+  t.train_iters = k.i("train_iters");
+  src("train_iters", "train_iters");
+  t.micro_batch_size = k.i("micro_batch_size");
+  src("micro_batch_size", "micro_batch_size");
+  t.seed = k.i("seed");
+  t.bf16 = k.b("bf16");
+  t.device = k.s("device");
+  t.gemm_tuning_file = k.s("gemm_tuning_file");
+
+  OptimConfig& o = t.optim;
+  o.optimizer = k.s("optimizer");
+  if (k.is_null("lr")) throw ConfigError(fmt::format("{}: lr must be set", k.origin("lr").str()));
+  o.lr = k.f("lr");
+  o.min_lr = k.f("min_lr");
+  src("lr", "lr");
+  src("min_lr", "min_lr");
+  o.lr_decay_style = k.s("lr_decay_style");
+  if (!k.is_null("lr_decay_iters")) {
+    o.lr_decay_iters = k.i("lr_decay_iters");
+    src("lr_decay_iters", "lr_decay_iters");
+  } else {
+    derived("lr_decay_iters", t.train_iters, "null: = train_iters");
+  }
+  o.lr_warmup_iters = k.i("lr_warmup_iters");
+  src("lr_warmup_iters", "lr_warmup_iters");
+  if (!k.is_null("lr_warmup_fraction")) {
+    if (o.lr_warmup_iters != 0)
+      throw ConfigError(fmt::format(
+          "lr_warmup_fraction ({}) and lr_warmup_iters={} ({}) are both set (rule: set "
+          "only one)",
+          k.origin("lr_warmup_fraction").str(), o.lr_warmup_iters, k.origin("lr_warmup_iters").str()));
+    const int64_t decay = o.lr_decay_iters.value_or(t.train_iters);
+    o.lr_warmup_iters = static_cast<int64_t>(k.f("lr_warmup_fraction") * static_cast<double>(decay));
+    derived("lr_warmup_iters", o.lr_warmup_iters, "lr_warmup_fraction x lr_decay_iters");
+  }
+  o.weight_decay = k.f("weight_decay");
+  o.adam_beta1 = k.f("adam_beta1");
+  o.adam_beta2 = k.f("adam_beta2");
+  o.adam_eps = k.f("adam_eps");
+  o.clip_grad = k.f("clip_grad");
+
+  // Data.
+  DataConfig& d = t.data;
+  d.mock_data = k.b("mock_data");
+  d.data_path = string_list(*k.get("data_path"));
+  d.text_data_path = k.s("text_data_path");
+  d.split = k.is_null("split") ? "969,30,1" : k.s("split");
+  d.eod_mask_loss = k.b("eod_mask_loss");
+  d.num_workers = k.i("num_workers");
+
+  // Parallelism (degrees other than 1 were rejected as "not supported yet").
+  ParallelConfig& p = t.parallel;
+  p.tensor_model_parallel_size = tp;
+  p.pipeline_model_parallel_size = k.i("pipeline_model_parallel_size");
+  p.context_parallel_size = k.i("context_parallel_size");
+  p.expert_model_parallel_size = k.i("expert_model_parallel_size");
+  p.data_parallel_replicate_degree =
+      k.is_null("data_parallel_replicate_degree") ? 1 : k.i("data_parallel_replicate_degree");
+  p.use_distributed_optimizer = k.b("use_distributed_optimizer");
+  p.use_torch_fsdp2 = k.b("use_torch_fsdp2");
+  p.overlap_grad_reduce = k.b("overlap_grad_reduce");
+  p.overlap_param_gather = k.b("overlap_param_gather");
+  src("tensor_model_parallel_size", "tensor_model_parallel_size");
+  src("pipeline_model_parallel_size", "pipeline_model_parallel_size");
+  src("context_parallel_size", "context_parallel_size");
+
+  // Global batch: null means one micro-batch per data-parallel rank (Megatron).
+  const int64_t model_parallel =
+      p.tensor_model_parallel_size * p.pipeline_model_parallel_size * p.context_parallel_size;
+  const int64_t dp =
+      model_parallel > 0 && rc.world_size % model_parallel == 0 ? rc.world_size / model_parallel : 1;
+  if (k.is_null("global_batch_size")) {
+    t.global_batch_size = t.micro_batch_size * dp;
+    derived("global_batch_size", t.global_batch_size, "null: micro_batch_size x data-parallel size");
+  } else {
+    t.global_batch_size = k.i("global_batch_size");
+    src("global_batch_size", "global_batch_size");
+  }
+
+  // Recomputation.
+  RecomputeConfig& r = t.recompute;
+  r.granularity = k.s("recompute_granularity");
+  if (k.b("recompute_activations")) {
+    if (!r.granularity.empty() && r.granularity != "selective")
+      throw ConfigError(fmt::format(
+          "recompute_activations is true ({}) but recompute_granularity={} ({}) (rule: "
+          "recompute_activations means selective)",
+          k.origin("recompute_activations").str(), r.granularity, k.origin("recompute_granularity").str()));
+    r.granularity = "selective";
+    derived("recompute_granularity", "selective", "recompute_activations is true");
+  } else {
+    src("recompute_granularity", "recompute_granularity");
+  }
+  r.method = k.s("recompute_method");
+  src("recompute_method", "recompute_method");
+  if (!k.is_null("recompute_num_layers")) r.num_layers = k.i("recompute_num_layers");
+  src("recompute_num_layers", "recompute_num_layers");
+
+  // Checkpoints.
+  CheckpointConfig& c = t.checkpoint;
+  c.save = k.s("save");
+  c.load = k.s("load");
+  c.save_interval = k.is_null("save_interval") ? 0 : k.i("save_interval");
+  c.no_save_optim = k.b("no_save_optim");
+  c.no_save_rng = k.b("no_save_rng");
+  c.no_load_optim = k.b("no_load_optim");
+  c.no_load_rng = k.b("no_load_rng");
+  c.finetune = k.b("finetune");
+  c.auto_continue_train = k.b("auto_continue_train");
+  c.async_save = k.b("async_save");
+  c.disable_last_saving = k.b("disable_last_saving");
+  c.exit_on_missing_checkpoint = k.b("exit_on_missing_checkpoint");
+  c.exit_interval = k.is_null("exit_interval") ? 0 : k.i("exit_interval");
+  c.exit_duration_in_mins = k.is_null("exit_duration_in_mins") ? 0.0 : k.f("exit_duration_in_mins");
+
+  // Logging and evaluation.
+  LoggingConfig& l = t.logging;
+  l.log_interval = k.i("log_interval");
+  l.log_avg_skip_iterations = k.i("log_avg_skip_iterations");
+  l.log_avg_reset_interval = k.i("log_avg_reset_interval");
+  l.eval_interval = k.is_null("eval_interval") ? 0 : k.i("eval_interval");
+  l.eval_iters = k.i("eval_iters");
+  l.tensorboard = !k.b("disable_tensorboard");
+}
+
+}  // namespace primus::config

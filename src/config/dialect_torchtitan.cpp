@@ -1,0 +1,183 @@
+// Maps the TorchTitan dialect (sections: training.*, optimizer.*, lr_scheduler.*, parallelism.*, ...) into
+// TrainConfig. Model sizes come from the flavor table; the vocabulary from model.hf_assets_path.
+#include <fmt/format.h>
+
+#include "config/did_you_mean.h"
+#include "config/load_config.h"
+#include "config/torchtitan_flavors.h"
+#include "config/vocab.h"
+#include "core/error.h"
+
+namespace primus::config {
+
+void map_torchtitan(ResolvedConfig& rc) {
+  const CheckedKeys& k = rc.keys;
+  TrainConfig& t = rc.train;
+  auto src = [&](const char* field, const char* key) { rc.set_source(field, key, k.origin(key)); };
+  auto derived = [&](const char* field, const auto& value, const std::string& how) {
+    rc.set_source(field, field, Origin::derived(how));
+    rc.derived.push_back(fmt::format("{} = {} ({})", field, value, how));
+  };
+
+  // Model: family + flavor.
+  const std::string family = k.s("model.name");
+  const std::string flavor = k.s("model.flavor");
+  const Flavor* f = find_flavor(family, flavor);
+  if (f == nullptr) {
+    std::vector<std::string> names;
+    for (const Flavor& x : torchtitan_flavors())
+      if (x.family == family) names.push_back(x.flavor);
+    throw ConfigError(
+        fmt::format("{}: unknown model.flavor '{}' for model.name {}{}", k.origin("model.flavor").str(),
+                    flavor, family, did_you_mean_text(flavor, names)),
+        fmt::format("{} flavors: {}", family, fmt::join(names, ", ")));
+  }
+  ModelConfig& m = t.model;
+  m = f->model;
+  m.name = family + "_" + flavor;
+  for (const char* field : {"num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+                            "kv_channels", "ffn_hidden_size"})
+    rc.set_source(field, "model.flavor", k.origin("model.flavor"));
+
+  // Vocabulary: TorchTitan takes the tokenizer's size as is (no padding).
+  const std::string assets = k.s("model.hf_assets_path");
+  t.data.tokenizer_type = assets.empty() ? "ByteTokenizer" : "HuggingFaceTokenizer";
+  t.data.tokenizer_model = assets;
+  VocabChoice choice;
+  try {
+    choice = choose_vocab_size(t.data.tokenizer_type, assets, std::nullopt);
+  } catch (const ConfigError& e) {
+    throw ConfigError(
+        fmt::format("{} [model.hf_assets_path from {}]", e.what(), k.origin("model.hf_assets_path").str()),
+        e.hint());
+  }
+  m.vocab_size = choice.size;
+  m.make_vocab_size_divisible_by = 1;
+  m.padded_vocab_size = m.vocab_size;
+  derived("vocab_size", m.vocab_size, choice.how + "; TorchTitan does not pad the vocabulary");
+
+  // Training loop.
+  t.micro_batch_size = k.i("training.local_batch_size");
+  src("micro_batch_size", "training.local_batch_size");
+  t.data.seq_length = k.i("training.seq_len");
+  src("seq_length", "training.seq_len");
+  m.max_position_embeddings = t.data.seq_length;
+  derived("max_position_embeddings", m.max_position_embeddings, "= training.seq_len, as TorchTitan");
+  t.train_iters = k.i("training.steps");
+  src("train_iters", "training.steps");
+  t.optim.clip_grad = k.is_null("training.max_norm") ? 0.0 : k.f("training.max_norm");
+  t.bf16 = k.s("training.mixed_precision_param") == "bfloat16";
+  t.seed = k.is_null("debug.seed") ? 1234 : k.i("debug.seed");
+  t.device = k.s("device");
+  t.gemm_tuning_file = k.s("gemm_tuning_file");
+
+  // Data.
+  DataConfig& d = t.data;
+  d.mock_data = k.b("training.mock_data");
+  d.text_data_path = k.s("text_data_path");
+  if (!k.is_null("training.dataset_path")) {
+    if (!d.text_data_path.empty())
+      throw ConfigError(
+          fmt::format("both text_data_path ({}) and training.dataset_path ({}) are set (rule: set one)",
+                      k.origin("text_data_path").str(), k.origin("training.dataset_path").str()));
+    d.text_data_path = k.s("training.dataset_path");
+  }
+  if (!d.mock_data && d.text_data_path.empty())
+    rc.warnings.push_back(fmt::format(
+        "training.dataset '{}' ({}) is a HuggingFace dataset: Primus-C++ reads local text only; set "
+        "training.dataset_path (or text_data_path), or training.mock_data: true, or the run stops when it "
+        "opens "
+        "its data",
+        k.s("training.dataset"), k.origin("training.dataset").str()));
+
+  // Optimizer and schedule.
+  OptimConfig& o = t.optim;
+  o.optimizer = "adam";  // AdamW (decoupled weight decay), Megatron's "adam"
+  o.lr = k.f("optimizer.lr");
+  o.adam_eps = k.f("optimizer.eps");
+  o.adam_beta1 = k.f("optimizer.beta1");
+  o.adam_beta2 = k.f("optimizer.beta2");
+  o.weight_decay = k.f("optimizer.weight_decay");
+  src("lr", "optimizer.lr");
+  o.lr_warmup_iters = k.i("lr_scheduler.warmup_steps");
+  src("lr_warmup_iters", "lr_scheduler.warmup_steps");
+  o.lr_decay_style = k.s("lr_scheduler.decay_type");
+  o.lr_decay_iters = t.train_iters;
+  derived("lr_decay_iters", t.train_iters,
+          "= training.steps: the decay runs from the end of warm-up to the last step");
+  const double factor = k.is_null("lr_scheduler.min_lr_factor") ? 0.0 : k.f("lr_scheduler.min_lr_factor");
+  o.min_lr = o.lr * factor;
+  derived("min_lr", o.min_lr, fmt::format("optimizer.lr x lr_scheduler.min_lr_factor {}", factor));
+
+  // Parallelism.
+  ParallelConfig& p = t.parallel;
+  p.tensor_model_parallel_size = k.i("parallelism.tensor_parallel_degree");
+  p.pipeline_model_parallel_size = k.i("parallelism.pipeline_parallel_degree");
+  p.context_parallel_size = k.i("parallelism.context_parallel_degree");
+  p.expert_model_parallel_size = k.i("parallelism.expert_parallel_degree");
+  p.data_parallel_replicate_degree = k.i("parallelism.data_parallel_replicate_degree");
+  src("tensor_model_parallel_size", "parallelism.tensor_parallel_degree");
+  src("pipeline_model_parallel_size", "parallelism.pipeline_parallel_degree");
+  src("context_parallel_size", "parallelism.context_parallel_degree");
+  const int64_t others = p.data_parallel_replicate_degree * p.tensor_model_parallel_size *
+                         p.pipeline_model_parallel_size * p.context_parallel_size;
+  int64_t shard = k.i("parallelism.data_parallel_shard_degree");
+  if (shard == -1) {
+    shard = others > 0 && rc.world_size % others == 0 ? rc.world_size / others : 1;
+    derived("data_parallel_shard_degree", shard, "-1: what the world size leaves");
+  }
+  if (shard * others != rc.world_size)
+    throw ConfigError(
+        fmt::format("parallel degrees multiply to {} (dp_replicate {} x dp_shard {} x cp {} x tp {} x "
+                    "pp {}) but WORLD_SIZE is {} (rule: their product must equal the world size) [{}]",
+                    shard * others, p.data_parallel_replicate_degree, shard, p.context_parallel_size,
+                    p.tensor_model_parallel_size, p.pipeline_model_parallel_size, rc.world_size,
+                    k.origin("parallelism.data_parallel_shard_degree").str()));
+  p.use_torch_fsdp2 = shard > 1;
+  const int64_t dp = shard * p.data_parallel_replicate_degree;
+  const int64_t gbs = k.i("training.global_batch_size");
+  if (gbs == -1) {
+    t.global_batch_size = t.micro_batch_size * dp;
+    derived("global_batch_size", t.global_batch_size, "-1: training.local_batch_size x data-parallel size");
+  } else {
+    t.global_batch_size = gbs;
+    src("global_batch_size", "training.global_batch_size");
+  }
+
+  // Recomputation: "full" recomputes every layer.
+  const std::string mode = k.s("activation_checkpoint.mode");
+  if (mode == "full") {
+    t.recompute.granularity = "full";
+    t.recompute.method = "uniform";
+    t.recompute.num_layers = 1;
+  } else if (mode == "selective") {
+    t.recompute.granularity = "selective";
+  }
+  src("recompute_granularity", "activation_checkpoint.mode");
+
+  // Checkpoints: TorchTitan saves into and resumes from {dump folder}/{checkpoint.folder}.
+  CheckpointConfig& c = t.checkpoint;
+  if (k.b("checkpoint.enable")) {
+    c.save = t.run.run_dir() + "/" + k.s("checkpoint.folder");
+    c.auto_continue_train = true;
+    c.save_interval = k.i("checkpoint.interval");
+    c.keep_latest_k = k.i("checkpoint.keep_latest_k");
+    c.async_save = k.s("checkpoint.async_mode") != "disabled";
+    c.exit_on_missing_checkpoint = false;
+    derived("save", c.save, "checkpoint.enable: {run dir}/checkpoint.folder");
+  }
+  if (!k.is_null("checkpoint.initial_load_path")) {
+    c.load = k.s("checkpoint.initial_load_path");
+    c.finetune = k.b("checkpoint.initial_load_model_only");
+    c.no_load_optim = c.finetune;
+    c.no_load_rng = c.finetune;
+  }
+
+  // Logging.
+  t.logging.log_interval = k.i("metrics.log_freq");
+  t.logging.tensorboard = k.b("metrics.enable_tensorboard");
+  t.logging.eval_interval = 0;
+  t.logging.eval_iters = 0;
+}
+
+}  // namespace primus::config

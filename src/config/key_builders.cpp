@@ -1,0 +1,148 @@
+#include "config/key_builders.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+namespace primus::config::keys {
+
+KeyDecl impl(std::string name, KeyType type, std::string def, std::string doc) {
+  KeyDecl d;
+  d.name = std::move(name);
+  d.type = type;
+  d.default_yaml = std::move(def);
+  d.doc = std::move(doc);
+  d.status = KeyStatus::kImplemented;
+  return d;
+}
+
+KeyDecl noeff(std::string name, KeyType type, std::string def, std::string why, std::string doc) {
+  KeyDecl d = impl(std::move(name), type, std::move(def), std::move(doc));
+  d.status = KeyStatus::kNoEffect;
+  d.reason = std::move(why);
+  return d;
+}
+
+KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc) {
+  KeyDecl d = impl(std::move(name), type, std::move(def), std::move(doc));
+  d.status = KeyStatus::kNotSupported;
+  d.supported = inert_default();
+  return d;
+}
+
+KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc, SupportRule inert,
+              std::string what) {
+  KeyDecl d = impl(std::move(name), type, std::move(def), std::move(doc));
+  d.status = KeyStatus::kNotSupported;
+  d.supported = std::move(inert);
+  d.reason = std::move(what);
+  return d;
+}
+
+KeyDecl section(std::string name, std::string doc) {
+  KeyDecl d;
+  d.name = std::move(name);
+  d.type = KeyType::kSection;
+  d.doc = std::move(doc);
+  return d;
+}
+
+namespace {
+bool numeric(const Value& v) {
+  return v.is_number();
+}
+}  // namespace
+
+ValueRule positive() {
+  return [](const Value& v) -> std::string {
+    if (numeric(v) && v.as_float() <= 0) return "must be > 0";
+    return "";
+  };
+}
+
+ValueRule non_negative() {
+  return [](const Value& v) -> std::string {
+    if (numeric(v) && v.as_float() < 0) return "must be >= 0";
+    return "";
+  };
+}
+
+ValueRule at_least(double lo) {
+  return [lo](const Value& v) -> std::string {
+    if (numeric(v) && v.as_float() < lo) return fmt::format("must be >= {}", lo);
+    return "";
+  };
+}
+
+ValueRule in_range(double lo, double hi) {
+  return [lo, hi](const Value& v) -> std::string {
+    if (numeric(v) && (v.as_float() < lo || v.as_float() > hi || std::isnan(v.as_float())))
+      return fmt::format("must be in [{}, {}]", lo, hi);
+    return "";
+  };
+}
+
+ValueRule one_of(std::initializer_list<const char*> choices) {
+  std::vector<std::string> ok(choices.begin(), choices.end());
+  return [ok](const Value& v) -> std::string {
+    if (!v.is_string()) return "";
+    for (const auto& c : ok)
+      if (v.as_string() == c) return "";
+    return fmt::format("must be one of: {}", fmt::join(ok, ", "));
+  };
+}
+
+SupportRule inert_default() {
+  return [](const Value& v, const KeyLookup&) {
+    switch (v.type()) {
+      case Value::Type::kNull:
+        return true;
+      case Value::Type::kBool:
+        return !v.as_bool();
+      case Value::Type::kInt:
+        return v.as_int() == 0;
+      case Value::Type::kFloat:
+        return v.as_float() == 0.0;
+      case Value::Type::kString:
+        return v.as_string().empty();
+      case Value::Type::kList:
+        return v.items().empty();
+      case Value::Type::kMap:
+        return v.entries().empty();
+    }
+    return false;
+  };
+}
+
+SupportRule null_or(std::initializer_list<const char*> ok_list) {
+  std::vector<std::string> ok(ok_list.begin(), ok_list.end());
+  return [ok](const Value& v, const KeyLookup&) {
+    if (v.is_null()) return true;
+    if (!v.is_string()) return false;
+    for (const auto& s : ok)
+      if (v.as_string() == s) return true;
+    return false;
+  };
+}
+
+SupportRule strings(std::initializer_list<const char*> ok_list) {
+  return null_or(ok_list);
+}
+
+SupportRule null_or_int(int64_t ok) {
+  return [ok](const Value& v, const KeyLookup&) { return v.is_null() || (v.is_int() && v.as_int() == ok); };
+}
+
+SupportRule null_or_number(double ok) {
+  return
+      [ok](const Value& v, const KeyLookup&) { return v.is_null() || (v.is_number() && v.as_float() == ok); };
+}
+
+SupportRule is_bool(bool ok) {
+  return [ok](const Value& v, const KeyLookup&) {
+    return v.is_bool() ? v.as_bool() == ok : (v.is_null() && !ok);
+  };
+}
+
+}  // namespace primus::config::keys

@@ -1,0 +1,45 @@
+#pragma once
+// Shorthands for the key tables (keys_*.cpp): one call per key, so each table reads like a list.
+#include <initializer_list>
+#include <string>
+
+#include "config/key_decl.h"
+
+namespace primus::config::keys {
+
+inline constexpr KeyType kB = KeyType::kBool;
+inline constexpr KeyType kI = KeyType::kInt;
+inline constexpr KeyType kF = KeyType::kFloat;
+inline constexpr KeyType kS = KeyType::kString;
+inline constexpr KeyType kL = KeyType::kList;
+inline constexpr KeyType kM = KeyType::kMap;
+inline constexpr KeyType kA = KeyType::kAny;
+
+// An implemented key.
+KeyDecl impl(std::string name, KeyType type, std::string def, std::string doc);
+// A key accepted with no effect here; `why` is printed by --dry-run.
+KeyDecl noeff(std::string name, KeyType type, std::string def, std::string why, std::string doc);
+// A key for a feature not supported yet; inert values: null, false, 0, "", [], {}.
+KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc);
+// Same with explicit inert values and a note on what works.
+KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc, SupportRule inert,
+              std::string what);
+// A section (a map whose keys are declared as "section.key").
+KeyDecl section(std::string name, std::string doc);
+
+// Value rules.
+ValueRule positive();      // > 0
+ValueRule non_negative();  // >= 0
+ValueRule at_least(double lo);
+ValueRule in_range(double lo, double hi);  // lo <= v <= hi
+ValueRule one_of(std::initializer_list<const char*> choices);
+
+// Support rules.
+SupportRule inert_default();                                 // null, false, 0, "", [], {}
+SupportRule null_or(std::initializer_list<const char*> ok);  // null or one of these strings
+SupportRule strings(std::initializer_list<const char*> ok);  // one of these strings (null too when nullable)
+SupportRule null_or_int(int64_t ok);    // null or this integer (e.g. a parallel size of 1)
+SupportRule null_or_number(double ok);  // null or this number (e.g. dropout 0)
+SupportRule is_bool(bool ok);           // this bool (null counts as false)
+
+}  // namespace primus::config::keys

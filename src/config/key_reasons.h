@@ -1,0 +1,61 @@
+#pragma once
+// Why a key has no effect here; shared by the key tables and shown by --dry-run (keys are grouped by reason).
+namespace primus::config::keys {
+
+inline constexpr const char* kWhyRocm = "ROCm/AMD-specific (hipBLASLt, rocSHMEM, rocm-smi, MI300X tuning)";
+inline constexpr const char* kWhyTurbo =
+    "Primus-Turbo (AMD kernel library) switch; our CUDA kernels are fixed";
+inline constexpr const char* kWhyTorch =
+    "PyTorch-specific (torch.compile, autograd/profiler/allocator/dataloader/GC internals)";
+inline constexpr const char* kWhyTE =
+    "Transformer Engine / kernel-implementation choice; it does not change the math, and our kernels are "
+    "fixed";
+inline constexpr const char* kWhyFusion = "kernel-fusion switch: same math, and our fusions are fixed";
+inline constexpr const char* kWhyTracking =
+    "experiment-tracking integration (W&B, MLflow, one-logger, TraceLens, app tags) not in Primus-C++";
+inline constexpr const char* kWhyLogExtra =
+    "extra Megatron logging/timing output; our log line and JSONL metrics are fixed (docs/configuration.md)";
+inline constexpr const char* kWhyProfile =
+    "PyTorch profiler switch; Primus-C++ traces come from `primus report`";
+inline constexpr const char* kWhyWorld1 =
+    "distributed-training switch that does not change results; no effect at world size 1 (the distributed "
+    "issue implements it)";
+inline constexpr const char* kWhyMoE =
+    "applies only to MoE layers (num_experts set), which are not supported yet";
+inline constexpr const char* kWhyMLA =
+    "applies only to multi-latent attention / YaRN RoPE (multi_latent_attention), not supported yet";
+inline constexpr const char* kWhyPP = "applies only to pipeline parallelism (PP > 1), not supported yet";
+inline constexpr const char* kWhyTP = "applies only to tensor parallelism (TP > 1), not supported yet";
+inline constexpr const char* kWhyCP = "applies only to context parallelism (CP > 1), not supported yet";
+inline constexpr const char* kWhyFp8 = "applies only when fp8 (or fp4) is set, which is not supported yet";
+inline constexpr const char* kWhyFp16 =
+    "applies only to fp16 training with loss scaling, which is not supported";
+inline constexpr const char* kWhyOtherModel =
+    "applies to other Megatron model types (BERT, T5, ViT, DINO, Retro, ICT, hybrid/Mamba, LFM), not to "
+    "decoder-only GPT pretraining";
+inline constexpr const char* kWhyInference = "applies to Megatron inference/serving, not to training";
+inline constexpr const char* kWhyRL = "applies to RL post-training (GRPO), not to pretraining";
+inline constexpr const char* kWhySft = "applies to SFT / post-training (`train posttrain`, a later issue)";
+inline constexpr const char* kWhyCkptImpl =
+    "checkpoint storage/layout detail; Primus-C++ has one checkpoint format (the checkpoint issue)";
+inline constexpr const char* kWhyDeprecated = "deprecated in Megatron-LM and ignored there too";
+inline constexpr const char* kWhyLauncher =
+    "launcher/rendezvous setting; rank and world come from the environment (torchrun, Slurm, OpenMPI)";
+inline constexpr const char* kWhyResilience =
+    "fault-tolerance / straggler / rerun-state-machine integration of NVIDIA's stack; Primus-C++ has its own "
+    "monitors (the reliability issue)";
+inline constexpr const char* kWhyOptOther =
+    "applies only to another optimizer (sgd, muon), not supported yet";
+inline constexpr const char* kWhyZeroBubble =
+    "applies only to Primus's zero-bubble / custom pipeline schedules (PP > 1), not supported yet";
+inline constexpr const char* kWhyOffload = "CPU offload setting; applies only when offload is enabled";
+inline constexpr const char* kWhyInfo = "descriptive value; recorded in the run directory";
+inline constexpr const char* kWhyData =
+    "data-loader implementation detail of Megatron/PyTorch; our loader reads the same samples";
+inline constexpr const char* kWhyLoRA =
+    "LoRA settings; used only when lora.enabled (post-training, a later issue)";
+inline constexpr const char* kWhyQuantConverter =
+    "used only by the float8/mx model converters (model.converters), which are not supported yet";
+inline constexpr const char* kWhySoftmaxFp32 = "softmax and reductions always run in fp32 here";
+
+}  // namespace primus::config::keys

@@ -1,0 +1,154 @@
+// Megatron-dialect keys of model and data parallelism and of the distributed runtime (Primus
+// trainer_base.yaml, language_model.yaml). Parallel degrees other than 1 are not supported yet; switches that
+// only change how gradients and parameters travel (overlap, bucketing, ZeRO, FSDP) change nothing at world
+// size 1.
+#include "config/key_builders.h"
+#include "config/key_reasons.h"
+#include "config/keys_megatron.h"
+
+namespace primus::config::keys {
+
+namespace {
+struct Knob {
+  const char* name;
+  KeyType type;
+  const char* def;
+  const char* doc;
+};
+void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs) {
+  for (const Knob& k : knobs) t.add(noeff(k.name, k.type, k.def, why, k.doc));
+}
+}  // namespace
+
+void add_megatron_parallel_keys(KeyTable& t) {
+  t.group("parallelism");
+  t.add(impl("tensor_model_parallel_size", kI, "1", "tensor-parallel degree (TP)")
+            .non_null()
+            .check(positive())
+            .supports(null_or_int(1), "only 1 for now"));
+  t.add(impl("pipeline_model_parallel_size", kI, "1", "pipeline-parallel degree (PP)")
+            .non_null()
+            .check(positive())
+            .supports(null_or_int(1), "only 1 for now"));
+  t.add(impl("context_parallel_size", kI, "1", "context-parallel degree (CP)")
+            .non_null()
+            .check(positive())
+            .supports(null_or_int(1), "only 1 for now"));
+  t.add(impl("expert_model_parallel_size", kI, "1", "expert-parallel degree (EP)")
+            .non_null()
+            .check(positive())
+            .supports(null_or_int(1), "only 1 for now"));
+  t.add(impl("data_parallel_replicate_degree", kI, "1", "HSDP replica groups")
+            .check(positive())
+            .supports(null_or_int(1), "only 1 for now"));
+  t.add(noeff("model_parallel_size", kI, "null", kWhyDeprecated, "old name of tensor_model_parallel_size"));
+  t.add(noeff("encoder_tensor_model_parallel_size", kI, "0", kWhyOtherModel, "encoder TP degree"));
+  t.add(noeff("encoder_pipeline_model_parallel_size", kI, "0", kWhyOtherModel, "encoder PP degree"));
+
+  add_all(t, kWhyTP,
+          {{"sequence_parallel", kB, "false", "sequence parallelism (Megatron forces it off at TP = 1)"},
+           {"tp_comm_overlap", kB, "false", "overlap TP communication with GEMMs"},
+           {"tp_comm_overlap_cfg", kS, "null", "TP overlap configuration file"},
+           {"tp_comm_overlap_ag", kB, "true", "overlap TP all-gather"},
+           {"tp_comm_overlap_rs", kB, "true", "overlap TP reduce-scatter"},
+           {"tp_comm_overlap_rs_dgrad", kB, "false", "overlap reduce-scatter with dgrad"},
+           {"tp_comm_split_ag", kB, "true", "split TP all-gather"},
+           {"tp_comm_split_rs", kB, "true", "split TP reduce-scatter"},
+           {"tp_comm_bulk_wgrad", kB, "true", "bulk overlap with wgrad"},
+           {"tp_comm_bulk_dgrad", kB, "true", "bulk overlap with dgrad"},
+           {"tp_comm_bootstrap_backend", kS, "nccl", "bootstrap backend of TP overlap"},
+           {"async_tensor_model_parallel_allreduce", kB, "true", "asynchronous TP all-reduce"},
+           {"distribute_saved_activations", kB, "false", "spread recomputation inputs over TP ranks"}});
+
+  add_all(t, kWhyCP,
+          {{"cp_comm_type", kA, "p2p", "context-parallel communication: p2p | a2a | allgather | a2a+p2p"},
+           {"hierarchical_context_parallel_sizes", kL, "null", "hierarchical CP group sizes"}});
+
+  add_all(t, kWhyPP,
+          {{"virtual_pipeline_model_parallel_size", kI, "null", "virtual pipeline stages per rank"},
+           {"num_layers_per_virtual_pipeline_stage", kI, "null", "layers per virtual stage"},
+           {"num_virtual_stages_per_pipeline_rank", kI, "null", "virtual stages per rank"},
+           {"microbatch_group_size_per_vp_stage", kI, "null", "micro-batches per virtual-stage group"},
+           {"pipeline_model_parallel_layout", kA, "null", "explicit layer layout over stages"},
+           {"pipeline_model_parallel_comm_backend", kS, "null", "PP communication backend: nccl | ucc"},
+           {"pipeline_model_parallel_split_rank", kI, "null", "encoder/decoder split rank"},
+           {"decoder_first_pipeline_num_layers", kI, "null", "layers on the first stage"},
+           {"decoder_last_pipeline_num_layers", kI, "null", "layers on the last stage"},
+           {"decoder_pipeline_manual_split_list", kL, "null", "Primus: layers per stage"},
+           {"account_for_embedding_in_pipeline_split", kB, "false", "count the embedding as a layer"},
+           {"account_for_loss_in_pipeline_split", kB, "false", "count the loss as a layer"},
+           {"standalone_embedding_stage", kB, "false", "embedding on its own stage"},
+           {"overlap_p2p_comm", kB, "true", "overlap pipeline send/recv"},
+           {"scatter_gather_tensors_in_pipeline", kB, "true", "scatter/gather pipeline tensors over TP"},
+           {"use_ring_exchange_p2p", kB, "false", "ring-exchange pipeline p2p"},
+           {"defer_embedding_wgrad_compute", kB, "false", "defer the embedding wgrad (pipeline)"},
+           {"wgrad_deferral_limit", kI, "0", "deferred wgrad micro-batches"},
+           {"pp_warmup", kB, "false", "Primus: pipeline warm-up iteration"},
+           {"dump_pp_data", kB, "false", "Primus: dump pipeline schedule data"}});
+
+  add_all(t, kWhyWorld1,
+          {{"use_distributed_optimizer", kB, "false", "ZeRO-1: shard optimizer state over data parallel"},
+           {"use_torch_fsdp2", kB, "false", "PyTorch FSDP2 sharding"},
+           {"use_megatron_fsdp", kB, "false", "Megatron FSDP"},
+           {"use_custom_fsdp", kB, "false", "Megatron custom FSDP (old name)"},
+           {"data_parallel_sharding_strategy", kS, "no_shard",
+            "no_shard | optim | optim_grads | optim_grads_params"},
+           {"overlap_grad_reduce", kB, "false", "overlap gradient reduction with backward"},
+           {"overlap_param_gather", kB, "false", "overlap parameter all-gather with forward"},
+           {"overlap_param_gather_with_optimizer_step", kB, "false", "overlap param gather with the step"},
+           {"align_grad_reduce", kB, "true", "launch gradient reduction of all stages together"},
+           {"align_param_gather", kB, "true", "launch parameter gathers of all stages together"},
+           {"ddp_num_buckets", kI, "null", "gradient buckets"},
+           {"ddp_bucket_size", kI, "null", "gradient bucket size"},
+           {"ddp_pad_buckets_for_high_nccl_busbw", kB, "false", "pad buckets for NCCL bandwidth"},
+           {"ddp_average_in_collective", kB, "false", "average inside the collective"},
+           {"gradient_reduce_div_fusion", kB, "true", "fuse the gradient division into the reduction"},
+           {"suggested_communication_unit_size", kI, "400000000", "FSDP communication unit"},
+           {"num_distributed_optimizer_instances", kI, "1", "distributed-optimizer replicas"},
+           {"grad_reduce_in_bf16", kB, "false", "reduce gradients in bf16"},
+           {"data_parallel_random_init", kB, "false", "different initialisation per DP rank"},
+           {"use_sharp", kB, "false", "SHARP in-network reductions"},
+           {"sharp_enabled_group", kS, "null", "group using SHARP: dp | dp_replica"},
+           {"nccl_communicator_config_path", kS, "null", "NCCL communicator config file"},
+           {"use_tp_pp_dp_mapping", kB, "false", "tp-pp-dp rank order"},
+           {"high_priority_stream_groups", kL, "[]", "groups on high-priority streams"},
+           {"check_weight_hash_across_dp_replicas_interval", kI, "null", "check DP replicas agree"},
+           {"distributed_backend", kS, "nccl", "torch.distributed backend"},
+           {"distributed_timeout_minutes", kI, "10", "collective timeout"},
+           {"enable_gloo_process_groups", kB, "true", "create Gloo groups as well"}});
+
+  add_all(t, kWhyLauncher,
+          {{"local_rank", kI, "null", "local rank (set by the launcher)"},
+           {"lazy_mpu_init", kB, "null", "defer model-parallel initialisation"}});
+
+  add_all(t, kWhyOffload,
+          {{"optimizer_cpu_offload", kB, "false", "optimizer state on the CPU"},
+           {"optimizer_offload_fraction", kF, "1.0", "fraction of the optimizer offloaded"},
+           {"use_torch_optimizer_for_cpu_offload", kB, "false", "torch optimizer for offloaded state"},
+           {"overlap_cpu_optimizer_d2h_h2d", kB, "false", "overlap offload copies"},
+           {"pin_cpu_grads", kB, "true", "pinned host gradients"},
+           {"pin_cpu_params", kB, "true", "pinned host parameters"},
+           {"cpu_offload", kB, "false", "activation offload to the CPU"},
+           {"offload", kB, "false", "Primus pipeline offload"},
+           {"offload_ops", kS, "", "Primus pipeline offloaded ops"},
+           {"offload_chunk_num", kI, "0", "offload chunks"},
+           {"offload_time", kF, "1.0", "offload time cost"},
+           {"auto_offload_time", kB, "true", "measure the offload time"},
+           {"offload_overlap_sr", kB, "true", "overlap offload save/resume"}});
+
+  add_all(t, kWhyTorch,
+          {{"init_model_with_meta_device", kB, "false", "build the model on the meta device"},
+           {"empty_unused_memory_level", kI, "0", "torch.cuda.empty_cache() frequency"},
+           {"deterministic_mode", kB, "false", "PyTorch/NCCL deterministic algorithms"},
+           {"train_sync_interval", kI, "null", "CPU-GPU synchronisation interval"},
+           {"manual_gc", kB, "false", "Python garbage collection by hand"},
+           {"manual_gc_interval", kI, "1", "manual GC interval"},
+           {"manual_gc_eval", kB, "false", "manual GC around evaluation"}});
+
+  add_all(t, kWhyResilience,
+          {{"replication", kB, "false", "checkpoint replication across nodes"},
+           {"replication_jump", kI, "null", "replication rank distance"},
+           {"replication_factor", kI, "null", "replication copies"}});
+}
+
+}  // namespace primus::config::keys

@@ -1,0 +1,63 @@
+#include "config/load_config.h"
+
+#include <fmt/format.h>
+
+#include "config/yaml_scalar.h"
+#include "core/error.h"
+
+namespace primus::config {
+
+std::string ResolvedConfig::cite(const std::string& field, const std::string& value) const {
+  auto it = sources.find(field);
+  if (it == sources.end()) return fmt::format("{}={}", field, value);
+  return fmt::format("{}={} ({})", it->second.key, value, it->second.origin.str());
+}
+
+namespace {
+
+int64_t world_size_from_env(const EnvLookup& env) {
+  auto w = env("WORLD_SIZE");
+  if (!w || w->empty()) return 1;
+  auto n = python_int(*w);
+  if (!n || *n < 1)
+    throw ConfigError(fmt::format("environment: WORLD_SIZE='{}' is not a positive integer", *w));
+  return *n;
+}
+
+}  // namespace
+
+ResolvedConfig load_config(const std::string& experiment_path, const ResolveOptions& options) {
+  ResolvedTree tree = resolve_experiment(experiment_path, options);
+  ResolvedConfig rc;
+  rc.info = std::move(tree.info);
+  rc.warnings = rc.info.warnings;
+  rc.world_size = world_size_from_env(options.env);
+
+  const Value* fw = tree.module.find("framework");
+  if (fw != nullptr && !(fw->is_string() && fw->as_string() == rc.info.framework))
+    throw ConfigError(fmt::format("{}: framework cannot be overridden (the experiment's module says '{}')",
+                                  fw->origin().str(), rc.info.framework));
+
+  const KeyTable& table = keys_for_framework(rc.info.framework);
+  rc.keys = check_keys(tree.module, table,
+                       fmt::format("module '{}' (framework {})", rc.info.module_name, rc.info.framework));
+  rc.platform = check_keys(tree.platform, platform_keys(), "the platform preset");
+
+  TrainConfig& t = rc.train;
+  t.run.work_group = rc.info.work_group;
+  t.run.user_name = rc.info.user_name;
+  t.run.exp_name = rc.info.exp_name;
+  t.run.workspace = rc.info.workspace;
+  t.run.framework = rc.info.framework;
+  t.run.config_file = rc.info.path;
+
+  if (rc.info.framework == "megatron") {
+    map_megatron(rc);
+  } else {
+    map_torchtitan(rc);
+  }
+  validate_config(rc);
+  return rc;
+}
+
+}  // namespace primus::config

@@ -1,0 +1,94 @@
+#include "config/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace primus::config {
+
+ParamCounts count_parameters(const ModelConfig& m) {
+  ParamCounts c;
+  const int64_t h = m.hidden_size;
+  const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+  const int64_t hd = m.kv_channels > 0 ? m.kv_channels : h / std::max<int64_t>(1, m.num_attention_heads);
+  const int64_t q = m.num_attention_heads * hd;
+  const int64_t kv = (m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads) * hd;
+  int64_t layer = h * q + 2 * h * kv + q * h;  // q, k, v, o projections
+  if (m.add_qkv_bias) layer += q + 2 * kv;
+  if (m.qk_layernorm) layer += 2 * hd;  // per-head q and k norm weights
+  const int64_t mlp_in = m.swiglu ? 2 * m.ffn_hidden_size : m.ffn_hidden_size;
+  layer += h * mlp_in + m.ffn_hidden_size * h;
+  if (m.add_bias_linear) layer += h + mlp_in + h;  // o, fc1, fc2 biases
+  layer += 2 * h;                                  // the two norms
+  c.per_layer = layer;
+  c.embedding = vocab * h;
+  c.lm_head = m.untie_embeddings_and_output_weights ? vocab * h : 0;
+  c.final_norm = h;
+  c.total = c.embedding + c.lm_head + c.final_norm + m.num_layers * c.per_layer;
+  c.non_embedding = c.total - c.embedding;
+  return c;
+}
+
+FlopsPerToken flops_per_token(const ModelConfig& m, int64_t seq_length) {
+  const double n = static_cast<double>(count_parameters(m).non_embedding);
+  const int64_t hd =
+      m.kv_channels > 0 ? m.kv_channels : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads);
+  const double attn = static_cast<double>(m.num_layers) * static_cast<double>(seq_length) *
+                      static_cast<double>(m.num_attention_heads * hd);
+  return {6.0 * n + 6.0 * attn, 6.0 * n + 12.0 * attn};
+}
+
+MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu) {
+  const ModelConfig& m = cfg.model;
+  MemoryEstimate e;
+  const ParamCounts params = count_parameters(m);
+  e.bytes_per_param = gpu ? (cfg.bf16 ? 18.0 : 16.0) : 16.0;
+  e.param_state_bytes = e.bytes_per_param * static_cast<double>(params.total);
+
+  const double act_bytes = gpu && cfg.bf16 ? 2.0 : 4.0;
+  const double tokens = static_cast<double>(cfg.micro_batch_size) * static_cast<double>(cfg.data.seq_length);
+  const double h = static_cast<double>(m.hidden_size);
+  const int64_t hd =
+      m.kv_channels > 0 ? m.kv_channels : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads);
+  const double q = static_cast<double>(m.num_attention_heads * hd);
+  const double kv = static_cast<double>(m.num_query_groups * hd);
+  const double ffn = static_cast<double>(m.ffn_hidden_size);
+  // Saved per token per layer: layer input, 2 norm outputs, mid-layer residual (4h); q, k, v and the
+  // attention output (2q + 2kv); MLP gate, up and activation output (3 ffn); plus per-head softmax statistics
+  // (f32).
+  double per_token_layer = (4 * h + 2 * q + 2 * kv + 3 * ffn) * act_bytes + 4.0 * m.num_attention_heads;
+  if (m.qk_layernorm) per_token_layer += (q + kv) * act_bytes;
+  const double layers = static_cast<double>(m.num_layers);
+  const std::string& g = cfg.recompute.granularity;
+  if (g == "full") {
+    // Only layer inputs are kept; one layer's activations exist again while it is recomputed.
+    e.activation_bytes = tokens * (layers * h * act_bytes + per_token_layer);
+  } else {
+    e.activation_bytes = tokens * layers * per_token_layer;
+  }
+  const double vocab = static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size);
+  constexpr double kLogitsChunkBudget = 256.0 * 1024 * 1024;
+  e.lm_head_bytes = std::min(tokens * vocab * 4.0, kLogitsChunkBudget) + tokens * h * act_bytes;
+  e.total_bytes = e.param_state_bytes + e.activation_bytes + e.lm_head_bytes;
+  e.assumptions = fmt::format(
+      "parameters: {} B/param ({}); activations: {} per element, flash-style attention (no S x S matrix){}; "
+      "logits: one chunk of at most 256 MiB at a time; no allocator fragmentation, workspaces or CUDA "
+      "context",
+      e.bytes_per_param,
+      gpu && cfg.bf16 ? "bf16 weights 2 + fp32 master 4 + fp32 grads 4 + fp32 Adam m, v 8"
+                      : "fp32 weights 4 + fp32 grads 4 + fp32 Adam m, v 8",
+      act_bytes == 2.0 ? "bf16" : "fp32",
+      g == "full" ? ", full recomputation keeps only each layer's input" : "");
+  return e;
+}
+
+BatchLayout batch_layout(const TrainConfig& cfg) {
+  BatchLayout b;
+  b.data_parallel = std::max<int64_t>(1, cfg.parallel.data_parallel_size);
+  const int64_t per = cfg.micro_batch_size * b.data_parallel;
+  b.micro_batches = per > 0 ? cfg.global_batch_size / per : 0;
+  b.tokens_per_step = cfg.global_batch_size * cfg.data.seq_length;
+  return b;
+}
+
+}  // namespace primus::config

@@ -1,0 +1,50 @@
+#pragma once
+// Napkin arithmetic of a training run as plain functions of TrainConfig, shared by `--dry-run` and the
+// trainer (MFU): parameter counts, FLOPs per token, memory per GPU, batch layout.
+#include <cstdint>
+#include <string>
+
+#include "config/train_config.h"
+
+namespace primus::config {
+
+struct ParamCounts {
+  int64_t embedding = 0;  // input embedding, padded_vocab x hidden
+  int64_t lm_head = 0;    // output layer (0 when tied to the embedding)
+  int64_t per_layer = 0;  // one decoder layer (attention, MLP, norms, biases)
+  int64_t final_norm = 0;
+  int64_t total = 0;
+  int64_t non_embedding = 0;  // total - embedding: N' (includes the lm-head unless tied)
+};
+ParamCounts count_parameters(const ModelConfig& m);
+
+// Training FLOPs per token (forward + backward = 3 x forward), with N' = non-embedding parameters:
+//   causal = 6 N' + 6 L S d_attn   (attention over the causal half; what the trainer's log line uses)
+//   full   = 6 N' + 12 L S d_attn  (PaLM / TorchTitan convention, used for MFU against published numbers)
+// where d_attn = num_attention_heads x kv_channels (= hidden_size for Llama) and S = seq_length.
+struct FlopsPerToken {
+  double causal = 0;
+  double full = 0;
+};
+FlopsPerToken flops_per_token(const ModelConfig& m, int64_t seq_length);
+
+struct MemoryEstimate {
+  double bytes_per_param = 0;    // weights + master weights + gradients + Adam moments
+  double param_state_bytes = 0;  // bytes_per_param x total params
+  double activation_bytes = 0;   // saved activations of one micro-batch (all layers)
+  double lm_head_bytes = 0;      // one chunk of logits plus the last hidden states
+  double total_bytes = 0;
+  std::string assumptions;  // one line per assumption, for --dry-run
+};
+// `gpu`: BF16 weights + FP32 master/grads/moments (18 B/param) and BF16 activations; else the CPU backend's
+// FP32 everything (16 B/param).
+MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu);
+
+struct BatchLayout {
+  int64_t data_parallel = 1;
+  int64_t micro_batches = 1;    // per optimizer step, per data-parallel rank
+  int64_t tokens_per_step = 0;  // global_batch_size x seq_length
+};
+BatchLayout batch_layout(const TrainConfig& cfg);
+
+}  // namespace primus::config

@@ -1,0 +1,49 @@
+#pragma once
+// Checks a merged module tree against a dialect's key table: every key must be declared (else an error with
+// its file:line:col and a did-you-mean), every value must have the declared type (numeric strings are coerced
+// for numeric keys, 0/1 for booleans) and pass the key's rule; absent keys get their declared defaults; and a
+// value that would change the result of a feature we do not have fails with "not supported yet: KEY=VALUE".
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/key_decl.h"
+#include "config/value.h"
+
+namespace primus::config {
+
+struct KeyEntry {
+  const KeyDecl* decl = nullptr;
+  Value value;  // typed; its origin says where it came from ("default" for keys the files do not set)
+  bool is_default() const { return value.origin().kind == Origin::Kind::kDefault; }
+};
+
+class CheckedKeys : public KeyLookup {
+ public:
+  const KeyTable* table = nullptr;
+  std::vector<KeyEntry> entries;  // every declared leaf key, in table order
+
+  const Value* get(std::string_view key) const override;
+  const KeyEntry* entry(std::string_view key) const;
+  // Shorthands for the dialect mappers (the types were checked, so these only see null or the declared type).
+  bool is_null(std::string_view key) const;
+  int64_t i(std::string_view key) const;
+  double f(std::string_view key) const;
+  bool b(std::string_view key) const;         // null reads as false
+  std::string s(std::string_view key) const;  // null reads as ""
+  const Origin& origin(std::string_view key) const;
+
+  void build_index();
+
+ private:
+  std::unordered_map<std::string, size_t> index_;
+};
+
+// `what` names the tree in messages ("module pre_trainer (framework megatron)", "platform").
+// Throws ConfigError listing every problem found (unknown keys, types, rules), or every "not supported yet".
+CheckedKeys check_keys(const Value& tree, const KeyTable& table, const std::string& what);
+
+// Coerces one value to a declared type; on failure returns false and sets *problem.
+bool coerce_to_type(Value& v, KeyType type, bool nullable, std::string* problem);
+
+}  // namespace primus::config

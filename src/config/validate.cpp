@@ -1,0 +1,128 @@
+// Rules that involve several keys (reference.md §2.4 and Megatron's arguments.py): checked once, after
+// mapping, before anything is built. Each message names the keys, their values, the rule and where the values
+// came from.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "config/load_config.h"
+#include "core/error.h"
+
+namespace primus::config {
+namespace {
+
+struct Problems {
+  std::vector<std::string> lines;
+  void add(std::string s) { lines.push_back(std::move(s)); }
+};
+
+}  // namespace
+
+void validate_config(ResolvedConfig& rc) {
+  TrainConfig& t = rc.train;
+  const ModelConfig& m = t.model;
+  ParallelConfig& p = t.parallel;
+  Problems bad;
+  auto cite = [&](const char* field, auto value) { return rc.cite(field, fmt::format("{}", value)); };
+
+  // Model shape.
+  if (m.num_query_groups <= 0 || m.num_attention_heads % m.num_query_groups != 0)
+    bad.add(fmt::format("{} is not divisible by {} (rule: num_attention_heads % num_query_groups == 0)",
+                        cite("num_attention_heads", m.num_attention_heads),
+                        cite("num_query_groups", m.num_query_groups)));
+  if (rc.sources.count("kv_channels") != 0 &&
+      rc.sources.at("kv_channels").origin.kind == Origin::Kind::kDerived &&
+      m.hidden_size % m.num_attention_heads != 0)
+    bad.add(
+        fmt::format("{} is not divisible by {} and kv_channels is not set (rule: hidden_size % "
+                    "num_attention_heads == 0 unless kv_channels is set)",
+                    cite("hidden_size", m.hidden_size), cite("num_attention_heads", m.num_attention_heads)));
+  if (m.ffn_hidden_size <= 0)
+    bad.add(fmt::format("{} must be > 0", cite("ffn_hidden_size", m.ffn_hidden_size)));
+  if (m.num_attention_heads % p.tensor_model_parallel_size != 0)
+    bad.add(fmt::format("{} is not divisible by {} (rule: num_attention_heads % TP == 0)",
+                        cite("num_attention_heads", m.num_attention_heads),
+                        cite("tensor_model_parallel_size", p.tensor_model_parallel_size)));
+  if (m.num_layers % p.pipeline_model_parallel_size != 0)
+    bad.add(fmt::format("{} is not divisible by {} (rule: num_layers % PP == 0)",
+                        cite("num_layers", m.num_layers),
+                        cite("pipeline_model_parallel_size", p.pipeline_model_parallel_size)));
+  if (t.data.seq_length > m.max_position_embeddings)
+    bad.add(fmt::format("{} exceeds {} (rule: seq_length <= max_position_embeddings)",
+                        cite("seq_length", t.data.seq_length),
+                        cite("max_position_embeddings", m.max_position_embeddings)));
+
+  // Data parallelism and batch.
+  const int64_t model_parallel =
+      p.tensor_model_parallel_size * p.pipeline_model_parallel_size * p.context_parallel_size;
+  if (rc.world_size % model_parallel != 0) {
+    bad.add(fmt::format("WORLD_SIZE={} is not divisible by TP x PP x CP = {} (rule: world % (TP*PP*CP) == 0)",
+                        rc.world_size, model_parallel));
+  } else {
+    p.data_parallel_size = rc.world_size / model_parallel;
+  }
+  const int64_t per_step = t.micro_batch_size * p.data_parallel_size;
+  if (per_step > 0 && t.global_batch_size % per_step != 0)
+    bad.add(
+        fmt::format("{} is not divisible by {} x data-parallel size {} = {} (rule: global_batch_size % "
+                    "(micro_batch_size * DP) == 0)",
+                    cite("global_batch_size", t.global_batch_size),
+                    cite("micro_batch_size", t.micro_batch_size), p.data_parallel_size, per_step));
+
+  // Learning-rate schedule.
+  if (t.optim.lr < t.optim.min_lr)
+    bad.add(fmt::format("{} is below {} (rule: lr >= min_lr >= 0)", cite("lr", t.optim.lr),
+                        cite("min_lr", t.optim.min_lr)));
+  const int64_t decay = t.optim.lr_decay_iters.value_or(t.train_iters);
+  if (t.optim.lr_warmup_iters > 0 && t.optim.lr_warmup_iters >= decay)
+    bad.add(fmt::format(
+        "{} is not below the decay length {} (rule: lr_warmup_iters < lr_decay_iters, as Megatron)",
+        cite("lr_warmup_iters", t.optim.lr_warmup_iters), cite("lr_decay_iters", decay)));
+
+  // Recomputation (Megatron transformer_config.py).
+  const RecomputeConfig& r = t.recompute;
+  if (r.granularity == "full") {
+    if (r.method.empty())
+      bad.add(
+          fmt::format("{} needs recompute_method uniform or block (rule: full recomputation names a method)",
+                      cite("recompute_granularity", r.granularity)));
+    if (r.method == "block" && r.num_layers > m.num_layers / p.pipeline_model_parallel_size)
+      bad.add(fmt::format(
+          "{} exceeds the {} layers per pipeline stage (rule: block recomputation covers at most "
+          "num_layers / PP layers)",
+          cite("recompute_num_layers", r.num_layers), m.num_layers / p.pipeline_model_parallel_size));
+    if (r.num_layers <= 0)
+      bad.add(
+          fmt::format("{} must be > 0 with full recomputation", cite("recompute_num_layers", r.num_layers)));
+  } else if (!r.method.empty()) {
+    bad.add(
+        fmt::format("{} is set but {} (rule: recompute_method applies only to recompute_granularity full)",
+                    cite("recompute_method", r.method),
+                    cite("recompute_granularity", r.granularity.empty() ? "null" : r.granularity)));
+  }
+
+  // Device: CUDA must be compiled in (checked without touching any GPU).
+#ifndef PRIMUS_WITH_CUDA
+  if (t.device == "cuda")
+    bad.add(
+        "device=cuda but this build has no CUDA backend (built with PRIMUS_CUDA=OFF); use device: cpu or "
+        "auto");
+#endif
+
+  // Accepted, but worth saying.
+  if (t.data.mock_data && (!t.data.text_data_path.empty() || !t.data.data_path.empty()))
+    rc.warnings.push_back("mock_data is true: text_data_path / data_path are not read");
+  if (!t.data.mock_data && !t.data.text_data_path.empty() && !std::filesystem::exists(t.data.text_data_path))
+    rc.warnings.push_back(
+        fmt::format("text_data_path '{}' does not exist (yet); the run stops when it opens its data",
+                    t.data.text_data_path));
+
+  if (bad.lines.size() == 1) throw ConfigError(bad.lines[0]);
+  if (!bad.lines.empty()) {
+    std::string msg = fmt::format("{} problems in the configuration:", bad.lines.size());
+    for (const auto& l : bad.lines) msg += "\n  - " + l;
+    throw ConfigError(msg);
+  }
+}
+
+}  // namespace primus::config

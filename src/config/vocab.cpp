@@ -1,0 +1,107 @@
+#include "config/vocab.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "config/did_you_mean.h"
+#include "core/error.h"
+
+namespace primus::config {
+
+const std::vector<std::string>& known_tokenizer_types() {
+  static const std::vector<std::string> kTypes = {
+      "ByteTokenizer",          "HuggingFaceTokenizer",      "Llama2Tokenizer",
+      "Llama3Tokenizer",        "MixtralTokenizer",          "DeepSeekV2Tokenizer",
+      "DeepSeekV3Tokenizer",    "GPT2BPETokenizer",          "NullTokenizer",
+      "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "TikTokenizer",
+      "BertWordPieceLowerCase", "BertWordPieceCase",         "MultimodalTokenizer",
+      "NullMultimodalTokenizer"};
+  return kTypes;
+}
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+// Number of tokens of each family's tokenizer (what Megatron's HuggingFace wrapper reports), except where the
+// note says HF config: there the model's embedding rows, which is what its checkpoints hold.
+struct KnownVocab {
+  const char* pattern;  // matched against the lower-cased last path component
+  int64_t size;
+};
+constexpr KnownVocab kKnown[] = {
+    {"llama-2", 32000},   // Llama 2: SentencePiece, 32000
+    {"llama-3", 128256},  // Llama 3, 3.1, 3.2, 3.3 (Meta-Llama-3-8B, Llama-3.1-8B, ...): tiktoken 128256
+    {"llama3", 128256},
+    {"mixtral-8x7b", 32000},  // Mixtral v0.1: 32000
+    {"mixtral-8x22b-v0.1", 32000},
+    {"mistral-7b-v0.1", 32000},
+    {"qwen2.5", 151665},      // Qwen2.5 tokenizer: 151665 tokens (HF config pads the embedding to 151936)
+    {"qwen3", 151936},        // Qwen3: HF config vocab_size
+    {"deepseek-v2", 102400},  // DeepSeek-V2 / V2-Lite: HF config vocab_size
+    {"deepseek-v3", 129280},  // DeepSeek-V3: HF config vocab_size
+    {"gpt2", 50257},
+};
+
+}  // namespace
+
+std::optional<int64_t> known_vocab_size(std::string_view tokenizer_model) {
+  std::string name = lower(tokenizer_model);
+  while (!name.empty() && name.back() == '/') name.pop_back();
+  size_t slash = name.rfind('/');
+  std::string last = slash == std::string::npos ? name : name.substr(slash + 1);
+  for (const KnownVocab& k : kKnown)
+    if (last.find(k.pattern) != std::string::npos) return k.size;
+  return std::nullopt;
+}
+
+VocabChoice choose_vocab_size(const std::string& type, const std::string& model,
+                              std::optional<int64_t> vocab_size) {
+  const auto& types = known_tokenizer_types();
+  if (!type.empty() && std::find(types.begin(), types.end(), type) == types.end())
+    throw ConfigError(fmt::format("unknown tokenizer_type '{}'{}", type, did_you_mean_text(type, types)),
+                      fmt::format("known: {}", fmt::join(types, ", ")));
+  if (type == "ByteTokenizer") {
+    if (vocab_size && *vocab_size < 257)
+      throw ConfigError(
+          fmt::format("vocab_size={} is smaller than the ByteTokenizer's 257 tokens (rule: vocab_size "
+                      ">= 257 with ByteTokenizer)",
+                      *vocab_size));
+    if (vocab_size) return {*vocab_size, "vocab_size as set (ByteTokenizer uses ids 0..256)"};
+    return {257, "ByteTokenizer: 256 bytes + end-of-document"};
+  }
+  if (type == "NullTokenizer") {
+    if (!vocab_size)
+      throw ConfigError("tokenizer_type NullTokenizer needs vocab_size",
+                        "set vocab_size: N (ids 0..N-1, plus EOD N)");
+    return {*vocab_size + 1, fmt::format("NullTokenizer: vocab_size {} + end-of-document", *vocab_size)};
+  }
+  if (type == "GPT2BPETokenizer" && !vocab_size) return {50257, "GPT2BPETokenizer: 50257"};
+  if (vocab_size) return {*vocab_size, "vocab_size as set"};
+  if (!model.empty()) {
+    if (auto known = known_vocab_size(model))
+      return {*known, fmt::format("tokenizer_model {}: {} (known tokenizer)", model, *known)};
+  }
+  if (type.empty() && model.empty())
+    throw ConfigError(
+        "cannot tell the vocabulary size: tokenizer_type, tokenizer_model and vocab_size are all null",
+        "set tokenizer_type: ByteTokenizer (byte tokens) or vocab_size: N");
+  throw ConfigError(
+      fmt::format("cannot tell the vocabulary size of tokenizer_type={} tokenizer_model={} (not a "
+                  "known tokenizer); set vocab_size",
+                  type.empty() ? "null" : type, model.empty() ? "null" : model),
+      "set vocab_size: N to the tokenizer's number of tokens");
+}
+
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
+  const int64_t multiple = std::max<int64_t>(1, divisible_by) * std::max<int64_t>(1, tp);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace primus::config

@@ -1,0 +1,96 @@
+// `primus train pretrain --dry-run` on Primus's own example experiments and on ours.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli_process.h"
+
+namespace primus::cli_test {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool dense(const std::string& file) {
+  return file.find("mixtral") == std::string::npos && file.find("deepseek") == std::string::npos &&
+         file.find("FP8") == std::string::npos;
+}
+
+TEST(ConfigCliDryRun, EveryPrimusExampleEitherPlansOrSaysWhatIsNotSupported) {
+  int dense_count = 0, other_count = 0;
+  for (const std::string fw : {"megatron", "torchtitan"}) {
+    for (const auto& e : fs::directory_iterator(primus_examples() + "/" + fw + "/configs/MI300X")) {
+      const std::string file = e.path().string();
+      SCOPED_TRACE(file);
+      CliResult r = run_primus({"train", "pretrain", "--config", file, "--dry-run"},
+                               {{"PRIMUS_CONFIG_PATH", primus_configs()}});
+      if (dense(file)) {
+        ++dense_count;
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_NE(r.out.find("== Plan =="), std::string::npos);
+        EXPECT_NE(r.out.find("parameters"), std::string::npos);
+        EXPECT_NE(r.out.find("FLOPs/token"), std::string::npos);
+        EXPECT_NE(r.out.find("memory/"), std::string::npos);
+        EXPECT_NE(r.out.find("no effect here"), std::string::npos);
+      } else {
+        ++other_count;
+        EXPECT_EQ(r.exit_code, 2) << r.out;
+        EXPECT_NE(r.err.find("not supported yet: "), std::string::npos) << r.err;
+        bool names_key =
+            r.err.find("num_experts=") != std::string::npos || r.err.find("fp8=hybrid") != std::string::npos;
+        EXPECT_TRUE(names_key) << r.err;
+        EXPECT_EQ(r.out, "") << "nothing is printed on stdout when the config is refused";
+      }
+      EXPECT_LT(r.seconds, 1.0);
+    }
+  }
+  EXPECT_EQ(dense_count, 6);
+  EXPECT_EQ(other_count, 3);
+}
+
+TEST(ConfigCliDryRun, PlanForLlama31_8B) {
+  CliResult r =
+      run_primus({"train", "pretrain", "--config",
+                  primus_examples() + "/megatron/configs/MI300X/llama3.1_8B-BF16-pretrain.yaml", "--dry-run"},
+                 {{"PRIMUS_CONFIG_PATH", primus_configs()}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("8,030,261,248"), std::string::npos);
+  EXPECT_NE(r.out.find("51.5 GFLOP"), std::string::npos);
+  EXPECT_NE(r.out.find("57.9 GFLOP"), std::string::npos);
+  EXPECT_NE(r.out.find("global 128 = micro 2 x 64 micro-batches"), std::string::npos);
+  // The resolved configuration cites where each value came from.
+  EXPECT_NE(r.out.find("micro_batch_size = 2"), std::string::npos);
+  EXPECT_NE(r.out.find("llama3.1_8B-BF16-pretrain.yaml:24:7"), std::string::npos);
+  // Keys with no effect are listed with the reason.
+  EXPECT_NE(r.out.find("torch_compile.enable"), std::string::npos);
+  EXPECT_NE(r.out.find("PyTorch-specific"), std::string::npos);
+  EXPECT_NE(r.out.find("enable_primus_turbo=true"), std::string::npos);
+}
+
+TEST(ConfigCliDryRun, OverridesFromTheCommandLineWinAndAreCited) {
+  CliResult r =
+      run_primus({"train", "pretrain", "--exp", project_dir() + "/configs/quickstart.yaml", "--dry-run",
+                  "--train_iters", "7", "lr=2.0e-3", "--lr_warmup_iters=3", "--min_lr", "1e-5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("train_iters = 7"), std::string::npos);
+  EXPECT_NE(r.out.find("command line (--train_iters 7)"), std::string::npos);
+  EXPECT_NE(r.out.find("lr = 0.002"), std::string::npos);
+  EXPECT_NE(r.out.find("min_lr = 1.0e-05"), std::string::npos)
+      << "--min_lr 1e-5 arrives as a string; coerced";
+  EXPECT_NE(r.out.find("padded 264"), std::string::npos);
+}
+
+TEST(ConfigCliDryRun, OurExamplesAndQuickstartPlan) {
+  std::vector<std::string> files = {project_dir() + "/configs/quickstart.yaml"};
+  for (const std::string fw : {"megatron", "torchtitan"})
+    for (const auto& e : fs::directory_iterator(project_dir() + "/configs/examples/" + fw))
+      files.push_back(e.path().string());
+  for (const std::string& f : files) {
+    SCOPED_TRACE(f);
+    CliResult r = run_primus({"train", "pretrain", "--config", f, "--dry-run"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("== Plan =="), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace primus::cli_test

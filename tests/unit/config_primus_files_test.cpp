@@ -1,0 +1,210 @@
+// Primus's own files load unchanged: every example experiment resolves against Primus's presets; the dense
+// ones validate, the MoE and FP8 ones fail with "not supported yet" naming the keys. Every Primus model
+// preset (and the SFT module preset) loads as far as its features allow, never tripping over an unknown key.
+// Our own presets all load.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "config/load_config.h"
+#include "config/plan.h"
+#include "config_test_util.h"
+
+namespace primus::config {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::config_error_of;
+using testing::fake_env;
+
+ResolveOptions primus_options() {
+  ResolveOptions o;
+  o.env = fake_env();
+  o.roots = std::vector<std::string>{testing::primus_configs()};
+  return o;
+}
+
+std::string example(const std::string& fw, const std::string& name) {
+  return testing::primus_examples() + "/" + fw + "/configs/MI300X/" + name;
+}
+
+TEST(ConfigPrimusExamples, DenseExperimentsValidate) {
+  for (const auto& [fw, name] :
+       std::vector<std::pair<std::string, std::string>>{{"megatron", "llama2_7B-BF16-pretrain.yaml"},
+                                                        {"megatron", "llama3.1_8B-BF16-pretrain.yaml"},
+                                                        {"megatron", "llama3.1_70B-BF16-pretrain.yaml"},
+                                                        {"megatron", "qwen2.5_7B-BF16-pretrain.yaml"},
+                                                        {"torchtitan", "llama3.1_8B-BF16-pretrain.yaml"},
+                                                        {"torchtitan", "llama3.1_70B-BF16-pretrain.yaml"}}) {
+    SCOPED_TRACE(name);
+    ResolvedConfig rc = load_config(example(fw, name), primus_options());
+    EXPECT_EQ(rc.info.framework, fw);
+    EXPECT_GT(rc.train.model.num_layers, 0);
+    if (fw == "megatron") {
+      // ~627 keys per merged Megatron experiment; every one is declared and has a status.
+      size_t from_files = 0;
+      for (const KeyEntry& e : rc.keys.entries) from_files += e.value.origin().kind != Origin::Kind::kDefault;
+      EXPECT_GE(from_files, 620u);
+    }
+  }
+}
+
+TEST(ConfigPrimusExamples, Llama31_8BResolvesToTheRightModel) {
+  ResolvedConfig rc = load_config(example("megatron", "llama3.1_8B-BF16-pretrain.yaml"), primus_options());
+  const TrainConfig& t = rc.train;
+  EXPECT_EQ(t.model.name, "llama3.1_8B");
+  EXPECT_EQ(t.model.num_layers, 32);
+  EXPECT_EQ(t.model.num_query_groups, 8);
+  EXPECT_EQ(t.model.ffn_hidden_size, 14336);
+  EXPECT_EQ(t.model.vocab_size, 128256);
+  EXPECT_EQ(t.data.seq_length, 8192);
+  EXPECT_EQ(t.micro_batch_size, 2);
+  EXPECT_EQ(t.global_batch_size, 128);
+  EXPECT_DOUBLE_EQ(t.optim.lr, 1e-5);
+  EXPECT_DOUBLE_EQ(t.model.norm_epsilon, 1e-6) << "the experiment override wins over the model preset";
+  EXPECT_EQ(count_parameters(t.model).total, 8030261248);
+  // Primus's own loader gives this experiment 627 keys (framework, name and model included): all of them are
+  // here with their origin, the rest of the table at its defaults.
+  std::set<std::string> top_level;  // sections (torch_compile.*, mock_dataset.*) count once, as in Primus
+  for (const KeyEntry& e : rc.keys.entries)
+    if (!e.is_default()) top_level.insert(e.decl->name.substr(0, e.decl->name.find('.')));
+  EXPECT_EQ(top_level.size(), 627u);
+  EXPECT_EQ(rc.keys.origin("micro_batch_size").line, 24);
+  EXPECT_NE(rc.keys.origin("num_layers").file.find("models/megatron/llama3_8B.yaml"), std::string::npos);
+}
+
+TEST(ConfigPrimusExamples, EnvironmentOverridesTheDefaults) {
+  ResolveOptions o = primus_options();
+  o.env = fake_env({{"PRIMUS_SEQ_LENGTH", "1024"}, {"PRIMUS_EXP_NAME", "mine"}});
+  ResolvedConfig rc = load_config(example("megatron", "qwen2.5_7B-BF16-pretrain.yaml"), o);
+  EXPECT_EQ(rc.train.data.seq_length, 1024);
+  EXPECT_EQ(rc.train.run.exp_name, "mine");
+  EXPECT_FALSE(rc.train.checkpoint.auto_continue_train) << "${CONTI_PARAMS:0} is int 0, a false flag";
+}
+
+TEST(ConfigPrimusExamples, TorchTitanExampleMapsSections) {
+  ResolvedConfig rc = load_config(example("torchtitan", "llama3.1_8B-BF16-pretrain.yaml"), primus_options());
+  const TrainConfig& t = rc.train;
+  EXPECT_EQ(t.model.hidden_size, 4096);
+  EXPECT_EQ(t.model.ffn_hidden_size, 14336);
+  EXPECT_EQ(t.micro_batch_size, 4);
+  EXPECT_EQ(t.global_batch_size, 4);
+  EXPECT_EQ(t.data.seq_length, 8192);
+  EXPECT_EQ(t.train_iters, 50);
+  EXPECT_EQ(t.optim.lr_warmup_iters, 10);
+  EXPECT_DOUBLE_EQ(t.optim.lr, 8e-4);
+  EXPECT_FALSE(t.data.mock_data);
+  bool warned = false;
+  for (const auto& w : rc.warnings) warned = warned || w.find("training.dataset 'c4'") != std::string::npos;
+  EXPECT_TRUE(warned) << "a HuggingFace dataset name is accepted but flagged";
+}
+
+TEST(ConfigPrimusExamples, TorchTitanExperimentHasPrimusTopLevelKeys) {
+  ResolvedTree tree = resolve_experiment(example("torchtitan", "llama3.1_8B-BF16-pretrain.yaml"), primus_options());
+  EXPECT_EQ(tree.module.entries().size(), 25u) << "as Primus's loader: 25 top-level keys";
+}
+
+TEST(ConfigPrimusExamples, MoEAndFp8ExperimentsAreNotSupportedYet) {
+  std::string mixtral = config_error_of(
+      [] { load_config(example("megatron", "mixtral_8x7B_v0.1-BF16-pretrain.yaml"), primus_options()); });
+  EXPECT_NE(mixtral.find("not supported yet: num_experts=8"), std::string::npos) << mixtral;
+  EXPECT_NE(mixtral.find("not supported yet: expert_model_parallel_size=8"), std::string::npos) << mixtral;
+  std::string deepseek = config_error_of(
+      [] { load_config(example("megatron", "deepseek_v2_lite-BF16-pretrain.yaml"), primus_options()); });
+  EXPECT_NE(deepseek.find("not supported yet: num_experts=64"), std::string::npos) << deepseek;
+  std::string fp8 = config_error_of(
+      [] { load_config(example("megatron", "llama3.1_8B-FP8-pretrain.yaml"), primus_options()); });
+  EXPECT_NE(fp8.find("not supported yet: fp8=hybrid"), std::string::npos) << fp8;
+  EXPECT_NE(fp8.find("llama3.1_8B-FP8-pretrain.yaml:79:7"), std::string::npos) << fp8;
+}
+
+// An experiment over Primus's presets for any module/model pair.
+std::string load_pair(const std::string& fw, const std::string& module, const std::string& model) {
+  testing::TempDir dir;
+  std::string exp = dir.write("exp.yaml",
+                              "work_group: g\nuser_name: u\nexp_name: e\nworkspace: w\nmodules:\n"
+                              "  pre_trainer:\n    framework: " +
+                                  fw + "\n    config: " + module + "\n    model: " + model + "\n");
+  try {
+    load_config(exp, primus_options());
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigPrimusExamples, EveryPrimusModelPresetLoadsWithoutUnknownKeys) {
+  for (const auto& entry : fs::directory_iterator(testing::primus_configs() + "/models/megatron")) {
+    std::string model = entry.path().filename().string();
+    SCOPED_TRACE(model);
+    std::string error = load_pair("megatron", "pre_trainer.yaml", model);
+    EXPECT_EQ(error.find("unknown key"), std::string::npos) << error;
+    EXPECT_EQ(error.find("wrong type"), std::string::npos) << error;
+    // Dense models load; the others stop at a feature we do not have yet (or at a preset's own gap: the bases
+    // leave the tokenizer unset, which makes the vocabulary unknown).
+    bool moe_or_mla =
+        model.find("mixtral") != std::string::npos || model.find("deepseek") != std::string::npos;
+    if (moe_or_mla) {
+      EXPECT_NE(error.find("not supported yet"), std::string::npos) << error;
+    } else if (!error.empty()) {
+      bool base = model.find("base") != std::string::npos || model == "language_model.yaml" ||
+                  model == "primus_megatron_model.yaml";
+      EXPECT_TRUE(base) << error;
+    }
+  }
+  for (const char* model : {"llama3.1_8B.yaml", "llama3.1_70B.yaml"})
+    EXPECT_EQ(load_pair("torchtitan", "pre_trainer.yaml", model), "") << model;
+}
+
+TEST(ConfigPrimusExamples, SftModulePresetLoadsUpToItsStage) {
+  std::string error = load_pair("megatron", "sft_trainer.yaml", "llama3.1_8B.yaml");
+  EXPECT_NE(error.find("not supported yet: stage=sft"), std::string::npos) << error;
+  EXPECT_EQ(error.find("unknown key"), std::string::npos) << error;
+}
+
+TEST(ConfigProjectPresets, EveryModelPresetLoadsWithOurModulePreset) {
+  for (const std::string fw : {"megatron", "torchtitan"}) {
+    for (const auto& entry : fs::directory_iterator(testing::project_configs() + "/models/" + fw)) {
+      std::string model = entry.path().filename().string();
+      if (model.find("_base") != std::string::npos) continue;
+      SCOPED_TRACE(fw + "/" + model);
+      testing::TempDir dir;
+      std::string exp = dir.write("exp.yaml",
+                                  "work_group: g\nuser_name: u\nexp_name: e\nworkspace: w\nmodules:\n"
+                                  "  pre_trainer:\n    framework: " +
+                                      fw + "\n    config: pre_trainer.yaml\n    model: " + model + "\n");
+      ResolveOptions o;
+      o.env = fake_env();
+      o.roots = std::vector<std::string>{testing::project_configs()};
+      ResolvedConfig rc = load_config(exp, o);
+      EXPECT_GT(count_parameters(rc.train.model).total, 0);
+      EXPECT_TRUE(rc.warnings.empty() || fw == "torchtitan") << rc.warnings.front();
+    }
+  }
+}
+
+TEST(ConfigProjectPresets, ExamplesAndQuickstartLoad) {
+  ResolveOptions o;
+  o.env = fake_env();
+  o.roots = std::vector<std::string>{testing::project_configs()};
+  std::vector<std::string> files = {testing::project_configs() + "/quickstart.yaml"};
+  for (const std::string fw : {"megatron", "torchtitan"})
+    for (const auto& e : fs::directory_iterator(testing::project_configs() + "/examples/" + fw))
+      files.push_back(e.path().string());
+  for (const std::string& f : files) {
+    SCOPED_TRACE(f);
+    ResolvedConfig rc = load_config(f, o);
+    EXPECT_GT(rc.train.train_iters, 0);
+  }
+  ResolvedConfig quick = load_config(testing::project_configs() + "/quickstart.yaml", o);
+  EXPECT_EQ(quick.train.model.padded_vocab_size, 264);
+  EXPECT_EQ(quick.train.data.tokenizer_type, "ByteTokenizer");
+  EXPECT_EQ(quick.train.data.text_data_path, "/usr/share/games/fortunes");
+  int64_t n = count_parameters(quick.train.model).total;
+  EXPECT_GE(n, 5000000);
+  EXPECT_LE(n, 20000000);
+}
+
+}  // namespace
+}  // namespace primus::config

@@ -1,0 +1,196 @@
+// Typed checks and cross-key rules: each bad configuration is a ConfigError naming the key, the value, the
+// rule and where the value came from.
+#include <gtest/gtest.h>
+
+#include "config/load_config.h"
+#include "config_test_util.h"
+
+namespace primus::config {
+namespace {
+
+using testing::config_error_of;
+using testing::fake_env;
+using testing::TempDir;
+
+// An experiment over the project's presets: model `model`, `overrides` (YAML lines under overrides:), CLI
+// tokens.
+struct Fixture {
+  TempDir dir;
+  std::map<std::string, std::string> env;
+  ResolvedConfig load(const std::string& model, const std::string& overrides,
+                      std::vector<std::string> cli = {}, const std::string& framework = "megatron") {
+    std::string text =
+        "work_group: g\nuser_name: u\nexp_name: e\nworkspace: ./w\nmodules:\n  pre_trainer:\n"
+        "    framework: " +
+        framework + "\n    config: pre_trainer.yaml\n    model: " + model + "\n    overrides:\n" +
+        (framework == "megatron" ? "      mock_data: true\n" : "      device: cpu\n") + overrides;
+    ResolveOptions o;
+    o.env = fake_env(env);
+    o.roots = std::vector<std::string>{testing::project_configs()};
+    o.cli_overrides = std::move(cli);
+    return load_config(dir.write("exp.yaml", text), o);
+  }
+  std::string error(const std::string& model, const std::string& overrides,
+                    std::vector<std::string> cli = {}) {
+    return config_error_of([&] { load(model, overrides, cli); });
+  }
+};
+
+void expect_has(const std::string& text, std::initializer_list<const char*> parts) {
+  for (const char* p : parts)
+    EXPECT_NE(text.find(p), std::string::npos) << "missing '" << p << "' in: " << text;
+}
+
+TEST(ConfigValidate, TinyLlamaLoadsWithDerivedValues) {
+  Fixture f;
+  ResolvedConfig rc = f.load("tiny_llama.yaml", "      make_vocab_size_divisible_by: 8\n");
+  const TrainConfig& t = rc.train;
+  EXPECT_EQ(t.model.vocab_size, 257);
+  EXPECT_EQ(t.model.padded_vocab_size, 264);
+  EXPECT_EQ(t.model.kv_channels, 64);
+  EXPECT_EQ(t.model.num_query_groups, 2);
+  EXPECT_EQ(t.model.name, "tiny_llama");
+  EXPECT_EQ(t.data.seq_length, 2048);
+  EXPECT_EQ(t.model.max_position_embeddings, 2048) << "null: = seq_length";
+  EXPECT_EQ(t.run.run_dir(), "./w/g/u/e");
+  EXPECT_TRUE(t.data.mock_data);
+  EXPECT_EQ(rc.keys.origin("mock_data").line, 11);
+}
+
+TEST(ConfigValidate, UnknownKeyNamesFileLineColumnAndSuggests) {
+  Fixture f;
+  std::string msg = f.error("micro_llama.yaml", "      trian_iters: 5\n");
+  expect_has(msg, {"exp.yaml:12:7", "unknown key 'trian_iters'", "did you mean 'train_iters'"});
+  std::string cli = f.error("micro_llama.yaml", "", {"--micro_batch_sise", "2"});
+  expect_has(cli, {"command line (--micro_batch_sise 2)", "did you mean 'micro_batch_size'"});
+}
+
+TEST(ConfigValidate, WrongTypesAndInvalidValues) {
+  Fixture f;
+  expect_has(f.error("micro_llama.yaml", "      train_iters: lots\n"),
+             {"train_iters", "wrong type", "expected an integer", "exp.yaml:12:7"});
+  expect_has(f.error("micro_llama.yaml", "      micro_batch_size: -4\n"),
+             {"micro_batch_size=-4", "must be > 0", "exp.yaml:12:7"});
+  expect_has(f.error("micro_llama.yaml", "      lr_decay_style: exotic\n"),
+             {"lr_decay_style=exotic", "one of"});
+  expect_has(f.error("micro_llama.yaml", "      adam_beta2: 1.5\n"), {"adam_beta2=1.5", "must be in [0, 1]"});
+  expect_has(f.error("micro_llama.yaml", "      device: tpu\n"), {"device=tpu", "auto, cpu, cuda"});
+  expect_has(f.error("micro_llama.yaml", "      num_layers: null\n"), {"num_layers", "must not be null"});
+  // Several problems are reported together.
+  std::string both = f.error("micro_llama.yaml", "      seq_lenght: 5\n      hidden_size: wide\n");
+  expect_has(both, {"2 problems", "seq_lenght", "hidden_size"});
+}
+
+TEST(ConfigValidate, CrossKeyRulesNameKeysValuesAndRule) {
+  Fixture f;
+  expect_has(f.error("micro_llama.yaml", "      global_batch_size: 10\n      micro_batch_size: 4\n"),
+             {"global_batch_size=10", "micro_batch_size=4",
+              "global_batch_size % (micro_batch_size * DP) == 0", "exp.yaml:12:7"});
+  expect_has(f.error("micro_llama.yaml", "      num_query_groups: 3\n"),
+             {"num_attention_heads=4", "num_query_groups=3", "num_attention_heads % num_query_groups == 0"});
+  expect_has(f.error("micro_llama.yaml", "      seq_length: 1024\n      max_position_embeddings: 256\n"),
+             {"seq_length=1024", "max_position_embeddings=256", "seq_length <= max_position_embeddings"});
+  expect_has(f.error("micro_llama.yaml", "      lr: 1.0e-5\n      min_lr: 1.0e-4\n"), {"lr >= min_lr"});
+  expect_has(f.error("micro_llama.yaml", "      hidden_size: 66\n"),
+             {"hidden_size=66", "num_attention_heads=4"});
+  expect_has(f.error("micro_llama.yaml", "      recompute_granularity: full\n"), {"recompute_method"});
+  expect_has(f.error("micro_llama.yaml", "      recompute_method: block\n"),
+             {"recompute_method=block", "only to recompute_granularity full"});
+  expect_has(f.error("micro_llama.yaml", "      lr_warmup_iters: 2000\n      train_iters: 100\n"),
+             {"lr_warmup_iters=2000", "lr_warmup_iters < lr_decay_iters"});
+  expect_has(f.error("micro_llama.yaml", "      group_query_attention: true\n      num_query_groups: null\n"),
+             {"num_query_groups is null"});
+}
+
+TEST(ConfigValidate, WorldSizeGivesTheDataParallelSize) {
+  Fixture f;
+  f.env["WORLD_SIZE"] = "4";
+  ResolvedConfig rc = f.load("micro_llama.yaml", "      global_batch_size: 16\n      micro_batch_size: 2\n");
+  EXPECT_EQ(rc.train.parallel.data_parallel_size, 4);
+  expect_has(f.error("micro_llama.yaml", "      global_batch_size: 12\n      micro_batch_size: 2\n"),
+             {"data-parallel size 4", "global_batch_size=12"});
+  f.env["WORLD_SIZE"] = "zero";
+  expect_has(f.error("micro_llama.yaml", ""), {"WORLD_SIZE='zero'"});
+}
+
+TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
+  Fixture f;
+  expect_has(
+      f.error("micro_llama.yaml", "      fp8: hybrid\n      num_experts: 8\n"),
+      {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: num_experts=8", "exp.yaml:12:7"});
+  expect_has(f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n"),
+             {"not supported yet: tensor_model_parallel_size=2"});
+  expect_has(f.error("micro_llama.yaml", "      normalization: LayerNorm\n"),
+             {"not supported yet: normalization=LayerNorm", "only RMSNorm"});
+  expect_has(f.error("micro_llama.yaml", "      hidden_dropout: 0.1\n"),
+             {"not supported yet: hidden_dropout=0.1"});
+  expect_has(f.error("micro_llama.yaml", "      lr_decay_style: WSD\n"),
+             {"not supported yet: lr_decay_style=WSD"});
+  // Inert values pass: sequence_parallel at TP 1 has no effect, dropout 0, fp8 null.
+  ResolvedConfig rc = f.load("micro_llama.yaml",
+                             "      sequence_parallel: true\n      hidden_dropout: 0\n      fp8: null\n"
+                             "      use_turbo_attention: true\n      num_experts: 0\n");
+  EXPECT_EQ(rc.keys.entry("use_turbo_attention")->decl->status, KeyStatus::kNoEffect);
+}
+
+TEST(ConfigValidate, VocabularyFromTokenizer) {
+  Fixture f;
+  ResolvedConfig l3 =
+      f.load("micro_llama.yaml",
+             "      tokenizer_type: HuggingFaceTokenizer\n      tokenizer_model: meta-llama/Llama-3.1-8B\n");
+  EXPECT_EQ(l3.train.model.vocab_size, 128256);
+  EXPECT_EQ(l3.train.model.padded_vocab_size, 128256);
+  ResolvedConfig q =
+      f.load("micro_llama.yaml",
+             "      tokenizer_type: HuggingFaceTokenizer\n      tokenizer_model: Qwen/Qwen2.5-7B\n");
+  EXPECT_EQ(q.train.model.vocab_size, 151665);
+  EXPECT_EQ(q.train.model.padded_vocab_size, 151680);
+  expect_has(
+      f.error("micro_llama.yaml",
+              "      tokenizer_type: HuggingFaceTokenizer\n      tokenizer_model: my-org/secret-model\n"),
+      {"my-org/secret-model", "set vocab_size"});
+  expect_has(f.error("micro_llama.yaml", "      tokenizer_type: ByteTokeniser\n"),
+             {"unknown tokenizer_type 'ByteTokeniser'", "did you mean 'ByteTokenizer'"});
+  expect_has(f.error("micro_llama.yaml", "      vocab_size: 100\n"), {"vocab_size=100", ">= 257"});
+}
+
+TEST(ConfigValidate, LrWarmupFractionAndDefaultsOfTheSchedule) {
+  Fixture f;
+  ResolvedConfig rc =
+      f.load("micro_llama.yaml",
+             "      train_iters: 200\n      lr_warmup_iters: 0\n      lr_warmup_fraction: 0.1\n");
+  EXPECT_EQ(rc.train.optim.lr_warmup_iters, 20);
+  EXPECT_FALSE(rc.train.optim.lr_decay_iters.has_value());
+  expect_has(f.error("micro_llama.yaml", "      lr_warmup_iters: 5\n      lr_warmup_fraction: 0.1\n"),
+             {"lr_warmup_fraction", "lr_warmup_iters=5", "set only one"});
+}
+
+TEST(ConfigValidate, TorchTitanDialectMapsSections) {
+  Fixture f;
+  ResolvedConfig rc =
+      f.load("micro_llama.yaml",
+             "      training:\n        local_batch_size: 3\n        seq_len: 32\n        steps: 7\n"
+             "      lr_scheduler:\n        warmup_steps: 2\n        decay_type: cosine\n"
+             "        min_lr_factor: 0.1\n      optimizer:\n        lr: 0.002\n"
+             "      activation_checkpoint:\n        mode: full\n",
+             {}, "torchtitan");
+  const TrainConfig& t = rc.train;
+  EXPECT_EQ(t.micro_batch_size, 3);
+  EXPECT_EQ(t.global_batch_size, 3);
+  EXPECT_EQ(t.data.seq_length, 32);
+  EXPECT_EQ(t.train_iters, 7);
+  EXPECT_EQ(t.optim.lr_decay_style, "cosine");
+  EXPECT_DOUBLE_EQ(t.optim.min_lr, 0.002 * 0.1);
+  EXPECT_EQ(t.optim.lr_decay_iters.value_or(0), 7);
+  EXPECT_EQ(t.recompute.granularity, "full");
+  EXPECT_EQ(t.model.hidden_size, 64);
+  EXPECT_EQ(t.model.vocab_size, 257);
+  EXPECT_EQ(t.model.padded_vocab_size, 257) << "TorchTitan does not pad";
+  EXPECT_EQ(t.run.framework, "torchtitan");
+  std::string bad = config_error_of(
+      [&] { f.load("micro_llama.yaml", "      training:\n        seq_lne: 5\n", {}, "torchtitan"); });
+  expect_has(bad, {"unknown key 'training.seq_lne'", "did you mean 'training.seq_len'"});
+}
+
+}  // namespace
+}  // namespace primus::config
