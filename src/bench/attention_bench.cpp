@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+
 #include "core/error.h"
+#include "core/log.h"
 
 namespace primus::bench {
 
@@ -66,6 +69,26 @@ std::string format_attention_results(const std::vector<AttentionBenchResult>& ro
     throw ConfigError(fmt::format("benchmark attention: unknown output format '{}'", format), "expected md, csv or jsonl");
   }
   return s;
+}
+
+int run_attention_bench(const AttentionBenchOptions& opt) {
+  std::string format;
+  if (!opt.output_file.empty()) {
+    const auto dot = opt.output_file.rfind('.');
+    const std::string ext = dot == std::string::npos ? "" : opt.output_file.substr(dot + 1);
+    if (ext != "md" && ext != "csv" && ext != "jsonl")
+      throw ConfigError(fmt::format("--output-file '{}': use .md, .csv or .jsonl", opt.output_file));
+    format = ext;
+  }
+  const auto rows = run_attention_benchmark(opt);
+  fmt::print("{}", format_attention_results(rows, "md"));
+  if (!format.empty()) {
+    std::ofstream f(opt.output_file);
+    if (!f) throw Error(ErrorKind::kRuntime, fmt::format("cannot write {}", opt.output_file));
+    f << format_attention_results(rows, format);
+    log::info("benchmark attention: report {}", opt.output_file);
+  }
+  return 0;
 }
 
 }  // namespace primus::bench

@@ -19,6 +19,7 @@ struct AttentionBenchOptions {
   int warmup = 5;
   int iters = 20;
   int device = 0;
+  std::string output_file = "attention_report.md";  // .md | .csv | .jsonl ("" = stdout only)
 };
 
 struct AttentionBenchResult {
@@ -39,5 +40,9 @@ std::vector<AttentionBenchResult> run_attention_benchmark(const AttentionBenchOp
 
 // "md" (a Markdown table), "csv" (header + rows) or "jsonl" (one object per line).
 std::string format_attention_results(const std::vector<AttentionBenchResult>& rows, const std::string& format);
+
+// The CLI entry: runs the benchmark, prints the Markdown table, writes output_file in the format its extension
+// names. Returns the process exit code.
+int run_attention_bench(const AttentionBenchOptions& opt);
 
 }  // namespace primus::bench

@@ -45,17 +45,21 @@ def bench(backend, b, h, kv, s, d):
         fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         with torch.no_grad():
             fwd_ms = median_ms(fwd)
+            fwd10_ms = median_ms(lambda: [fwd() for _ in range(10)], warmup=1, iters=5) / 10
         out = fwd()
-        bwd_ms = median_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True))
+        bwd = lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+        bwd_ms = median_ms(bwd)
+        bwd10_ms = median_ms(lambda: [bwd() for _ in range(10)], warmup=1, iters=5) / 10
     flop = 2.0 * b * h * s * s * d
-    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_tflops": flop / fwd_ms / 1e9, "bwd_tflops": 2.5 * flop / bwd_ms / 1e9}
+    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_tflops": flop / fwd_ms / 1e9, "bwd_tflops": 2.5 * flop / bwd_ms / 1e9,
+            "fwdx10_tflops": flop / fwd10_ms / 1e9, "bwdx10_tflops": 2.5 * flop / bwd10_ms / 1e9}
 
 
 def parse_ours(path):
     ours = {}
     if not path:
         return ours
-    pat = re.compile(r"perf (fwd|bwd) (cudnn|flash) B(\d+) T(\d+) H(\d+) KV(\d+) D(\d+)\s+\S+\s+\S+\s+([\d.]+)\s+([\d.]+) TFLOP/s")
+    pat = re.compile(r"perf (fwd|bwd|fwdx10|bwdx10) (cudnn|flash) B(\d+) T(\d+) H(\d+) KV(\d+) D(\d+)\s+\S+\s+\S+\s+([\d.]+)\s+([\d.]+) TFLOP/s")
     try:
         with open(path) as f:
             for line in f:
@@ -91,7 +95,7 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for shape in SHAPES:
         b, h, kv, s, d = shape
-        for dirn in ("fwd", "bwd"):
+        for dirn in ("fwd", "bwd", "fwdx10", "bwdx10"):
             tc = results.get(("cudnn",) + shape, {}).get(f"{dirn}_tflops")
             tf = results.get(("flash",) + shape, {}).get(f"{dirn}_tflops")
             oc = ours.get(("cudnn", b, h, kv, s, d, dirn), (None, None))[1]

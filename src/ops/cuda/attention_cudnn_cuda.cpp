@@ -305,14 +305,12 @@ void run(Entry& e, const Key& key, std::vector<int64_t> uids, std::vector<void*>
   cudnnHandle_t h = cd::handle(st.device.index);
   std::lock_guard<std::mutex> lock(cache_mutex());  // one handle per device: serialise its use
   PRIMUS_CUDNN_CHECK(cudnnSetStream(h, cuda_stream(st)));
-  char* ws = static_cast<char*>(device_alloc(static_cast<size_t>(e.ws_bytes), st));
-  uids.insert(uids.end(), {kSoftmaxSum, kDQAccum});
-  ptrs.insert(ptrs.end(), {ws + e.softmax_sum_off, ws + e.dq_accum_off});
-  if (!key.backward) {  // the forward graph has no workspace tensors of ours
-    uids.resize(uids.size() - 2);
-    ptrs.resize(ptrs.size() - 2);
+  char* ws = e.ws_bytes > 0 ? static_cast<char*>(device_alloc(static_cast<size_t>(e.ws_bytes), st)) : nullptr;
+  if (key.backward) {  // the backward graph's own workspace tensors (the forward has none)
+    uids.insert(uids.end(), {kSoftmaxSum, kDQAccum});
+    ptrs.insert(ptrs.end(), {ws + e.softmax_sum_off, ws + e.dq_accum_off});
   }
-  void* cudnn_ws = ws + e.cudnn_ws_off;
+  void* cudnn_ws = ws ? ws + e.cudnn_ws_off : nullptr;
   if (!e.tuned && e.plans.size() > 1) {
     cudaEvent_t a, b;
     PRIMUS_CUDA_CHECK(cudaEventCreate(&a));
@@ -339,7 +337,7 @@ void run(Entry& e, const Key& key, std::vector<int64_t> uids, std::vector<void*>
   }
   e.tuned = true;
   cd::execute(h, e.plans[0], uids, ptrs, cudnn_ws);
-  device_free(ws, st);
+  if (ws) device_free(ws, st);
 }
 
 }  // namespace

@@ -82,6 +82,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // ROWS x D tile of rows [row0, row0 + ROWS) from a [T, stride] row-major head slice into smem with row stride D + 8
 // (16 bytes of padding: ldmatrix rows land in distinct banks).
@@ -141,8 +147,12 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
   const bf16* kg = base + (p.H + kvh) * D;
   const bf16* vg = base + (p.H + p.KV + kvh) * D;
 
+  // Pipeline: V of block nb loads while S = Q K^T runs; K of block nb + 1 loads during softmax and P V.
   load_tile<BM, D>(sQ, qg, p.row, q0, p.T);
-  cp_async_wait_all();
+  cp_async_commit();
+  load_tile<BN, D>(sK, kg, p.row, 0, p.T);
+  cp_async_commit();
+  cp_async_wait<1>();  // Q landed (K0 may still be in flight)
   __syncthreads();
   uint32_t qf[D / 16][4];
 #pragma unroll
@@ -158,10 +168,9 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
 
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int k0 = nb * BN;
-    __syncthreads();  // every warp is done with the previous K/V tiles
-    load_tile<BN, D>(sK, kg, p.row, k0, p.T);
     load_tile<BN, D>(sV, vg, p.row, k0, p.T);
-    cp_async_wait_all();
+    cp_async_commit();
+    cp_async_wait<1>();  // K of this block landed (V may still be in flight)
     __syncthreads();
 
     float s[BN / 8][4];
@@ -176,6 +185,12 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
         mma(s[2 * np], qf[kk], bf[0], bf[1]);
         mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
       }
+    }
+    __syncthreads();  // every warp is done with sK
+    const bool more = nb + 1 < n_blocks;
+    if (more) {
+      load_tile<BN, D>(sK, kg, p.row, k0 + BN, p.T);
+      cp_async_commit();
     }
     // Scale into the log2 domain and mask (keys past T; keys after the query under the causal mask).
     float mx[2] = {m_run[0], m_run[1]};
@@ -216,7 +231,12 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
       o[dt][2] *= alpha[1];
       o[dt][3] *= alpha[1];
     }
-    // O += P V
+    // O += P V, once V of this block has landed
+    if (more)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
+    __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
@@ -230,6 +250,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
         mma(o[2 * dp + 1], a, bf[2], bf[3]);
       }
     }
+    __syncthreads();  // every warp is done with sV before the next block's V load
   }
 
 #pragma unroll
