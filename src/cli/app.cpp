@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,15 +20,33 @@ void print_error(const std::string& message, const std::string& hint) {
   if (!hint.empty()) std::fprintf(stderr, "  hint: %s\n", hint.c_str());
 }
 
-// CLI11 reports an unknown subcommand only as "a subcommand is required"; find it first so that the message
-// can name it and suggest the right one.
+// The long option names of one level ("--help", "--version", ...).
+std::vector<std::string> option_names(CLI::App* level) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : level->get_options())
+    for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+  return names;
+}
+
+// CLI11 reports an unknown subcommand only as "a subcommand is required", and an unknown option without a
+// suggestion; check the levels above the leaf command first so that the message can name the mistake and
+// suggest the right word. (The leaf command's unknown options are configuration overrides.)
 void check_subcommand_names(CLI::App& root, int argc, char** argv) {
   CLI::App* level = &root;
   for (int i = 1; i < argc; ++i) {
     std::string token = argv[i];
-    if (token.rfind("-", 0) == 0) continue;  // options of this level take no values
     std::vector<CLI::App*> subs = level->get_subcommands([](CLI::App*) { return true; });
     if (subs.empty()) return;
+    const std::string where = level == &root ? "primus" : "primus " + level->get_name();
+    if (token.rfind("-", 0) == 0) {  // options above the leaf take no values
+      std::string name = token.substr(0, token.find('='));
+      std::vector<std::string> known = option_names(level);
+      if (name.rfind("--", 0) == 0 && std::find(known.begin(), known.end(), name) == known.end())
+        throw ConfigError(
+            fmt::format("unknown option '{}' for {}{}", name, where, config::did_you_mean_text(name, known)),
+            fmt::format("run `{} --help`", where));
+      continue;
+    }
     std::vector<std::string> names;
     CLI::App* next = nullptr;
     for (CLI::App* s : subs) {
@@ -35,7 +54,6 @@ void check_subcommand_names(CLI::App& root, int argc, char** argv) {
       if (s->get_name() == token) next = s;
     }
     if (next == nullptr) {
-      std::string where = level == &root ? "primus" : level->get_name();
       throw ConfigError(
           fmt::format("unknown command '{}' for {}{}", token, where, config::did_you_mean_text(token, names)),
           fmt::format("commands: {}; run `primus --help`", fmt::join(names, ", ")));

@@ -26,5 +26,6 @@ const std::vector<CommandRegistration>& commands();
 
 // Subcommand attach functions (one per cmd_<name>.cpp).
 void attach_train(CLI::App& root, CliContext& ctx);
+void attach_benchmark(CLI::App& root, CliContext& ctx);  // cmd_benchmark.cpp
 
 }  // namespace primus::cli

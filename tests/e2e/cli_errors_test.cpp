@@ -114,6 +114,10 @@ TEST_F(ConfigCliErrors, CommandLineMistakes) {
   CliResult command = refuse({"trian", "pretrain"});
   EXPECT_NE(command.err.find("unknown command 'trian'"), std::string::npos) << command.err;
   EXPECT_NE(command.err.find("did you mean 'train'"), std::string::npos) << command.err;
+  CliResult root_option = refuse({"--verison"});
+  EXPECT_NE(root_option.err.find("unknown option '--verison' for primus; did you mean '--version'"),
+            std::string::npos)
+      << root_option.err;
   CliResult sub = refuse({"train", "pretrian"});
   EXPECT_NE(sub.err.find("did you mean 'pretrain'"), std::string::npos) << sub.err;
   std::string exp = experiment("");
