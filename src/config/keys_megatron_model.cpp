@@ -11,6 +11,8 @@ constexpr const char* kWhyTikToken =
     "applies only to tokenizer_type TikTokenizer, which is not supported yet";
 }  // namespace
 
+// Defaults are Megatron-LM's argument defaults (what Megatron builds when no file sets a key), not Llama's: a
+// preset that leaves out swiglu or add_bias_linear describes a GPT-2-style model, and is told so.
 void add_megatron_model_keys(KeyTable& t) {
   t.group("model");
   t.add(impl("model", kS, "null", "model preset file name (set from the experiment's `model:`)"));
@@ -29,14 +31,14 @@ void add_megatron_model_keys(KeyTable& t) {
             .check(positive()));
   t.add(impl("max_position_embeddings", kI, "null", "longest position the model supports (null: seq_length)")
             .check(positive()));
-  t.add(impl("untie_embeddings_and_output_weights", kB, "true",
+  t.add(impl("untie_embeddings_and_output_weights", kB, "false",
              "separate output-layer weights (false: the lm-head reuses the input embedding)"));
   t.add(impl("add_qkv_bias", kB, "false", "bias on the query/key/value projections (Qwen 2)"));
-  t.add(impl("add_bias_linear", kB, "false", "bias on every linear layer")
+  t.add(impl("add_bias_linear", kB, "true", "bias on every linear layer")
             .supports(is_bool(false), "only false (no linear biases) is implemented"));
   t.add(impl("qk_layernorm", kB, "false", "RMSNorm of q and k per head before RoPE (Qwen 3)"));
   t.add(unsup("qk_l2_norm", kB, "false", "L2 normalisation of q and k"));
-  t.add(impl("swiglu", kB, "true", "SwiGLU MLP (gate, up, down)")
+  t.add(impl("swiglu", kB, "false", "SwiGLU MLP (gate, up, down)")
             .supports(is_bool(true), "only the SwiGLU MLP is implemented"));
   t.add(unsup("quick_geglu", kB, "false", "quick-GeGLU MLP activation"));
   t.add(unsup("openai_gelu", kB, "false", "OpenAI's tanh GeLU approximation"));
