@@ -145,6 +145,14 @@ void flatten(const Value& map, const std::string& prefix, const KeyTable& table,
              const std::vector<std::string>& all_names) {
   for (const auto& [key, value] : map.entries()) {
     std::string name = prefix.empty() ? key : prefix + "." + key;
+    if (key.find('.') != std::string::npos) {
+      // Only the command line nests dotted names; in a file, "training.seq_len: 5" would be a second spelling
+      // of training: {seq_len: ...} that Primus never reads.
+      problems.add(fmt::format(
+          "{}: key '{}' contains a dot; in a YAML file write it nested ({}: {{{}: ...}})",
+          value.origin().str(), name, name.substr(0, name.rfind('.')), name.substr(name.rfind('.') + 1)));
+      continue;
+    }
     const KeyDecl* decl = table.find(name);
     if (decl == nullptr) {
       problems.add(fmt::format("{}: unknown key '{}' in {}{}", value.origin().str(), name, what,

@@ -190,6 +190,12 @@ TEST(ConfigValidate, TorchTitanDialectMapsSections) {
   std::string bad = config_error_of(
       [&] { f.load("micro_llama.yaml", "      training:\n        seq_lne: 5\n", {}, "torchtitan"); });
   expect_has(bad, {"unknown key 'training.seq_lne'", "did you mean 'training.seq_len'"});
+  std::string dotted =
+      config_error_of([&] { f.load("micro_llama.yaml", "      training.seq_len: 5\n", {}, "torchtitan"); });
+  expect_has(dotted, {"'training.seq_len' contains a dot", "exp.yaml:12:7"});
+  // On the command line dots nest.
+  EXPECT_EQ(f.load("micro_llama.yaml", "", {"--training.seq_len", "16"}, "torchtitan").train.data.seq_length,
+            16);
 }
 
 }  // namespace
