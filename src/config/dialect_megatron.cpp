@@ -3,6 +3,8 @@
 // max_position_embeddings).
 #include <fmt/format.h>
 
+#include <type_traits>
+
 #include <filesystem>
 
 #include "config/load_config.h"
@@ -47,7 +49,11 @@ void map_megatron(ResolvedConfig& rc) {
   auto src = [&](const char* field, const char* key) { rc.set_source(field, key, k.origin(key)); };
   auto derived = [&](const char* field, const auto& value, const std::string& how) {
     rc.set_source(field, field, Origin::derived(how));
-    rc.derived.push_back(fmt::format("{} = {} ({})", field, value, how));
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>) {
+      rc.derived.push_back(fmt::format("{} = {} ({})", field, format_float(value), how));
+    } else {
+      rc.derived.push_back(fmt::format("{} = {} ({})", field, value, how));
+    }
   };
 
   // Model.

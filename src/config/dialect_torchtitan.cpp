@@ -2,6 +2,8 @@
 // TrainConfig. Model sizes come from the flavor table; the vocabulary from model.hf_assets_path.
 #include <fmt/format.h>
 
+#include <type_traits>
+
 #include "config/did_you_mean.h"
 #include "config/load_config.h"
 #include "config/torchtitan_flavors.h"
@@ -16,7 +18,11 @@ void map_torchtitan(ResolvedConfig& rc) {
   auto src = [&](const char* field, const char* key) { rc.set_source(field, key, k.origin(key)); };
   auto derived = [&](const char* field, const auto& value, const std::string& how) {
     rc.set_source(field, field, Origin::derived(how));
-    rc.derived.push_back(fmt::format("{} = {} ({})", field, value, how));
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>) {
+      rc.derived.push_back(fmt::format("{} = {} ({})", field, format_float(value), how));
+    } else {
+      rc.derived.push_back(fmt::format("{} = {} ({})", field, value, how));
+    }
   };
 
   // Model: family + flavor.
