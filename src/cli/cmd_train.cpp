@@ -43,7 +43,8 @@ void check_mistyped_options(const std::vector<std::string>& overrides) {
         token.substr(2, token.find('=') == std::string::npos ? std::string::npos : token.find('=') - 2);
     if (is_config_key(key)) continue;
     std::vector<std::string> near = config::did_you_mean("--" + key, kPretrainOptions, 1);
-    if (!near.empty())
+    // Only a near spelling ("--dryrun", "--dry_run", "--confg"): a longer word is more likely a config key.
+    if (!near.empty() && config::edit_distance(key, near[0].substr(2)) <= 2)
       throw ConfigError(fmt::format("command line: unknown option '--{}'; did you mean '{}'?", key, near[0]),
                         "run `primus train pretrain --help`");
   }

@@ -38,6 +38,17 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
     throw ConfigError(fmt::format("{}: framework cannot be overridden (the experiment's module says '{}')",
                                   fw->origin().str(), rc.info.framework));
 
+  // The run's names sit at the experiment's top level; as module keys (e.g. `--exp_name x`) Primus would
+  // merge them into the module where nothing reads them.
+  for (const char* meta : {"work_group", "user_name", "exp_name", "workspace"}) {
+    if (const Value* v = tree.module.find(meta))
+      throw ConfigError(
+          fmt::format("{}: '{}' is an experiment-level key, not a module key", v->origin().str(), meta),
+          fmt::format("set it at the top of the experiment file; Primus's examples read it from a "
+                      "variable ({}: ${{PRIMUS_...:default}}) so that it can be changed per run",
+                      meta));
+  }
+
   const KeyTable& table = keys_for_framework(rc.info.framework);
   rc.keys = check_keys(tree.module, table,
                        fmt::format("module '{}' (framework {})", rc.info.module_name, rc.info.framework));

@@ -126,6 +126,8 @@ TEST_F(ConfigCliErrors, CommandLineMistakes) {
   CliResult key = refuse({"train", "pretrain", "--config", exp, "--dry-run", "--trian_iters", "3"});
   EXPECT_NE(key.err.find("command line (--trian_iters 3)"), std::string::npos) << key.err;
   EXPECT_NE(key.err.find("did you mean 'train_iters'"), std::string::npos) << key.err;
+  CliResult meta = refuse({"train", "pretrain", "--config", exp, "--dry-run", "--exp_name", "x"});
+  EXPECT_NE(meta.err.find("'exp_name' is an experiment-level key"), std::string::npos) << meta.err;
   CliResult stray = refuse({"train", "pretrain", "--config", exp, "--dry-run", "--lr", "1e-3", "oops"});
   EXPECT_NE(stray.err.find("'oops'"), std::string::npos) << stray.err;
   CliResult bad_value = refuse({"train", "pretrain", "--config", exp, "--dry-run", "--lr", "fast"});
