@@ -121,15 +121,22 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
 
 int run_gemm_dense_bench(const GemmDenseOptions& opt) {
   DenseModelDims d;
-  if (!opt.model.empty()) {
-    auto preset = dense_model_preset(opt.model);
-    if (!preset) {
-      std::string names;
-      for (const auto& n : dense_model_preset_names()) names += (names.empty() ? "" : ", ") + n;
-      throw ConfigError(fmt::format("benchmark gemm-dense: unknown --model '{}'", opt.model),
-                        fmt::format("use one of {} or give the dims explicitly", names));
-    }
+  auto preset = dense_model_preset(opt.model);
+  const bool explicit_dims =
+      opt.dims.hidden > 0 && opt.dims.ffn > 0 && opt.dims.heads > 0 && opt.dims.vocab > 0;
+  if (preset) {
     d = *preset;
+  } else if (explicit_dims) {
+    d.name = opt.model.empty() ? "custom" : opt.model;  // a label, as Primus's --model
+    d.layers = 1;
+  } else {
+    std::string names;
+    for (const auto& n : dense_model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw ConfigError(
+        fmt::format("benchmark gemm-dense: unknown --model '{}' and no explicit dims", opt.model),
+        fmt::format("use one of {}, or give --hidden-size --ffn-hidden-size --num-attention-heads "
+                    "--vocab-size (and optionally --num-query-groups --head-dim --num-layers)",
+                    names));
   }
   auto take = [](int64_t& dst, int64_t v) {
     if (v > 0) dst = v;
@@ -141,8 +148,8 @@ int run_gemm_dense_bench(const GemmDenseOptions& opt) {
   take(d.kv_heads, opt.dims.kv_heads);
   take(d.head_dim, opt.dims.head_dim);
   take(d.vocab, opt.dims.vocab);
+  if (d.kv_heads == 0) d.kv_heads = d.heads;
   if (d.head_dim == 0 && d.heads > 0) d.head_dim = d.hidden / d.heads;
-  if (d.name.empty()) d.name = "custom";
   if (opt.micro_batch_size <= 0 || opt.seq_length <= 0)
     throw ConfigError("benchmark gemm-dense: --micro-batch-size and --seq-length must be positive");
   const DType t = bench_dtype(opt.dtype);

@@ -1,5 +1,6 @@
 // The GEMM tuner: times cuBLASLt's top-K heuristic candidates on rotating operand sets and keeps a winner
 // only if it beats the heuristic's first choice on re-timing and computes the same result. See gemm_tuning.h.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -67,9 +68,9 @@ double verify(const lt::Problem& p, const lt::Operands& base, const cublasLtMatm
       PRIMUS_CUDA_CHECK(cudaMalloc(&buf[3], g_bytes));
     }
     lt::Operands o0 = base, o1 = base;
-    // C stays the set's buffer (in-place accumulators become out-of-place here) so both read the same C.
-    o0.c = base.beta != 0.0f ? (base.c ? base.c : base.d) : nullptr;
-    o1.c = o0.c;
+    // Products only (beta = 0): an accumulator that the timing runs have grown would swamp a wrong product.
+    o0.beta = o1.beta = 0.0f;
+    o0.c = o1.c = nullptr;
     o0.d = buf[0];
     o1.d = buf[1];
     o0.bgrad = buf[2];

@@ -8,11 +8,13 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <random>
 
 #include "bench/gemm_tuning.h"
 #include "core/cuda_check.h"
@@ -390,9 +392,11 @@ void plumbing_cases(Context& ctx) {
     lt::install_tuned_algo(p, cands[pick].algo);
     ops::cuda::gemm(ga, false, gb, true, gc, 1.0f, 0.0f, ctx.stream, nullptr);
     const lt::PlanInfo info = lt::plan_info(p, o, ctx.stream);
+    auto align = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) & 255u; };
     ctx.check(kFam, fmt::format("gemm via tuned algo (candidate {} of {})", pick, cands.size()),
               gather_rows(ctx, gc, all_rows(m)), ref_gemm(a, false, b, true, all_rows(m), {}), kTolBF16,
-              info.tuned ? info.description : "NOT TUNED");
+              fmt::format("{}; pointer mod 256: a {} b {} c {}", info.tuned ? info.description : "NOT TUNED",
+                          align(ga), align(gb), align(gc)));
     if (!info.tuned) ctx.results.back().rel_err = INFINITY;
     lt::clear_tuned_algos();
   }

@@ -9,6 +9,7 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/cuda/gemm_bias_grad.h"
 #include "ops/cuda/gemm_lt.h"
 
@@ -18,6 +19,7 @@ namespace {
 
 std::atomic<DbiasPath> g_dbias_path{DbiasPath::kAuto};
 std::atomic<DbiasPath> g_last_dbias_path{DbiasPath::kAuto};
+std::atomic<bool> g_epilogue_failed{false};
 
 DbiasPath configured_dbias_path() {
   DbiasPath p = g_dbias_path.load();
@@ -239,13 +241,25 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
     o.bgrad = scratch.data_ptr();
     lt::Problem with_bgrad = plain;
     with_bgrad.epilogue = lt::Epilogue::kBgrad;
-    if (lt::try_matmul(with_bgrad, o, s)) {
+    bool ran = false;
+    if (path == DbiasPath::kEpilogue) {
+      ran = lt::try_matmul(with_bgrad, o, s);
+      PRIMUS_CHECK(ran, "linear_backward_weight: cuBLASLt has no BGRADB algorithm for {}", with_bgrad.str());
+    } else if (!g_epilogue_failed.load()) {
+      try {
+        ran = lt::try_matmul(with_bgrad, o, s);
+      } catch (const Error& e) {
+        // cuBLASLt refused the launch (nothing ran): use the kernel from now on.
+        g_epilogue_failed.store(true);
+        log::warn("linear_backward_weight: BGRADB epilogue failed for {} ({}); using the column-sum kernel",
+                  with_bgrad.str(), e.what());
+      }
+    }
+    if (ran) {
       PRIMUS_CUDA_CHECK(launch_add_f32(dbias->data<float>(), scratch.data<float>(), n, cuda_stream(s)));
       g_last_dbias_path.store(DbiasPath::kEpilogue);
       return;
     }
-    PRIMUS_CHECK(path != DbiasPath::kEpilogue,
-                 "linear_backward_weight: cuBLASLt has no BGRADB algorithm for {}", with_bgrad.str());
     o.bgrad = nullptr;
   }
   lt::matmul(plain, o, s);

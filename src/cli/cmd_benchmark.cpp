@@ -1,0 +1,85 @@
+// `primus benchmark <suite>`: Primus's micro-benchmark suite (reference.md §4.8). Suites here: gemm,
+// gemm-dense.
+//   primus benchmark gemm --M 8192 --N 8192 --K 8192 --dtype bf16 [--trans_a] [--trans_b] [--duration 10]
+//                         [--output-file gemm_report.md|.csv|.jsonl] [--tune [--tuning-file F]]
+//   primus benchmark gemm-dense --model llama3.1_8B --micro-batch-size 1 --seq-length 8192 [--tune]
+//                               [--tuning-file gemm_tuning.json] [--output-file gemm_dense_report.md]
+#include <memory>
+
+#include "bench/gemm_bench.h"
+#include "cli/cli_context.h"
+
+namespace primus::cli {
+
+namespace {
+
+void add_tune_options(CLI::App* app, bench::TuneOptions& t) {
+  app->add_option("--tune-candidates", t.candidates, "Heuristic candidates timed per shape when tuning")
+      ->capture_default_str();
+  app->add_option("--tune-iters", t.iters, "Timed runs per candidate (median)")->capture_default_str();
+  app->add_option("--tune-min-gain", t.min_gain, "Fraction by which a candidate must beat the heuristic")
+      ->capture_default_str();
+}
+
+void attach_gemm(CLI::App* parent, CliContext& ctx) {
+  auto o = std::make_shared<bench::GemmBenchOptions>();
+  CLI::App* app = parent->add_subcommand("gemm", "Time one GEMM shape c[M,N] = op(a) op(b) through cuBLASLt");
+  app->add_option("--M", o->m, "Rows of op(a) and c")->capture_default_str();
+  app->add_option("--N", o->n, "Columns of op(b) and c")->capture_default_str();
+  app->add_option("--K", o->k, "Inner dimension")->capture_default_str();
+  app->add_flag("--trans_a,--trans-a", o->trans_a, "a is stored [K, M]");
+  app->add_flag("--trans_b,--trans-b", o->trans_b, "b is stored [N, K]");
+  app->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (fp32 without TF32)")->capture_default_str();
+  app->add_option("--duration", o->duration_s, "Seconds of timed runs")->capture_default_str();
+  app->add_option("--output-file", o->output_file, "Report: .md, .csv, .tsv or .jsonl")
+      ->capture_default_str();
+  app->add_flag("--tune", o->tune, "Tune the shape first (top-K heuristic candidates) and report the uplift");
+  app->add_option("--tuning-file", o->tuning_file,
+                  "With --tune: merge the winner into this file; without: load it before timing");
+  app->add_option("--device", o->device, "GPU index")->capture_default_str();
+  add_tune_options(app, o->tune_options);
+  app->callback([o, &ctx] { ctx.action = [o] { return bench::run_gemm_bench(*o); }; });
+}
+
+void attach_gemm_dense(CLI::App* parent, CliContext& ctx) {
+  auto o = std::make_shared<bench::GemmDenseOptions>();
+  CLI::App* app = parent->add_subcommand(
+      "gemm-dense",
+      "Time (and with --tune, tune) every GEMM of one dense Llama training step as the model runs it");
+  std::string presets;
+  for (const auto& n : bench::dense_model_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  app->add_option("--model", o->model, "Model preset (" + presets + ") or a label for explicit dims")
+      ->capture_default_str();
+  app->add_option("--micro-batch-size,--mbs", o->micro_batch_size, "Sequences per micro-batch")
+      ->capture_default_str();
+  app->add_option("--seq-length,--seqlen", o->seq_length, "Tokens per sequence")->capture_default_str();
+  app->add_option("--hidden-size", o->dims.hidden, "Override: hidden size");
+  app->add_option("--ffn-hidden-size,--intermediate-size", o->dims.ffn, "Override: FFN width");
+  app->add_option("--num-layers", o->dims.layers, "Override: decoder layers (per-step counts)");
+  app->add_option("--num-attention-heads", o->dims.heads, "Override: query heads");
+  app->add_option("--num-query-groups,--num-key-value-heads", o->dims.kv_heads, "Override: KV heads");
+  app->add_option("--head-dim,--kv-channels", o->dims.head_dim, "Override: head dim");
+  app->add_option("--vocab-size", o->dims.vocab, "Override: (padded) vocabulary");
+  app->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  app->add_option("--duration", o->duration_s, "Seconds of timed runs per shape")->capture_default_str();
+  app->add_option("--output-file", o->output_file, "Report: .md, .csv, .tsv or .jsonl")
+      ->capture_default_str();
+  app->add_flag("--tune", o->tune, "Tune every shape and write --tuning-file");
+  app->add_option("--tuning-file", o->tuning_file,
+                  "Written by --tune (existing entries kept); otherwise loaded before timing if it exists")
+      ->capture_default_str();
+  app->add_option("--device", o->device, "GPU index")->capture_default_str();
+  add_tune_options(app, o->tune_options);
+  app->callback([o, &ctx] { ctx.action = [o] { return bench::run_gemm_dense_bench(*o); }; });
+}
+
+}  // namespace
+
+void attach_benchmark(CLI::App& root, CliContext& ctx) {
+  CLI::App* bench = root.add_subcommand("benchmark", "Micro-benchmarks (Primus's benchmark suites)");
+  bench->require_subcommand(1);
+  attach_gemm(bench, ctx);
+  attach_gemm_dense(bench, ctx);
+}
+
+}  // namespace primus::cli
