@@ -42,8 +42,9 @@ std::vector<double> naive_linear(const std::vector<double>& x, const std::vector
 struct Mnk {
   int64_t m, n, k;
 };
-const Mnk kSizes[] = {{1, 1, 1},   {3, 1, 5},    {1, 7, 3},    {31, 33, 127},
-                      {33, 31, 1}, {64, 32, 16}, {128, 64, 96}};
+// The last three are large enough to be split over threads (by rows, and by columns when n > m).
+const Mnk kSizes[] = {{1, 1, 1},    {3, 1, 5},     {1, 7, 3},     {31, 33, 127}, {33, 31, 1},
+                      {64, 32, 16}, {128, 64, 96}, {40, 300, 64}, {300, 40, 33}};
 
 TEST(Gemm, AllTransposeCombosMatchNaive) {
   Rng rng;
@@ -116,7 +117,7 @@ TEST(Gemm, RejectsBadInputs) {
 
 TEST(Linear, ForwardWithBiasAndResidualMatchesNaive) {
   Rng rng;
-  const Mnk sizes[] = {{1, 1, 1}, {3, 5, 7}, {31, 33, 127}, {64, 48, 32}};
+  const Mnk sizes[] = {{1, 1, 1}, {3, 5, 7}, {31, 33, 127}, {64, 48, 32}, {400, 200, 16}};
   for (DType dt : float_types()) {
     for (const Mnk& z : sizes) {
       for (int variant = 0; variant < 4; ++variant) {
@@ -153,18 +154,18 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
     Tensor y = Tensor::empty({z.m, z.n}, dt);
     Tensor gw = rand_tensor(rng, {z.m, z.n}, dt);  // dL/dy for L = sum(y * gw)
     const auto wts = host(gw);
-    auto loss = [&] {
+    auto forward = [&] {
       ops::linear_forward(x, w, &bias, y, Stream::cpu(), &res);
-      return weighted_sum(y, wts);
+      return host(y);
     };
     Tensor dx = filled({z.m, z.k}, dt, 1e30);  // overwritten
     Tensor dw = Tensor::zeros({z.n, z.k}, dt), db = Tensor::zeros({z.n}, dt);
     ops::linear_backward_input(gw, w, dx, false, Stream::cpu());
     ops::linear_backward_weight(gw, x, dw, &db, Stream::cpu());
-    EXPECT_LT(fd_rel_error(rng, x, host(dx), loss), kGradTol);
-    EXPECT_LT(fd_rel_error(rng, w, host(dw), loss), kGradTol);
-    EXPECT_LT(fd_rel_error(rng, bias, host(db), loss), kGradTol);
-    EXPECT_LT(fd_rel_error(rng, res, wts, loss), kGradTol);  // the residual's gradient is dy itself
+    EXPECT_LT(fd_rel_error(rng, x, host(dx), forward, wts), kGradTol);
+    EXPECT_LT(fd_rel_error(rng, w, host(dw), forward, wts), kGradTol);
+    EXPECT_LT(fd_rel_error(rng, bias, host(db), forward, wts), kGradTol);
+    EXPECT_LT(fd_rel_error(rng, res, wts, forward, wts), kGradTol);  // the residual's gradient is dy itself
   }
 }
 
@@ -222,6 +223,27 @@ TEST(Linear, RejectsBadInputs) {
                       "linear_backward_weight: dbias must be [5]");
   Tensor undefined;
   EXPECT_PRIMUS_ERROR(ops::linear_forward(x, undefined, nullptr, y, s), "undefined");
+}
+
+TEST(Linear, ThreadCountDoesNotChangeResults) {
+  Rng rng;
+  const int64_t m = 400, n = 200, k = 48;
+  Tensor x = rand_tensor(rng, {m, k}, DType::kF32), w = rand_tensor(rng, {n, k}, DType::kF32);
+  Tensor bias = rand_tensor(rng, {n}, DType::kF32), res = rand_tensor(rng, {m, n}, DType::kF32);
+  Tensor dy = rand_tensor(rng, {m, n}, DType::kF32);
+  expect_thread_count_invariant([&] {
+    Tensor y = Tensor::empty({m, n}, DType::kF32), dx = Tensor::empty({m, k}, DType::kF32);
+    Tensor dw = Tensor::zeros({n, k}, DType::kF32), db = Tensor::zeros({n}, DType::kF32);
+    ops::linear_forward(x, w, &bias, y, Stream::cpu(), &res);
+    ops::linear_backward_input(dy, w, dx, false, Stream::cpu());
+    ops::linear_backward_weight(dy, x, dw, &db, Stream::cpu());
+    std::vector<double> all;
+    for (const Tensor* t : {&y, &dx, &dw, &db}) {
+      const auto v = host(*t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  });
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ NaiveNorm naive_norm(const std::vector<double>& x, const std::vector<double>& w,
 
 TEST(RmsNorm, ForwardMatchesNaive) {
   Rng rng;
-  const std::pair<int64_t, int64_t> sizes[] = {{1, 1}, {3, 5}, {31, 33}, {1, 127}, {33, 128}, {64, 256}};
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},    {3, 5},    {31, 33},  {1, 127},
+                                               {33, 128}, {64, 256}, {300, 256}};
   for (DType dt : float_types()) {
     for (auto [rows, d] : sizes) {
       SCOPED_TRACE(fmt::format("{} rows={} d={}", dtype_name(dt), rows, d));
@@ -65,15 +66,15 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
     Tensor dy = rand_tensor(rng, {rows, d}, dt);
     const auto wts = host(dy);
     const float eps = 1e-3f;
-    auto loss = [&] {
+    auto forward = [&] {
       ops::rmsnorm_forward(x, w, eps, y, rstd, Stream::cpu());
-      return weighted_sum(y, wts);
+      return host(y);
     };
-    loss();
+    forward();
     Tensor dx = filled({rows, d}, dt, kNaN), dw = Tensor::zeros({d}, dt);
     ops::rmsnorm_backward(dy, x, w, rstd, dx, dw, false, Stream::cpu());
-    EXPECT_LT(fd_rel_error(rng, x, host(dx), loss), kGradTol);
-    EXPECT_LT(fd_rel_error(rng, w, host(dw), loss), kGradTol);
+    EXPECT_LT(fd_rel_error(rng, x, host(dx), forward, wts), kGradTol);
+    EXPECT_LT(fd_rel_error(rng, w, host(dw), forward, wts), kGradTol);
   }
 }
 
@@ -111,7 +112,8 @@ struct HeadCase {
 
 TEST(HeadRmsNorm, ForwardTouchesOnlyItsColumns) {
   Rng rng;
-  const HeadCase cases[] = {{1, 1, 0, 1, 1}, {3, 5, 1, 3, 7}, {31, 4, 2, 2, 16}, {7, 10, 6, 2, 33}};
+  const HeadCase cases[] = {
+      {1, 1, 0, 1, 1}, {3, 5, 1, 3, 7}, {31, 4, 2, 2, 16}, {7, 10, 6, 2, 33}, {300, 4, 1, 2, 128}};
   for (DType dt : float_types()) {
     for (const HeadCase& c : cases) {
       SCOPED_TRACE(fmt::format("{} rows={} total={} begin={} n={} d={}", dtype_name(dt), c.rows, c.total,
@@ -153,11 +155,11 @@ TEST(HeadRmsNorm, BackwardMatchesFiniteDifferencesAndKeepsOtherColumns) {
     Tensor dy = rand_tensor(rng, {c.rows, cols}, dt);
     // The loss only sees the normalised columns (y elsewhere is a constant zero).
     const auto wts = host(dy);
-    auto loss = [&] {
+    auto forward = [&] {
       ops::head_rmsnorm_forward(x, c.begin, c.n, c.d, w, 1e-4f, y, rstd, Stream::cpu());
-      return weighted_sum(y, wts);
+      return host(y);
     };
-    loss();
+    forward();
     Tensor dx = rand_tensor(rng, {c.rows, cols}, dt, 10, 20), dw = Tensor::zeros({c.d}, dt);
     const auto dx0 = host(dx);
     ops::head_rmsnorm_backward(dy, x, w, rstd, c.begin, c.n, c.d, dx, dw, Stream::cpu());
@@ -171,8 +173,8 @@ TEST(HeadRmsNorm, BackwardMatchesFiniteDifferencesAndKeepsOtherColumns) {
         }
       }
     }
-    EXPECT_LT(fd_rel_error(rng, x, g, loss, 100), kGradTol);
-    EXPECT_LT(fd_rel_error(rng, w, host(dw), loss), kGradTol);
+    EXPECT_LT(fd_rel_error(rng, x, g, forward, wts, 100), kGradTol);
+    EXPECT_LT(fd_rel_error(rng, w, host(dw), forward, wts), kGradTol);
     // dw accumulates.
     const auto dw1 = host(dw);
     ops::head_rmsnorm_backward(dy, x, w, rstd, c.begin, c.n, c.d, dx, dw, Stream::cpu());
@@ -206,6 +208,29 @@ TEST(RmsNorm, RejectsBadInputs) {
   Tensor hr_bad = Tensor::empty({4, 3}, DType::kF32);
   EXPECT_PRIMUS_ERROR(ops::head_rmsnorm_forward(x, 0, 2, 16, hw, 1e-6f, y, hr_bad, s),
                       "head_rmsnorm_forward: rstd must be [4, 2]");
+}
+
+TEST(RmsNorm, ThreadCountDoesNotChangeResults) {
+  Rng rng;
+  const int64_t rows = 300, d = 256, heads = 4, hd = 64;
+  Tensor x = rand_tensor(rng, {rows, d}, DType::kF32), w = rand_tensor(rng, {d}, DType::kF32);
+  Tensor hw = rand_tensor(rng, {hd}, DType::kF32), dy = rand_tensor(rng, {rows, d}, DType::kF32);
+  expect_thread_count_invariant([&] {
+    Tensor y = Tensor::empty({rows, d}, DType::kF32), rstd = Tensor::empty({rows}, DType::kF32);
+    Tensor dx = Tensor::empty({rows, d}, DType::kF32), dw = Tensor::zeros({d}, DType::kF32);
+    ops::rmsnorm_forward(x, w, 1e-5f, y, rstd, Stream::cpu());
+    ops::rmsnorm_backward(dy, x, w, rstd, dx, dw, false, Stream::cpu());
+    Tensor hy = Tensor::zeros({rows, d}, DType::kF32), hr = Tensor::empty({rows, heads - 1}, DType::kF32);
+    Tensor hdx = Tensor::zeros({rows, d}, DType::kF32), hdw = Tensor::zeros({hd}, DType::kF32);
+    ops::head_rmsnorm_forward(x, 1, heads - 1, hd, hw, 1e-6f, hy, hr, Stream::cpu());
+    ops::head_rmsnorm_backward(dy, x, hw, hr, 1, heads - 1, hd, hdx, hdw, Stream::cpu());
+    std::vector<double> all;
+    for (const Tensor* t : {&y, &rstd, &dx, &dw, &hy, &hr, &hdx, &hdw}) {
+      const auto v = host(*t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  });
 }
 
 }  // namespace

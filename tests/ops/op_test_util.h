@@ -6,6 +6,7 @@
 // from the base seed and its name, so `PRIMUS_TEST_SEED=<seed> primus_op_tests --gtest_filter=<test>`
 // reproduces a failure. The seed is printed with every failure.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -118,11 +119,14 @@ inline double weighted_sum(const Tensor& t, const std::vector<double>& w) {
   return dot(host(t), w);
 }
 
-// Compares an analytic gradient of `x` (f64, perturbed in place and restored) with central differences of
-// loss(); checks every coordinate when x is small, else `max_coords` random ones. Returns the relative error
-// ||g_fd - g|| / ||g|| over the checked coordinates.
+// Compares an analytic gradient of `x` (f64, perturbed in place and restored) with central differences of the
+// scalar loss L = sum(outputs() * weights); checks every coordinate when x is small, else `max_coords` random
+// ones. The difference L(x + eps) - L(x - eps) is summed from the elementwise output differences, so outputs
+// that a coordinate does not influence cancel exactly instead of adding roundoff (large tensors stay
+// checkable at eps = 1e-6). Returns ||g_fd - g|| / ||g|| over the checked coordinates.
 inline double fd_rel_error(Rng& rng, Tensor& x, const std::vector<double>& grad,
-                           const std::function<double()>& loss, int max_coords = 80, double eps = 1e-6) {
+                           const std::function<std::vector<double>()>& outputs,
+                           const std::vector<double>& weights, int max_coords = 80, double eps = 1e-6) {
   EXPECT_EQ(x.dtype(), DType::kF64);
   EXPECT_EQ(static_cast<int64_t>(grad.size()), x.numel());
   const int64_t n = x.numel();
@@ -137,11 +141,14 @@ inline double fd_rel_error(Rng& rng, Tensor& x, const std::vector<double>& grad,
   for (int64_t i : coords) {
     const double saved = p[i];
     p[i] = saved + eps;
-    const double lp = loss();
+    const std::vector<double> plus = outputs();
     p[i] = saved - eps;
-    const double lm = loss();
+    const std::vector<double> minus = outputs();
     p[i] = saved;
-    const double fd = (lp - lm) / (2.0 * eps);
+    EXPECT_EQ(plus.size(), weights.size());
+    double diff = 0.0;
+    for (size_t k = 0; k < plus.size() && k < weights.size(); ++k) diff += (plus[k] - minus[k]) * weights[k];
+    const double fd = diff / (2.0 * eps);
     num += (fd - grad[i]) * (fd - grad[i]);
     den += grad[i] * grad[i];
   }
@@ -150,6 +157,24 @@ inline double fd_rel_error(Rng& rng, Tensor& x, const std::vector<double>& grad,
 }
 
 constexpr double kGradTol = 1e-6;
+
+// Calls fn() with the OpenMP thread count set to `threads` and restores the previous count.
+template <typename F>
+auto with_threads(int threads, F&& fn) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  auto result = fn();
+  omp_set_num_threads(saved);
+  return result;
+}
+
+// The ops split work so that no result depends on the thread count: 1, 2 and 3 threads must agree bitwise.
+// fn() runs the op(s) on fresh outputs and returns them.
+template <typename F>
+void expect_thread_count_invariant(F&& fn) {
+  const std::vector<double> one = with_threads(1, fn);
+  for (int threads : {2, 3}) EXPECT_EQ(with_threads(threads, fn), one) << threads << " threads";
+}
 
 inline const std::vector<DType>& float_types() {
   static const std::vector<DType> types{DType::kF32, DType::kF64};

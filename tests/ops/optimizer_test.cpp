@@ -14,34 +14,36 @@ using ops::AdamWParams;
 TEST(AdamW, ThreeStepsMatchHandComputedSequence) {
   Rng rng;
   for (DType dt : float_types()) {
-    const int64_t n = 37;
-    AdamWParams p;
-    p.lr = 0.01f;
-    p.beta1 = 0.8f;
-    p.beta2 = 0.95f;
-    p.eps = 1e-6f;
-    p.weight_decay = 0.1f;
-    p.grad_scale = 0.5f;
-    Tensor master = rand_tensor(rng, {n}, dt), m = Tensor::zeros({n}, dt), v = Tensor::zeros({n}, dt);
-    std::vector<double> w = host(master), em(n, 0.0), ev(n, 0.0);
-    for (int step = 1; step <= 3; ++step) {
-      p.step = step;
-      Tensor grad = rand_tensor(rng, {n}, dt, -2, 2);
-      const auto g = host(grad);
-      ops::adamw_step(master, grad, m, v, p, nullptr, Stream::cpu());
-      // By hand, with the float hyper-parameters exactly as the op receives them.
-      const double b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay, gs = p.grad_scale;
-      for (int64_t i = 0; i < n; ++i) {
-        const double gi = g[i] * gs;
-        em[i] = b1 * em[i] + (1 - b1) * gi;
-        ev[i] = b2 * ev[i] + (1 - b2) * gi * gi;
-        const double mhat = em[i] / (1 - std::pow(b1, step)), vhat = ev[i] / (1 - std::pow(b2, step));
-        w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+    for (int64_t n : {37L, 70001L}) {
+      AdamWParams p;
+      p.lr = 0.01f;
+      p.beta1 = 0.8f;
+      p.beta2 = 0.95f;
+      p.eps = 1e-6f;
+      p.weight_decay = 0.1f;
+      p.grad_scale = 0.5f;
+      Tensor master = rand_tensor(rng, {n}, dt), m = Tensor::zeros({n}, dt), v = Tensor::zeros({n}, dt);
+      std::vector<double> w = host(master), em(n, 0.0), ev(n, 0.0);
+      for (int step = 1; step <= 3; ++step) {
+        p.step = step;
+        Tensor grad = rand_tensor(rng, {n}, dt, -2, 2);
+        const auto g = host(grad);
+        ops::adamw_step(master, grad, m, v, p, nullptr, Stream::cpu());
+        // By hand, with the float hyper-parameters exactly as the op receives them.
+        const double b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay,
+                     gs = p.grad_scale;
+        for (int64_t i = 0; i < n; ++i) {
+          const double gi = g[i] * gs;
+          em[i] = b1 * em[i] + (1 - b1) * gi;
+          ev[i] = b2 * ev[i] + (1 - b2) * gi * gi;
+          const double mhat = em[i] / (1 - std::pow(b1, step)), vhat = ev[i] / (1 - std::pow(b2, step));
+          w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+        }
+        const double tol = dt == DType::kF64 ? 1e-12 : 2e-6;
+        EXPECT_LT(rel_err(master, w), tol) << "step " << step;
+        EXPECT_LT(rel_err(m, em), tol) << "step " << step;
+        EXPECT_LT(rel_err(v, ev), tol) << "step " << step;
       }
-      const double tol = dt == DType::kF64 ? 1e-12 : 2e-6;
-      EXPECT_LT(rel_err(master, w), tol) << "step " << step;
-      EXPECT_LT(rel_err(m, em), tol) << "step " << step;
-      EXPECT_LT(rel_err(v, ev), tol) << "step " << step;
     }
   }
 }
@@ -145,6 +147,22 @@ TEST(SumSquares, RejectsBadInputs) {
   EXPECT_PRIMUS_ERROR(ops::sum_squares(x, out64, false, s), "sum_squares: out must be f32");
   Tensor out2 = Tensor::zeros({2}, DType::kF32);
   EXPECT_PRIMUS_ERROR(ops::sum_squares(x, out2, false, s), "sum_squares: out must be [1]");
+}
+
+TEST(AdamW, ThreadCountDoesNotChangeResults) {
+  Rng rng;
+  const int64_t n = 100003;
+  Tensor master0 = rand_tensor(rng, {n}, DType::kF32), grad = rand_tensor(rng, {n}, DType::kF32);
+  expect_thread_count_invariant([&] {
+    Tensor master = clone(master0), m = Tensor::zeros({n}, DType::kF32), v = Tensor::zeros({n}, DType::kF32);
+    Tensor copy = Tensor::empty({n}, DType::kBF16);
+    AdamWParams p;
+    p.weight_decay = 0.1f;
+    ops::adamw_step(master, grad, m, v, p, &copy, Stream::cpu());
+    std::vector<double> all = host(master), c = host(copy);
+    all.insert(all.end(), c.begin(), c.end());
+    return all;
+  });
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// CPU reference for causal grouped-query attention over the packed qkv layout (see ops/attention.h). One
-// query row at a time with a max-subtracted softmax; no T x T matrix is ever stored. The backward recomputes
-// the probabilities from the saved lse, in two passes (query rows for dq, key rows for dk/dv) so that every
-// output row has exactly one writer: no atomics, no races, and a result that does not depend on the thread
-// count.
+// CPU reference for causal grouped-query attention over the packed qkv layout (see ops/attention.h). Scores
+// and products go through BLAS on blocks of query rows (BLAS reads the strided q/k/v heads in place through
+// its leading dimension); the softmax is max-subtracted per query row. No T x T matrix is ever stored: a
+// thread holds one block of at most 64 x T scores. The backward recomputes the probabilities from the saved
+// lse; each task owns whole output rows, so there are no atomics or races and the result does not depend on
+// the thread count.
 #include <cmath>
 #include <limits>
 
@@ -21,12 +22,6 @@ inline T dot(const T* a, const T* b, int64_t n) {
 #pragma omp simd reduction(+ : acc)
   for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
   return acc;
-}
-
-template <typename T>
-inline void axpy(T* y, T alpha, const T* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 struct Layout {
@@ -58,96 +53,102 @@ void check_shape_args(const char* op, const AttentionShape& s) {
   PRIMUS_CHECK(std::isfinite(s.scale), "{}: scale must be finite, got {}", op, s.scale);
 }
 
+// Attention with fewer multiply-adds than this (per Q K^T product) runs on the calling thread.
+constexpr int64_t kParallelWork = 1 << 21;
+
+// Query rows per block: the score buffer of a task is kBlockRows x T, so memory stays O(T) per thread.
+constexpr int64_t kBlockRows = 64;
+
+// Forward, one task per (batch, head, block of query rows): S = scale * Q K^T (BLAS), a max-subtracted
+// softmax per row (masked past the diagonal), then O = P V (BLAS).
 template <typename T>
 void forward_impl(const T* qkv, const Layout& L, T scale, T* out, T* lse) {
-  const int64_t rows = L.b * L.h * L.t;
-#pragma omp parallel if (rows * L.t * L.d > kParallelGrain)
+  const int64_t blocks = (L.t + kBlockRows - 1) / kBlockRows;
+  const int64_t tasks = L.b * L.h * blocks;
+  const int64_t ld_o = L.h * L.d;
+#pragma omp parallel if (tasks > 1 && L.b * L.h * L.t * L.t * L.d > kParallelWork)
   {
-    std::vector<T> p(static_cast<size_t>(L.t));
-    // Interleaved chunks: under the causal mask late query rows cost more than early ones.
-#pragma omp for collapse(3) schedule(static, 8)
-    for (int64_t bb = 0; bb < L.b; ++bb) {
-      for (int64_t hh = 0; hh < L.h; ++hh) {
-        for (int64_t i = 0; i < L.t; ++i) {
-          const int64_t kh = hh / L.group;
-          const T* q = qkv + L.q(bb, i, hh);
-          const int64_t n = L.causal ? i + 1 : L.t;
-          T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j < n; ++j) {
-            p[j] = scale * dot(q, qkv + L.k(bb, j, kh), L.d);
-            mx = std::max(mx, p[j]);
-          }
-          T sum = T(0);
-          for (int64_t j = 0; j < n; ++j) {
-            p[j] = std::exp(p[j] - mx);
-            sum += p[j];
-          }
-          T* o = out + L.o(bb, i, hh);
-          for (int64_t e = 0; e < L.d; ++e) o[e] = T(0);
-          for (int64_t j = 0; j < n; ++j) axpy(o, p[j], qkv + L.v(bb, j, kh), L.d);
-          const T inv = T(1) / sum;
-          for (int64_t e = 0; e < L.d; ++e) o[e] *= inv;
-          lse[L.stat(bb, hh, i)] = mx + std::log(sum);
+    std::vector<T> s(static_cast<size_t>(std::min(kBlockRows, L.t) * L.t));
+    // Dynamic: under the causal mask late blocks cost more than early ones.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t blk = task % blocks, hh = (task / blocks) % L.h, bb = task / (blocks * L.h);
+      const int64_t kh = hh / L.group;
+      const int64_t i0 = blk * kBlockRows, i1 = std::min(L.t, i0 + kBlockRows), m = i1 - i0;
+      const int64_t nk = L.causal ? i1 : L.t;  // keys any row of the block can see
+      gemm_raw<T>(false, true, m, nk, L.d, scale, qkv + L.q(bb, i0, hh), L.row, qkv + L.k(bb, 0, kh), L.row,
+                  T(0), s.data(), nk);
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t i = i0 + r, valid = L.causal ? i + 1 : nk;
+        T* p = s.data() + r * nk;
+        T mx = p[0];
+        for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, p[j]);
+        T sum = T(0);
+        for (int64_t j = 0; j < valid; ++j) {
+          p[j] = std::exp(p[j] - mx);
+          sum += p[j];
         }
+        const T inv = T(1) / sum;
+        for (int64_t j = 0; j < valid; ++j) p[j] *= inv;
+        for (int64_t j = valid; j < nk; ++j) p[j] = T(0);
+        lse[L.stat(bb, hh, i)] = mx + std::log(sum);
       }
+      gemm_raw<T>(false, false, m, L.d, nk, T(1), s.data(), nk, qkv + L.v(bb, 0, kh), L.row, T(0),
+                  out + L.o(bb, i0, hh), ld_o);
     }
   }
 }
 
+// Backward, one task per (batch, kv head): the task owns dk/dv of its kv head and dq of the query heads that
+// read it, so every gradient element has exactly one writer. Per block of query rows of each such head:
+//   P = exp(scale * Q K^T - lse), dP = dO V^T, dS = scale * P (dP - rowsum(dO * O)),
+//   dQ = dS K, dK += dS^T Q, dV += P^T dO.
 template <typename T>
 void backward_impl(const T* dout, const T* qkv, const T* out, const T* lse, const Layout& L, T scale,
                    T* dqkv) {
-  const int64_t rows = L.b * L.h * L.t;
-  const bool par = rows * L.t * L.d > kParallelGrain;
-  // delta_i = dout_i . out_i, the softmax-Jacobian term shared by both passes.
-  std::vector<T> delta(static_cast<size_t>(rows));
-
-  // Pass 1, query rows: dq_i = scale * sum_j p_ij (dout_i . v_j - delta_i) k_j.
-#pragma omp parallel for collapse(3) schedule(static, 8) if (par)
-  for (int64_t bb = 0; bb < L.b; ++bb) {
-    for (int64_t hh = 0; hh < L.h; ++hh) {
-      for (int64_t i = 0; i < L.t; ++i) {
-        const int64_t kh = hh / L.group;
-        const T* q = qkv + L.q(bb, i, hh);
-        const T* g = dout + L.o(bb, i, hh);
-        const T di = dot(g, out + L.o(bb, i, hh), L.d);
-        const T li = lse[L.stat(bb, hh, i)];
-        delta[L.stat(bb, hh, i)] = di;
-        T* dq = dqkv + L.q(bb, i, hh);
-        for (int64_t e = 0; e < L.d; ++e) dq[e] = T(0);
-        const int64_t n = L.causal ? i + 1 : L.t;
-        for (int64_t j = 0; j < n; ++j) {
-          const T* k = qkv + L.k(bb, j, kh);
-          const T p = std::exp(scale * dot(q, k, L.d) - li);
-          const T ds = p * (dot(g, qkv + L.v(bb, j, kh), L.d) - di);
-          axpy(dq, ds, k, L.d);
-        }
-        for (int64_t e = 0; e < L.d; ++e) dq[e] *= scale;
-      }
-    }
-  }
-
-  // Pass 2, key rows: dk_j = scale * sum_{h in group, i} ds_ij q_i ; dv_j = sum_{h in group, i} p_ij dout_i.
-#pragma omp parallel for collapse(3) schedule(static, 8) if (par)
-  for (int64_t bb = 0; bb < L.b; ++bb) {
-    for (int64_t kh = 0; kh < L.kv; ++kh) {
+  const int64_t blocks = (L.t + kBlockRows - 1) / kBlockRows;
+  const int64_t tasks = L.b * L.kv;
+  const int64_t ld_o = L.h * L.d;
+#pragma omp parallel if (tasks > 1 && L.b * L.h * L.t * L.t * L.d > kParallelWork)
+  {
+    const size_t buf = static_cast<size_t>(std::min(kBlockRows, L.t) * L.t);
+    std::vector<T> p(buf), ds(buf);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t kh = task % L.kv, bb = task / L.kv;
       for (int64_t j = 0; j < L.t; ++j) {
-        const T* k = qkv + L.k(bb, j, kh);
-        const T* v = qkv + L.v(bb, j, kh);
-        T* dk = dqkv + L.k(bb, j, kh);
-        T* dv = dqkv + L.v(bb, j, kh);
-        for (int64_t e = 0; e < L.d; ++e) dk[e] = dv[e] = T(0);
-        for (int64_t hh = kh * L.group; hh < (kh + 1) * L.group; ++hh) {
-          for (int64_t i = L.causal ? j : 0; i < L.t; ++i) {
-            const T* q = qkv + L.q(bb, i, hh);
-            const T* g = dout + L.o(bb, i, hh);
-            const T p = std::exp(scale * dot(q, k, L.d) - lse[L.stat(bb, hh, i)]);
-            const T ds = p * (dot(g, v, L.d) - delta[L.stat(bb, hh, i)]);
-            axpy(dk, ds, q, L.d);
-            axpy(dv, p, g, L.d);
+        std::fill_n(dqkv + L.k(bb, j, kh), L.d, T(0));
+        std::fill_n(dqkv + L.v(bb, j, kh), L.d, T(0));
+      }
+      const T* k = qkv + L.k(bb, 0, kh);
+      const T* v = qkv + L.v(bb, 0, kh);
+      for (int64_t hh = kh * L.group; hh < (kh + 1) * L.group; ++hh) {
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t i0 = blk * kBlockRows, i1 = std::min(L.t, i0 + kBlockRows), m = i1 - i0;
+          const int64_t nk = L.causal ? i1 : L.t;
+          const T* q = qkv + L.q(bb, i0, hh);
+          const T* g = dout + L.o(bb, i0, hh);
+          gemm_raw<T>(false, true, m, nk, L.d, scale, q, L.row, k, L.row, T(0), p.data(), nk);
+          gemm_raw<T>(false, true, m, nk, L.d, T(1), g, ld_o, v, L.row, T(0), ds.data(), nk);
+          for (int64_t r = 0; r < m; ++r) {
+            const int64_t i = i0 + r, valid = L.causal ? i + 1 : nk;
+            const T li = lse[L.stat(bb, hh, i)];
+            const T di = dot(g + r * ld_o, out + L.o(bb, i, hh), L.d);
+            T* pr = p.data() + r * nk;
+            T* dr = ds.data() + r * nk;
+            for (int64_t j = 0; j < valid; ++j) {
+              pr[j] = std::exp(pr[j] - li);
+              dr[j] = scale * pr[j] * (dr[j] - di);
+            }
+            for (int64_t j = valid; j < nk; ++j) pr[j] = dr[j] = T(0);
           }
+          gemm_raw<T>(false, false, m, L.d, nk, T(1), ds.data(), nk, k, L.row, T(0), dqkv + L.q(bb, i0, hh),
+                      L.row);
+          gemm_raw<T>(true, false, nk, L.d, m, T(1), ds.data(), nk, q, L.row, T(1), dqkv + L.k(bb, 0, kh),
+                      L.row);
+          gemm_raw<T>(true, false, nk, L.d, m, T(1), p.data(), nk, g, ld_o, T(1), dqkv + L.v(bb, 0, kh),
+                      L.row);
         }
-        for (int64_t e = 0; e < L.d; ++e) dk[e] *= scale;
       }
     }
   }

@@ -2,11 +2,14 @@
 // Helpers shared by the CPU reference ops (internal to src/ops/cpu): argument checks whose messages name the
 // op and the tensor ("rmsnorm_forward: w must be [64], got f32[63] on cpu"), element-type dispatch, and a
 // deterministic parallel sum.
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -14,9 +17,10 @@
 
 namespace primus::ops::cpu::detail {
 
-// Loops smaller than this many elements run on the calling thread: an OpenMP fork costs a few microseconds,
-// more than the work of a small op.
-constexpr int64_t kParallelGrain = 1 << 14;
+// Loops over fewer elements than this run on the calling thread. An OpenMP fork/join costs microseconds on
+// idle cores but up to a scheduler tick when the cores are shared (parallel CI jobs), which would dwarf a
+// small op.
+constexpr int64_t kParallelGrain = 1 << 16;
 
 inline void check_host(const char* op, const char* name, const Tensor& t) {
   PRIMUS_CHECK(t.defined(), "{}: {} is undefined", op, name);
@@ -68,6 +72,48 @@ template <typename F>
 decltype(auto) with_float_type(DType dt, F&& f) {
   if (dt == DType::kF64) return f(double{});
   return f(float{});
+}
+
+// The CPU backend has one thread pool, OpenMP's: OpenBLAS is switched to one thread (once, process-wide) and
+// ops split their products over OpenMP threads themselves. Two pools on the same cores fight: OpenBLAS
+// workers spin after each call while OpenMP threads wait for cores and vice versa, and a threaded BLAS called
+// from inside an OpenMP region oversubscribes (measured: blocked attention 20x slower, a layer's forward 2x
+// slower on 2 cores).
+inline void use_single_threaded_blas() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+// c = alpha * op(a) @ op(b) + beta * c on row-major buffers with explicit leading dimensions (sgemm / dgemm)
+// on the calling thread. Never reads c when beta == 0 (an uninitialised, even NaN, c is fine) and handles the
+// sizes BLAS rejects.
+template <typename T>
+void gemm_raw(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+              const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == T(0)) {
+    for (int64_t i = 0; i < m; ++i) {
+      T* row = c + i * ldc;
+      if (beta == T(0)) {
+        std::memset(row, 0, static_cast<size_t>(n) * sizeof(T));
+      } else if (beta != T(1)) {
+        for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+      }
+    }
+    return;
+  }
+  use_single_threaded_blas();
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+  const auto bi = [](int64_t v) { return static_cast<blasint>(v); };
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, bi(m), bi(n), bi(k), alpha, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, bi(m), bi(n), bi(k), alpha, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
+  }
 }
 
 // Sum of term(i) for i in [0, n), accumulated in double. The range is cut into fixed-size chunks whose

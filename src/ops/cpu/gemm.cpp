@@ -1,6 +1,5 @@
-// CPU reference for matrix products: OpenBLAS sgemm (f32) / dgemm (f64), row-major.
-#include <cblas.h>
-
+// CPU reference for matrix products: OpenBLAS sgemm (f32) / dgemm (f64), row-major, split over OpenMP
+// threads.
 #include <cstring>
 
 #include "ops/cpu/cpu_common.h"
@@ -12,32 +11,38 @@ using namespace detail;
 
 namespace {
 
-// c = alpha * op(a) @ op(b) + beta * c over raw row-major buffers. Handles the degenerate sizes BLAS rejects
-// (a leading dimension of 0) and never reads c when beta == 0, so an uninitialised (even NaN) c is fine.
+// Products smaller than this many multiply-adds run as one BLAS call on the calling thread.
+constexpr double kParallelGemmWork = 1 << 18;
+// Larger ones are cut into bands of this many rows (or columns) of c, whatever the thread count: every band
+// is then the same BLAS call with 1 thread or 16, so results do not depend on the thread count (BLAS kernels
+// pick different code paths for different shapes, so splitting by thread count would change the last bits).
+constexpr int64_t kBand = 128;
+
+// c = alpha * op(a) @ op(b) + beta * c for contiguous row-major operands, bands spread over the OpenMP
+// threads, each running single-threaded BLAS.
 template <typename T>
 void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, const T* b,
                T beta, T* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0 || alpha == T(0)) {
-    const int64_t mn = m * n;
-    if (beta == T(0)) {
-      std::memset(c, 0, static_cast<size_t>(mn) * sizeof(T));
-    } else if (beta != T(1)) {
-      for (int64_t i = 0; i < mn; ++i) c[i] *= beta;
-    }
+  const int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
+  const int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
+  const int64_t ldc = std::max<int64_t>(1, n);
+  const bool by_rows = m >= n;
+  const int64_t extent = by_rows ? m : n;
+  const int64_t bands = (extent + kBand - 1) / kBand;
+  if (bands <= 1 || static_cast<double>(m) * n * k < kParallelGemmWork) {
+    gemm_raw<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
-  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
-  const blasint lda = static_cast<blasint>(trans_a ? m : k);
-  const blasint ldb = static_cast<blasint>(trans_b ? k : n);
-  const blasint ldc = static_cast<blasint>(n);
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), alpha, a, lda, b, ldb, beta, c, ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), alpha, a, lda, b, ldb, beta, c, ldc);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < bands; ++t) {
+    const int64_t lo = t * kBand, len = std::min(extent, lo + kBand) - lo;
+    if (by_rows) {
+      gemm_raw<T>(trans_a, trans_b, len, n, k, alpha, trans_a ? a + lo : a + lo * lda, lda, b, ldb, beta,
+                  c + lo * ldc, ldc);
+    } else {
+      gemm_raw<T>(trans_a, trans_b, m, len, k, alpha, a, lda, trans_b ? b + lo * ldb : b + lo, ldb, beta,
+                  c + lo, ldc);
+    }
   }
 }
 
