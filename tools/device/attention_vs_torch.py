@@ -74,7 +74,7 @@ def parse_ours(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ours", action="append", default=[], help="primus_gpu_tests log(s); later files win")
+    ap.add_argument("--ours", action="append", default=[], help="primus_gpu_tests log(s); one table each")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
@@ -85,28 +85,27 @@ def main():
                 results[(name,) + shape] = bench(be, *shape)
             except Exception as e:  # a backend refusing a shape is a result, not a crash
                 print(f"torch {name} {shape}: {type(e).__name__}: {str(e)[:200]}")
-    labels = [("ours", p) for p in args.ours]
-    ours = {}
-    for _, p in labels:
-        ours.update(parse_ours(p))
     rows = []
-    print()
-    print("| shape (B H KV S D) | dir | torch cudnn TF/s | torch flash TF/s | ours cudnn TF/s | ours flash TF/s | ours best / torch cudnn |")
-    print("|---|---|---|---|---|---|---|")
-    for shape in SHAPES:
-        b, h, kv, s, d = shape
-        for dirn in ("fwd", "bwd", "fwdx10", "bwdx10"):
-            tc = results.get(("cudnn",) + shape, {}).get(f"{dirn}_tflops")
-            tf = results.get(("flash",) + shape, {}).get(f"{dirn}_tflops")
-            oc = ours.get(("cudnn", b, h, kv, s, d, dirn), (None, None))[1]
-            of = ours.get(("flash", b, h, kv, s, d, dirn), (None, None))[1]
-            best = max([x for x in (oc, of) if x is not None], default=None)
-            ratio = best / tc if best and tc else None
-            fmt = lambda x: f"{x:.1f}" if x is not None else "-"
-            print(f"| {b} {h} {kv} {s} {d} | {dirn} | {fmt(tc)} | {fmt(tf)} | {fmt(oc)} | {fmt(of)} | "
-                  f"{(f'{ratio:.3f}' if ratio else '-')} |")
-            rows.append({"shape": shape, "dir": dirn, "torch_cudnn": tc, "torch_flash": tf, "ours_cudnn": oc,
-                         "ours_flash": of, "ratio": ratio})
+    for path in args.ours or [None]:
+        ours = parse_ours(path)
+        print()
+        print(f"ours: {path}")
+        print("| shape (B H KV S D) | dir | torch cudnn TF/s | torch flash TF/s | ours cudnn TF/s | ours flash TF/s | ours best / torch cudnn |")
+        print("|---|---|---|---|---|---|---|")
+        for shape in SHAPES:
+            b, h, kv, s, d = shape
+            for dirn in ("fwd", "bwd", "fwdx10", "bwdx10"):
+                tc = results.get(("cudnn",) + shape, {}).get(f"{dirn}_tflops")
+                tf = results.get(("flash",) + shape, {}).get(f"{dirn}_tflops")
+                oc = ours.get(("cudnn", b, h, kv, s, d, dirn), (None, None))[1]
+                of = ours.get(("flash", b, h, kv, s, d, dirn), (None, None))[1]
+                best = max([x for x in (oc, of) if x is not None], default=None)
+                ratio = best / tc if best and tc else None
+                fmt = lambda x: f"{x:.1f}" if x is not None else "-"
+                print(f"| {b} {h} {kv} {s} {d} | {dirn} | {fmt(tc)} | {fmt(tf)} | {fmt(oc)} | {fmt(of)} | "
+                      f"{(f'{ratio:.3f}' if ratio else '-')} |")
+                rows.append({"ours_log": path, "shape": shape, "dir": dirn, "torch_cudnn": tc, "torch_flash": tf,
+                             "ours_cudnn": oc, "ours_flash": of, "ratio": ratio})
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": {" ".join(map(str, k)): v for k, v in results.items()}, "table": rows}, f, indent=1)

@@ -122,7 +122,16 @@ struct Plan {
   int64_t workspace = 0;
   int64_t engine = -1;  // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the engine behind the plan
   int candidate = 0;    // position in the heuristic list
+  std::vector<std::pair<int, int64_t>> knobs;  // (cudnnBackendKnobType_t, value) of the engine config
 };
+
+// "engine 2 {TILE_M=3, KERNEL_CFG=2}" for logs.
+std::string describe(const Plan& p);
+
+// Plans for engine `base.engine` whose knob choices differ from `base`'s in one knob at a time, each knob over its
+// advertised range (at most `per_knob` values per knob, `max_plans` in all). Configs the engine refuses are skipped.
+// For autotuning beyond the heuristic's pick.
+std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& base, int per_knob, int max_plans);
 
 // Asks the heuristics (mode A, then FALLBACK) for engine configs and returns every plan that finalizes, in
 // heuristic order, at most `max_plans`. An empty result means the graph is not supported; `report` then says what

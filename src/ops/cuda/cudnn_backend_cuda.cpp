@@ -238,6 +238,32 @@ std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode,
   return cfgs;
 }
 
+// Knob (type, value) pairs of an engine config.
+std::vector<std::pair<int, int64_t>> read_knobs(const Desc& cfg) {
+  std::vector<std::pair<int, int64_t>> out;
+  constexpr int kMax = 64;
+  std::vector<Desc> choices;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int i = 0; i < kMax; ++i) {
+    choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    raw.push_back(choices.back().get());
+  }
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMax, &n,
+                               raw.data()) != CUDNN_STATUS_SUCCESS)
+    return out;
+  for (int64_t i = 0; i < n && i < kMax; ++i) {
+    cudnnBackendKnobType_t type;
+    int64_t value = 0, cnt = 0;
+    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &cnt, &type) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &cnt, &value) ==
+            CUDNN_STATUS_SUCCESS)
+      out.emplace_back(static_cast<int>(type), value);
+  }
+  return out;
+}
+
 int64_t engine_index(const Desc& cfg) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw = engine.get();
@@ -276,6 +302,7 @@ std::vector<Plan> make_plans(cudnnHandle_t h, const Desc& graph, int max_plans, 
         continue;
       }
       Plan p;
+      p.knobs = read_knobs(cfg);
       int64_t n = 0;
       PRIMUS_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                   CUDNN_TYPE_INT64, 1, &n, &p.workspace));
@@ -286,6 +313,110 @@ std::vector<Plan> make_plans(cudnnHandle_t h, const Desc& graph, int max_plans, 
     }
     // The fallback list is only worth asking for when mode A produced nothing that runs.
     if (!plans.empty()) break;
+  }
+  return plans;
+}
+
+std::string describe(const Plan& p) {
+  std::string s = fmt::format("engine {} {{", p.engine);
+  for (size_t i = 0; i < p.knobs.size(); ++i)
+    s += fmt::format("{}k{}={}", i ? " " : "", p.knobs[i].first, p.knobs[i].second);
+  return s + "}";
+}
+
+std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& base, int per_knob, int max_plans) {
+  std::vector<Plan> plans;
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t g = graph.get();
+  engine.set(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g);
+  engine.set_i64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, base.engine);
+  if (engine.try_finalize() != CUDNN_STATUS_SUCCESS) return plans;
+  // The knobs the engine has and their ranges.
+  constexpr int kMax = 64;
+  std::vector<Desc> infos;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int i = 0; i < kMax; ++i) {
+    infos.emplace_back(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR);
+    raw.push_back(infos.back().get());
+  }
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMax, &n,
+                               raw.data()) != CUDNN_STATUS_SUCCESS)
+    return plans;
+  struct Range {
+    int type;
+    int64_t lo, hi, stride;
+  };
+  std::vector<Range> ranges;
+  for (int64_t i = 0; i < n && i < kMax; ++i) {
+    cudnnBackendKnobType_t type;
+    Range r{};
+    int64_t cnt = 0;
+    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &cnt, &type) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &cnt, &r.lo) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &cnt, &r.hi) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &cnt, &r.stride) !=
+            CUDNN_STATUS_SUCCESS)
+      continue;
+    r.type = static_cast<int>(type);
+    if (r.stride <= 0) r.stride = 1;
+    ranges.push_back(r);
+  }
+  for (const Range& r : ranges) {
+    int tried = 0;
+    for (int64_t v = r.lo; v <= r.hi && tried < per_knob; v += r.stride, ++tried) {
+      if (static_cast<int>(plans.size()) >= max_plans) return plans;
+      std::vector<std::pair<int, int64_t>> knobs = base.knobs;
+      bool present = false, same = false;
+      for (auto& k : knobs) {
+        if (k.first != r.type) continue;
+        present = true;
+        same = k.second == v;
+        k.second = v;
+      }
+      if (same) continue;  // the base config itself
+      if (!present) knobs.emplace_back(r.type, v);
+      std::vector<Desc> choices;
+      std::vector<cudnnBackendDescriptor_t> craw;
+      bool ok = true;
+      for (const auto& [type, value] : knobs) {
+        choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+        auto t = static_cast<cudnnBackendKnobType_t>(type);
+        ok = ok && cudnnBackendSetAttribute(choices.back().get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                            CUDNN_TYPE_KNOB_TYPE, 1, &t) == CUDNN_STATUS_SUCCESS;
+        ok = ok && cudnnBackendSetAttribute(choices.back().get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64,
+                                            1, &value) == CUDNN_STATUS_SUCCESS;
+        ok = ok && choices.back().try_finalize() == CUDNN_STATUS_SUCCESS;
+        craw.push_back(choices.back().get());
+      }
+      if (!ok) continue;
+      Desc cfg(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      cudnnBackendDescriptor_t e = engine.get();
+      if (cudnnBackendSetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e) !=
+              CUDNN_STATUS_SUCCESS ||
+          cudnnBackendSetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                   static_cast<int64_t>(craw.size()), craw.data()) != CUDNN_STATUS_SUCCESS ||
+          cfg.try_finalize() != CUDNN_STATUS_SUCCESS)
+        continue;
+      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+      cudnnBackendDescriptor_t c = cfg.get();
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
+      if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
+      Plan p;
+      int64_t cnt = 0;
+      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt,
+                                   &p.workspace) != CUDNN_STATUS_SUCCESS)
+        continue;
+      p.plan = std::move(plan);
+      p.engine = base.engine;
+      p.candidate = -1;
+      p.knobs = std::move(knobs);
+      plans.push_back(std::move(p));
+    }
   }
   return plans;
 }
