@@ -13,7 +13,7 @@ rc=$?
 ours=(--ours "$out/gpu_tests.txt")
 if [ "${ATTN_AUTOTUNE:-0}" = 1 ]; then
   # Timing only: the heuristic's plans and knob variants of its best engine, timed on the first call.
-  OUT=/tmp PRIMUS_CUDNN_AUTOTUNE=${ATTN_AUTOTUNE_LEVEL:-2} PRIMUS_ATTENTION_TEST_PERF_ONLY=1 \
+  OUT=/tmp timeout 90 env PRIMUS_CUDNN_AUTOTUNE=${ATTN_AUTOTUNE_LEVEL:-2} PRIMUS_ATTENTION_TEST_PERF_ONLY=1 \
     "$bin/primus_gpu_tests" attention >"$out/gpu_tests_autotune.txt" 2>&1
   ours+=(--ours "$out/gpu_tests_autotune.txt")
 fi
@@ -23,7 +23,7 @@ if [ "${ATTN_TORCH_CUDNN:-0}" = 1 ]; then
   if [ -n "$lib" ] && [ -d "$lib" ]; then
     echo "torch's cuDNN: $lib ($(ls "$lib" | grep -m1 'libcudnn.so'))"
     # The full suite: a runtime >= 9.16 also takes the bprop for T % 128 != 0, a path the system 9.14 never runs.
-    OUT=/tmp LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" \
+    OUT=/tmp timeout 100 env LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" \
       "$bin/primus_gpu_tests" attention >"$out/gpu_tests_torch_cudnn.txt" 2>&1
     ours+=(--ours "$out/gpu_tests_torch_cudnn.txt")
   else
