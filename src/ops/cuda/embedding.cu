@@ -104,7 +104,7 @@ __device__ __forceinline__ void store_f32(float* dst, const float (&acc)[E]) {
 
 // Stage 1: block (chunk, column slice). scratch is [chunks, 2, d]: slot 0 = head piece, slot 1 = tail piece.
 template <int E>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, 8)
     embedding_bwd_chunk_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ vals,
                                const bf16* __restrict__ dout, float* dtable, float* __restrict__ scratch,
                                int64_t n, int64_t d, uint32_t v) {
@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kBlock)
       store_f32<E>(scratch + (static_cast<int64_t>(blockIdx.x) * 2 + slot) * d + col, acc);
     }
   };
-  // Rows are loaded 8 at a time ahead of the (data-dependent) run bookkeeping, to keep loads in flight.
-  constexpr int kAhead = 8;
+  // Rows are loaded a few at a time ahead of the (data-dependent) run bookkeeping, to keep loads in flight.
+  constexpr int kAhead = E == 8 ? 4 : 8;
   for (int j0 = 0; j0 < len; j0 += kAhead) {
     Vec<bf16, E> rows[kAhead];
 #pragma unroll

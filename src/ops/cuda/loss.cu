@@ -1,16 +1,19 @@
 // Softmax cross-entropy over the vocabulary: bf16 logits, f32 math and losses, bf16 gradients (in place
 // allowed).
 //
-// Main path (V a multiple of 8, V <= 262144): a thread-block cluster of C CTAs owns one row; each CTA loads
-// its slice of the row into registers once (16-byte loads), the CTAs exchange their (max, sum of exp) through
-// distributed shared memory, and each writes the gradient of its slice from registers. So logits are read
-// once and dlogits written once: 4 bytes per logit, the floor. The cluster reduction combines the C partials
-// in rank order in every CTA, so all CTAs see the same bitwise lse. Fallback (odd V, unaligned, or longer
-// rows): one block per row, an online max/sum pass and a gradient pass that reads the row again (6 bytes per
-// logit; the second read often hits L2).
+// Main path (V a multiple of 8, V <= 262144): a thread-block cluster of C <= 8 CTAs owns one row. Each CTA
+// pulls its slice of the row (<= 64 KB, 32 KB at V = 128256) into shared memory with bulk copies (TMA,
+// completed on an mbarrier: no registers held while the bytes are in flight, so 6 CTAs per SM keep ~190 KB
+// per SM loading while others compute), the CTAs exchange their (max, sum of exp) through distributed shared
+// memory, and each writes the gradient of its slice. Logits are read once and dlogits written once: 4 bytes
+// per logit, the floor. The cluster reduction combines the C partials in rank order in every CTA, so all CTAs
+// see the same bitwise lse. Fallback (odd V, unaligned, or longer rows): one block per row, an online max/sum
+// pass and a gradient pass that reads the row again (6 bytes per logit; the second read often hits L2).
 #include "ops/cuda/kernel_utils.cuh"
 
 #include <cooperative_groups.h>
+
+#include <algorithm>
 
 #include "ops/cuda/loss_cuda.h"
 
@@ -20,7 +23,9 @@ namespace {
 namespace cg = cooperative_groups;
 using detail::bf16;
 
-constexpr int kClusterBlock = 512;  // threads per CTA of the cluster kernel
+constexpr int kClusterBlock = 256;       // threads per CTA of the cluster kernel
+constexpr int64_t kSliceTarget = 16384;  // logits per CTA the cluster size aims at
+constexpr int64_t kSliceMax = 32768;     // logits per CTA at most (64 KB of shared memory)
 constexpr int kFallbackBlock = 512;
 constexpr float kNegInf = -INFINITY;
 
@@ -43,49 +48,89 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   m = mm;
 }
 
-template <int VPT>
-__global__ void __launch_bounds__(kClusterBlock, 2)
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// One thread: announce `bytes` of transfer on the barrier, then start the bulk copies global -> shared.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+  constexpr uint32_t kChunk = 16384;
+  for (uint32_t off = 0; off < bytes; off += kChunk) {
+    const uint32_t n = bytes - off < kChunk ? bytes - off : kChunk;
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(static_cast<char*>(dst) + off)),
+        "l"(static_cast<const char*>(src) + off), "r"(n), "r"(smem_u32(bar))
+        : "memory");
+  }
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(phase)
+        : "memory");
+  } while (!done);
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Dynamic shared memory: this CTA's slice of the row, `per` packs of 8 logits.
+__global__ void __launch_bounds__(kClusterBlock, 6)
     ce_cluster_kernel(const bf16* logits, const int32_t* __restrict__ targets, float* __restrict__ losses,
-                      bf16* dlogits, int64_t v, float grad_scale) {
+                      bf16* dlogits, int64_t v, int64_t per, float grad_scale) {
+  extern __shared__ __align__(128) unsigned char slice_raw[];
+  __shared__ uint64_t bar;
   __shared__ float scratch[32];
   __shared__ float2 part;  // this CTA's (max, sum), read by the whole cluster
+  const bf16* slice = reinterpret_cast<const bf16*>(slice_raw);
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int c = static_cast<int>(cluster.num_blocks());
   const int64_t row = blockIdx.x / c;
   const int64_t nvec = v / 8;
-  const int64_t per = (nvec + c - 1) / c;
-  const int64_t lo = rank * per, hi = detail::min64(nvec, lo + per);
+  const int64_t lo = rank * per;
+  const int n_local = static_cast<int>(detail::min64(nvec, lo + per) - detail::min64(nvec, lo));
   const bf16* x = logits + row * v;
   const int t = targets[row];
   const bool ignored = t < 0;
+  const bool load = !ignored && n_local > 0;
 
-  detail::Pack<bf16> xv[VPT];
-  float m = kNegInf;
-  if (!ignored) {
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int64_t vi = lo + k * kClusterBlock + threadIdx.x;
-      if (vi < hi) {
-        xv[k] = detail::load_pack_stream(x + vi * 8);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) m = fmaxf(m, __bfloat162float(xv[k].v[e]));
-      }
-    }
-  }
+  if (threadIdx.x == 0) mbar_init(&bar);
+  __syncthreads();
+  if (threadIdx.x == 0 && load) bulk_load(slice_raw, x + lo * 8, static_cast<uint32_t>(n_local) * 16, &bar);
   // The target logit is read before any CTA of the cluster can overwrite the row (in-place dlogits).
   float target_logit = 0.f;
   if (rank == 0 && threadIdx.x == 0 && !ignored && t < v) target_logit = __bfloat162float(x[t]);
+
+  float m = kNegInf;
+  if (load) {
+    mbar_wait(&bar, 0);
+    __nv_bfloat162 m2 = __bfloat162bfloat162(__float2bfloat16_rn(kNegInf));
+    for (int vi = threadIdx.x; vi < n_local; vi += kClusterBlock) {
+      const detail::Pack<bf16> p = detail::load_pack(slice + vi * 8);
+      const auto* h = reinterpret_cast<const __nv_bfloat162*>(p.v);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) m2 = __hmax2(m2, h[e]);
+    }
+    m = fmaxf(__low2float(m2), __high2float(m2));
+  }
   m = block_max(m, scratch);
   float s = 0.f;
-  if (!ignored && m != kNegInf) {
+  if (load && m != kNegInf) {
+    const float mb = m * kLog2e;
+    for (int vi = threadIdx.x; vi < n_local; vi += kClusterBlock) {
+      const detail::Pack<bf16> p = detail::load_pack(slice + vi * 8);
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int64_t vi = lo + k * kClusterBlock + threadIdx.x;
-      if (vi < hi) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) s += __expf(__bfloat162float(xv[k].v[e]) - m);
-      }
+      for (int e = 0; e < 8; ++e) s += exp2f(fmaf(__bfloat162float(p.v[e]), kLog2e, -mb));
     }
   }
   s = detail::block_sum(s, scratch);
@@ -100,24 +145,24 @@ __global__ void __launch_bounds__(kClusterBlock, 2)
   const float lse = gm + __logf(gs);
   if (rank == 0 && threadIdx.x == 0) losses[row] = ignored ? 0.f : (t < v ? lse - target_logit : NAN);
   if (dlogits == nullptr) return;
-  bf16* dx = dlogits + row * v;
+  bf16* dx = dlogits + row * v + lo * 8;
+  const float lb = lse * kLog2e;
+  const int64_t t_local = ignored ? -1 : t - lo * 8;
+  for (int vi = threadIdx.x; vi < n_local; vi += kClusterBlock) {
+    detail::Pack<bf16> out;
+    if (ignored) {
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int64_t vi = lo + k * kClusterBlock + threadIdx.x;
-    if (vi < hi) {
-      detail::Pack<bf16> out;
+      for (int e = 0; e < 8; ++e) out.v[e] = __float2bfloat16_rn(0.f);
+    } else {
+      const detail::Pack<bf16> p = detail::load_pack(slice + vi * 8);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        float g = 0.f;
-        if (!ignored) {
-          g = __expf(__bfloat162float(xv[k].v[e]) - lse);
-          if (vi * 8 + e == t) g -= 1.f;
-          g *= grad_scale;
-        }
-        out.v[e] = __float2bfloat16_rn(g);
+        float g = exp2f(fmaf(__bfloat162float(p.v[e]), kLog2e, -lb));
+        if (vi * 8 + e == t_local) g -= 1.f;
+        out.v[e] = __float2bfloat16_rn(g * grad_scale);
       }
-      detail::store_pack_stream(dx + vi * 8, out);
     }
+    detail::store_pack_stream(dx + vi * 8, out);
   }
 }
 
@@ -171,12 +216,19 @@ __global__ void __launch_bounds__(kFallbackBlock)
   }
 }
 
-template <int VPT>
-void launch_cluster(int64_t rows, int c, const bf16* x, const int32_t* t, float* l, bf16* dx, int64_t v,
-                    float gs, cudaStream_t stream) {
+void launch_cluster(int64_t rows, int c, int64_t per, const bf16* x, const int32_t* t, float* l, bf16* dx,
+                    int64_t v, float gs, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(per) * 16;
+  static const bool attr_set = [] {
+    PRIMUS_CUDA_CHECK(cudaFuncSetAttribute(ce_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kSliceMax * 2)));
+    return true;
+  }();
+  (void)attr_set;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(rows * c));
   cfg.blockDim = dim3(kClusterBlock);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -185,7 +237,7 @@ void launch_cluster(int64_t rows, int c, const bf16* x, const int32_t* t, float*
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  PRIMUS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, ce_cluster_kernel<VPT>, x, t, l, dx, v, gs));
+  PRIMUS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, ce_cluster_kernel, x, t, l, dx, v, per, gs));
 }
 
 }  // namespace
@@ -222,29 +274,12 @@ void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float gr
   cudaStream_t cs = cuda_stream(s);
 
   const bool vec = v % 8 == 0 && detail::aligned16(x) && (dx == nullptr || detail::aligned16(dx));
-  // C CTAs per row so that each thread holds at most 4 packs (62 registers: two CTAs per SM); past 8 x 16384
-  // logits the clusters stay at 8 (the portable maximum) and hold 8 packs per thread.
-  constexpr int64_t kPerCta = int64_t{kClusterBlock} * 4 * 8;
-  if (vec && v <= 2 * 8 * kPerCta) {
-    int c = 1;
-    while (c < 8 && int64_t{c} * kPerCta < v) c *= 2;
-    const int64_t per_cta_vec = ceil_div<int64_t>(v / 8, c);
-    int vpt = 1;
-    while (int64_t{vpt} * kClusterBlock < per_cta_vec) vpt *= 2;
-    switch (vpt) {
-      case 1:
-        launch_cluster<1>(rows, c, x, t, l, dx, v, grad_scale, cs);
-        break;
-      case 2:
-        launch_cluster<2>(rows, c, x, t, l, dx, v, grad_scale, cs);
-        break;
-      case 4:
-        launch_cluster<4>(rows, c, x, t, l, dx, v, grad_scale, cs);
-        break;
-      default:
-        launch_cluster<8>(rows, c, x, t, l, dx, v, grad_scale, cs);
-        break;
-    }
+  // C CTAs per row, each holding about kSliceTarget logits (32 KB of shared memory: 6 CTAs per SM); at most
+  // 8 CTAs (the portable cluster size) of at most kSliceMax logits.
+  if (vec && v <= 8 * kSliceMax) {
+    const int c = static_cast<int>(std::clamp<int64_t>(ceil_div<int64_t>(v, kSliceTarget), 1, 8));
+    const int64_t per = ceil_div<int64_t>(v / 8, c);
+    launch_cluster(rows, c, per, x, t, l, dx, v, grad_scale, cs);
   } else if (vec) {
     ce_fallback_kernel<8><<<static_cast<unsigned>(rows), kFallbackBlock, 0, cs>>>(x, t, l, dx, v, grad_scale);
   } else {

@@ -98,8 +98,10 @@ __global__ void __launch_bounds__(block_size(G))
 }
 
 // dx = r * (w*dy - xhat * mean(w*dy*xhat)), xhat = x*r; dw partial[block] = sum over visited rows of dy*xhat.
+// Bounded to 64 registers (1024 resident threads per SM): the block walks its rows one at a time with a
+// barrier per row, so bytes in flight come from resident blocks, not from ILP within one.
 template <int E, int G, int VPT>
-__global__ void __launch_bounds__(block_size(G))
+__global__ void __launch_bounds__(block_size(G), 1024 / block_size(G))
     rmsnorm_bwd_kernel(const bf16* dy, const bf16* __restrict__ x, const bf16* __restrict__ w,
                        const float* __restrict__ rstd, bf16* dx, float* __restrict__ partial, RowMap m,
                        bool accumulate_dx) {
@@ -108,15 +110,12 @@ __global__ void __launch_bounds__(block_size(G))
   __shared__ float red[kBlock / 32];
   const int lg = threadIdx.x % G, group = threadIdx.x / G;
 
-  Vec<bf16, E> wv[VPT];
+  // w is re-read per row (an L1 hit) rather than held: registers go to the dw accumulators.
   float dw[VPT][E];
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int col = (k * G + lg) * E;
-    if (col < m.d) wv[k] = load_vec<bf16, E>(w + col);
+  for (int k = 0; k < VPT; ++k)
 #pragma unroll
     for (int e = 0; e < E; ++e) dw[k][e] = 0.f;
-  }
 
   // The loop bound is uniform over the block (group_sum may hold a barrier); idle groups carry valid = false.
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < m.rows;
@@ -133,11 +132,12 @@ __global__ void __launch_bounds__(block_size(G))
       if (valid && col < m.d) {
         xv[k] = load_vec<bf16, E>(x + off + col);
         gv[k] = load_vec<bf16, E>(dy + off + col);
+        const Vec<bf16, E> wv = load_vec<bf16, E>(w + col);
 #pragma unroll
         for (int e = 0; e < E; ++e) {
           const float xh = __bfloat162float(xv[k].v[e]) * r;
           const float g = __bfloat162float(gv[k].v[e]);
-          dot += g * __bfloat162float(wv[k].v[e]) * xh;
+          dot += g * __bfloat162float(wv.v[e]) * xh;
           dw[k][e] += g * xh;
         }
       }
@@ -148,13 +148,14 @@ __global__ void __launch_bounds__(block_size(G))
       for (int k = 0; k < VPT; ++k) {
         const int col = (k * G + lg) * E;
         if (col < m.d) {
+          const Vec<bf16, E> wv = load_vec<bf16, E>(w + col);
           Vec<bf16, E> old;
           if (accumulate_dx) old = load_vec<bf16, E>(dx + off + col);
           Vec<bf16, E> out;
 #pragma unroll
           for (int e = 0; e < E; ++e) {
             const float xh = __bfloat162float(xv[k].v[e]) * r;
-            float v = r * (__bfloat162float(gv[k].v[e]) * __bfloat162float(wv[k].v[e]) - xh * c);
+            float v = r * (__bfloat162float(gv[k].v[e]) * __bfloat162float(wv.v[e]) - xh * c);
             if (accumulate_dx) v += __bfloat162float(old.v[e]);
             out.v[e] = __float2bfloat16_rn(v);
           }
@@ -212,21 +213,16 @@ struct Config {
   int e, g, vpt;
 };
 
-// E = 8 (16-byte accesses) when rows and pointers allow it, else scalar. Small rows (qk-norm heads) get a
-// group of a few lanes; long rows spread over up to 512 threads with 2 or 4 accesses each (1024 x 8 only past
-// D = 16384).
+// E = 8 (16-byte accesses) when rows and pointers allow it, else scalar. One access per thread up to 1024
+// threads (D <= 8192 with E = 8): small rows (qk-norm heads) get a group of a few lanes, long rows a whole
+// block; fewer live registers per thread keeps the backward at 64 registers without spilling.
 Config pick_config(int64_t d, bool vec_ok) {
   const int e = vec_ok ? 8 : 1;
   const int64_t nvec = (d + e - 1) / e;
-  auto pow2 = [](int64_t n) {
-    int p = 1;
-    while (p < n) p <<= 1;
-    return p;
-  };
-  if (nvec <= 32) return {e, std::max(4, pow2(nvec)), 1};
-  if (nvec <= 1024) return {e, pow2((nvec + 1) / 2), 2};
-  // Beyond 512 threads the register cap (64 at 1024 threads) would spill the backward's dw accumulators.
-  if (nvec <= 2048) return {e, 512, 4};
+  int g = 4;
+  while (g < nvec && g < 1024) g <<= 1;
+  if (nvec <= 1024) return {e, g, 1};
+  if (nvec <= 2048) return {e, 1024, 2};
   PRIMUS_CHECK(nvec <= 8192, "rmsnorm: row length {} is too long for the CUDA kernels (max {})", d, 8192 * e);
   return {e, 1024, 8};
 }
@@ -238,9 +234,9 @@ void dispatch(const Config& c, F&& f) {
   if (c.e == E && c.g == G && c.vpt == VPT) return f.template operator()<E, G, VPT>();
 #define PRIMUS_NORM_CASES(E)                                                                           \
   PRIMUS_NORM_CASE(E, 4, 1) PRIMUS_NORM_CASE(E, 8, 1) PRIMUS_NORM_CASE(E, 16, 1)                       \
-  PRIMUS_NORM_CASE(E, 32, 1) PRIMUS_NORM_CASE(E, 32, 2) PRIMUS_NORM_CASE(E, 64, 2)                     \
-  PRIMUS_NORM_CASE(E, 128, 2) PRIMUS_NORM_CASE(E, 256, 2) PRIMUS_NORM_CASE(E, 512, 2)                  \
-  PRIMUS_NORM_CASE(E, 512, 4) PRIMUS_NORM_CASE(E, 1024, 8)
+  PRIMUS_NORM_CASE(E, 32, 1) PRIMUS_NORM_CASE(E, 64, 1) PRIMUS_NORM_CASE(E, 128, 1)                    \
+  PRIMUS_NORM_CASE(E, 256, 1) PRIMUS_NORM_CASE(E, 512, 1) PRIMUS_NORM_CASE(E, 1024, 1)                 \
+  PRIMUS_NORM_CASE(E, 1024, 2) PRIMUS_NORM_CASE(E, 1024, 8)
   PRIMUS_NORM_CASES(8)
   PRIMUS_NORM_CASES(1)
   // clang-format on
