@@ -18,7 +18,7 @@ if [ "${ATTN_AUTOTUNE:-0}" = 1 ]; then
   ours+=(--ours "$out/gpu_tests_autotune.txt")
 fi
 if [ "${ATTN_TORCH_CUDNN:-0}" = 1 ]; then
-  # Timing only, against the cuDNN that torch bundles (newer than the system's) instead of the system library.
+  # The cuDNN that torch bundles (newer than the system's) instead of the system library.
   lib=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
   if [ -n "$lib" ] && [ -d "$lib" ]; then
     echo "torch's cuDNN: $lib ($(ls "$lib" | grep -m1 'libcudnn.so'))"
