@@ -77,10 +77,10 @@ struct GemmBenchRow {
   double tflop = 0, tflops = 0, bandwidth_gbps = 0, arith_intensity = 0;
   std::string algo;         // cuBLASLt algorithm that ran
   bool tuned = false;       // the algorithm came from the tuning table
-  double heuristic_ms = 0;  // --tune: the heuristic's first choice (tuner's measurement)
-  double tuned_ms = 0;      // --tune: the winner (= heuristic_ms when nothing beat it)
-  double uplift_pct = 0;    // --tune: heuristic_ms / tuned_ms - 1, in percent
-  std::string note;
+  double heuristic_ms = 0;  // the heuristic's first choice, sustained, alternating with the tuned one
+  double tuned_ms = 0;      // what ran (= median_ms); equals heuristic_ms when the shape is not tuned
+  double uplift_pct = 0;    // heuristic_ms / tuned_ms - 1, in percent
+  std::string note;         // --tune: the tuner's own sweep numbers and why a faster candidate was rejected
 };
 // Fills tflop, tflops, bandwidth_gbps and arith_intensity from the key and median_ms (Primus's definitions).
 void fill_rates(GemmBenchRow& r);

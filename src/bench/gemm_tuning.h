@@ -74,18 +74,20 @@ enum class GemmCMode {
 
 struct TuneOptions {
   GemmCMode c_mode = GemmCMode::kNone;
-  int candidates = 32;               // heuristic candidates requested (top-K)
-  int warmup = 3;                    // untimed runs per candidate
-  int iters = 20;                    // timed runs per candidate (median)
-  int confirm_rounds = 3;            // alternating re-timings of the heuristic choice and the winner
-  double min_gain = 0.01;            // the winner must beat the heuristic by this fraction
+  int candidates = 32;  // candidates timed at most: the heuristic's top-K, then per-algorithm-id bests
+  bool search_by_algo_id = true;  // add cuBLASLt's best config of every algorithm id (beyond the top-K list)
+  double heat_ms = 200;           // run the heuristic's choice this long first: time at sustained clocks
+  int warmup = 3;                 // untimed runs per candidate
+  int iters = 20;                 // timed runs per candidate (median)
+  int confirm_rounds = 3;         // alternating re-timings of the heuristic choice and the winner
+  double min_gain = 0.01;         // the winner must beat the heuristic by this fraction
   size_t rotate_bytes = 512u << 20;  // operand sets cover at least this much (L2-cold timing)
   size_t max_bytes = 16ull << 30;    // cap on the operand sets' memory
 };
 
 struct TuneResult {
   GemmKey key;
-  int candidates = 0;         // heuristic candidates offered
+  int candidates = 0;         // candidates offered (top-K + per-id bests, deduplicated)
   int timed = 0;              // candidates that ran
   double heuristic_ms = 0;    // median of the heuristic's first choice (confirmation round)
   double best_ms = 0;         // median of the accepted algorithm (= heuristic_ms when not improved)
@@ -93,12 +95,14 @@ struct TuneResult {
   double verify_rel_err = 0;  // winner vs heuristic output, ||a - b|| / ||b||
   std::string heuristic_desc, best_desc;
   std::array<uint64_t, 8> best_algo{};
-  std::string note;  // why a faster candidate was rejected, if one was
+  std::array<uint64_t, 8> heuristic_algo{};  // the heuristic's first choice (what an untuned plan runs)
+  std::string note;                          // why a faster candidate was rejected, if one was
   double uplift() const { return best_ms > 0 ? heuristic_ms / best_ms - 1.0 : 0.0; }
 };
 
-// Times the top-K heuristic candidates of `key` on rotating operand sets and returns the winner. Does not
-// install it; see to_tuning_entry() and load_gemm_tuning()/install_tuning_entry().
+// Times the top-K heuristic candidates (and per-algorithm-id bests) of `key` on rotating operand sets and
+// returns the winner. Does not install it; see to_tuning_entry() and
+// load_gemm_tuning()/install_tuning_entry().
 TuneResult tune_gemm(const GemmKey& key, const TuneOptions& opt, const Stream& s);
 TuningEntry to_tuning_entry(const TuneResult& r, int device, const std::string& name = {});
 // Makes the GEMM path use the entry's algorithm now (CUDA builds). Returns false when the entry belongs to

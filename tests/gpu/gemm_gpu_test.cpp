@@ -183,9 +183,14 @@ Tensor ref_gemm(const Mat& a, bool ta, const Mat& b, bool tb, const std::vector<
   return Tensor::from_vector(out, {static_cast<int64_t>(rows.size()), n});
 }
 
-// f32 outputs carry only f32 accumulation error (inputs are exact in the reference): hold them to 1e-5.
-double tol_for(DType out, DType /*in*/) {
-  return out == DType::kF32 ? kTolF32 : kTolBF16;
+// f32 outputs of f32 inputs (CUDA-core SGEMM, no TF32): 1e-5. f32 outputs of bf16 inputs: the inputs are
+// exact in the reference, so only the tensor cores' f32 accumulation errs, and it grows linearly with K (its
+// additions do not round to nearest): measured 4.5e-6 at K = 4160 and 1.9e-5 at K = 16384 on the H100. 1e-4
+// holds that to K ~ 80k while staying 100x under the bf16 tolerance.
+constexpr double kTolF32FromBF16 = 1e-4;
+double tol_for(DType out, DType in) {
+  if (out != DType::kF32) return kTolBF16;
+  return in == DType::kF32 ? kTolF32 : kTolF32FromBF16;
 }
 
 void set_rate(Context& ctx, double ms, double flops) {
@@ -340,13 +345,13 @@ void small_linear_cases(Context& ctx) {
           ops::cuda::last_dbias_path() == ops::cuda::DbiasPath::kEpilogue ? "epilogue" : "kernel";
       ctx.check(kFam, fmt::format("linear_wgrad {} dw += (dbias={} took {})", tag, pname, took),
                 gather_rows(ctx, gdw, all_rows(outf)),
-                ref_gemm(dy, true, x, false, all_rows(outf), {&dw0, 1.0, nullptr, 1.0}), kTolF32);
+                ref_gemm(dy, true, x, false, all_rows(outf), {&dw0, 1.0, nullptr, 1.0}), kTolF32FromBF16);
       // dbias[j] = start + sum_t dy[t, j]: the gemm of a ones row with dy.
       Mat ones = random_mat(ctx, 1, t, DType::kF32);
       std::fill(ones.v.begin(), ones.v.end(), 1.0f);
       ctx.check(kFam, fmt::format("linear_wgrad {} dbias += (dbias={} took {})", tag, pname, took),
                 gather_rows(ctx, gdb.view({1, outf}), {0}),
-                ref_gemm(ones, false, dy, false, {0}, {&db0, 1.0, nullptr, 1.0}), kTolF32);
+                ref_gemm(ones, false, dy, false, {0}, {&db0, 1.0, nullptr, 1.0}), kTolF32FromBF16);
     }
     {  // without dbias
       Mat dw0 = random_mat(ctx, outf, in, DType::kF32);
@@ -354,7 +359,7 @@ void small_linear_cases(Context& ctx) {
       ops::cuda::linear_backward_weight(gdy, gx, gdw, nullptr, ctx.stream);
       ctx.check(kFam, fmt::format("linear_wgrad {} dw += (no dbias)", tag),
                 gather_rows(ctx, gdw, all_rows(outf)),
-                ref_gemm(dy, true, x, false, all_rows(outf), {&dw0, 1.0, nullptr, 1.0}), kTolF32);
+                ref_gemm(dy, true, x, false, all_rows(outf), {&dw0, 1.0, nullptr, 1.0}), kTolF32FromBF16);
     }
   }
 }
@@ -505,7 +510,7 @@ void model_size_cases(Context& ctx) {
       auto rows = sample_rows(ctx, L.out, samples);
       ctx.check(kFam, fmt::format("{} wgrad {}x{}x{} f32 +=", L.name, L.out, L.in, L.tokens),
                 gather_rows(ctx, gdw, rows), ref_gemm(dy, true, x, false, rows, {&dw0, 1.0, nullptr, 1.0}),
-                kTolF32);
+                kTolF32FromBF16);
       set_rate(ctx, ctx.time_ms(run), flops);  // timing keeps accumulating into dw: fine, it is checked above
     }
     if (std::string(L.name) == "1B qkv") {
@@ -523,7 +528,7 @@ void model_size_cases(Context& ctx) {
           std::fill(ones.v.begin(), ones.v.end(), 1.0f);
           ctx.check(kFam, fmt::format("{} wgrad+dbias({}) {}", L.name, pname, shape),
                     gather_rows(ctx, gdb.view({1, L.out}), {0}),
-                    ref_gemm(ones, false, dy, false, {0}, {&db0, 1.0, nullptr, 1.0}), kTolF32);
+                    ref_gemm(ones, false, dy, false, {0}, {&db0, 1.0, nullptr, 1.0}), kTolF32FromBF16);
           set_rate(ctx, ctx.time_ms(run), flops);
         } catch (const Error& e) {
           record(ctx, fmt::format("{} wgrad+dbias({}) (unsupported)", L.name, pname),

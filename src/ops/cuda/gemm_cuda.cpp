@@ -9,7 +9,6 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "ops/cuda/gemm_bias_grad.h"
 #include "ops/cuda/gemm_lt.h"
 
@@ -19,7 +18,6 @@ namespace {
 
 std::atomic<DbiasPath> g_dbias_path{DbiasPath::kAuto};
 std::atomic<DbiasPath> g_last_dbias_path{DbiasPath::kAuto};
-std::atomic<bool> g_epilogue_failed{false};
 
 DbiasPath configured_dbias_path() {
   DbiasPath p = g_dbias_path.load();
@@ -234,33 +232,20 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
     lt::matmul(plain, o, s);
     return;
   }
-  const DbiasPath path = configured_dbias_path();
-  if (path != DbiasPath::kKernel) {
+  // Default: the plain GEMM, then the column-sum kernel. On the H100 (1B qkv wgrad, 16384 tokens) the kernel
+  // added 34 us and the BGRADB epilogue 42 us to a 291 us GEMM, and the kernel's result is reproducible by
+  // construction; PRIMUS_GEMM_DBIAS=epilogue selects the epilogue.
+  if (configured_dbias_path() == DbiasPath::kEpilogue) {
     // The epilogue overwrites its output, so it writes a scratch vector that is then added into dbias.
     Tensor scratch = Tensor::empty({n}, DType::kF32, s);
     o.bgrad = scratch.data_ptr();
     lt::Problem with_bgrad = plain;
     with_bgrad.epilogue = lt::Epilogue::kBgrad;
-    bool ran = false;
-    if (path == DbiasPath::kEpilogue) {
-      ran = lt::try_matmul(with_bgrad, o, s);
-      PRIMUS_CHECK(ran, "linear_backward_weight: cuBLASLt has no BGRADB algorithm for {}", with_bgrad.str());
-    } else if (!g_epilogue_failed.load()) {
-      try {
-        ran = lt::try_matmul(with_bgrad, o, s);
-      } catch (const Error& e) {
-        // cuBLASLt refused the launch (nothing ran): use the kernel from now on.
-        g_epilogue_failed.store(true);
-        log::warn("linear_backward_weight: BGRADB epilogue failed for {} ({}); using the column-sum kernel",
-                  with_bgrad.str(), e.what());
-      }
-    }
-    if (ran) {
-      PRIMUS_CUDA_CHECK(launch_add_f32(dbias->data<float>(), scratch.data<float>(), n, cuda_stream(s)));
-      g_last_dbias_path.store(DbiasPath::kEpilogue);
-      return;
-    }
-    o.bgrad = nullptr;
+    PRIMUS_CHECK(lt::try_matmul(with_bgrad, o, s),
+                 "linear_backward_weight: cuBLASLt has no BGRADB algorithm for {}", with_bgrad.str());
+    PRIMUS_CUDA_CHECK(launch_add_f32(dbias->data<float>(), scratch.data<float>(), n, cuda_stream(s)));
+    g_last_dbias_path.store(DbiasPath::kEpilogue);
+    return;
   }
   lt::matmul(plain, o, s);
   bias_grad_accumulate(dy, m, n, *dbias, s);

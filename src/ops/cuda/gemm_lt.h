@@ -100,6 +100,10 @@ PlanInfo plan_info(const Problem& p, const Operands& ops, const Stream& s);
 // Up to `count` heuristic candidates, best first (index 0 is what an untuned plan runs).
 std::vector<cublasLtMatmulHeuristicResult_t> heuristic_candidates(const Problem& p, const Operands& ops,
                                                                   int count, const Stream& s);
+// For every algorithm id cuBLASLt has for these dtypes, the best configuration it finds for the problem
+// (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID): widens the tuner's search beyond the top-K list. May be empty.
+std::vector<cublasLtMatmulHeuristicResult_t> candidates_by_algo_id(const Problem& p, const Operands& ops,
+                                                                   const Stream& s);
 // True if cuBLASLt accepts `algo` for the problem (cublasLtMatmulAlgoCheck) within kWorkspaceBytes.
 bool algo_usable(const Problem& p, const Operands& ops, const cublasLtMatmulAlgo_t& algo, const Stream& s);
 // "id=21 tile=128x256x64 stages=... splitk=1 swizzle=1 cluster=2x1x1 ws=0.0MiB" (for reports and tuning
@@ -120,10 +124,10 @@ size_t tuned_algo_count();
 }  // namespace primus::ops::cuda::lt
 
 namespace primus::ops::cuda {
-// How linear_backward_weight computes dbias: kAuto tries cuBLASLt's BGRADB epilogue (into a scratch vector,
-// then added) and falls back to the column-sum kernel (gemm_bias_grad.h) when cuBLASLt offers no algorithm;
-// kEpilogue insists on the epilogue; kKernel always runs the kernel. Env PRIMUS_GEMM_DBIAS=epilogue|kernel
-// sets the default.
+// How linear_backward_weight computes dbias: kKernel (the default, also for kAuto) runs the plain GEMM and
+// then the deterministic column-sum kernel (gemm_bias_grad.h); kEpilogue uses cuBLASLt's BGRADB epilogue into
+// a scratch vector that is then added, and throws when cuBLASLt has no algorithm for it. Env
+// PRIMUS_GEMM_DBIAS=epilogue|kernel sets the default.
 enum class DbiasPath { kAuto, kEpilogue, kKernel };
 void set_dbias_path(DbiasPath p);
 DbiasPath last_dbias_path();  // the path the last call with a dbias took (tests and benchmarks report it)

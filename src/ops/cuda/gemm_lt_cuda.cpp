@@ -258,6 +258,23 @@ void choose_heuristic(cublasLtHandle_t h, Plan& plan, const PlanKey& key) {
   plan.info.description = algo_description(res[0].algo);
 }
 
+// The algorithm's minimum pointer alignments (cuBLASLt's A is our b, its B our a) against the operands'.
+bool alignment_ok(const cublasLtMatmulAlgo_t& algo, const PlanKey& key) {
+  const cublasLtMatmulAlgoCapAttributes_t caps[4] = {
+      CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES};
+  const uint16_t have[4] = {key.align[1], key.align[0], key.align[2], key.align[3]};
+  for (int i = 0; i < 4; ++i) {
+    uint32_t need = 256;  // unknown: assume the worst
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, caps[i], &need, sizeof(need), &written) !=
+        CUBLAS_STATUS_SUCCESS)
+      need = 256;
+    if (need > have[i]) return false;
+  }
+  return true;
+}
+
 Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHandle_t h) {
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return *it->second;
@@ -265,12 +282,11 @@ Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHand
   build_descriptors(*plan, key.p);
   set_epilogue_pointer(*plan, key.p, o);  // the heuristic reads the pointer's alignment
   auto tuned = st.tuned.find(key.p);
-  bool all_aligned = true;
-  for (uint16_t a : key.align) all_aligned &= a == 256;
   size_t ws = 0;
-  // The tuner measured on 256-byte-aligned buffers; an algorithm checked against descriptors alone may still
-  // need that alignment at run time, so less-aligned operands take the heuristic.
-  if (tuned != st.tuned.end() && all_aligned && check_algo(h, *plan, tuned->second, &ws)) {
+  // AlgoCheck sees descriptors, not pointers: the algorithm's own minimum alignments are compared with these
+  // operands' so that a tuned kernel never meets a pointer it cannot load from.
+  if (tuned != st.tuned.end() && alignment_ok(tuned->second, key) &&
+      check_algo(h, *plan, tuned->second, &ws)) {
     plan->info.algo = tuned->second;
     plan->info.workspace_bytes = ws;
     plan->info.tuned = true;
@@ -278,8 +294,10 @@ Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHand
   } else {
     if (tuned != st.tuned.end())
       log::warn(
-          "gemm: tuned algorithm for {} not usable here (alignment or cuBLASLt check); using the heuristic",
-          key.p.str());
+          "gemm: tuned algorithm for {} not usable here (operand alignment a={} b={} c={} d={}, or "
+          "cuBLASLt's check); "
+          "using the heuristic",
+          key.p.str(), key.align[0], key.align[1], key.align[2], key.align[3]);
     choose_heuristic(h, *plan, key);
   }
   Plan& ref = *plan;
@@ -409,6 +427,58 @@ std::vector<cublasLtMatmulHeuristicResult_t> heuristic_candidates(const Problem&
   build_descriptors(plan, p);
   set_epilogue_pointer(plan, p, o);
   return query_heuristic(h, plan, key, count);
+}
+
+std::vector<cublasLtMatmulHeuristicResult_t> candidates_by_algo_id(const Problem& p, const Operands& o,
+                                                                   const Stream& s) {
+  check_operands(p, o, s);
+  State& st = state();
+  PlanKey key = make_key(p, o, s.device.index);
+  std::lock_guard<std::mutex> lock(st.mu);
+  DeviceGuard guard(s.device.index);
+  cublasLtHandle_t h = handle_locked(st, s.device.index);
+  Plan plan;
+  build_descriptors(plan, p);
+  set_epilogue_pointer(plan, p, o);
+  std::vector<int> ids(256);
+  int n_ids = 0;
+  if (cublasLtMatmulAlgoGetIds(h, CUBLAS_COMPUTE_32F, CUDA_R_32F, cuda_type(p.b_type), cuda_type(p.a_type),
+                               cuda_type(p.c_type), cuda_type(p.c_type), static_cast<int>(ids.size()),
+                               ids.data(), &n_ids) != CUBLAS_STATUS_SUCCESS)
+    return {};
+  cublasLtMatmulPreference_t pref = nullptr;
+  PRIMUS_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+      guard_pref(pref, cublasLtMatmulPreferenceDestroy);
+  uint64_t ws = kWorkspaceBytes;
+  uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
+  PRIMUS_CUBLASLT_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  PRIMUS_CUBLASLT_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode, sizeof(mode)));
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  const uint32_t aligns[4] = {key.align[1], key.align[0], key.align[2], key.align[3]};
+  for (int i = 0; i < 4; ++i)
+    PRIMUS_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof(uint32_t)));
+  std::vector<cublasLtMatmulHeuristicResult_t> out;
+  for (int i = 0; i < n_ids; ++i) {
+    // Best configuration cuBLASLt finds for this one algorithm: candidates the top-K list (at most 8 on
+    // Hopper in practice) never shows. Any refusal just means "no candidate from this id".
+    cublasLtMatmulHeuristicResult_t r{};
+    if (cublasLtMatmulAlgoInit(h, CUBLAS_COMPUTE_32F, CUDA_R_32F, cuda_type(p.b_type), cuda_type(p.a_type),
+                               cuda_type(p.c_type), cuda_type(p.c_type), ids[i],
+                               &r.algo) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    int got = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(h, plan.desc, plan.la, plan.lb, plan.lc, plan.ld, pref, 1, &r, &got) !=
+            CUBLAS_STATUS_SUCCESS ||
+        got < 1 || r.state != CUBLAS_STATUS_SUCCESS)
+      continue;
+    out.push_back(r);
+  }
+  return out;
 }
 
 bool algo_usable(const Problem& p, const Operands& o, const cublasLtMatmulAlgo_t& algo, const Stream& s) {
