@@ -1,7 +1,7 @@
 #pragma once
-// `primus benchmark attention`: times ops::cuda::attention_forward and attention_backward (each alone, CUDA events,
-// median) on random bf16 inputs and reports TFLOP/s with the FlashAttention convention: fwd = 4 B H S^2 D, halved
-// when causal; bwd = 2.5 x fwd.
+// `primus benchmark attention`: times ops::cuda::attention_forward and attention_backward (each alone, CUDA
+// events, median) on random bf16 inputs and reports TFLOP/s with the FlashAttention convention: fwd = 4 B H
+// S^2 D, halved when causal; bwd = 2.5 x fwd.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,10 +39,11 @@ double attention_fwd_flops(int64_t batch, int64_t heads, int64_t seq, int64_t he
 std::vector<AttentionBenchResult> run_attention_benchmark(const AttentionBenchOptions& opt);
 
 // "md" (a Markdown table), "csv" (header + rows) or "jsonl" (one object per line).
-std::string format_attention_results(const std::vector<AttentionBenchResult>& rows, const std::string& format);
+std::string format_attention_results(const std::vector<AttentionBenchResult>& rows,
+                                     const std::string& format);
 
-// The CLI entry: runs the benchmark, prints the Markdown table, writes output_file in the format its extension
-// names. Returns the process exit code.
+// The CLI entry: runs the benchmark, prints the Markdown table, writes output_file in the format its
+// extension names. Returns the process exit code.
 int run_attention_bench(const AttentionBenchOptions& opt);
 
 }  // namespace primus::bench

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "bench/attention_bench.h"
-#include "core/device.h"  // cuda_check.h needs Stream
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "core/tensor.h"
 #include "ops/cuda/attention_backend.h"
 #include "ops/cuda/attention_cuda.h"
@@ -17,8 +17,8 @@ namespace primus::bench {
 
 namespace {
 
-// Fills a bf16 device tensor with N(0, 1) values: a random 1 Mi-element host block copied over the tensor (timing
-// needs realistic values, not zeros; it does not need every element independent).
+// Fills a bf16 device tensor with N(0, 1) values: a random 1 Mi-element host block copied over the tensor
+// (timing needs realistic values, not zeros; it does not need every element independent).
 void fill_random(Tensor& t, std::mt19937_64& rng, const Stream& s) {
   constexpr int64_t kBlock = 1 << 20;
   std::vector<bf16_t> host(static_cast<size_t>(std::min<int64_t>(kBlock, t.numel())));
@@ -80,8 +80,8 @@ std::vector<AttentionBenchResult> run_attention_benchmark_cuda(const AttentionBe
   fill_random(qkv, rng, s);
   fill_random(dout, rng, s);
 
-  std::vector<std::string> backends =
-      opt.backend == "all" ? std::vector<std::string>{"cudnn", "flash"} : std::vector<std::string>{opt.backend};
+  std::vector<std::string> backends = opt.backend == "all" ? std::vector<std::string>{"cudnn", "flash"}
+                                                           : std::vector<std::string>{opt.backend};
   const AttentionBackend saved = ops::cuda::attention_backend();
   const double fwd_flop = attention_fwd_flops(opt.batch, opt.heads, opt.seq, opt.head_dim, opt.causal);
   std::vector<AttentionBenchResult> results;
@@ -98,9 +98,10 @@ std::vector<AttentionBenchResult> run_attention_benchmark_cuda(const AttentionBe
     r.device_name = prop.name;
     r.fwd_backend = ops::cuda::attention_backend_for(shape, false);
     r.bwd_backend = ops::cuda::attention_backend_for(shape, true);
-    r.fwd_ms = median_ms([&] { ops::cuda::attention_forward(qkv, shape, out, lse, s); }, opt.warmup, opt.iters, s);
-    r.bwd_ms = median_ms([&] { ops::cuda::attention_backward(dout, qkv, out, lse, shape, dqkv, s); }, opt.warmup,
-                         opt.iters, s);
+    r.fwd_ms =
+        median_ms([&] { ops::cuda::attention_forward(qkv, shape, out, lse, s); }, opt.warmup, opt.iters, s);
+    r.bwd_ms = median_ms([&] { ops::cuda::attention_backward(dout, qkv, out, lse, shape, dqkv, s); },
+                         opt.warmup, opt.iters, s);
     r.fwd_tflops = fwd_flop / (r.fwd_ms * 1e-3) / 1e12;
     r.bwd_tflops = 2.5 * fwd_flop / (r.bwd_ms * 1e-3) / 1e12;
     results.push_back(r);

@@ -1,5 +1,6 @@
 // `primus benchmark attention`: fwd and bwd TFLOP/s of causal grouped-query flash attention.
-//   primus benchmark attention --batch 4 --heads 32 --kv-heads 8 --seq 4096 --head-dim 128 [--causal|--no-causal]
+//   primus benchmark attention --batch 4 --heads 32 --kv-heads 8 --seq 4096 --head-dim 128
+//   [--causal|--no-causal]
 //                              [--backend auto|cudnn|flash|all] [--warmup 5] [--iters 20]
 //                              [--output-file attention_report.md|.csv|.jsonl] [--device 0]
 #include "cli/cmd_benchmark_attention.h"
@@ -13,7 +14,8 @@ namespace primus::cli {
 void attach_benchmark_attention(CLI::App* benchmark, CliContext& ctx) {
   auto o = std::make_shared<bench::AttentionBenchOptions>();
   CLI::App* app = benchmark->add_subcommand(
-      "attention", "Time causal grouped-query attention forward and backward (cuDNN fused graph or flash kernels)");
+      "attention",
+      "Time causal grouped-query attention forward and backward (cuDNN fused graph or flash kernels)");
   app->add_option("--batch,-b", o->batch, "Sequences per batch")->capture_default_str();
   app->add_option("--heads", o->heads, "Query heads")->capture_default_str();
   app->add_option("--kv-heads,--num-query-groups", o->kv_heads, "Key/value heads (divides --heads)")

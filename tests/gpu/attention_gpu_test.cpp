@@ -1,5 +1,6 @@
-// Attention on the GPU (cuDNN fused graph and our flash kernels) against the CPU reference, plus timed cases at the
-// two performance shapes of the issue (TFLOP/s with the causal-halved convention: fwd = 2 B H T^2 D, bwd = 2.5 fwd).
+// Attention on the GPU (cuDNN fused graph and our flash kernels) against the CPU reference, plus timed cases
+// at the two performance shapes of the issue (TFLOP/s with the causal-halved convention: fwd = 2 B H T^2 D,
+// bwd = 2.5 fwd).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -50,12 +51,13 @@ Tensor columns(const Tensor& t, int64_t w, int64_t c0, int64_t c1) {
   Tensor r = Tensor::empty({rows, c1 - c0}, DType::kF32);
   const float* src = t.data<float>();
   float* dst = r.data<float>();
-  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * (c1 - c0), src + i * w + c0, (c1 - c0) * sizeof(float));
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(dst + i * (c1 - c0), src + i * w + c0, (c1 - c0) * sizeof(float));
   return r;
 }
 
-// Whether cuDNN is expected to take this shape (so that a refusal is a failure, not a skip): bf16, D 64 or 128,
-// and for the backward a sequence that is a multiple of 128 (the 9.14 bprop's constraint).
+// Whether cuDNN is expected to take this shape (so that a refusal is a failure, not a skip): bf16, D 64 or
+// 128, and for the backward a sequence that is a multiple of 128 (the 9.14 bprop's constraint).
 bool cudnn_expected(const Case& c, bool backward) {
   return (c.d == 64 || c.d == 128) && (!backward || c.t % 128 == 0);
 }
@@ -80,9 +82,9 @@ void record_fail(Context& ctx, const std::string& name, const std::string& why) 
   ctx.results.push_back(r);
 }
 
-// Gradient check with a floor under the reference norm: ||gpu - ref|| / max(||ref||, 1e-3 sqrt(n)). Some gradients
-// are zero in exact arithmetic (dq, dk when T = 1: a single key gets probability 1 and dS = dP - delta = 0), and
-// their relative error would compare rounding noise with rounding noise.
+// Gradient check with a floor under the reference norm: ||gpu - ref|| / max(||ref||, 1e-3 sqrt(n)). Some
+// gradients are zero in exact arithmetic (dq, dk when T = 1: a single key gets probability 1 and dS = dP -
+// delta = 0), and their relative error would compare rounding noise with rounding noise.
 void check_grad(Context& ctx, const std::string& name, const Tensor& got, const Tensor& ref) {
   std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
   double num = 0, den = 0;
@@ -103,7 +105,8 @@ void check_grad(Context& ctx, const std::string& name, const Tensor& got, const 
 }
 
 // Can `backend` run `c` in this direction? For cuDNN a refusal of an expected shape is recorded as a failure.
-bool backend_takes(Context& ctx, AttentionBackend be, const Case& c, bool backward, const std::string& label) {
+bool backend_takes(Context& ctx, AttentionBackend be, const Case& c, bool backward,
+                   const std::string& label) {
   if (be != AttentionBackend::kCudnn) return true;
   const AttentionShape s = make_shape(c);
   std::string why;
@@ -170,7 +173,8 @@ void run_case(Context& ctx, const Case& c) {
   ops::cuda::set_attention_backend(AttentionBackend::kAuto);
 }
 
-// Timed case: both backends on the same inputs, cross-checked against each other, fwd and bwd timed separately.
+// Timed case: both backends on the same inputs, cross-checked against each other, fwd and bwd timed
+// separately.
 void run_perf(Context& ctx, const Case& c) {
   const AttentionShape s = make_shape(c);
   const int64_t w = (c.h + 2 * c.kv) * c.d;
@@ -182,23 +186,31 @@ void run_perf(Context& ctx, const Case& c) {
   for (AttentionBackend be : {AttentionBackend::kCudnn, AttentionBackend::kFlash}) {
     const std::string tag = fmt::format("{} {}", ops::cuda::attention_backend_name(be), case_name(c));
     ops::cuda::set_attention_backend(be);
-    if (!backend_takes(ctx, be, c, false, "perf fwd " + tag) || !backend_takes(ctx, be, c, true, "perf bwd " + tag))
+    if (!backend_takes(ctx, be, c, false, "perf fwd " + tag) ||
+        !backend_takes(ctx, be, c, true, "perf bwd " + tag))
       continue;
     Tensor out = ctx.poisoned({c.b, c.t, c.h * c.d}, DType::kBF16);
     Tensor lse = ctx.poisoned({c.b, c.h, c.t}, DType::kF32);
     Tensor dqkv = ctx.poisoned({c.b, c.t, w}, DType::kBF16);
-    const double fwd_ms = ctx.time_ms([&] { ops::cuda::attention_forward(qkv, s, out, lse, ctx.stream); }, 3, 20);
+    const double fwd_ms =
+        ctx.time_ms([&] { ops::cuda::attention_forward(qkv, s, out, lse, ctx.stream); }, 3, 20);
     const double bwd_ms =
         ctx.time_ms([&] { ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream); }, 3, 20);
     // Ten calls between two events: host overhead between calls is hidden when the GPU stays busy.
-    const double fwd10_ms =
-        ctx.time_ms([&] {
-          for (int i = 0; i < 10; ++i) ops::cuda::attention_forward(qkv, s, out, lse, ctx.stream);
-        }, 1, 5) / 10;
-    const double bwd10_ms =
-        ctx.time_ms([&] {
-          for (int i = 0; i < 10; ++i) ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream);
-        }, 1, 5) / 10;
+    const double fwd10_ms = ctx.time_ms(
+                                [&] {
+                                  for (int i = 0; i < 10; ++i)
+                                    ops::cuda::attention_forward(qkv, s, out, lse, ctx.stream);
+                                },
+                                1, 5) /
+                            10;
+    const double bwd10_ms = ctx.time_ms(
+                                [&] {
+                                  for (int i = 0; i < 10; ++i)
+                                    ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream);
+                                },
+                                1, 5) /
+                            10;
     for (int dir = 0; dir < 4; ++dir) {
       CaseResult r;
       r.family = "attention";
@@ -217,8 +229,10 @@ void run_perf(Context& ctx, const Case& c) {
   stream_sync(ctx.stream);
   if (outs.size() == 2) {
     // At these sizes the CPU reference is too slow; the two independent GPU implementations check each other.
-    ctx.check("attention", "perf out cudnn~flash " + case_name(c), outs[0], ctx.to_cpu_f32(outs[1]), kTolBF16);
-    ctx.check("attention", "perf dqkv cudnn~flash " + case_name(c), dqkvs[0], ctx.to_cpu_f32(dqkvs[1]), kTolBF16);
+    ctx.check("attention", "perf out cudnn~flash " + case_name(c), outs[0], ctx.to_cpu_f32(outs[1]),
+              kTolBF16);
+    ctx.check("attention", "perf dqkv cudnn~flash " + case_name(c), dqkvs[0], ctx.to_cpu_f32(dqkvs[1]),
+              kTolBF16);
   }
 }
 
@@ -263,11 +277,12 @@ PRIMUS_GPU_TEST(attention) {
     }
   };
   const std::vector<Case> cases = {
-      {1, 1, 8, 2, 64},    {2, 31, 8, 2, 128},   {1, 33, 4, 4, 64},     {3, 127, 8, 2, 64},
-      {2, 128, 8, 8, 128}, {1, 256, 32, 8, 128}, {4, 64, 2, 1, 32},     {2, 384, 8, 2, 64, false},
+      {1, 1, 8, 2, 64},     {2, 31, 8, 2, 128},        {1, 33, 4, 4, 64}, {3, 127, 8, 2, 64},
+      {2, 128, 8, 8, 128},  {1, 256, 32, 8, 128},      {4, 64, 2, 1, 32}, {2, 384, 8, 2, 64, false},
       {1, 512, 16, 4, 128}, {2, 33, 4, 1, 128, false},
   };
-  // PRIMUS_ATTENTION_TEST_PERF_ONLY=1 skips the reference checks (e.g. a second timing pass with other settings).
+  // PRIMUS_ATTENTION_TEST_PERF_ONLY=1 skips the reference checks (e.g. a second timing pass with other
+  // settings).
   const char* perf_only = std::getenv("PRIMUS_ATTENTION_TEST_PERF_ONLY");
   if (!perf_only || std::string(perf_only) != "1") {
     for (const Case& c : cases) guarded(ctx, "case", c, primus::gputest::run_case);

@@ -1,8 +1,8 @@
 // ops::cuda::attention_forward / attention_backward: validate, pick a backend per shape, run it.
 //
-// auto (the default) uses cuDNN's fused attention wherever it takes the shape and our flash kernels elsewhere. The
-// decision is made once per (shape, direction) and logged at debug level; a cuDNN refusal (NOT_SUPPORTED from the
-// graph or from every engine) is remembered, so the hot path costs one map lookup.
+// auto (the default) uses cuDNN's fused attention wherever it takes the shape and our flash kernels
+// elsewhere. The decision is made once per (shape, direction) and logged at debug level; a cuDNN refusal
+// (NOT_SUPPORTED from the graph or from every engine) is remembered, so the hot path costs one map lookup.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -10,8 +10,8 @@
 #include <mutex>
 #include <tuple>
 
-#include "core/device.h"  // cuda_check.h needs Stream
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "core/log.h"
 #include "ops/cuda/attention_backend.h"
 #include "ops/cuda/attention_cuda.h"
@@ -57,7 +57,8 @@ std::string shape_str(const AttentionShape& s) {
 bool choose(const AttentionShape& s, bool backward, int device) {
   const AttentionBackend mode = attention_backend();
   static std::map<ChoiceKey, bool> memo;
-  const ChoiceKey key{device, backward, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.causal, s.scale, mode};
+  const ChoiceKey key{device,     backward,   s.batch,  s.seq,   s.heads,
+                      s.kv_heads, s.head_dim, s.causal, s.scale, mode};
   {
     std::lock_guard<std::mutex> lock(mu());
     auto it = memo.find(key);
@@ -78,8 +79,8 @@ bool choose(const AttentionShape& s, bool backward, int device) {
   }
   if (!use_cudnn && !flash_ok)
     throw Error(ErrorKind::kRuntime,
-                fmt::format("attention {}: no backend for {}: flash: {}; cudnn: {}", dir, shape_str(s), why_flash,
-                            why_cudnn.empty() ? "not tried" : why_cudnn));
+                fmt::format("attention {}: no backend for {}: flash: {}; cudnn: {}", dir, shape_str(s),
+                            why_flash, why_cudnn.empty() ? "not tried" : why_cudnn));
   log::debug("attention {} {}: {} backend{}", dir, shape_str(s), use_cudnn ? "cudnn" : "flash",
              !use_cudnn && !why_cudnn.empty() ? " (cudnn: " + why_cudnn + ")" : "");
   std::lock_guard<std::mutex> lock(mu());
@@ -87,7 +88,8 @@ bool choose(const AttentionShape& s, bool backward, int device) {
   return use_cudnn;
 }
 
-void check_tensor(const char* op, const char* name, const Tensor& t, const Shape& want, DType dt, const Stream& s) {
+void check_tensor(const char* op, const char* name, const Tensor& t, const Shape& want, DType dt,
+                  const Stream& s) {
   PRIMUS_CHECK(t.defined(), "{}: {} is undefined", op, name);
   PRIMUS_CHECK(t.shape() == want && t.dtype() == dt, "{}: {} must be {} {}, got {}", op, name, dtype_name(dt),
                primus::shape_str(want), t.describe());
@@ -95,14 +97,16 @@ void check_tensor(const char* op, const char* name, const Tensor& t, const Shape
   PRIMUS_CHECK(t.device() == s.device, "{}: {} is on {}, the stream on {}", op, name, t.device().str(),
                s.device.str());
   // cuDNN and the flash kernels both read 16-byte rows.
-  PRIMUS_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "{}: {} is not 16-byte aligned", op, name);
+  PRIMUS_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "{}: {} is not 16-byte aligned", op,
+               name);
 }
 
 void check_shape(const char* op, const AttentionShape& s, const Stream& st) {
   PRIMUS_CHECK(st.device.is_cuda(), "{}: stream is not a CUDA stream", op);
   PRIMUS_CHECK(s.batch >= 1 && s.seq >= 1 && s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1,
                "{}: bad shape {}", op, shape_str(s));
-  PRIMUS_CHECK(s.heads % s.kv_heads == 0, "{}: heads {} is not a multiple of kv_heads {}", op, s.heads, s.kv_heads);
+  PRIMUS_CHECK(s.heads % s.kv_heads == 0, "{}: heads {} is not a multiple of kv_heads {}", op, s.heads,
+               s.kv_heads);
   PRIMUS_CHECK(s.head_dim % 8 == 0, "{}: head_dim {} must be a multiple of 8", op, s.head_dim);
 }
 
@@ -127,9 +131,12 @@ AttentionBackend parse_attention_backend(const std::string& name) {
 
 const char* attention_backend_name(AttentionBackend b) {
   switch (b) {
-    case AttentionBackend::kCudnn: return "cudnn";
-    case AttentionBackend::kFlash: return "flash";
-    default: return "auto";
+    case AttentionBackend::kCudnn:
+      return "cudnn";
+    case AttentionBackend::kFlash:
+      return "flash";
+    default:
+      return "auto";
   }
 }
 
@@ -139,7 +146,8 @@ std::string attention_backend_for(const AttentionShape& shape, bool backward) {
   return choose(shape, backward, device) ? "cudnn" : "flash";
 }
 
-void attention_forward(const Tensor& qkv, const AttentionShape& s, Tensor& out, Tensor& lse, const Stream& st) {
+void attention_forward(const Tensor& qkv, const AttentionShape& s, Tensor& out, Tensor& lse,
+                       const Stream& st) {
   constexpr const char* op = "attention_forward";
   check_shape(op, s, st);
   const int64_t w = (s.heads + 2 * s.kv_heads) * s.head_dim;

@@ -1,32 +1,33 @@
 // cuDNN fused flash attention for the packed qkv layout, through the backend graph API.
 //
-// The graphs are the composite SDPA graphs of the cuDNN developer guide (Graph API chapter, "Scaled Dot Product
-// Attention" fprop/bprop): matmul, pointwise and reduction nodes that the runtime pattern-matches onto its fused
-// flash-attention engines. The fused single-node SDPA operations in the 9.19 headers are not used: the forward node
-// (9.13+) takes no causal mask before 9.20/9.21 (its mask subgraph attribute is newer than our 9.14 runtime) and the
-// backward node needs 9.17. The node order, data types and virtual-tensor layouts below follow what cudnn-frontend
-// emits for a 9.x runtime, since the engines only accept graphs of that exact shape.
+// The graphs are the composite SDPA graphs of the cuDNN developer guide (Graph API chapter, "Scaled Dot
+// Product Attention" fprop/bprop): matmul, pointwise and reduction nodes that the runtime pattern-matches
+// onto its fused flash-attention engines. The fused single-node SDPA operations in the 9.19 headers are not
+// used: the forward node (9.13+) takes no causal mask before 9.20/9.21 (its mask subgraph attribute is newer
+// than our 9.14 runtime) and the backward node needs 9.17. The node order, data types and virtual-tensor
+// layouts below follow what cudnn-frontend emits for a 9.x runtime, since the engines only accept graphs of
+// that exact shape.
 //
-// Packed layout: qkv[B, T, (H + 2 KV) D] is seen as Q[B,H,T,D] with strides [T R, D, R, 1] (R = (H + 2 KV) D), K and V
-// the same with KV heads at element offsets H D and (H + KV) D; K enters the first matmul as K^T by swapping the last
-// two dims and strides. No copies: cuDNN reads and writes the packed buffers in place.
+// Packed layout: qkv[B, T, (H + 2 KV) D] is seen as Q[B,H,T,D] with strides [T R, D, R, 1] (R = (H + 2 KV)
+// D), K and V the same with KV heads at element offsets H D and (H + KV) D; K enters the first matmul as K^T
+// by swapping the last two dims and strides. No copies: cuDNN reads and writes the packed buffers in place.
 //
-// Plans are cached per shape key (device, direction, B, T, H, KV, D, causal, scale): building one takes milliseconds
-// to seconds, executing one microseconds of host time.
+// Plans are cached per shape key (device, direction, B, T, H, KV, D, causal, scale): building one takes
+// milliseconds to seconds, executing one microseconds of host time.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <bit>
 #include <cmath>
-#include <limits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 
-#include "core/device.h"  // cuda_check.h needs Stream
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "core/log.h"
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/cudnn_backend.h"
@@ -56,12 +57,19 @@ enum Uid : int64_t {
 };
 
 constexpr int64_t kAlign = 256;
-int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+int64_t align_up(int64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 struct Dims {
   int64_t b, t, h, kv, d, r;
   explicit Dims(const AttentionShape& s)
-      : b(s.batch), t(s.seq), h(s.heads), kv(s.kv_heads), d(s.head_dim), r((s.heads + 2 * s.kv_heads) * s.head_dim) {}
+      : b(s.batch),
+        t(s.seq),
+        h(s.heads),
+        kv(s.kv_heads),
+        d(s.head_dim),
+        r((s.heads + 2 * s.kv_heads) * s.head_dim) {}
   std::vector<int64_t> q_dims() const { return {b, h, t, d}; }
   std::vector<int64_t> kv_dims() const { return {b, kv, t, d}; }
   std::vector<int64_t> kvt_dims() const { return {b, kv, d, t}; }
@@ -76,8 +84,9 @@ struct Dims {
   std::vector<int64_t> bhsd_strides() const { return {h * t * d, t * d, d, 1}; }
 };
 
-// Adds the causal mask (keep column <= row, else the lowest float) to the score tensor `s`; returns the masked tensor. The
-// comparison is row >= col with both indices generated on the score tensor, as cuDNN's fused engines expect.
+// Adds the causal mask (keep column <= row, else the lowest float) to the score tensor `s`; returns the
+// masked tensor. The comparison is row >= col with both indices generated on the score tensor, as cuDNN's
+// fused engines expect.
 int64_t add_causal_mask(cd::GraphBuilder& g, const Dims& dm, int64_t s) {
   const int64_t row = g.virt(dm.s_dims(), dm.s_strides(), CUDNN_DATA_INT32);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, -1, row, "gen_row_index", CUDNN_DATA_FLOAT, 2);
@@ -145,7 +154,8 @@ void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal) {
   g.tensor(kDQAccum, dm.q_dims(), dm.bhsd_strides(), CUDNN_DATA_FLOAT);
 
   // softmax_sum = sum_d(dO * O) * 1
-  const int64_t dOO = g.virt(dm.q_dims(), {dm.h * dm.t * dm.d, dm.t * dm.d, dm.h * dm.d, 1}, CUDNN_DATA_FLOAT);
+  const int64_t dOO =
+      g.virt(dm.q_dims(), {dm.h * dm.t * dm.d, dm.t * dm.d, dm.h * dm.d, 1}, CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, kDO, kO, dOO, "mul_dO_O");
   const int64_t red = g.virt(dm.row_dims(), dm.row_strides(), CUDNN_DATA_FLOAT);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOO, red, "reduce_dO_o");
@@ -210,8 +220,8 @@ struct Key {
   auto tie() const { return std::tie(device, backward, b, t, h, kv, d, causal, scale_bits); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
   std::string str() const {
-    return fmt::format("{} B={} T={} H={} KV={} D={} causal={} scale={}", backward ? "bwd" : "fwd", b, t, h, kv, d,
-                       causal, std::bit_cast<float>(scale_bits));
+    return fmt::format("{} B={} T={} H={} KV={} D={} causal={} scale={}", backward ? "bwd" : "fwd", b, t, h,
+                       kv, d, causal, std::bit_cast<float>(scale_bits));
   }
 };
 
@@ -239,8 +249,8 @@ Key make_key(const AttentionShape& s, bool backward, int device) {
   return Key{device, backward, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.causal, bits};
 }
 
-// PRIMUS_CUDNN_AUTOTUNE: 0/unset = the heuristic's first plan; 1 = time the heuristic's plans on the first call;
-// 2 = also time knob variants of the best heuristic engine (one knob at a time).
+// PRIMUS_CUDNN_AUTOTUNE: 0/unset = the heuristic's first plan; 1 = time the heuristic's plans on the first
+// call; 2 = also time knob variants of the best heuristic engine (one knob at a time).
 int autotune_level() {
   const char* e = std::getenv("PRIMUS_CUDNN_AUTOTUNE");
   return e && *e ? std::atoi(e) : 0;
@@ -306,8 +316,9 @@ std::shared_ptr<Entry> get_entry(const AttentionShape& s, bool backward, int dev
   return e;
 }
 
-// Runs `e`'s plan with the given bindings; on the first call with several candidate plans, times each and keeps
-// the fastest (PRIMUS_CUDNN_AUTOTUNE=1). Each candidate computes the same outputs, so the last run leaves them right.
+// Runs `e`'s plan with the given bindings; on the first call with several candidate plans, times each and
+// keeps the fastest (PRIMUS_CUDNN_AUTOTUNE=1). Each candidate computes the same outputs, so the last run
+// leaves them right.
 void run(Entry& e, const Key& key, std::vector<int64_t> uids, std::vector<void*> ptrs, const Stream& st) {
   cudnnHandle_t h = cd::handle(st.device.index);
   std::lock_guard<std::mutex> lock(cache_mutex());  // one handle per device: serialise its use
@@ -370,9 +381,10 @@ bool cudnn_attention_supported(const AttentionShape& s, bool backward, std::stri
   };
   if (v < 90000) return no(fmt::format("cuDNN runtime {} is older than 9.0", cd::version_string(v)));
   if (s.head_dim % 8 != 0 || s.head_dim > 128)
-    return no(fmt::format("head_dim {} (cuDNN fused attention needs a multiple of 8, at most 128)", s.head_dim));
-  // Before 9.16 the fused bprop needs s_kv % 128 == 0 unless a padding mask with per-batch lengths is added (what
-  // cudnn-frontend does as a workaround); such shapes go to our flash kernel instead.
+    return no(
+        fmt::format("head_dim {} (cuDNN fused attention needs a multiple of 8, at most 128)", s.head_dim));
+  // Before 9.16 the fused bprop needs s_kv % 128 == 0 unless a padding mask with per-batch lengths is added
+  // (what cudnn-frontend does as a workaround); such shapes go to our flash kernel instead.
   if (backward && v < 91600 && s.seq % 128 != 0)
     return no(fmt::format("seq {} is not a multiple of 128 (cuDNN {} bprop)", s.seq, cd::version_string(v)));
   return true;
@@ -384,7 +396,8 @@ bool cudnn_attention_prepare(const AttentionShape& s, bool backward, int device,
   return e->supported;
 }
 
-void cudnn_attention_forward(const AttentionShape& s, const void* qkv, void* out, float* lse, const Stream& st) {
+void cudnn_attention_forward(const AttentionShape& s, const void* qkv, void* out, float* lse,
+                             const Stream& st) {
   const Key key = make_key(s, false, st.device.index);
   auto e = get_entry(s, false, st.device.index);
   PRIMUS_CHECK(e->supported, "cudnn attention forward: {}", e->why);
@@ -393,7 +406,8 @@ void cudnn_attention_forward(const AttentionShape& s, const void* qkv, void* out
   float scale = s.scale;
   float neg_inf = std::numeric_limits<float>::lowest();  // what cudnn-frontend binds
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
-  std::vector<void*> ptrs = {base, base + 2 * dm.h * dm.d, base + 2 * (dm.h + dm.kv) * dm.d, out, lse, &scale};
+  std::vector<void*> ptrs = {base,  base + 2 * dm.h * dm.d, base + 2 * (dm.h + dm.kv) * dm.d, out, lse,
+                             &scale};
   if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
   run(*e, key, uids, ptrs, st);
 }
@@ -407,7 +421,7 @@ void cudnn_attention_backward(const AttentionShape& s, const void* dout, const v
   auto* base = static_cast<char*>(const_cast<void*>(qkv));
   auto* dbase = static_cast<char*>(dqkv);
   float scale = s.scale, one = 1.0f;
-  float neg_inf = std::numeric_limits<float>::lowest();  // what cudnn-frontend binds
+  float neg_inf = std::numeric_limits<float>::lowest();                    // what cudnn-frontend binds
   const int64_t koff = 2 * dm.h * dm.d, voff = 2 * (dm.h + dm.kv) * dm.d;  // bytes
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kOne};
   std::vector<void*> ptrs = {base,

@@ -1,13 +1,14 @@
-// FA2-style flash attention on the packed qkv layout (see attention_flash.h): the fallback behind cuDNN, and the
-// backend for shapes cuDNN refuses. Correctness first: mma.sync m16n8k16 bf16 with f32 accumulation, tiles staged in
-// padded shared memory by cp.async, no warp specialisation or software pipelining.
+// FA2-style flash attention on the packed qkv layout (see attention_flash.h): the fallback behind cuDNN, and
+// the backend for shapes cuDNN refuses. Correctness first: mma.sync m16n8k16 bf16 with f32 accumulation,
+// tiles staged in padded shared memory by cp.async, no warp specialisation or software pipelining.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, c = lane % 4):
 //   A 16x16 row-major: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..)
 //   B 16x8 "col":      b0 (k 2c..2c+1, n g), b1 (k 2c+8.., n g)
 //   C 16x8 f32:        c0,c1 (g, 2c..2c+1), c2,c3 (g+8, 2c..2c+1)
-// Two adjacent C tiles (n 0..7, 8..15) repacked to bf16 form the A fragment of a k16 step (FA2's register reuse).
-// fmt 9 (header-only) does not build under nvcc in C++20 (its consteval format-string checks): check at run time.
+// Two adjacent C tiles (n 0..7, 8..15) repacked to bf16 form the A fragment of a k16 step (FA2's register
+// reuse). fmt 9 (header-only) does not build under nvcc in C++20 (its consteval format-string checks): check
+// at run time.
 #if defined(__CUDACC__) && !defined(FMT_CONSTEVAL)
 #define FMT_CONSTEVAL
 #define FMT_USE_CONSTEXPR 1
@@ -18,8 +19,8 @@
 
 #include <cmath>
 
-#include "core/device.h"  // cuda_check.h needs Stream
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "ops/cuda/attention_flash.h"
 
 namespace primus::ops::cuda {
@@ -82,15 +83,17 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// ROWS x D tile of rows [row0, row0 + ROWS) from a [T, stride] row-major head slice into smem with row stride D + 8
-// (16 bytes of padding: ldmatrix rows land in distinct banks).
+// ROWS x D tile of rows [row0, row0 + ROWS) from a [T, stride] row-major head slice into smem with row stride
+// D + 8 (16 bytes of padding: ldmatrix rows land in distinct banks).
 template <int ROWS, int D>
 __device__ __forceinline__ void load_tile(bf16* smem, const bf16* g, int64_t stride, int row0, int T) {
   constexpr int kChunks = D / 8;
@@ -265,7 +268,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
         const int col = dt * 8 + (lane % 4) * 2;
         *reinterpret_cast<uint32_t*>(og + col) = pack_bf16(o[dt][2 * i] * inv, o[dt][2 * i + 1] * inv);
       }
-      if (lane % 4 == 0) p.lse[(static_cast<int64_t>(b) * p.H + h) * p.T + row] = (m_run[i] + log2f(l)) * kLn2;
+      if (lane % 4 == 0)
+        p.lse[(static_cast<int64_t>(b) * p.H + h) * p.T + row] = (m_run[i] + log2f(l)) * kLn2;
     }
   }
 }
@@ -273,7 +277,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
 // ---------------------------------------------------------------------------------------------------------------
 // Backward, pass 0: delta[b, h, t] = sum_d dout * out (f32), one warp per (b, t, h).
 
-__global__ void delta_kernel(const bf16* dout, const bf16* out, float* delta, int64_t rows, int T, int H, int D) {
+__global__ void delta_kernel(const bf16* dout, const bf16* out, float* delta, int64_t rows, int T, int H,
+                             int D) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -293,7 +298,8 @@ __global__ void delta_kernel(const bf16* dout, const bf16* out, float* delta, in
   }
 }
 
-// Backward, pass 1: dQ for 64 query rows of one head, looping over key blocks (no atomics: one writer per row).
+// Backward, pass 1: dQ for 64 query rows of one head, looping over key blocks (no atomics: one writer per
+// row).
 template <int D>
 __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   constexpr int BM = 64, BN = 64, LDS = D + 8;
@@ -395,9 +401,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   }
 }
 
-// Backward, pass 2: dK, dV for 64 keys of one kv head. The block loops over every query head of the group and every
-// query block that sees these keys, so the group sum happens in registers, in a fixed order (deterministic).
-// Warps own 16 keys each and compute the transposed products S^T = K Q^T and dP^T = V dO^T directly.
+// Backward, pass 2: dK, dV for 64 keys of one kv head. The block loops over every query head of the group and
+// every query block that sees these keys, so the group sum happens in registers, in a fixed order
+// (deterministic). Warps own 16 keys each and compute the transposed products S^T = K Q^T and dP^T = V dO^T
+// directly.
 template <int D, int BMQ>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   constexpr int BN = 64, LDS = D + 8;
@@ -479,9 +486,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
       // dV += P^T dO, dK += dS^T Q (k = queries)
 #pragma unroll
       for (int kk = 0; kk < BMQ / 16; ++kk) {
-        const uint32_t ap[4] = {pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
-                                pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                                pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+        const uint32_t ap[4] = {
+            pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
+            pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]), pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
         const uint32_t as[4] = {pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]),
                                 pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
                                 pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
@@ -509,7 +516,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       const int col = dt * 8 + (lane % 4) * 2;
-      *reinterpret_cast<uint32_t*>(gk + col) = pack_bf16(dk[dt][2 * i] * p.scale, dk[dt][2 * i + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(gk + col) =
+          pack_bf16(dk[dt][2 * i] * p.scale, dk[dt][2 * i + 1] * p.scale);
       *reinterpret_cast<uint32_t*>(gv + col) = pack_bf16(dv[dt][2 * i], dv[dt][2 * i + 1]);
     }
   }
@@ -534,8 +542,10 @@ Params make_params(const AttentionShape& s) {
 
 template <typename K>
 void launch(K kernel, dim3 grid, size_t smem, const Params& p, const Stream& st) {
-  // Above 48 KB a kernel must opt in to its dynamic shared memory; setting the attribute is cheap and idempotent.
-  PRIMUS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // Above 48 KB a kernel must opt in to its dynamic shared memory; setting the attribute is cheap and
+  // idempotent.
+  PRIMUS_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<grid, kThreads, smem, cuda_stream(st)>>>(p);
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
@@ -552,7 +562,8 @@ void backward_d(const Params& p, int64_t batch, const Stream& st) {
   const dim3 gq(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
   launch(dq_kernel<D>, gq, 4 * 64 * (D + 8) * sizeof(bf16), p, st);
   const dim3 gk(static_cast<unsigned>(ceil_div(p.T, 64)), p.KV, static_cast<unsigned>(batch));
-  launch(dkdv_kernel<D, BMQ>, gk, (2 * 64 + 2 * BMQ) * (D + 8) * sizeof(bf16) + 2 * BMQ * sizeof(float), p, st);
+  launch(dkdv_kernel<D, BMQ>, gk, (2 * 64 + 2 * BMQ) * (D + 8) * sizeof(bf16) + 2 * BMQ * sizeof(float), p,
+         st);
 }
 
 }  // namespace
@@ -569,16 +580,24 @@ bool flash_attention_supported(const AttentionShape& s, std::string* why) {
   return true;
 }
 
-void flash_attention_forward(const AttentionShape& s, const void* qkv, void* out, float* lse, const Stream& st) {
+void flash_attention_forward(const AttentionShape& s, const void* qkv, void* out, float* lse,
+                             const Stream& st) {
   Params p = make_params(s);
   p.qkv = static_cast<const bf16*>(qkv);
   p.o = static_cast<bf16*>(out);
   p.lse = lse;
   switch (s.head_dim) {
-    case 32: forward_d<32>(p, s.batch, st); break;
-    case 64: forward_d<64>(p, s.batch, st); break;
-    case 128: forward_d<128>(p, s.batch, st); break;
-    default: PRIMUS_FAIL("flash attention: unsupported head_dim {}", s.head_dim);
+    case 32:
+      forward_d<32>(p, s.batch, st);
+      break;
+    case 64:
+      forward_d<64>(p, s.batch, st);
+      break;
+    case 128:
+      forward_d<128>(p, s.batch, st);
+      break;
+    default:
+      PRIMUS_FAIL("flash attention: unsupported head_dim {}", s.head_dim);
   }
 }
 
@@ -599,10 +618,17 @@ void flash_attention_backward(const AttentionShape& s, const void* dout, const v
   p.delta = delta;
   p.dqkv = static_cast<bf16*>(dqkv);
   switch (s.head_dim) {
-    case 32: backward_d<32>(p, s.batch, st); break;
-    case 64: backward_d<64>(p, s.batch, st); break;
-    case 128: backward_d<128>(p, s.batch, st); break;
-    default: break;
+    case 32:
+      backward_d<32>(p, s.batch, st);
+      break;
+    case 64:
+      backward_d<64>(p, s.batch, st);
+      break;
+    case 128:
+      backward_d<128>(p, s.batch, st);
+      break;
+    default:
+      break;
   }
   device_free(delta, st);
 }

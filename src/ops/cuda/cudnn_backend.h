@@ -1,10 +1,12 @@
 #pragma once
-// A thin RAII layer over cuDNN's backend descriptor API (cudnnBackendCreateDescriptor / SetAttribute / Finalize /
-// Execute), used by the fused attention graphs (attention_cudnn_cuda.cpp). There is no vendored cudnn-frontend: the
-// operation graphs are built here, node by node, as the cuDNN developer guide's Graph API chapter describes them.
+// A thin RAII layer over cuDNN's backend descriptor API (cudnnBackendCreateDescriptor / SetAttribute /
+// Finalize / Execute), used by the fused attention graphs (attention_cudnn_cuda.cpp). There is no vendored
+// cudnn-frontend: the operation graphs are built here, node by node, as the cuDNN developer guide's Graph API
+// chapter describes them.
 //
-// Version skew: we compile against the cuDNN 9.19 headers but the GPU machine runs a 9.14 library. Only descriptor
-// types and enum values that exist in the runtime may be used; callers gate newer features on runtime_version().
+// Version skew: we compile against the cuDNN 9.19 headers but the GPU machine runs a 9.14 library. Only
+// descriptor types and enum values that exist in the runtime may be used; callers gate newer features on
+// runtime_version().
 //
 // Host-only: include from *_cuda.cpp files (a CPU build has no cudnn.h).
 #include <cudnn.h>
@@ -31,8 +33,8 @@ std::string last_error_string();
 
 }  // namespace primus::ops::cuda::cudnn
 
-// Every cuDNN call goes through this: a failure names the call, file:line, cuDNN's status string and its detailed
-// last-error message.
+// Every cuDNN call goes through this: a failure names the call, file:line, cuDNN's status string and its
+// detailed last-error message.
 #define PRIMUS_CUDNN_CHECK(expr)                                                                  \
   do {                                                                                            \
     cudnnStatus_t primus_cudnn_st_ = (expr);                                                      \
@@ -57,13 +59,16 @@ class Desc {
   bool defined() const { return d_ != nullptr; }
 
   // Each setter throws (naming `what` and the attribute) when cuDNN rejects the value.
-  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* value);
+  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+            const void* value);
   Desc& set_i64(cudnnBackendAttributeName_t name, int64_t v) { return set(name, CUDNN_TYPE_INT64, 1, &v); }
   Desc& set_i64s(cudnnBackendAttributeName_t name, const std::vector<int64_t>& v) {
     return set(name, CUDNN_TYPE_INT64, static_cast<int64_t>(v.size()), v.data());
   }
   Desc& set_bool(cudnnBackendAttributeName_t name, bool v) { return set(name, CUDNN_TYPE_BOOLEAN, 1, &v); }
-  Desc& set_dtype(cudnnBackendAttributeName_t name, cudnnDataType_t v) { return set(name, CUDNN_TYPE_DATA_TYPE, 1, &v); }
+  Desc& set_dtype(cudnnBackendAttributeName_t name, cudnnDataType_t v) {
+    return set(name, CUDNN_TYPE_DATA_TYPE, 1, &v);
+  }
   Desc& set_desc(cudnnBackendAttributeName_t name, const Desc& v) {
     cudnnBackendDescriptor_t raw = v.get();
     return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
@@ -80,8 +85,9 @@ class Desc {
 // One cuDNN handle per device, created on first use and kept for the process (handles are expensive).
 cudnnHandle_t handle(int device);
 
-// Builds one operation graph from tensors and nodes. Tensors are named by their unique id (uid); non-virtual tensors
-// get the caller's fixed uids (the variant pack binds pointers to them), virtual ones are numbered from 1000 up.
+// Builds one operation graph from tensors and nodes. Tensors are named by their unique id (uid); non-virtual
+// tensors get the caller's fixed uids (the variant pack binds pointers to them), virtual ones are numbered
+// from 1000 up.
 class GraphBuilder {
  public:
   explicit GraphBuilder(std::string name) : name_(std::move(name)) {}
@@ -120,26 +126,28 @@ class GraphBuilder {
 struct Plan {
   Desc plan;
   int64_t workspace = 0;
-  int64_t engine = -1;  // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the engine behind the plan
-  int candidate = 0;    // position in the heuristic list
+  int64_t engine = -1;                         // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the engine behind the plan
+  int candidate = 0;                           // position in the heuristic list
   std::vector<std::pair<int, int64_t>> knobs;  // (cudnnBackendKnobType_t, value) of the engine config
 };
 
 // "engine 2 {TILE_M=3, KERNEL_CFG=2}" for logs.
 std::string describe(const Plan& p);
 
-// Plans for engine `base.engine` whose knob choices differ from `base`'s in one knob at a time, each knob over its
-// advertised range (at most `per_knob` values per knob, `max_plans` in all). Configs the engine refuses are skipped.
-// For autotuning beyond the heuristic's pick.
-std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& base, int per_knob, int max_plans);
+// Plans for engine `base.engine` whose knob choices differ from `base`'s in one knob at a time, each knob
+// over its advertised range (at most `per_knob` values per knob, `max_plans` in all). Configs the engine
+// refuses are skipped. For autotuning beyond the heuristic's pick.
+std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& base, int per_knob,
+                                int max_plans);
 
 // Asks the heuristics (mode A, then FALLBACK) for engine configs and returns every plan that finalizes, in
-// heuristic order, at most `max_plans`. An empty result means the graph is not supported; `report` then says what
-// each candidate answered.
+// heuristic order, at most `max_plans`. An empty result means the graph is not supported; `report` then says
+// what each candidate answered.
 std::vector<Plan> make_plans(cudnnHandle_t h, const Desc& graph, int max_plans, std::string* report);
 
-// Binds uids to pointers (device pointers; host pointers for by-value scalars) and runs the plan on h's stream.
-void execute(cudnnHandle_t h, const Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
-             void* workspace);
+// Binds uids to pointers (device pointers; host pointers for by-value scalars) and runs the plan on h's
+// stream.
+void execute(cudnnHandle_t h, const Plan& plan, const std::vector<int64_t>& uids,
+             const std::vector<void*>& ptrs, void* workspace);
 
 }  // namespace primus::ops::cuda::cudnn

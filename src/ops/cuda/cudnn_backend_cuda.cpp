@@ -5,12 +5,12 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/device.h"  // cuda_check.h needs Stream
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "ops/cuda/cudnn_backend.h"
 
-// The 9.19 headers mark the HANDLE attributes deprecated in favour of device-property descriptors, which the 9.14
-// runtime does not need; the old attributes are what every 9.x runtime accepts.
+// The 9.19 headers mark the HANDLE attributes deprecated in favour of device-property descriptors, which
+// the 9.14 runtime does not need; the old attributes are what every 9.x runtime accepts.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace primus::ops::cuda::cudnn {
@@ -20,7 +20,9 @@ int runtime_version() {
   return v;
 }
 
-std::string version_string(int v) { return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100); }
+std::string version_string(int v) {
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+}
 
 std::string last_error_string() {
   char buf[2048] = {0};
@@ -28,13 +30,14 @@ std::string last_error_string() {
   return std::string(buf);
 }
 
-void throw_cudnn_error(cudnnStatus_t st, const char* expr, const char* file, int line, const std::string& context) {
+void throw_cudnn_error(cudnnStatus_t st, const char* expr, const char* file, int line,
+                       const std::string& context) {
   std::string detail = last_error_string();
   const char* base = std::strrchr(file, '/');
-  std::string msg = fmt::format("{}:{}: cuDNN call failed: {} -> {} ({}){}{}", base ? base + 1 : file, line, expr,
-                                cudnnGetErrorString(st), static_cast<int>(st),
-                                context.empty() ? "" : " [" + context + "]",
-                                detail.empty() ? "" : "; cuDNN says: " + detail);
+  std::string msg =
+      fmt::format("{}:{}: cuDNN call failed: {} -> {} ({}){}{}", base ? base + 1 : file, line, expr,
+                  cudnnGetErrorString(st), static_cast<int>(st), context.empty() ? "" : " [" + context + "]",
+                  detail.empty() ? "" : "; cuDNN says: " + detail);
   throw Error(ErrorKind::kRuntime, msg, fmt::format("{}:{}", file, line),
               fmt::format("cuDNN runtime {}, headers {}", version_string(runtime_version()),
                           version_string(CUDNN_VERSION)));
@@ -75,7 +78,9 @@ void Desc::finalize(const std::string& what) {
   if (st != CUDNN_STATUS_SUCCESS) throw_cudnn_error(st, "cudnnBackendFinalize", __FILE__, __LINE__, what);
 }
 
-cudnnStatus_t Desc::try_finalize() { return cudnnBackendFinalize(d_); }
+cudnnStatus_t Desc::try_finalize() {
+  return cudnnBackendFinalize(d_);
+}
 
 cudnnHandle_t handle(int device) {
   static std::mutex mu;
@@ -182,7 +187,8 @@ void GraphBuilder::reduction(cudnnReduceTensorOp_t red, int64_t x, int64_t y, co
 
 void GraphBuilder::reshape(int64_t x, int64_t y, const char* name) {
   Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-  op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, t(x, name)).set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, t(y, name));
+  op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, t(x, name))
+      .set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, t(y, name));
   op.finalize(fmt::format("{}: reshape node {}", name_, name));
   ops_.push_back(std::move(op));
 }
@@ -193,7 +199,8 @@ Desc GraphBuilder::build(cudnnHandle_t h) {
   for (const auto& op : ops_) raw.push_back(op.get());
   Desc g(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   g.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-  g.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()), raw.data());
+  g.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()),
+        raw.data());
   g.finalize(fmt::format("operation graph {} ({} nodes)", name_, raw.size()));
   return g;
 }
@@ -203,7 +210,9 @@ Desc GraphBuilder::build(cudnnHandle_t h) {
 
 namespace {
 
-const char* status_name(cudnnStatus_t st) { return cudnnGetErrorString(st); }
+const char* status_name(cudnnStatus_t st) {
+  return cudnnGetErrorString(st);
+}
 
 // Engine configs the heuristics propose for `graph` in `mode` (empty when the query itself is refused).
 std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode, std::string* report) {
@@ -219,8 +228,8 @@ std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode,
     return cfgs;
   }
   int64_t count = 0;
-  st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                nullptr);
+  st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                &count, nullptr);
   if (st != CUDNN_STATUS_SUCCESS || count <= 0) {
     *report += fmt::format(" heuristics mode {} returned {} configs ({});", static_cast<int>(mode), count,
                            st == CUDNN_STATUS_SUCCESS ? "ok" : status_name(st));
@@ -249,16 +258,16 @@ std::vector<std::pair<int, int64_t>> read_knobs(const Desc& cfg) {
     raw.push_back(choices.back().get());
   }
   int64_t n = 0;
-  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMax, &n,
-                               raw.data()) != CUDNN_STATUS_SUCCESS)
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               kMax, &n, raw.data()) != CUDNN_STATUS_SUCCESS)
     return out;
   for (int64_t i = 0; i < n && i < kMax; ++i) {
     cudnnBackendKnobType_t type;
     int64_t value = 0, cnt = 0;
-    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &cnt, &type) ==
-            CUDNN_STATUS_SUCCESS &&
-        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &cnt, &value) ==
-            CUDNN_STATUS_SUCCESS)
+    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &cnt,
+                                 &type) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &cnt,
+                                 &value) == CUDNN_STATUS_SUCCESS)
       out.emplace_back(static_cast<int>(type), value);
   }
   return out;
@@ -268,8 +277,8 @@ int64_t engine_index(const Desc& cfg) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw = engine.get();
   int64_t n = 0;
-  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw) !=
-      CUDNN_STATUS_SUCCESS)
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                               &raw) != CUDNN_STATUS_SUCCESS)
     return -1;
   int64_t idx = -1;
   if (cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &idx) !=
@@ -324,7 +333,8 @@ std::string describe(const Plan& p) {
   return s + "}";
 }
 
-std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& base, int per_knob, int max_plans) {
+std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& base, int per_knob,
+                                int max_plans) {
   std::vector<Plan> plans;
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t g = graph.get();
@@ -340,8 +350,8 @@ std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& 
     raw.push_back(infos.back().get());
   }
   int64_t n = 0;
-  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMax, &n,
-                               raw.data()) != CUDNN_STATUS_SUCCESS)
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMax,
+                               &n, raw.data()) != CUDNN_STATUS_SUCCESS)
     return plans;
   struct Range {
     int type;
@@ -354,10 +364,10 @@ std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& 
     int64_t cnt = 0;
     if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &cnt, &type) !=
             CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &cnt, &r.lo) !=
-            CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &cnt, &r.hi) !=
-            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &cnt,
+                                 &r.lo) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &cnt,
+                                 &r.hi) != CUDNN_STATUS_SUCCESS ||
         cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &cnt, &r.stride) !=
             CUDNN_STATUS_SUCCESS)
       continue;
@@ -387,18 +397,19 @@ std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& 
         auto t = static_cast<cudnnBackendKnobType_t>(type);
         ok = ok && cudnnBackendSetAttribute(choices.back().get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
                                             CUDNN_TYPE_KNOB_TYPE, 1, &t) == CUDNN_STATUS_SUCCESS;
-        ok = ok && cudnnBackendSetAttribute(choices.back().get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64,
-                                            1, &value) == CUDNN_STATUS_SUCCESS;
+        ok = ok && cudnnBackendSetAttribute(choices.back().get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                            CUDNN_TYPE_INT64, 1, &value) == CUDNN_STATUS_SUCCESS;
         ok = ok && choices.back().try_finalize() == CUDNN_STATUS_SUCCESS;
         craw.push_back(choices.back().get());
       }
       if (!ok) continue;
       Desc cfg(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
       cudnnBackendDescriptor_t e = engine.get();
-      if (cudnnBackendSetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e) !=
-              CUDNN_STATUS_SUCCESS ||
-          cudnnBackendSetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                   static_cast<int64_t>(craw.size()), craw.data()) != CUDNN_STATUS_SUCCESS ||
+      if (cudnnBackendSetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                   &e) != CUDNN_STATUS_SUCCESS ||
+          cudnnBackendSetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(craw.size()),
+                                   craw.data()) != CUDNN_STATUS_SUCCESS ||
           cfg.try_finalize() != CUDNN_STATUS_SUCCESS)
         continue;
       Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
@@ -408,8 +419,8 @@ std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& 
       if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
       Plan p;
       int64_t cnt = 0;
-      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt,
-                                   &p.workspace) != CUDNN_STATUS_SUCCESS)
+      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                   &cnt, &p.workspace) != CUDNN_STATUS_SUCCESS)
         continue;
       p.plan = std::move(plan);
       p.engine = base.engine;
@@ -421,11 +432,13 @@ std::vector<Plan> knob_variants(cudnnHandle_t h, const Desc& graph, const Plan& 
   return plans;
 }
 
-void execute(cudnnHandle_t h, const Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
-             void* workspace) {
-  PRIMUS_CHECK(uids.size() == ptrs.size(), "cudnn::execute: {} uids but {} pointers", uids.size(), ptrs.size());
+void execute(cudnnHandle_t h, const Plan& plan, const std::vector<int64_t>& uids,
+             const std::vector<void*>& ptrs, void* workspace) {
+  PRIMUS_CHECK(uids.size() == ptrs.size(), "cudnn::execute: {} uids but {} pointers", uids.size(),
+               ptrs.size());
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data());
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
+           uids.data());
   pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()),
            ptrs.data());
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
