@@ -8,6 +8,7 @@
 
 #include "bench/gemm_bench.h"
 #include "cli/cli_context.h"
+#include "cli/cmd_benchmark_attention.h"
 
 namespace primus::cli {
 
@@ -80,6 +81,7 @@ void attach_benchmark(CLI::App& root, CliContext& ctx) {
   bench->require_subcommand(1);
   attach_gemm(bench, ctx);
   attach_gemm_dense(bench, ctx);
+  attach_benchmark_attention(bench, ctx);
 }
 
 }  // namespace primus::cli

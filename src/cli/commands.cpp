@@ -6,7 +6,7 @@ const std::vector<CommandRegistration>& commands() {
   // Add a subcommand: write cmd_<name>.cpp with attach_<name>(), declare it in cli_context.h, list it here.
   static const std::vector<CommandRegistration> kCommands = {
       {"train", &attach_train},
-      // {"benchmark", &attach_benchmark},  // enable in the commit that adds cmd_benchmark.cpp
+      {"benchmark", &attach_benchmark},
   };
   return kCommands;
 }

@@ -172,7 +172,7 @@ def main():
              "torch TF/s | ours vs torch.matmul | torch same-op ms | ours vs same-op | within 3% |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     tot = {"ours": 0.0, "heur": 0.0, "mm": 0.0, "same": 0.0}
-    worst = 1e9
+    worst = float("nan") if not out_rows else 1e9
     for r in out_rows:
         ok = r["ours_vs_mm_pct"] >= -3.0
         worst = min(worst, r["ours_vs_mm_pct"])
