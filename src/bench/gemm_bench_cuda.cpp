@@ -10,6 +10,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 namespace primus::bench {
 
@@ -201,11 +202,15 @@ int run_gemm_dense_bench(const GemmDenseOptions& opt) {
     for (size_t i = 0; i < gemms.size(); ++i) {
       TuneOptions to = opt.tune_options;
       to.c_mode = gemms[i].c_mode;
+      Stopwatch sw;
       tuned[i] = tune_gemm(gemms[i].key, to, s);
       const TuneResult& r = *tuned[i];
-      log::info("tune {:<22} {}: heuristic {:.4f} ms, best {:.4f} ms ({:+.1f}%), {} of {} candidates timed{}",
-                gemms[i].name, gemms[i].key.str(), r.heuristic_ms, r.best_ms, 100.0 * r.uplift(), r.timed,
-                r.candidates, r.note.empty() ? "" : "; " + r.note);
+      log::info(
+          "tune {:<22} {}: heuristic {:.4f} ms, best {:.4f} ms ({:+.1f}%), {} of {} candidates timed, {:.1f} "
+          "s "
+          "(setup {:.1f}, sweep {:.1f}, confirm {:.1f}){}",
+          gemms[i].name, gemms[i].key.str(), r.heuristic_ms, r.best_ms, 100.0 * r.uplift(), r.timed,
+          r.candidates, sw.seconds(), r.setup_s, r.sweep_s, r.confirm_s, r.note.empty() ? "" : "; " + r.note);
       if (r.improved) {
         TuningEntry e = to_tuning_entry(r, opt.device, gemms[i].name);
         install_tuning_entry(e, opt.device);
@@ -223,7 +228,9 @@ int run_gemm_dense_bench(const GemmDenseOptions& opt) {
   std::vector<GemmBenchRow> rows;
   for (size_t i = 0; i < gemms.size(); ++i) {
     const StepGemm& g = gemms[i];
+    Stopwatch sw;
     GemmBenchRow r = time_shape(g.name, g.key, g.c_mode, g.per_step, opt.duration_s, opt.tune_options, s);
+    log::info("gemm-dense: timed {} in {:.1f} s", g.name, sw.seconds());
     if (tuned[i]) apply_tune(r, *tuned[i]);
     rows.push_back(r);
   }

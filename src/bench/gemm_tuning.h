@@ -78,7 +78,8 @@ struct TuneOptions {
   bool search_by_algo_id = true;  // add cuBLASLt's best config of every algorithm id (beyond the top-K list)
   double heat_ms = 200;           // run the heuristic's choice this long first: time at sustained clocks
   int warmup = 3;                 // untimed runs per candidate
-  int iters = 20;                 // timed runs per candidate (median)
+  int iters = 20;                 // timed runs per candidate, spread over sweep_rounds
+  int sweep_rounds = 3;           // round-robin rounds over all candidates (drift hits all alike)
   int confirm_rounds = 3;         // alternating re-timings of the heuristic choice and the winner
   double min_gain = 0.01;         // the winner must beat the heuristic by this fraction
   size_t rotate_bytes = 512u << 20;  // operand sets cover at least this much (L2-cold timing)
@@ -95,8 +96,9 @@ struct TuneResult {
   double verify_rel_err = 0;  // winner vs heuristic output, ||a - b|| / ||b||
   std::string heuristic_desc, best_desc;
   std::array<uint64_t, 8> best_algo{};
-  std::array<uint64_t, 8> heuristic_algo{};  // the heuristic's first choice (what an untuned plan runs)
-  std::string note;                          // why a faster candidate was rejected, if one was
+  std::array<uint64_t, 8> heuristic_algo{};        // the heuristic's first choice (what an untuned plan runs)
+  std::string note;                                // why a faster candidate was rejected, if one was
+  double setup_s = 0, sweep_s = 0, confirm_s = 0;  // wall time of operand setup, sweep, re-timing + verify
   double uplift() const { return best_ms > 0 ? heuristic_ms / best_ms - 1.0 : 0.0; }
 };
 

@@ -10,6 +10,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 namespace primus::bench {
 
@@ -98,6 +99,7 @@ TuneResult tune_gemm(const GemmKey& key, const TuneOptions& opt, const Stream& s
   const lt::Problem p = to_problem(key);
   TuneResult r;
   r.key = key;
+  Stopwatch sw;
   GemmOperandSets sets(p, opt.c_mode, opt.rotate_bytes, opt.max_bytes, s,
                        0x7u + static_cast<uint64_t>(p.m * 31 + p.n));
   auto cands = lt::heuristic_candidates(p, sets.at(0), opt.candidates, s);
@@ -121,6 +123,8 @@ TuneResult tune_gemm(const GemmKey& key, const TuneOptions& opt, const Stream& s
                      s)
         .median_ms;
   };
+  r.setup_s = sw.seconds();
+  sw.reset();
   // An idle GPU boosts for a while: heat it with the heuristic's choice so every candidate is timed at the
   // clocks a training step sees (on the first device run, unheated sweep medians were 5-15% below sustained
   // timings of the same algorithm).
@@ -128,18 +132,38 @@ TuneResult tune_gemm(const GemmKey& key, const TuneOptions& opt, const Stream& s
     time_for([&](int run) { lt::matmul_with_algo(p, sets.at(run), cands[0].algo, s); }, 0, opt.heat_ms * 1e-3,
              1, 1000000, s);
   }
+  // Round-robin sweep: every candidate runs a few times per round, and its score is the median of its round
+  // medians. Timing candidates one after another let clock drift pick winners (the second device run saw
+  // sweep "winners" 10-20% ahead that lost by 4-12% on re-timing).
   const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> med(cands.size(), inf);
-  for (size_t i = 0; i < cands.size(); ++i) {
-    try {
-      med[i] = timed(cands[i].algo);
-      ++r.timed;
-    } catch (const Error& e) {
-      // A candidate the heuristic offered but that refuses these operands: skip it, keep tuning.
-      log::debug("gemm tuning {}: candidate {} failed: {}", p.str(), i, e.what());
+  const int rounds = std::max(1, opt.sweep_rounds);
+  const int per_round = std::max(1, (opt.iters + rounds - 1) / rounds);
+  std::vector<std::vector<double>> round_meds(cands.size());
+  std::vector<bool> failed(cands.size(), false);
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (failed[i]) continue;
+      try {
+        round_meds[i].push_back(
+            time_runs([&](int run) { lt::matmul_with_algo(p, sets.at(run), cands[i].algo, s); },
+                      round == 0 ? opt.warmup : 1, per_round, s)
+                .median_ms);
+      } catch (const Error& e) {
+        // A candidate the heuristic offered but that refuses these operands: skip it, keep tuning.
+        failed[i] = true;
+        log::debug("gemm tuning {}: candidate {} failed: {}", p.str(), i, e.what());
+      }
     }
   }
+  std::vector<double> med(cands.size(), inf);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    if (failed[i] || round_meds[i].empty()) continue;
+    med[i] = median(round_meds[i]);
+    ++r.timed;
+  }
   PRIMUS_CHECK(std::isfinite(med[0]), "gemm tuning {}: the heuristic's first choice failed to run", p.str());
+  r.sweep_s = sw.seconds();
+  sw.reset();
   size_t best = 0;
   for (size_t i = 1; i < med.size(); ++i)
     if (med[i] < med[best]) best = i;
@@ -155,6 +179,7 @@ TuneResult tune_gemm(const GemmKey& key, const TuneOptions& opt, const Stream& s
   }
   r.heuristic_ms = median(h);
   const double best_ms = median(b);
+  r.confirm_s = sw.seconds();
   r.best_ms = r.heuristic_ms;
   if (!(best_ms < r.heuristic_ms * (1.0 - opt.min_gain))) {
     r.note = fmt::format("candidate {} was {:.1f}% faster in the sweep but {:+.1f}% on re-timing", best,
@@ -163,6 +188,7 @@ TuneResult tune_gemm(const GemmKey& key, const TuneOptions& opt, const Stream& s
   }
   const double tol = p.c_type == DType::kF32 ? 1e-4 : 1e-2;
   r.verify_rel_err = verify(p, sets.at(0), cands[0].algo, cands[best].algo, s);
+  r.confirm_s = sw.seconds();
   if (!(r.verify_rel_err <= tol)) {
     r.note =
         fmt::format("candidate {} rejected: output differs from the heuristic's by {:.2e} (tolerance {:.0e})",
