@@ -87,15 +87,18 @@ Batch DataLoader::next() {
 
 DataSources build_data_sources(const TrainConfig& cfg) {
   DataSources src;
-  src.tokenizer = make_tokenizer(cfg.data.tokenizer_type, cfg.data.tokenizer_model);
   const int64_t seq = cfg.data.seq_length;
-  const int64_t vocab = cfg.model.vocab_size > 0 ? cfg.model.vocab_size : src.tokenizer->vocab_size();
   if (cfg.data.mock_data) {
+    // Mock data needs no tokenizer (Megatron's needs one only for its vocabulary size, which the config has).
+    const int64_t vocab = cfg.model.vocab_size;
+    PRIMUS_CHECK(vocab > 0, "mock_data needs a vocabulary size (vocab_size or a known tokenizer)");
     src.train = std::make_shared<MockDataset>(vocab, seq, static_cast<uint64_t>(cfg.seed));
     src.valid = std::make_shared<MockDataset>(vocab, seq, static_cast<uint64_t>(cfg.seed) + 1);
     src.summary = fmt::format("mock data, vocab {}", vocab);
     return src;
   }
+  src.tokenizer = make_tokenizer(cfg.data.tokenizer_type, cfg.data.tokenizer_model);
+  src.eod_id = src.tokenizer->eod_id();
   if (!cfg.data.text_data_path.empty()) {
     std::vector<std::string> docs = read_text_documents(cfg.data.text_data_path);
     SplitRanges r = split_documents(docs.size(), cfg.data.split);

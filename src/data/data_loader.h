@@ -57,7 +57,8 @@ class DataLoader {
 
 // The datasets a run trains and evaluates on, built from the config.
 struct DataSources {
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer;       // null for mock data (only the vocabulary size matters there)
+  int32_t eod_id = -1;                        // -1: no end-of-document token (mock data)
   std::shared_ptr<const TokenDataset> train;
   std::shared_ptr<const TokenDataset> valid;  // may be null (no validation data)
   std::string summary;

@@ -32,7 +32,8 @@ std::string format_log_line(const StepMetrics& m, bool on_gpu) {
   return s;
 }
 
-JsonlSink::JsonlSink(const std::string& path) : out_(path, std::ios::app), path_(path) {
+JsonlSink::JsonlSink(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::trunc), path_(path) {
   if (!out_) throw Error(ErrorKind::kRuntime, fmt::format("cannot open metrics file {}", path));
 }
 

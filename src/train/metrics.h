@@ -38,10 +38,11 @@ class MetricsSink {
   virtual void write_scalar(int64_t step, const std::string& name, double value) = 0;
 };
 
-// One JSON object per line in `path` (appended, flushed per line so a killed run keeps every finished step).
+// One JSON object per line in `path`, flushed per line so a killed run keeps every finished step. A fresh run
+// truncates the file; a resumed run appends.
 class JsonlSink : public MetricsSink {
  public:
-  explicit JsonlSink(const std::string& path);
+  JsonlSink(const std::string& path, bool append);
   void write_step(const StepMetrics& m) override;
   void write_scalar(int64_t step, const std::string& name, double value) override;
 

@@ -9,10 +9,9 @@ namespace primus {
 AdamW::AdamW(const OptimConfig& cfg, ParamStore& params) : cfg_(cfg), params_(params) {}
 
 double AdamW::grad_norm(const Stream& s) {
-  Tensor out = Tensor::empty({1}, DType::kF32, s);
+  Tensor out = Tensor::empty({1}, params_.grad_flat().dtype(), s);
   ops::sum_squares(params_.grad_flat(), out, /*accumulate=*/false, s);
-  std::vector<float> host = out.to_vector<float>();
-  return std::sqrt(static_cast<double>(host[0]));
+  return std::sqrt(out.to_vector<double>()[0]);
 }
 
 void AdamW::step(double lr, float grad_scale, const Stream& s) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/plan.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "ops/elementwise.h"
@@ -25,20 +26,12 @@ Stream select_stream(const std::string& device_key) {
   throw ConfigError("device: '" + device_key + "' (expected auto, cpu or cuda)");
 }
 
-double flops_per_token(const ParamStore& params, const ModelSpec& spec, int64_t seq) {
-  double n = static_cast<double>(params.parameter_count());
-  n -= static_cast<double>(spec.vocab) * static_cast<double>(spec.hidden);  // the input embedding is a lookup
-  return 6.0 * n + 6.0 * static_cast<double>(spec.layers) * static_cast<double>(seq) * static_cast<double>(spec.hidden);
-}
-
 Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg), run_dir_(run_dir) {
   stream_ = select_stream(cfg.device);
   data_ = build_data_sources(cfg);
-  const int64_t dp = 1;
-  PRIMUS_CHECK(cfg.global_batch_size % (cfg.micro_batch_size * dp) == 0,
-               "global_batch_size {} not divisible by micro_batch_size {} x data-parallel {}",
-               cfg.global_batch_size, cfg.micro_batch_size, dp);
-  micro_batches_ = cfg.global_batch_size / (cfg.micro_batch_size * dp);
+  const config::BatchLayout layout = config::batch_layout(cfg);
+  PRIMUS_CHECK(layout.data_parallel == 1, "data-parallel size {} needs the distributed trainer", layout.data_parallel);
+  micro_batches_ = layout.micro_batches;
 
   ModelSpec spec = ModelSpec::from_config(cfg.model);
   params_ = std::make_unique<ParamStore>(spec);
@@ -49,10 +42,10 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg)
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters, decay_iters,
                                            cfg.optim.lr_decay_style);
-  loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, 0, data_.tokenizer->eod_id(),
-                                         cfg.data.eod_mask_loss);
-  sinks_.push_back(std::make_unique<JsonlSink>(run_dir + "/metrics.jsonl"));
-  flops_per_token_ = flops_per_token(*params_, spec, cfg.data.seq_length);
+  loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, 0, data_.eod_id, cfg.data.eod_mask_loss);
+  sinks_.push_back(std::make_unique<JsonlSink>(run_dir + "/metrics.jsonl", /*append=*/false));
+  // 6 N' + 6 L T d, N' = parameters except the input embedding (the PyTorch anchor's formula).
+  flops_per_token_ = config::flops_per_token(cfg.model, cfg.data.seq_length).causal;
 
   log::info("model: {} ({:.2f}M parameters, {:.2f} GFLOP/token)", spec.describe(),
             params_->parameter_count() / 1e6, flops_per_token_ / 1e9);
@@ -82,9 +75,9 @@ double Trainer::train_step(int64_t iter, double* grad_norm_out, double* lr_out) 
   *lr_out = lr;
   double loss = 0;
   for (size_t i = 0; i < losses.size(); ++i) {
-    std::vector<float> l = losses[i].to_vector<float>();
+    std::vector<double> l = losses[i].to_vector<double>();
     double sum = 0;
-    for (float x : l) sum += x;
+    for (double x : l) sum += x;
     loss += sum / static_cast<double>(valid[i]);
   }
   loss /= static_cast<double>(losses.size());
@@ -104,12 +97,12 @@ double Trainer::evaluate() {
   double total = 0;
   int64_t count = 0;
   for (int64_t i = 0; i < cfg_.logging.eval_iters; ++i) {
-    Batch b = make_batch(*data_.valid, i * cfg_.micro_batch_size, cfg_.micro_batch_size, data_.tokenizer->eod_id(),
+    Batch b = make_batch(*data_.valid, i * cfg_.micro_batch_size, cfg_.micro_batch_size, data_.eod_id,
                          cfg_.data.eod_mask_loss);
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
-    std::vector<float> l = model_->forward_loss(tokens, targets).to_vector<float>();
-    for (float x : l) total += x;
+    std::vector<double> l = model_->forward_loss(tokens, targets).to_vector<double>();
+    for (double x : l) total += x;
     count += b.valid_tokens;
   }
   return count > 0 ? total / static_cast<double>(count) : -1;

@@ -18,10 +18,6 @@ namespace primus {
 // Picks the device from the `device` key: auto = the first GPU when one is usable, else the CPU.
 Stream select_stream(const std::string& device_key);
 
-// Model FLOPs per token for MFU: 6 * N_nonembedding + 6 * L * T * d (N_nonembedding excludes the input
-// embedding; a tied head is therefore not counted, as in the PyTorch anchor).
-double flops_per_token(const ParamStore& params, const ModelSpec& spec, int64_t seq);
-
 struct TrainResult {
   int64_t steps = 0;
   double first_loss = 0, last_loss = 0;

@@ -1,0 +1,122 @@
+// End-to-end training on the CPU through the real CLI: the byte-level models learn the fortunes corpus, the
+// Qwen-3-style model trains, runs are bitwise reproducible, and both key dialects drive the same trainer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_process.h"
+
+using namespace primus::cli_test;
+
+namespace {
+
+const char* kFortunes = "/usr/share/games/fortunes";
+
+struct RunOutput {
+  CliResult cli;
+  std::vector<nlohmann::json> steps;  // metrics.jsonl records with a "loss"
+  std::vector<nlohmann::json> evals;  // records with a "val_loss"
+  std::string run_dir;
+};
+
+RunOutput train(const std::string& experiment, const std::string& exp_name, std::vector<std::string> overrides,
+                std::map<std::string, std::optional<std::string>> env = {}) {
+  const std::string workspace = (std::filesystem::temp_directory_path() / "primus-e2e").string();
+  env["PRIMUS_WORKSPACE"] = workspace;
+  env["PRIMUS_EXP_NAME"] = exp_name;
+  env["PRIMUS_USER"] = "ci";
+  std::vector<std::string> args = {"train", "pretrain", "--config", project_dir() + "/" + experiment};
+  args.insert(args.end(), overrides.begin(), overrides.end());
+  RunOutput r;
+  r.cli = run_primus(args, env);
+  // The run directory is {workspace}/{work_group}/{user_name}/{exp_name}; work_group differs per experiment.
+  for (const auto& group : std::filesystem::directory_iterator(workspace)) {
+    auto dir = group.path() / "ci" / exp_name;
+    if (std::filesystem::exists(dir / "metrics.jsonl")) r.run_dir = dir.string();
+  }
+  if (r.run_dir.empty()) return r;
+  std::istringstream lines(slurp(r.run_dir + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    (j.contains("loss") ? r.steps : r.evals).push_back(j);
+  }
+  return r;
+}
+
+double mean_last(const std::vector<nlohmann::json>& steps, size_t n) {
+  double s = 0;
+  for (size_t i = steps.size() - n; i < steps.size(); ++i) s += steps[i]["loss"].get<double>();
+  return s / static_cast<double>(n);
+}
+
+}  // namespace
+
+TEST(TrainE2E, TinyLlamaLearnsFortunesIn300Steps) {
+  if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
+  RunOutput r = train("tests/e2e/configs/fortunes_micro_llama.yaml", "llama300", {});
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err << r.cli.out;
+  ASSERT_EQ(r.steps.size(), 300u);
+  const double first = r.steps.front()["loss"].get<double>();
+  EXPECT_NEAR(first, std::log(264.0), 0.25);  // uniform over the padded byte vocabulary at init
+  EXPECT_LT(mean_last(r.steps, 10), 3.0);
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s"}) {
+    EXPECT_TRUE(r.steps.back().contains(key)) << key;
+  }
+  ASSERT_EQ(r.evals.size(), 1u);
+  EXPECT_LT(r.evals[0]["val_loss"].get<double>(), 3.5);
+  // The log line of design.md §3, with progress and ETA.
+  EXPECT_NE(r.cli.out.find("iter 300/300 | loss"), std::string::npos) << r.cli.out;
+  EXPECT_NE(r.cli.out.find("| ETA"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(r.run_dir + "/config.yaml"));
+  EXPECT_TRUE(std::filesystem::exists(r.run_dir + "/summary.json"));
+}
+
+TEST(TrainE2E, TinyQwen3StyleModelTrains) {
+  if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
+  RunOutput r = train("tests/e2e/configs/fortunes_micro_llama.yaml", "qwen3", {"--train_iters", "120"},
+                      {{"PRIMUS_E2E_MODEL", "micro_qwen3.yaml"}});
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err << r.cli.out;
+  ASSERT_EQ(r.steps.size(), 120u);
+  EXPECT_GT(r.steps.front()["loss"].get<double>(), 5.0);
+  EXPECT_LT(mean_last(r.steps, 10), 3.2);
+  EXPECT_NE(r.cli.out.find("qk-norm"), std::string::npos) << "model line should show the Qwen-3 flags";
+}
+
+TEST(TrainE2E, SameSeedGivesBitwiseIdenticalLosses) {
+  if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
+  const std::vector<std::string> ov = {"--train_iters", "25", "--lr_warmup_iters", "5", "--eval_interval", "0"};
+  RunOutput a = train("tests/e2e/configs/fortunes_micro_llama.yaml", "det_a", ov);
+  RunOutput b = train("tests/e2e/configs/fortunes_micro_llama.yaml", "det_b", ov);
+  ASSERT_EQ(a.cli.exit_code, 0) << a.cli.err;
+  ASSERT_EQ(b.cli.exit_code, 0) << b.cli.err;
+  ASSERT_EQ(a.steps.size(), 25u);
+  ASSERT_EQ(b.steps.size(), 25u);
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    // JSON doubles print round-trip exact, so equal text means bitwise-equal losses.
+    EXPECT_EQ(a.steps[i]["loss"].dump(), b.steps[i]["loss"].dump()) << "step " << i + 1;
+    EXPECT_EQ(a.steps[i]["grad_norm"].dump(), b.steps[i]["grad_norm"].dump()) << "step " << i + 1;
+  }
+  std::vector<std::string> ov_seed = ov;
+  ov_seed.insert(ov_seed.end(), {"--seed", "4321"});
+  RunOutput c = train("tests/e2e/configs/fortunes_micro_llama.yaml", "det_c", ov_seed);
+  ASSERT_EQ(c.cli.exit_code, 0) << c.cli.err;
+  EXPECT_NE(a.steps[0]["loss"].dump(), c.steps[0]["loss"].dump()) << "a different seed must change the run";
+}
+
+TEST(TrainE2E, TorchTitanDialectDrivesTheSameTrainer) {
+  RunOutput r = train("configs/examples/torchtitan/micro_llama-cpu.yaml", "tt", {"--training.steps", "8"});
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err << r.cli.out;
+  ASSERT_EQ(r.steps.size(), 8u);
+  EXPECT_LT(r.steps.back()["loss"].get<double>(), r.steps.front()["loss"].get<double>());
+}
+
+TEST(TrainE2E, BadDataPathFailsBeforeTraining) {
+  RunOutput r = train("tests/e2e/configs/fortunes_micro_llama.yaml", "baddata", {},
+                      {{"PRIMUS_QUICKSTART_DATA", "/nonexistent/corpus"}});
+  EXPECT_EQ(r.cli.exit_code, 2);
+  EXPECT_NE(r.cli.err.find("/nonexistent/corpus"), std::string::npos) << r.cli.err;
+  EXPECT_TRUE(r.steps.empty());
+}
