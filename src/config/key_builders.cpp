@@ -145,4 +145,8 @@ SupportRule is_bool(bool ok) {
   };
 }
 
+void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs) {
+  for (const Knob& k : knobs) t.add(noeff(k.name, k.type, k.def, why, k.doc));
+}
+
 }  // namespace primus::config::keys

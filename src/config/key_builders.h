@@ -19,6 +19,16 @@ inline constexpr KeyType kA = KeyType::kAny;
 KeyDecl impl(std::string name, KeyType type, std::string def, std::string doc);
 // A key accepted with no effect here; `why` is printed by --dry-run.
 KeyDecl noeff(std::string name, KeyType type, std::string def, std::string why, std::string doc);
+
+// One key of a batch that share the same "no effect here" reason (see add_all).
+struct Knob {
+  const char* name;
+  KeyType type;
+  const char* def;
+  const char* doc;
+};
+// Declares every knob as "no effect here" for the same reason `why`.
+void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs);
 // A key for a feature not supported yet; inert values: null, false, 0, "", [], {}.
 KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc);
 // Same with explicit inert values and a note on what works.

@@ -6,18 +6,6 @@
 
 namespace primus::config::keys {
 
-namespace {
-struct Knob {
-  const char* name;
-  KeyType type;
-  const char* def;
-  const char* doc;
-};
-void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs) {
-  for (const Knob& k : knobs) t.add(noeff(k.name, k.type, k.def, why, k.doc));
-}
-}  // namespace
-
 void add_megatron_checkpoint_keys(KeyTable& t) {
   t.group("checkpoint");
   t.add(impl("save", kS, "null", "directory to save checkpoints in (null: no saving)"));

@@ -12,12 +12,6 @@ void add_megatron_moe_keys(KeyTable& t) {
   t.add(unsup("mtp_num_layers", kI, "null", "multi-token-prediction depth (DeepSeek-V3 MTP)"));
   t.add(noeff("mtp_loss_scaling_factor", kF, "0.1", "applies only with mtp_num_layers, not supported yet",
               "weight of the MTP loss"));
-  struct Knob {
-    const char* name;
-    KeyType type;
-    const char* def;
-    const char* doc;
-  };
   static const Knob kKnobs[] = {
       {"moe_layer_freq", kA, "1", "which layers are MoE (int period or a Python list expression)"},
       {"moe_ffn_hidden_size", kI, "null", "expert MLP width"},

@@ -7,18 +7,6 @@
 
 namespace primus::config::keys {
 
-namespace {
-struct Knob {
-  const char* name;
-  KeyType type;
-  const char* def;
-  const char* doc;
-};
-void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs) {
-  for (const Knob& k : knobs) t.add(noeff(k.name, k.type, k.def, why, k.doc));
-}
-}  // namespace
-
 void add_megatron_other_model_keys(KeyTable& t) {
   t.group("other model types");
   t.add(unsup("yaml_cfg", kS, "null", "Megatron's own YAML-config mode"));

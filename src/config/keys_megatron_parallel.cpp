@@ -8,18 +8,6 @@
 
 namespace primus::config::keys {
 
-namespace {
-struct Knob {
-  const char* name;
-  KeyType type;
-  const char* def;
-  const char* doc;
-};
-void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs) {
-  for (const Knob& k : knobs) t.add(noeff(k.name, k.type, k.def, why, k.doc));
-}
-}  // namespace
-
 void add_megatron_parallel_keys(KeyTable& t) {
   t.group("parallelism");
   t.add(impl("tensor_model_parallel_size", kI, "1", "tensor-parallel degree (TP)")

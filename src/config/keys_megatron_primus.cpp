@@ -7,18 +7,6 @@
 
 namespace primus::config::keys {
 
-namespace {
-struct Knob {
-  const char* name;
-  KeyType type;
-  const char* def;
-  const char* doc;
-};
-void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs) {
-  for (const Knob& k : knobs) t.add(noeff(k.name, k.type, k.def, why, k.doc));
-}
-}  // namespace
-
 void add_megatron_primus_keys(KeyTable& t) {
   t.group("primus-turbo");
   t.add(unsup("enable_turbo_attention_float8", kB, "false", "FP8 attention (Primus-Turbo)"));

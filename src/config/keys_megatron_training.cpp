@@ -118,12 +118,6 @@ void add_megatron_training_keys(KeyTable& t) {
   t.add(noeff("loss_scale_window", kF, "1000", kWhyFp16, "loss-scale growth window"));
   t.add(noeff("hysteresis", kI, "2", kWhyFp16, "loss-scale hysteresis"));
   t.add(noeff("fp16_lm_cross_entropy", kB, "false", kWhyFp16, "cross-entropy in fp16"));
-  struct Knob {
-    const char* name;
-    KeyType type;
-    const char* def;
-    const char* doc;
-  };
   static const Knob kFp8[] = {
       {"fp8_margin", kI, "0", "FP8 scaling margin"},
       {"fp8_recipe", kS, "delayed", "delayed | tensorwise | blockwise | mxfp8"},

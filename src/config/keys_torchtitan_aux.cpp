@@ -8,15 +8,6 @@
 namespace primus::config::keys {
 
 namespace {
-struct Knob {
-  const char* name;
-  KeyType type;
-  const char* def;
-  const char* doc;
-};
-void add_all(KeyTable& t, const char* why, std::initializer_list<Knob> knobs) {
-  for (const Knob& k : knobs) t.add(noeff(k.name, k.type, k.def, why, k.doc));
-}
 constexpr const char* kWhyValidation = "applies only with validation.enable, which is not supported yet";
 }  // namespace
 
