@@ -1,12 +1,4 @@
 #pragma once
-// Include this header first in every .cu. fmt 9 (FMT_HEADER_ONLY) does not build under nvcc in C++20: nvcc's
-// front end rejects its consteval format-string checks, and fmt turns constexpr off for nvcc, which g++ 12
-// then rejects in the host pass. So CUDA sources check format strings at run time and keep fmt's constexpr
-// on.
-#if defined(__CUDACC__) && !defined(FMT_CONSTEVAL)
-#define FMT_CONSTEVAL
-#define FMT_USE_CONSTEXPR 1
-#endif
 // Small device helpers shared by the memory-bound CUDA op families (norm, rope, activation, embedding, loss,
 // optimizer, elementwise): 16-byte packed loads/stores, bf16 <-> f32 conversion, warp and block reductions,
 // and host-side launch checks.
