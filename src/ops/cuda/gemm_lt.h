@@ -118,6 +118,7 @@ size_t cublaslt_version();
 // cuBLASLt, which the loader checks). Installing replaces any entry for the same problem and drops cached
 // plans.
 void install_tuned_algo(const Problem& p, const cublasLtMatmulAlgo_t& algo);
+void remove_tuned_algo(const Problem& p);
 void clear_tuned_algos();
 size_t tuned_algo_count();
 

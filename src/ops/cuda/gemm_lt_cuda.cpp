@@ -529,6 +529,13 @@ void install_tuned_algo(const Problem& p, const cublasLtMatmulAlgo_t& algo) {
   std::erase_if(st.plans, [&](const auto& kv) { return kv.first.p == p; });
 }
 
+void remove_tuned_algo(const Problem& p) {
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.tuned.erase(p);
+  std::erase_if(st.plans, [&](const auto& kv) { return kv.first.p == p; });
+}
+
 void clear_tuned_algos() {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
