@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "bench/gemm_tuning.h"
 #include "config/plan.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -28,6 +29,10 @@ Stream select_stream(const std::string& device_key) {
 
 Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg), run_dir_(run_dir) {
   stream_ = select_stream(cfg.device);
+  if (stream_.device.is_cuda()) {
+    const int tuned = bench::load_gemm_tuning(cfg.gemm_tuning_file, stream_.device.index);
+    if (tuned > 0) log::info("gemm tuning: {} tuned shapes loaded", tuned);
+  }
   data_ = build_data_sources(cfg);
   const config::BatchLayout layout = config::batch_layout(cfg);
   PRIMUS_CHECK(layout.data_parallel == 1, "data-parallel size {} needs the distributed trainer", layout.data_parallel);
