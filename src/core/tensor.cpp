@@ -135,7 +135,13 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
 Tensor Tensor::to(const Stream& s) const {
   PRIMUS_CHECK(is_contiguous(), "to(): non-contiguous tensor {}", describe());
   Tensor t = empty(shape_, dtype_, s);
-  device_copy(t.data_ptr(), s.device, data_ptr(), device(), nbytes(), s.device.is_cuda() ? s : Stream{device(), nullptr});
+  Stream copy_stream = s;
+  if (s.device.is_cpu() && device().is_cuda()) {
+    // Our compute streams are non-blocking: a copy on the legacy default stream would not wait for the kernels
+    // that write this tensor. Copy on the stream that owns it.
+    copy_stream = storage_->stream().handle ? storage_->stream() : cuda_compute_stream(device().index);
+  }
+  device_copy(t.data_ptr(), s.device, data_ptr(), device(), nbytes(), copy_stream);
   return t;
 }
 

@@ -28,6 +28,8 @@ class Storage {
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return stream_.device; }
+  // The stream the memory was allocated on: by convention the stream whose work produces the contents.
+  const Stream& stream() const { return stream_; }
 
  private:
   void* ptr_ = nullptr;
@@ -76,7 +78,8 @@ class Tensor {
   // Elements [start, start + length) along `dim` (strided view).
   Tensor narrow(int dim, int64_t start, int64_t length) const;
 
-  // Copies into a new tensor on `s`'s device (same dtype). Blocking when either side is the host.
+  // Copies into a new tensor on `s`'s device (same dtype). Blocking when either side is the host. A copy from
+  // the GPU to the host is ordered after the work on the stream that owns the source (see Storage::stream()).
   Tensor to(const Stream& s) const;
   // Copies src into this tensor (same shape and dtype, both contiguous; any pair of devices).
   void copy_from(const Tensor& src, const Stream& s);

@@ -6,8 +6,11 @@ set -uo pipefail
 build=${1:-build-cuda}
 torch=1
 [ "${2:-}" = "--no-torch" ] && torch=0
-out=${OUT:-/tmp/perf-out}
-mkdir -p "$out"
+# Logs gather in a scratch folder and come back as one archive (the device tool returns at most 8 files).
+final=${OUT:-/tmp/perf-final}
+out=/tmp/perf-out
+rm -rf "$out"; mkdir -p "$out" "$final"
+trap 'tar czf "$final/perf-logs.tgz" -C "$out" . ; cp "$out"/*.json "$final"/ 2>/dev/null' EXIT
 export PRIMUS_WORKSPACE=/tmp/primus-ws PRIMUS_QUICKSTART_DATA=$PWD/.perf/fortunes PRIMUS_USER=dev
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 date -u +%Y-%m-%dT%H:%M:%SZ
@@ -21,16 +24,27 @@ run() {  # name, then primus arguments
   grep -E "^iter|^done|ERROR|error" "$out/$name.log" | tail -4
 }
 
-# 1. The quickstart model on the GPU (50 steps) to compare with the CPU reference run of the same init and data.
-run tiny_gpu --config configs/quickstart.yaml --train_iters 50 --lr_warmup_iters 5 --eval_interval 0 --device cuda
-cp /tmp/primus-ws/amd/dev/quickstart/metrics.jsonl "$out/tiny_gpu_metrics.jsonl" 2>/dev/null
+# 0. Every op family against the CPU reference (when the test binary was carried).
+if [ -x "$build/primus_gpu_tests" ]; then
+  "$build/primus_gpu_tests" --quick > "$out/gpu_tests.txt" 2>&1
+  echo "== gpu_tests rc=$?"; tail -3 "$out/gpu_tests.txt"; grep -E "FAIL" "$out/gpu_tests.txt" | head -20
+fi
+# 1. The quickstart model for 50 steps on the GPU and on the CPU reference (same init, same data).
+tiny=(--config configs/quickstart.yaml --train_iters 50 --lr_warmup_iters 5 --eval_interval 0)
+export PRIMUS_EXP_NAME=tiny_gpu; run tiny_gpu "${tiny[@]}" --device cuda
+export PRIMUS_EXP_NAME=tiny_cpu; run tiny_cpu "${tiny[@]}" --device cpu
+unset PRIMUS_EXP_NAME
+cp /tmp/primus-ws/amd/dev/tiny_gpu/metrics.jsonl "$out/tiny_gpu_metrics.jsonl"
+cp /tmp/primus-ws/amd/dev/tiny_cpu/metrics.jsonl "$out/tiny_cpu_metrics.jsonl"
+python3 tools/device/compare_tracking.py "$out/tiny_cpu_metrics.jsonl" "$out/tiny_gpu_metrics.jsonl" | tail -8
 # 2. The anchor's workloads.
 run bench_1b --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml
+grep -E "^iter (10|20)/" "$out/bench_1b.log"
 run bench_1b_selective --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml --recompute_granularity selective
 run bench_8b4l --config configs/examples/megatron/bench_llama3-8B-4L.yaml
 # 3. The PyTorch anchor, same machine, same call.
 if [ "$torch" = 1 ]; then
-  (cd .perf && PYTHONUNBUFFERED=1 timeout 420 python3 torch_baseline.py > "$out/torch.log" 2>&1)
+  (cd .perf && OUT="$out" PYTHONUNBUFFERED=1 timeout 420 python3 torch_baseline.py > "$out/torch.log" 2>&1)
   echo "== torch rc=$?"
   grep -E '"model"|fail' "$out/torch.log" | cut -c1-220
 fi
