@@ -10,27 +10,27 @@
 namespace primus {
 
 struct ModelConfig {
-  std::string name;                 // preset name, e.g. "llama3.1_8B"
-  std::string family = "llama";     // llama | qwen2 | qwen3 (informational; behaviour comes from the flags)
+  std::string name;              // preset name, e.g. "llama3.1_8B"
+  std::string family = "llama";  // llama | qwen2 | qwen3 (informational; behaviour comes from the flags)
   int64_t num_layers = 2;
   int64_t hidden_size = 64;
   int64_t ffn_hidden_size = 256;
   int64_t num_attention_heads = 4;
-  int64_t num_query_groups = 4;     // KV heads (= num_attention_heads when group_query_attention is off)
-  int64_t kv_channels = 16;         // head dim (hidden_size / heads unless set)
-  int64_t vocab_size = 0;           // tokenizer vocabulary (before padding)
-  int64_t padded_vocab_size = 0;    // rounded up to make_vocab_size_divisible_by (x TP)
+  int64_t num_query_groups = 4;   // KV heads (= num_attention_heads when group_query_attention is off)
+  int64_t kv_channels = 16;       // head dim (hidden_size / heads unless set)
+  int64_t vocab_size = 0;         // tokenizer vocabulary (before padding)
+  int64_t padded_vocab_size = 0;  // rounded up to make_vocab_size_divisible_by (x TP)
   int64_t make_vocab_size_divisible_by = 128;
   int64_t max_position_embeddings = 4096;
   bool untie_embeddings_and_output_weights = true;
-  bool add_qkv_bias = false;        // Qwen 2
-  bool add_bias_linear = false;     // not supported yet when true
-  bool qk_layernorm = false;        // Qwen 3
+  bool add_qkv_bias = false;     // Qwen 2
+  bool add_bias_linear = false;  // not supported yet when true
+  bool qk_layernorm = false;     // Qwen 3
   bool swiglu = true;
   std::string normalization = "RMSNorm";
   double norm_epsilon = 1e-5;
   double rotary_base = 10000.0;
-  bool use_rope_scaling = false;    // Llama-3 frequency scaling
+  bool use_rope_scaling = false;  // Llama-3 frequency scaling
   double rope_scaling_factor = 8.0;
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
@@ -39,7 +39,7 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  std::string optimizer = "adam";   // AdamW (decoupled weight decay), as Megatron's "adam"
+  std::string optimizer = "adam";  // AdamW (decoupled weight decay), as Megatron's "adam"
   double lr = 1e-4;
   double min_lr = 0.0;
   int64_t lr_warmup_iters = 0;
@@ -49,13 +49,13 @@ struct OptimConfig {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
-  double clip_grad = 1.0;           // 0 disables clipping
+  double clip_grad = 1.0;  // 0 disables clipping
 };
 
 struct DataConfig {
   bool mock_data = false;
-  std::vector<std::string> data_path;      // Megatron blend: "w1 p1 w2 p2" or prefixes (data issue)
-  std::string text_data_path;              // a text file or a directory of fortune-style files (byte tokens)
+  std::vector<std::string> data_path;  // Megatron blend: "w1 p1 w2 p2" or prefixes (data issue)
+  std::string text_data_path;          // a text file or a directory of fortune-style files (byte tokens)
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteTokenizer";
   std::string tokenizer_model;
@@ -78,15 +78,15 @@ struct ParallelConfig {
 };
 
 struct RecomputeConfig {
-  std::string granularity;          // "" (off) | full | selective
-  std::string method;               // uniform | block (full only)
+  std::string granularity;  // "" (off) | full | selective
+  std::string method;       // uniform | block (full only)
   int64_t num_layers = 1;
 };
 
 struct CheckpointConfig {
-  std::string save;                 // directory; "" = no saving
-  std::string load;                 // directory or HF model dir; "" = none
-  int64_t save_interval = 0;        // 0 = only at the end (when save is set)
+  std::string save;           // directory; "" = no saving
+  std::string load;           // directory or HF model dir; "" = none
+  int64_t save_interval = 0;  // 0 = only at the end (when save is set)
   bool no_save_optim = false;
   bool no_save_rng = false;
   bool no_load_optim = false;
@@ -94,8 +94,8 @@ struct CheckpointConfig {
   bool finetune = false;
   bool auto_continue_train = false;
   bool async_save = false;
-  bool disable_last_saving = false;         // Primus: no checkpoint at the end of training
-  bool exit_on_missing_checkpoint = true;   // `load` names no checkpoint: fail (true) or start fresh (false)
+  bool disable_last_saving = false;        // Primus: no checkpoint at the end of training
+  bool exit_on_missing_checkpoint = true;  // `load` names no checkpoint: fail (true) or start fresh (false)
   int64_t keep_latest_k = 2;
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;
@@ -105,7 +105,7 @@ struct LoggingConfig {
   int64_t log_interval = 1;
   int64_t log_avg_skip_iterations = 2;
   int64_t log_avg_reset_interval = 50;
-  int64_t eval_interval = 0;        // 0 = no evaluation
+  int64_t eval_interval = 0;  // 0 = no evaluation
   int64_t eval_iters = 0;
   bool tensorboard = false;
 };
@@ -115,8 +115,8 @@ struct RunInfo {
   std::string user_name = "root";
   std::string exp_name = "primus-run";
   std::string workspace = "./output";
-  std::string framework = "megatron";       // megatron | torchtitan (key dialect)
-  std::string config_file;                  // the experiment file
+  std::string framework = "megatron";  // megatron | torchtitan (key dialect)
+  std::string config_file;             // the experiment file
   // {workspace}/{work_group}/{user_name}/{exp_name}, Primus's layout.
   std::string run_dir() const { return workspace + "/" + work_group + "/" + user_name + "/" + exp_name; }
 };
@@ -134,9 +134,9 @@ struct TrainConfig {
   int64_t micro_batch_size = 1;
   int64_t global_batch_size = 1;
   int64_t seed = 1234;
-  bool bf16 = true;                 // GPU compute precision; the CPU backend always computes in f32
-  std::string device = "auto";      // auto | cpu | cuda  (primus extension key `device`)
-  std::string gemm_tuning_file;     // GEMM tuning cache (kernel issue)
+  bool bf16 = true;              // GPU compute precision; the CPU backend always computes in f32
+  std::string device = "auto";   // auto | cpu | cuda  (primus extension key `device`)
+  std::string gemm_tuning_file;  // GEMM tuning cache (kernel issue)
 };
 
 }  // namespace primus

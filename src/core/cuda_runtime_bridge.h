@@ -1,6 +1,7 @@
 #pragma once
-// The few CUDA runtime calls the core needs, behind plain C++ signatures so that core code compiles in a CPU-only
-// build. In such a build every function here throws "built without CUDA" except device_count(), which returns 0.
+// The few CUDA runtime calls the core needs, behind plain C++ signatures so that core code compiles in a
+// CPU-only build. In such a build every function here throws "built without CUDA" except device_count(),
+// which returns 0.
 #include <cstddef>
 
 #include "core/device.h"

@@ -11,7 +11,8 @@
 namespace primus::detail {
 void throw_cuda_error(cudaError_t e, const char* expr, const char* file, int line) {
   const char* base = std::strrchr(file, '/');
-  throw Error(ErrorKind::kRuntime, fmt::format("CUDA error {} ({}) in {}", cudaGetErrorName(e), cudaGetErrorString(e), expr),
+  throw Error(ErrorKind::kRuntime,
+              fmt::format("CUDA error {} ({}) in {}", cudaGetErrorName(e), cudaGetErrorString(e), expr),
               fmt::format("{}:{}", base ? base + 1 : file, line));
 }
 }  // namespace primus::detail
@@ -51,7 +52,8 @@ void prepare_pool(int index) {
 Stream compute_stream(int index) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (index >= device_count()) {
-    throw Error(ErrorKind::kRuntime, fmt::format("GPU {} requested but {} GPU(s) are visible", index, device_count()));
+    throw Error(ErrorKind::kRuntime,
+                fmt::format("GPU {} requested but {} GPU(s) are visible", index, device_count()));
   }
   if (index >= static_cast<int>(g_streams.size())) g_streams.resize(index + 1, nullptr);
   if (!g_streams[index]) {
@@ -73,23 +75,26 @@ void* alloc_async(size_t bytes, const Stream& s) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    throw Error(ErrorKind::kRuntime,
-                fmt::format("out of GPU memory on cuda:{}: asked for {:.2f} GiB, {:.2f} of {:.2f} GiB free",
-                            s.device.index, bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0),
-                {}, "lower micro_batch_size or seq_length, or enable recompute_granularity: full");
+    throw Error(
+        ErrorKind::kRuntime,
+        fmt::format("out of GPU memory on cuda:{}: asked for {:.2f} GiB, {:.2f} of {:.2f} GiB free",
+                    s.device.index, bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0),
+        {}, "lower micro_batch_size or seq_length, or enable recompute_granularity: full");
   }
   PRIMUS_CUDA_CHECK(e);
   return p;
 }
 
-void free_async(void* p, const Stream& s) { PRIMUS_CUDA_CHECK(cudaFreeAsync(p, cuda_stream(s))); }
+void free_async(void* p, const Stream& s) {
+  PRIMUS_CUDA_CHECK(cudaFreeAsync(p, cuda_stream(s)));
+}
 
 void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes, const Stream& s) {
   cudaMemcpyKind kind = cudaMemcpyDefault;
   PRIMUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cuda_stream(s)));
-  // Host tensors are pageable. An upload from pageable memory is staged before cudaMemcpyAsync returns, so the
-  // host side may be freed at once and the stream need not drain (no bubble per micro-batch). A download must
-  // complete before the caller reads the host side.
+  // Host tensors are pageable. An upload from pageable memory is staged before cudaMemcpyAsync returns, so
+  // the host side may be freed at once and the stream need not drain (no bubble per micro-batch). A download
+  // must complete before the caller reads the host side.
   if (dst_dev.is_cpu()) PRIMUS_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s)));
 }
 
@@ -97,7 +102,9 @@ void memset_async(void* p, int value, size_t bytes, const Stream& s) {
   PRIMUS_CUDA_CHECK(cudaMemsetAsync(p, value, bytes, cuda_stream(s)));
 }
 
-void stream_sync(const Stream& s) { PRIMUS_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s))); }
+void stream_sync(const Stream& s) {
+  PRIMUS_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s)));
+}
 
 void memory_info(int index, size_t* used, size_t* total) {
   size_t free_b = 0, total_b = 0;

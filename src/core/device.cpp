@@ -39,7 +39,9 @@ void account_free(Device d, void* p) {
 }
 }  // namespace
 
-std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+std::string Device::str() const {
+  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
+}
 
 void* device_alloc(size_t bytes, const Stream& s) {
   if (bytes == 0) bytes = 1;
@@ -87,9 +89,15 @@ void stream_sync(const Stream& s) {
   if (s.device.is_cuda()) cuda_bridge::stream_sync(s);
 }
 
-bool cuda_available() { return cuda_bridge::device_count() > 0; }
-int cuda_device_count() { return cuda_bridge::device_count(); }
-Stream cuda_compute_stream(int index) { return cuda_bridge::compute_stream(index); }
+bool cuda_available() {
+  return cuda_bridge::device_count() > 0;
+}
+int cuda_device_count() {
+  return cuda_bridge::device_count();
+}
+Stream cuda_compute_stream(int index) {
+  return cuda_bridge::compute_stream(index);
+}
 
 void device_memory_info(Device d, size_t* used, size_t* total) {
   *used = *total = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// Where a tensor lives and on which queue work for it runs. A Stream on the CPU is a no-op handle: CPU ops run
-// synchronously on the calling thread (with OpenMP inside).
+// Where a tensor lives and on which queue work for it runs. A Stream on the CPU is a no-op handle: CPU ops
+// run synchronously on the calling thread (with OpenMP inside).
 #include <cstddef>
 #include <string>
 

@@ -6,32 +6,52 @@ namespace primus {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kFP8E4M3: return 1;
-    case DType::kFP8E5M2: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
-    case DType::kU16: return 2;
+    case DType::kF32:
+      return 4;
+    case DType::kF64:
+      return 8;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kFP8E4M3:
+      return 1;
+    case DType::kFP8E5M2:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
+    case DType::kU16:
+      return 2;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kFP8E4M3: return "fp8e4m3";
-    case DType::kFP8E5M2: return "fp8e5m2";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
-    case DType::kU16: return "u16";
+    case DType::kF32:
+      return "f32";
+    case DType::kF64:
+      return "f64";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kFP8E4M3:
+      return "fp8e4m3";
+    case DType::kFP8E5M2:
+      return "fp8e5m2";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
+    case DType::kU16:
+      return "u16";
   }
   return "?";
 }
@@ -47,7 +67,8 @@ DType dtype_from_name(std::string_view n) {
   if (n == "i64" || n == "int64") return DType::kI64;
   if (n == "u8" || n == "uint8") return DType::kU8;
   if (n == "u16" || n == "uint16") return DType::kU16;
-  throw ConfigError(fmt::format("unknown dtype '{}' (expected one of f32, f64, bf16, f16, fp8e4m3, fp8e5m2, i32, i64, u8, u16)", n));
+  throw ConfigError(fmt::format(
+      "unknown dtype '{}' (expected one of f32, f64, bf16, f16, fp8e4m3, fp8e5m2, i32, i64, u8, u16)", n));
 }
 
 }  // namespace primus

@@ -42,10 +42,12 @@ namespace detail {
 
 }  // namespace primus
 
-// PRIMUS_CHECK(cond, "format {}", args...): throws primus::Error(kRuntime) naming file:line when cond is false.
-#define PRIMUS_CHECK(cond, ...)                                                                       \
-  do {                                                                                                \
+// PRIMUS_CHECK(cond, "format {}", args...): throws primus::Error(kRuntime) naming file:line when cond is
+// false.
+#define PRIMUS_CHECK(cond, ...)                                                                              \
+  do {                                                                                                       \
     if (!(cond)) ::primus::detail::throw_check_failure(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)
 
-#define PRIMUS_FAIL(...) ::primus::detail::throw_check_failure(__FILE__, __LINE__, nullptr, fmt::format(__VA_ARGS__))
+#define PRIMUS_FAIL(...) \
+  ::primus::detail::throw_check_failure(__FILE__, __LINE__, nullptr, fmt::format(__VA_ARGS__))

@@ -16,9 +16,15 @@ void set_rank(int rank, int world) {
   g_rank = rank;
   g_world = world;
 }
-void set_level(Level l) { g_level = l; }
-void set_all_ranks(bool all) { g_all_ranks = all; }
-Level level() { return g_level; }
+void set_level(Level l) {
+  g_level = l;
+}
+void set_all_ranks(bool all) {
+  g_all_ranks = all;
+}
+Level level() {
+  return g_level;
+}
 
 void write(Level l, const std::string& msg) {
   if (l < g_level) return;

@@ -1,5 +1,6 @@
 #pragma once
-// Rank-aware logging. By default only rank 0 prints info lines; warnings and errors print on every rank with a
+// Rank-aware logging. By default only rank 0 prints info lines; warnings and errors print on every rank with
+// a
 // "[rank N]" prefix when the job has more than one rank.
 #include <fmt/format.h>
 

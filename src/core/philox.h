@@ -1,9 +1,10 @@
 #pragma once
-// Counter-based random numbers (Philox-4x32-10, Salmon et al. 2011). A value depends only on (key, counter), so
-// the same element gets the same number whatever order, device or parallel layout produces it: initialisation is
-// identical for any sharding, and resume is bit-exact without saving generator state beyond (seed, step).
-#include <cstdint>
+// Counter-based random numbers (Philox-4x32-10, Salmon et al. 2011). A value depends only on (key, counter),
+// so the same element gets the same number whatever order, device or parallel layout produces it:
+// initialisation is identical for any sharding, and resume is bit-exact without saving generator state beyond
+// (seed, step).
 #include <cmath>
+#include <cstdint>
 
 #if defined(__CUDACC__)
 #define PRIMUS_HD __host__ __device__ __forceinline__
@@ -33,7 +34,10 @@ PRIMUS_HD Philox4 philox4x32(uint64_t key, uint64_t ctr_lo, uint64_t ctr_hi) {
     uint32_t lo0 = mulhilo32(0xD2511F53u, c0, &hi0);
     uint32_t lo1 = mulhilo32(0xCD9E8D57u, c2, &hi1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -41,10 +45,12 @@ PRIMUS_HD Philox4 philox4x32(uint64_t key, uint64_t ctr_lo, uint64_t ctr_hi) {
 }
 
 // Uniform in (0, 1], 24 bits of mantissa (never 0, so log() is safe).
-PRIMUS_HD float uint_to_unit_float(uint32_t x) { return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
+PRIMUS_HD float uint_to_unit_float(uint32_t x) {
+  return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f);
+}
 
-// Standard normal for element `index` of stream `key` (Box-Muller on one Philox draw; computed in double so the
-// host result does not depend on libm float rounding).
+// Standard normal for element `index` of stream `key` (Box-Muller on one Philox draw; computed in double so
+// the host result does not depend on libm float rounding).
 PRIMUS_HD float philox_normal(uint64_t key, uint64_t index) {
   Philox4 r = philox4x32(key, index, 0);
   double u1 = (static_cast<double>(r.v[0]) + 1.0) * (1.0 / 4294967296.0);
@@ -52,7 +58,9 @@ PRIMUS_HD float philox_normal(uint64_t key, uint64_t index) {
   return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-PRIMUS_HD uint32_t philox_u32(uint64_t key, uint64_t index) { return philox4x32(key, index, 0).v[0]; }
+PRIMUS_HD uint32_t philox_u32(uint64_t key, uint64_t index) {
+  return philox4x32(key, index, 0).v[0];
+}
 
 // A 64-bit mix (splitmix64 finaliser) for deriving stream keys from (seed, name hash, ...).
 PRIMUS_HD uint64_t mix64(uint64_t x) {

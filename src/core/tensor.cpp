@@ -68,8 +68,8 @@ Tensor Tensor::from_blob(void* ptr, const Shape& shape, DType dtype, Device d) {
 
 template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
-  PRIMUS_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: {} values for shape {}",
-               values.size(), shape_str(shape));
+  PRIMUS_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+               "from_vector: {} values for shape {}", values.size(), shape_str(shape));
   Tensor t = empty(shape, DTypeOf<T>::value);
   if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(T));
   return t;
@@ -88,7 +88,9 @@ int64_t Tensor::size(int dim) const {
   return shape_[d];
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+bool Tensor::is_contiguous() const {
+  return strides_ == contiguous_strides(shape_);
+}
 
 void* Tensor::data_ptr() const {
   PRIMUS_CHECK(storage_ != nullptr, "access to an undefined tensor");
@@ -109,7 +111,8 @@ Tensor Tensor::view(const Shape& shape) const {
     }
   }
   if (infer >= 0) {
-    PRIMUS_CHECK(known > 0 && numel() % known == 0, "view(): cannot infer {} from {}", shape_str(shape), describe());
+    PRIMUS_CHECK(known > 0 && numel() % known == 0, "view(): cannot infer {} from {}", shape_str(shape),
+                 describe());
     s[infer] = numel() / known;
   }
   PRIMUS_CHECK(shape_numel(s) == numel(), "view(): {} does not match {}", shape_str(s), describe());
@@ -119,13 +122,15 @@ Tensor Tensor::view(const Shape& shape) const {
   return t;
 }
 
-Tensor Tensor::slice(int64_t begin, int64_t end) const { return narrow(0, begin, end - begin); }
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+  return narrow(0, begin, end - begin);
+}
 
 Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
   int d = dim < 0 ? dim + ndim() : dim;
   PRIMUS_CHECK(d >= 0 && d < ndim(), "narrow(): dimension {} out of range for {}", dim, describe());
-  PRIMUS_CHECK(start >= 0 && length >= 0 && start + length <= shape_[d], "narrow(): [{}, {}) outside dim {} of {}",
-               start, start + length, d, describe());
+  PRIMUS_CHECK(start >= 0 && length >= 0 && start + length <= shape_[d],
+               "narrow(): [{}, {}) outside dim {} of {}", start, start + length, d, describe());
   Tensor t = *this;
   t.shape_[d] = length;
   t.offset_ += start * strides_[d];
@@ -137,8 +142,8 @@ Tensor Tensor::to(const Stream& s) const {
   Tensor t = empty(shape_, dtype_, s);
   Stream copy_stream = s;
   if (s.device.is_cpu() && device().is_cuda()) {
-    // Our compute streams are non-blocking: a copy on the legacy default stream would not wait for the kernels
-    // that write this tensor. Copy on the stream that owns it.
+    // Our compute streams are non-blocking: a copy on the legacy default stream would not wait for the
+    // kernels that write this tensor. Copy on the stream that owns it.
     copy_stream = storage_->stream().handle ? storage_->stream() : cuda_compute_stream(device().index);
   }
   device_copy(t.data_ptr(), s.device, data_ptr(), device(), nbytes(), copy_stream);
@@ -146,8 +151,10 @@ Tensor Tensor::to(const Stream& s) const {
 }
 
 void Tensor::copy_from(const Tensor& src, const Stream& s) {
-  PRIMUS_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_, "copy_from(): {} <- {}", describe(), src.describe());
-  PRIMUS_CHECK(is_contiguous() && src.is_contiguous(), "copy_from(): non-contiguous {} <- {}", describe(), src.describe());
+  PRIMUS_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_, "copy_from(): {} <- {}", describe(),
+               src.describe());
+  PRIMUS_CHECK(is_contiguous() && src.is_contiguous(), "copy_from(): non-contiguous {} <- {}", describe(),
+               src.describe());
   Stream cs = s;
   if (cs.device.is_cpu() && (device().is_cuda() || src.device().is_cuda()))
     cs = cuda_compute_stream(device().is_cuda() ? device().index : src.device().index);
@@ -156,29 +163,53 @@ void Tensor::copy_from(const Tensor& src, const Stream& s) {
 
 void Tensor::zero_(const Stream& s) {
   PRIMUS_CHECK(is_contiguous(), "zero_(): non-contiguous tensor {}", describe());
-  Stream cs = s.device == device() ? s : (device().is_cpu() ? Stream::cpu() : cuda_compute_stream(device().index));
+  Stream cs =
+      s.device == device() ? s : (device().is_cpu() ? Stream::cpu() : cuda_compute_stream(device().index));
   device_memset(data_ptr(), 0, nbytes(), cs);
 }
 
 namespace {
 template <typename T>
 T from_float_bits(double v);
-template <> float from_float_bits<float>(double v) { return static_cast<float>(v); }
-template <> double from_float_bits<double>(double v) { return v; }
-template <> bf16_t from_float_bits<bf16_t>(double v) { return float_to_bf16(static_cast<float>(v)); }
-template <> int32_t from_float_bits<int32_t>(double v) { return static_cast<int32_t>(v); }
-template <> int64_t from_float_bits<int64_t>(double v) { return static_cast<int64_t>(v); }
+template <>
+float from_float_bits<float>(double v) {
+  return static_cast<float>(v);
+}
+template <>
+double from_float_bits<double>(double v) {
+  return v;
+}
+template <>
+bf16_t from_float_bits<bf16_t>(double v) {
+  return float_to_bf16(static_cast<float>(v));
+}
+template <>
+int32_t from_float_bits<int32_t>(double v) {
+  return static_cast<int32_t>(v);
+}
+template <>
+int64_t from_float_bits<int64_t>(double v) {
+  return static_cast<int64_t>(v);
+}
 
 double element_as_double(const void* base, DType t, int64_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kF64: return static_cast<const double*>(base)[i];
-    case DType::kBF16: return bf16_to_float(static_cast<const bf16_t*>(base)[i]);
-    case DType::kI32: return static_cast<const int32_t*>(base)[i];
-    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DType::kU8: return static_cast<const uint8_t*>(base)[i];
-    case DType::kU16: return static_cast<const uint16_t*>(base)[i];
-    default: PRIMUS_FAIL("element conversion from {} is not supported", dtype_name(t));
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kF64:
+      return static_cast<const double*>(base)[i];
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const bf16_t*>(base)[i]);
+    case DType::kI32:
+      return static_cast<const int32_t*>(base)[i];
+    case DType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DType::kU8:
+      return static_cast<const uint8_t*>(base)[i];
+    case DType::kU16:
+      return static_cast<const uint16_t*>(base)[i];
+    default:
+      PRIMUS_FAIL("element conversion from {} is not supported", dtype_name(t));
   }
 }
 }  // namespace
@@ -207,8 +238,8 @@ std::string Tensor::describe() const {
 }
 
 Tensor cpu_cast(const Tensor& src, DType to) {
-  PRIMUS_CHECK(src.device().is_cpu() && src.is_contiguous(), "cpu_cast(): needs a contiguous CPU tensor, got {}",
-               src.describe());
+  PRIMUS_CHECK(src.device().is_cpu() && src.is_contiguous(),
+               "cpu_cast(): needs a contiguous CPU tensor, got {}", src.describe());
   Tensor out = Tensor::empty(src.shape(), to);
   const int64_t n = src.numel();
   const void* in = src.data_ptr();
@@ -225,10 +256,12 @@ Tensor cpu_cast(const Tensor& src, DType to) {
     }
     case DType::kBF16: {
       bf16_t* o = out.data<bf16_t>();
-      for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16(static_cast<float>(element_as_double(in, src.dtype(), i)));
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = float_to_bf16(static_cast<float>(element_as_double(in, src.dtype(), i)));
       break;
     }
-    default: PRIMUS_FAIL("cpu_cast() to {} is not supported", dtype_name(to));
+    default:
+      PRIMUS_FAIL("cpu_cast() to {} is not supported", dtype_name(to));
   }
   return out;
 }

@@ -20,8 +20,8 @@ int64_t shape_numel(const Shape& s);
 // Owns (or borrows) one allocation. Freed on the stream it was allocated on.
 class Storage {
  public:
-  Storage(size_t bytes, const Stream& s);                  // allocates
-  Storage(void* borrowed, size_t bytes, Device d);         // wraps memory owned elsewhere
+  Storage(size_t bytes, const Stream& s);           // allocates
+  Storage(void* borrowed, size_t bytes, Device d);  // wraps memory owned elsewhere
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

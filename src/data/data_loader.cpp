@@ -6,7 +6,8 @@
 
 namespace primus {
 
-Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_size, int32_t eod_id, bool eod_mask_loss) {
+Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_size, int32_t eod_id,
+                 bool eod_mask_loss) {
   const int64_t t = ds.seq_length();
   Batch b;
   b.first_sample = first_sample;
@@ -27,8 +28,8 @@ Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_siz
   return b;
 }
 
-DataLoader::DataLoader(std::shared_ptr<const TokenDataset> ds, int64_t batch_size, int64_t start, int32_t eod_id,
-                       bool eod_mask_loss, int depth)
+DataLoader::DataLoader(std::shared_ptr<const TokenDataset> ds, int64_t batch_size, int64_t start,
+                       int32_t eod_id, bool eod_mask_loss, int depth)
     : ds_(std::move(ds)),
       batch_size_(batch_size),
       eod_(eod_id),
@@ -112,14 +113,16 @@ DataSources build_data_sources(const TrainConfig& cfg) {
       return toks;
     };
     auto train_toks = tokenize(r.train_begin, r.train_end);
-    src.train = std::make_shared<StreamDataset>(train_toks, seq, static_cast<uint64_t>(cfg.seed), "train split");
+    src.train =
+        std::make_shared<StreamDataset>(train_toks, seq, static_cast<uint64_t>(cfg.seed), "train split");
     auto valid_toks = tokenize(r.valid_begin, r.valid_end);
     if (static_cast<int64_t>(valid_toks->size()) > seq + 1) {
-      src.valid = std::make_shared<StreamDataset>(valid_toks, seq, static_cast<uint64_t>(cfg.seed), "valid split");
+      src.valid =
+          std::make_shared<StreamDataset>(valid_toks, seq, static_cast<uint64_t>(cfg.seed), "valid split");
     }
-    src.summary = fmt::format("{} documents from {} ({} train / {} valid tokens, {})", docs.size(),
-                              cfg.data.text_data_path, train_toks->size(), valid_toks->size(),
-                              src.tokenizer->name());
+    src.summary =
+        fmt::format("{} documents from {} ({} train / {} valid tokens, {})", docs.size(),
+                    cfg.data.text_data_path, train_toks->size(), valid_toks->size(), src.tokenizer->name());
     return src;
   }
   if (!cfg.data.data_path.empty()) {

@@ -1,7 +1,7 @@
 #pragma once
-// Micro-batches for the trainer. The position in the data is the global count of consumed samples; batch k of a
-// run covers samples [k*B, (k+1)*B) of the (shuffled) dataset, so a resume at consumed-samples c continues the
-// exact same stream. A background thread assembles the next batches while the current step runs.
+// Micro-batches for the trainer. The position in the data is the global count of consumed samples; batch k of
+// a run covers samples [k*B, (k+1)*B) of the (shuffled) dataset, so a resume at consumed-samples c continues
+// the exact same stream. A background thread assembles the next batches while the current step runs.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -17,14 +17,15 @@
 namespace primus {
 
 struct Batch {
-  Tensor tokens;           // i32 [B, T] on the host
-  Tensor targets;          // i32 [B, T]; -1 where the loss does not count
+  Tensor tokens;   // i32 [B, T] on the host
+  Tensor targets;  // i32 [B, T]; -1 where the loss does not count
   int64_t valid_tokens = 0;
   int64_t first_sample = 0;
 };
 
 // Builds one sample batch (used by the loader and directly by tests).
-Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_size, int32_t eod_id, bool eod_mask_loss);
+Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_size, int32_t eod_id,
+                 bool eod_mask_loss);
 
 class DataLoader {
  public:
@@ -57,8 +58,8 @@ class DataLoader {
 
 // The datasets a run trains and evaluates on, built from the config.
 struct DataSources {
-  std::unique_ptr<Tokenizer> tokenizer;       // null for mock data (only the vocabulary size matters there)
-  int32_t eod_id = -1;                        // -1: no end-of-document token (mock data)
+  std::unique_ptr<Tokenizer> tokenizer;  // null for mock data (only the vocabulary size matters there)
+  int32_t eod_id = -1;                   // -1: no end-of-document token (mock data)
   std::shared_ptr<const TokenDataset> train;
   std::shared_ptr<const TokenDataset> valid;  // may be null (no validation data)
   std::string summary;

@@ -24,7 +24,9 @@ void MockDataset::sample(int64_t index, int32_t* out) const {
   for (int64_t t = 0; t <= seq_; ++t) out[t] = static_cast<int32_t>(philox_u32(key_, base + t) % vocab_);
 }
 
-std::string MockDataset::describe() const { return fmt::format("mock data (vocab {}, seq {})", vocab_, seq_); }
+std::string MockDataset::describe() const {
+  return fmt::format("mock data (vocab {}, seq {})", vocab_, seq_);
+}
 
 namespace {
 // Fisher-Yates driven by Philox: the same permutation on every platform for a given (seed, epoch).
@@ -40,15 +42,16 @@ std::vector<int64_t> permutation(int64_t n, uint64_t key) {
 }
 }  // namespace
 
-StreamDataset::StreamDataset(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t seq_length, uint64_t seed,
-                             std::string name)
+StreamDataset::StreamDataset(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t seq_length,
+                             uint64_t seed, std::string name)
     : tokens_(std::move(tokens)), seq_(seq_length), seed_(seed), name_(std::move(name)) {
   const int64_t n_tok = static_cast<int64_t>(tokens_->size());
   PRIMUS_CHECK(seq_ > 0, "seq_length must be positive");
   const int64_t n = (n_tok - 1) / seq_;  // trailing partial sample dropped, as Megatron does
   if (n <= 0) {
-    throw ConfigError(fmt::format("{}: {} tokens cannot fill one sample of seq_length {} + 1", name_, n_tok, seq_),
-                      "lower seq_length or use a larger corpus");
+    throw ConfigError(
+        fmt::format("{}: {} tokens cannot fill one sample of seq_length {} + 1", name_, n_tok, seq_),
+        "lower seq_length or use a larger corpus");
   }
   num_samples_ = n;
   order_ = permutation(n, epoch_key(0));
@@ -121,7 +124,8 @@ std::vector<std::string> read_text_documents(const std::string& path) {
     if (!cur.empty()) docs.push_back(std::move(cur));
     (void)any_sep;
   }
-  if (docs.empty()) throw ConfigError(fmt::format("text_data_path: no text documents found under '{}'", path));
+  if (docs.empty())
+    throw ConfigError(fmt::format("text_data_path: no text documents found under '{}'", path));
   return docs;
 }
 
@@ -141,7 +145,8 @@ SplitRanges split_documents(size_t num_docs, const std::string& split) {
   while (w.size() < 3) w.push_back(0.0);
   double total = w[0] + w[1] + w[2];
   if (w.size() > 3 || total <= 0 || w[0] < 0 || w[1] < 0 || w[2] < 0)
-    throw ConfigError(fmt::format("split: '{}' needs up to three non-negative weights with a positive sum", split));
+    throw ConfigError(
+        fmt::format("split: '{}' needs up to three non-negative weights with a positive sum", split));
   // Megatron's bookends: cumulative fractions, rounded per boundary.
   auto bound = [&](double f) { return static_cast<size_t>(std::lround(f * static_cast<double>(num_docs))); };
   size_t b1 = bound(w[0] / total), b2 = bound((w[0] + w[1]) / total);

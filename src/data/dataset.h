@@ -1,7 +1,7 @@
 #pragma once
 // A dataset of fixed-length training samples: sample i is seq_length + 1 token ids (inputs are the first
-// seq_length, targets the last seq_length). Samples are addressed by a global index so that the position in the
-// data is a single number (consumed samples), which makes resume exact at any data-parallel size.
+// seq_length, targets the last seq_length). Samples are addressed by a global index so that the position in
+// the data is a single number (consumed samples), which makes resume exact at any data-parallel size.
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -58,9 +58,9 @@ class StreamDataset : public TokenDataset {
   int64_t num_samples_ = 0;
 };
 
-// Reads a text corpus: one file, or every regular file of a directory (sorted by name; files with a NUL byte in
-// the first 4 KiB and fortune index files *.dat are skipped). Fortune-style files are split into documents at
-// lines holding only "%"; other files are one document each.
+// Reads a text corpus: one file, or every regular file of a directory (sorted by name; files with a NUL byte
+// in the first 4 KiB and fortune index files *.dat are skipped). Fortune-style files are split into documents
+// at lines holding only "%"; other files are one document each.
 std::vector<std::string> read_text_documents(const std::string& path);
 
 // Deterministic train/valid split of documents by the Megatron-style `split` string ("969,30,1"): returns the

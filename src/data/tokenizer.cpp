@@ -21,9 +21,9 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& type, const std::string& model) {
   if (type == "ByteTokenizer" || type.empty()) return std::make_unique<ByteTokenizer>();
-  throw ConfigError(fmt::format("tokenizer_type: '{}' cannot tokenize text in this build (available: ByteTokenizer)",
-                                type),
-                    "use mock_data: true, or tokenizer_type: ByteTokenizer with text_data_path");
+  throw ConfigError(
+      fmt::format("tokenizer_type: '{}' cannot tokenize text in this build (available: ByteTokenizer)", type),
+      "use mock_data: true, or tokenizer_type: ByteTokenizer with text_data_path");
 }
 
 }  // namespace primus

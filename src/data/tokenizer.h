@@ -1,6 +1,6 @@
 #pragma once
-// Tokenizer interface. The byte tokenizer maps each UTF-8 byte to its value and adds one end-of-document id; BPE
-// tokenizers (data issue) implement the same interface.
+// Tokenizer interface. The byte tokenizer maps each UTF-8 byte to its value and adds one end-of-document id;
+// BPE tokenizers (data issue) implement the same interface.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,8 +29,9 @@ class ByteTokenizer : public Tokenizer {
   std::string name() const override { return "ByteTokenizer"; }
 };
 
-// Builds the tokenizer named by `tokenizer_type` (and `tokenizer_model` where it needs a file). Throws ConfigError
-// naming the key for an unknown or unavailable type.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& tokenizer_type, const std::string& tokenizer_model);
+// Builds the tokenizer named by `tokenizer_type` (and `tokenizer_model` where it needs a file). Throws
+// ConfigError naming the key for an unknown or unavailable type.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& tokenizer_type,
+                                          const std::string& tokenizer_model);
 
 }  // namespace primus

@@ -62,8 +62,8 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
     qkv.copy_from(a.qkv_raw, s);  // v columns pass through unchanged
     a.q_rstd = ctx.empty({n, spec_.heads}, ctx.stat_dtype());
     a.k_rstd = ctx.empty({n, spec_.kv_heads}, ctx.stat_dtype());
-    ops::head_rmsnorm_forward(a.qkv_raw, 0, spec_.heads, spec_.head_dim, params_.param(q_norm_), spec_.norm_eps,
-                              qkv, a.q_rstd, s);
+    ops::head_rmsnorm_forward(a.qkv_raw, 0, spec_.heads, spec_.head_dim, params_.param(q_norm_),
+                              spec_.norm_eps, qkv, a.q_rstd, s);
     ops::head_rmsnorm_forward(a.qkv_raw, spec_.heads, spec_.kv_heads, spec_.head_dim, params_.param(k_norm_),
                               spec_.norm_eps, qkv, a.k_rstd, s);
   }
@@ -157,7 +157,8 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   a.h2 = Tensor();
   // dx becomes dL/dx_mid: the residual gradient plus the norm's contribution, accumulated in place.
   Tensor g_norm2 = params_.grad(norm2_);
-  ops::rmsnorm_backward(d_h2, a.x_mid, params_.param(norm2_), a.rstd2, dx, g_norm2, /*accumulate_dx=*/true, s);
+  ops::rmsnorm_backward(d_h2, a.x_mid, params_.param(norm2_), a.rstd2, dx, g_norm2, /*accumulate_dx=*/true,
+                        s);
   d_h2 = Tensor();
 
   // Attention: x_mid = x_in + attn(qkv(h1)) Wo^T
@@ -167,10 +168,9 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s);
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   Tensor d_qkv3 = d_qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
-  ops::attention_backward(d_attn.view({ctx.batch, ctx.seq, spec_.q_dim()}),
-                          a.qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}),
-                          a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.lse, attention_shape(spec_, ctx),
-                          d_qkv3, s);
+  ops::attention_backward(
+      d_attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}),
+      a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.lse, attention_shape(spec_, ctx), d_qkv3, s);
   d_attn = Tensor();
   a.attn = Tensor();
   a.qkv = Tensor();
@@ -181,10 +181,10 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     Tensor d_raw = ctx.act({n, spec_.qkv_dim()});
     d_raw.copy_from(d_qkv, s);  // v columns: the norm does not touch them
     Tensor gq = params_.grad(q_norm_), gk = params_.grad(k_norm_);
-    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(q_norm_), a.q_rstd, 0, spec_.heads, spec_.head_dim,
-                               d_raw, gq, s);
-    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(k_norm_), a.k_rstd, spec_.heads, spec_.kv_heads,
-                               spec_.head_dim, d_raw, gk, s);
+    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(q_norm_), a.q_rstd, 0, spec_.heads,
+                               spec_.head_dim, d_raw, gq, s);
+    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(k_norm_), a.k_rstd, spec_.heads,
+                               spec_.kv_heads, spec_.head_dim, d_raw, gk, s);
     d_qkv = d_raw;
   }
   Tensor g_qkv = params_.grad(w_qkv_);

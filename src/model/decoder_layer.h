@@ -13,15 +13,15 @@ namespace primus {
 
 // The activation slot of one layer for one micro-batch: what forward saved for backward.
 struct LayerActivations {
-  Tensor x_in;               // always kept (the recompute checkpoint)
-  Tensor h1, rstd1;          // input norm
+  Tensor x_in;                     // always kept (the recompute checkpoint)
+  Tensor h1, rstd1;                // input norm
   Tensor qkv_raw, q_rstd, k_rstd;  // pre-qk-norm projections (qk-norm models only)
-  Tensor qkv;                // after qk-norm and rope: what attention consumed
-  Tensor attn, lse;          // attention output and its log-sum-exp
-  Tensor x_mid;              // residual stream after attention
-  Tensor h2, rstd2;          // post-attention norm
-  Tensor gu;                 // gate|up projections
-  Tensor act;                // swiglu output
+  Tensor qkv;                      // after qk-norm and rope: what attention consumed
+  Tensor attn, lse;                // attention output and its log-sum-exp
+  Tensor x_mid;                    // residual stream after attention
+  Tensor h2, rstd2;                // post-attention norm
+  Tensor gu;                       // gate|up projections
+  Tensor act;                      // swiglu output
   RecomputeMode mode = RecomputeMode::kNone;
   void clear() { *this = LayerActivations{}; }
 };

@@ -11,14 +11,16 @@ std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t nu
     std::fill(plan.begin(), plan.end(), RecomputeMode::kSelective);
     return plan;
   }
-  PRIMUS_CHECK(cfg.granularity == "full", "recompute_granularity '{}' (expected full or selective)", cfg.granularity);
+  PRIMUS_CHECK(cfg.granularity == "full", "recompute_granularity '{}' (expected full or selective)",
+               cfg.granularity);
   if (cfg.method == "block") {
     // Megatron "block": the first recompute_num_layers layers recompute fully, the rest keep activations.
-    for (int64_t l = 0; l < std::min<int64_t>(cfg.num_layers, num_layers); ++l) plan[l] = RecomputeMode::kFull;
+    for (int64_t l = 0; l < std::min<int64_t>(cfg.num_layers, num_layers); ++l)
+      plan[l] = RecomputeMode::kFull;
   } else {
     // "uniform" (and the default): every layer keeps only its input. Megatron checkpoints every
-    // recompute_num_layers-th boundary; checkpointing each boundary costs the same compute and one d-wide tensor
-    // per layer more memory, and keeps the per-layer schedule simple.
+    // recompute_num_layers-th boundary; checkpointing each boundary costs the same compute and one d-wide
+    // tensor per layer more memory, and keeps the per-layer schedule simple.
     std::fill(plan.begin(), plan.end(), RecomputeMode::kFull);
   }
   return plan;

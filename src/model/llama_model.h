@@ -19,10 +19,10 @@ ops::RopeConfig rope_config(const ModelConfig& m);
 
 class LlamaModel {
  public:
-  // params must be allocated on `stream`'s device. max_seq bounds the rope table. Activations are bf16 on CUDA and
-  // take the compute dtype of the parameters on the CPU (f32, or f64 for gradient checks).
-  LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute, ParamStore& params, const Stream& stream,
-             int64_t max_seq);
+  // params must be allocated on `stream`'s device. max_seq bounds the rope table. Activations are bf16 on
+  // CUDA and take the compute dtype of the parameters on the CPU (f32, or f64 for gradient checks).
+  LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute, ParamStore& params,
+             const Stream& stream, int64_t max_seq);
 
   const ModelSpec& spec() const { return spec_; }
   DType act_dtype() const { return act_dtype_; }

@@ -9,7 +9,8 @@
 namespace primus {
 
 namespace {
-// 1 GiB of logits per chunk keeps the head GEMMs large (K = rows for the weight gradient) while bounding memory.
+// 1 GiB of logits per chunk keeps the head GEMMs large (K = rows for the weight gradient) while bounding
+// memory.
 constexpr size_t kLogitsBudget = size_t(1) << 30;
 }  // namespace
 
@@ -25,8 +26,8 @@ int64_t LmHead::chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_
   return std::min(r, rows);
 }
 
-void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale, Tensor& losses,
-                 Tensor* dx) {
+void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale,
+                 Tensor& losses, Tensor* dx) {
   const int64_t n = x.size(0), d = spec_.hidden, v = spec_.vocab;
   const Stream& s = ctx.stream;
   Tensor h = ctx.act({n, d});

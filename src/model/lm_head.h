@@ -1,7 +1,7 @@
 #pragma once
-// Final RMSNorm + output projection + softmax cross-entropy. Forward and backward run together, chunk by chunk of
-// rows: logits of one chunk are computed, turned into their gradient in place, and consumed by the two backward
-// GEMMs before the next chunk, so the full tokens x vocab logits never exist at once.
+// Final RMSNorm + output projection + softmax cross-entropy. Forward and backward run together, chunk by
+// chunk of rows: logits of one chunk are computed, turned into their gradient in place, and consumed by the
+// two backward GEMMs before the next chunk, so the full tokens x vocab logits never exist at once.
 #include "model/model_spec.h"
 #include "model/param_store.h"
 #include "model/step_context.h"
@@ -13,8 +13,8 @@ class LmHead {
   LmHead(const ModelSpec& spec, ParamStore& params);
 
   // x [N, d] (residual stream after the last layer); targets i32 [N] on x's device (negative = not counted).
-  // losses [N] (f32; f64 with f64 activations) receives the per-token losses. When dx is given, also computes dL/dx [N, d] with
-  // L = grad_scale * sum(losses), and accumulates the head's parameter gradients.
+  // losses [N] (f32; f64 with f64 activations) receives the per-token losses. When dx is given, also computes
+  // dL/dx [N, d] with L = grad_scale * sum(losses), and accumulates the head's parameter gradients.
   void run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale, Tensor& losses,
            Tensor* dx);
 

@@ -22,14 +22,14 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
   s.init_std = m.init_method_std;
   PRIMUS_CHECK(s.layers > 0 && s.hidden > 0 && s.heads > 0 && s.ffn > 0 && s.vocab > 0,
                "model sizes must be positive: {}", s.describe());
-  PRIMUS_CHECK(s.heads % s.kv_heads == 0, "num_attention_heads {} not divisible by num_query_groups {}", s.heads,
-               s.kv_heads);
+  PRIMUS_CHECK(s.heads % s.kv_heads == 0, "num_attention_heads {} not divisible by num_query_groups {}",
+               s.heads, s.kv_heads);
   return s;
 }
 
 std::string ModelSpec::describe() const {
-  return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads, kv_heads,
-                     head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "", qk_norm ? " qk-norm" : "",
+  return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
+                     kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "", qk_norm ? " qk-norm" : "",
                      tied_embeddings ? " tied" : "");
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// Derived sizes of a decoder-only model, computed once from ModelConfig. Attention and MLP code is written against
-// these *local* sizes so that tensor parallelism later divides heads / ffn / vocab here and nowhere else.
+// Derived sizes of a decoder-only model, computed once from ModelConfig. Attention and MLP code is written
+// against these *local* sizes so that tensor parallelism later divides heads / ffn / vocab here and nowhere
+// else.
 #include <cstdint>
 #include <string>
 
@@ -10,12 +11,12 @@ namespace primus {
 
 struct ModelSpec {
   int64_t layers = 0;
-  int64_t hidden = 0;       // d
-  int64_t heads = 0;        // H (local)
-  int64_t kv_heads = 0;     // KV (local)
-  int64_t head_dim = 0;     // D
-  int64_t ffn = 0;          // F (local)
-  int64_t vocab = 0;        // padded vocabulary (local)
+  int64_t hidden = 0;    // d
+  int64_t heads = 0;     // H (local)
+  int64_t kv_heads = 0;  // KV (local)
+  int64_t head_dim = 0;  // D
+  int64_t ffn = 0;       // F (local)
+  int64_t vocab = 0;     // padded vocabulary (local)
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }

@@ -9,7 +9,8 @@
 namespace primus {
 
 namespace {
-// Tensor starts are aligned to 64 elements (256 bytes in f32, 128 in bf16): cuBLASLt and vector loads want 16 B.
+// Tensor starts are aligned to 64 elements (256 bytes in f32, 128 in bf16): cuBLASLt and vector loads want 16
+// B.
 constexpr int64_t kAlign = 64;
 
 uint64_t name_hash(const std::string& s) {
@@ -39,7 +40,8 @@ ParamStore::ParamStore(const ModelSpec& spec) {
     const std::string p = "layers." + std::to_string(l) + ".";
     begin_region(r);
     add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), spec.hidden}, r, true, InitKind::kNormal, std);
-    add(p + "self_attn.o_proj.weight", {spec.hidden, spec.q_dim()}, r, true, InitKind::kScaledNormal, out_std);
+    add(p + "self_attn.o_proj.weight", {spec.hidden, spec.q_dim()}, r, true, InitKind::kScaledNormal,
+        out_std);
     add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, spec.hidden}, r, true, InitKind::kNormal, std);
     add(p + "mlp.down_proj.weight", {spec.hidden, spec.ffn}, r, true, InitKind::kScaledNormal, out_std);
     end_decay(r);
@@ -55,13 +57,15 @@ ParamStore::ParamStore(const ModelSpec& spec) {
 
   const int rf = L + 1;
   begin_region(rf);
-  if (!spec.tied_embeddings) add("lm_head.weight", {spec.vocab, spec.hidden}, rf, true, InitKind::kNormal, std);
+  if (!spec.tied_embeddings)
+    add("lm_head.weight", {spec.vocab, spec.hidden}, rf, true, InitKind::kNormal, std);
   end_decay(rf);
   add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
   end_region(rf);
 }
 
-void ParamStore::add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std) {
+void ParamStore::add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init,
+                     double std) {
   ParamEntry e;
   e.name = name;
   e.shape = shape;

@@ -9,7 +9,8 @@ namespace primus {
 // How much of a layer's forward state is kept for backward.
 enum class RecomputeMode {
   kNone,       // keep everything backward needs
-  kSelective,  // drop the cheap elementwise outputs (norm outputs, SwiGLU output) and recompute them in backward
+  kSelective,  // drop the cheap elementwise outputs (norm outputs, SwiGLU output) and recompute them in
+               // backward
   kFull,       // keep only the layer input; rerun the whole layer forward in backward
 };
 
@@ -18,7 +19,7 @@ struct StepContext {
   DType act_dtype = DType::kF32;  // f32 on the CPU, bf16 on CUDA
   int64_t batch = 1;
   int64_t seq = 1;
-  int64_t pos_offset = 0;         // first position of this sequence shard (context parallelism later)
+  int64_t pos_offset = 0;  // first position of this sequence shard (context parallelism later)
   const Tensor* rope_table = nullptr;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }

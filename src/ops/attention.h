@@ -1,7 +1,8 @@
 #pragma once
-// Causal grouped-query attention over a packed QKV buffer. Per token the buffer holds the q heads, then the k heads,
-// then the v heads: qkv[B, T, (H + 2*KV) * D]. Query head h attends with kv head h / (H / KV). Never builds the
-// full T x T score matrix on the GPU (flash attention); the CPU reference works one query row at a time.
+// Causal grouped-query attention over a packed QKV buffer. Per token the buffer holds the q heads, then the k
+// heads, then the v heads: qkv[B, T, (H + 2*KV) * D]. Query head h attends with kv head h / (H / KV). Never
+// builds the full T x T score matrix: the GPU runs flash attention; the CPU reference works on blocks of 64
+// query rows.
 #include "core/tensor.h"
 
 namespace primus::ops {
@@ -9,15 +10,16 @@ namespace primus::ops {
 struct AttentionShape {
   int64_t batch = 1;
   int64_t seq = 1;
-  int64_t heads = 1;     // H, query heads
-  int64_t kv_heads = 1;  // KV, must divide H
-  int64_t head_dim = 64; // D
-  float scale = 0.125f;  // softmax scale, usually 1/sqrt(D)
+  int64_t heads = 1;      // H, query heads
+  int64_t kv_heads = 1;   // KV, must divide H
+  int64_t head_dim = 64;  // D
+  float scale = 0.125f;   // softmax scale, usually 1/sqrt(D)
   bool causal = true;
 };
 
 // out[B, T, H*D]; lse[B, H, T] (f32) = log-sum-exp of the scaled scores per query, saved for backward.
-void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse, const Stream& s);
+void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
+                       const Stream& s);
 // dqkv[B, T, (H + 2*KV) * D] (overwritten) from dout[B, T, H*D].
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);

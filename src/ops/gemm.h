@@ -1,12 +1,14 @@
 #pragma once
-// Matrix products. Row-major semantics throughout: a [M, K] (or [K, M] when trans_a), b [K, N] (or [N, K] when
-// trans_b), c [M, N]. CPU: OpenBLAS (f32) or a blocked loop (f64). CUDA: cuBLASLt, bf16 inputs, f32 accumulation,
-// algorithm from the tuning cache when one is loaded (see bench/gemm_tuning.h), else cuBLASLt's heuristic.
+// Matrix products. Row-major semantics throughout: a [M, K] (or [K, M] when trans_a), b [K, N] (or [N, K]
+// when trans_b), c [M, N]. CPU: OpenBLAS (f32) or a blocked loop (f64). CUDA: cuBLASLt, bf16 inputs, f32
+// accumulation, algorithm from the tuning cache when one is loaded (see bench/gemm_tuning.h), else cuBLASLt's
+// heuristic.
 #include "core/tensor.h"
 
 namespace primus::ops {
 
-// c = alpha * op(a) @ op(b) + beta * c_in (c_in defaults to c itself). c may be f32 while a, b are bf16 on CUDA.
+// c = alpha * op(a) @ op(b) + beta * c_in (c_in defaults to c itself). c may be f32 while a, b are bf16 on
+// CUDA.
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta,
           const Stream& s, const Tensor* c_in = nullptr);
 

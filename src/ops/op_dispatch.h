@@ -4,10 +4,10 @@
 #include "core/tensor.h"
 
 #ifdef PRIMUS_WITH_CUDA
-#define PRIMUS_DISPATCH(device_tensor, fn, ...)                          \
-  do {                                                                   \
-    if ((device_tensor).device().is_cpu()) return cpu::fn(__VA_ARGS__);  \
-    return cuda::fn(__VA_ARGS__);                                        \
+#define PRIMUS_DISPATCH(device_tensor, fn, ...)                         \
+  do {                                                                  \
+    if ((device_tensor).device().is_cpu()) return cpu::fn(__VA_ARGS__); \
+    return cuda::fn(__VA_ARGS__);                                       \
   } while (0)
 #else
 #define PRIMUS_DISPATCH(device_tensor, fn, ...)                                                          \

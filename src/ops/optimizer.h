@@ -10,14 +10,14 @@ struct AdamWParams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
-  int64_t step = 1;          // 1-based, for bias correction
-  float grad_scale = 1.0f;   // multiplies the gradient first (gradient clipping folds in here)
+  int64_t step = 1;         // 1-based, for bias correction
+  float grad_scale = 1.0f;  // multiplies the gradient first (gradient clipping folds in here)
 };
 
 // master, grad, m, v: f32, same length. master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master).
 // When param_copy is given (a bf16 view of the same parameters on CUDA) it receives the updated master, cast.
-void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p, Tensor* param_copy,
-                const Stream& s);
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                Tensor* param_copy, const Stream& s);
 
 // out[0] (+)= sum(x^2) over a flat f32 tensor, accumulated in f64 on the CPU and f32 per block on CUDA with a
 // fixed reduction order (deterministic). out is f32 [1] (f64 [1] for f64 x) on x's device.

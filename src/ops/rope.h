@@ -20,8 +20,8 @@ std::vector<float> rope_inv_freq(const RopeConfig& cfg, int64_t head_dim);
 // Host table [max_pos, D]: columns [0, D/2) hold cos(pos * f_i), [D/2, D) hold sin(pos * f_i), f32.
 Tensor rope_table(const RopeConfig& cfg, int64_t max_pos, int64_t head_dim);
 
-// In place on x [B, T, total_heads * D]: rotates heads [0, n_heads) of every token by angle (pos_offset + t) * f.
-// inverse = true rotates by the negative angle, which is the backward pass (the rotation is orthogonal).
+// In place on x [B, T, total_heads * D]: rotates heads [0, n_heads) of every token by angle (pos_offset + t)
+// * f. inverse = true rotates by the negative angle, which is the backward pass (the rotation is orthogonal).
 // table lives on x's device.
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
                 const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s);

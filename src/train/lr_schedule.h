@@ -1,6 +1,6 @@
 #pragma once
-// Learning-rate schedule with Megatron's names: linear warmup from 0 over lr_warmup_iters, then constant, linear
-// or cosine decay from lr to min_lr until lr_decay_iters (default train_iters), then min_lr.
+// Learning-rate schedule with Megatron's names: linear warmup from 0 over lr_warmup_iters, then constant,
+// linear or cosine decay from lr to min_lr until lr_decay_iters (default train_iters), then min_lr.
 #include <cstdint>
 #include <string>
 
@@ -9,8 +9,8 @@ namespace primus {
 class LrSchedule {
  public:
   LrSchedule(double lr, double min_lr, int64_t warmup_iters, int64_t decay_iters, std::string style);
-  // Learning rate for the update of iteration `iter` (1-based: the first update is iteration 1, so warmup never
-  // wastes a step at lr 0).
+  // Learning rate for the update of iteration `iter` (1-based: the first update is iteration 1, so warmup
+  // never wastes a step at lr 0).
   double at(int64_t iter) const;
 
  private:

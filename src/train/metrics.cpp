@@ -21,11 +21,13 @@ std::string format_log_line(const StepMetrics& m, bool on_gpu) {
   std::string s = fmt::format("iter {}/{} | loss {:.4f} | lr {:.3e} | grad-norm {:.3f} | {:.0f} ms", m.step,
                               m.total_steps, m.loss, m.lr, m.grad_norm, m.iter_ms);
   if (on_gpu) {
-    s += fmt::format(" | {} tok/s/GPU | {:.1f} TFLOP/s/GPU", human_count(m.tokens_per_s_gpu), m.tflops_per_gpu);
+    s += fmt::format(" | {} tok/s/GPU | {:.1f} TFLOP/s/GPU", human_count(m.tokens_per_s_gpu),
+                     m.tflops_per_gpu);
     if (m.mfu >= 0) s += fmt::format(" | MFU {:.1f}%", 100.0 * m.mfu);
     s += fmt::format(" | mem {:.1f}/{:.0f} GB", m.mem_gb, m.mem_total_gb);
   } else {
-    s += fmt::format(" | {} tok/s | {:.1f} GFLOP/s (cpu)", human_count(m.tokens_per_s), m.tflops_per_gpu * 1e3);
+    s += fmt::format(" | {} tok/s | {:.1f} GFLOP/s (cpu)", human_count(m.tokens_per_s),
+                     m.tflops_per_gpu * 1e3);
     s += fmt::format(" | mem {:.2f} GB", m.mem_gb);
   }
   if (m.eta_s >= 0) s += " | ETA " + format_duration(m.eta_s);

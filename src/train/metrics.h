@@ -1,6 +1,6 @@
 #pragma once
-// Per-step metrics: the console log line (design.md §3) and machine-readable sinks (JSONL now; TensorBoard and
-// CSV sit behind the same interface).
+// Per-step metrics: the console log line (design.md §3) and machine-readable sinks (JSONL now; TensorBoard
+// and CSV sit behind the same interface).
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -17,11 +17,11 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   double iter_ms = 0;
-  double tokens_per_s = 0;        // whole job
-  double tokens_per_s_gpu = 0;    // per device
+  double tokens_per_s = 0;      // whole job
+  double tokens_per_s_gpu = 0;  // per device
   double tflops_per_gpu = 0;
-  double mfu = -1;                // < 0 when not meaningful (CPU)
-  double mem_gb = 0;              // peak allocated on the device (GB)
+  double mfu = -1;    // < 0 when not meaningful (CPU)
+  double mem_gb = 0;  // peak allocated on the device (GB)
   double mem_total_gb = 0;
   double eta_s = -1;
   int64_t consumed_samples = 0;

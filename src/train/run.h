@@ -1,5 +1,6 @@
 #pragma once
-// Entry point from the CLI into training. The CLI has resolved and validated the configuration before calling.
+// Entry point from the CLI into training. The CLI has resolved and validated the configuration before
+// calling.
 #include <string>
 
 #include "config/train_config.h"

@@ -23,7 +23,8 @@ Stream select_stream(const std::string& device_key) {
                         "use device: auto or device: cpu");
     return cuda_compute_stream(0);
   }
-  if (device_key == "auto" || device_key.empty()) return cuda_available() ? cuda_compute_stream(0) : Stream::cpu();
+  if (device_key == "auto" || device_key.empty())
+    return cuda_available() ? cuda_compute_stream(0) : Stream::cpu();
   throw ConfigError("device: '" + device_key + "' (expected auto, cpu or cuda)");
 }
 
@@ -35,7 +36,8 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg)
   }
   data_ = build_data_sources(cfg);
   const config::BatchLayout layout = config::batch_layout(cfg);
-  PRIMUS_CHECK(layout.data_parallel == 1, "data-parallel size {} needs the distributed trainer", layout.data_parallel);
+  PRIMUS_CHECK(layout.data_parallel == 1, "data-parallel size {} needs the distributed trainer",
+               layout.data_parallel);
   micro_batches_ = layout.micro_batches;
 
   ModelSpec spec = ModelSpec::from_config(cfg.model);
@@ -45,9 +47,10 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg)
   model_ = std::make_unique<LlamaModel>(cfg.model, cfg.recompute, *params_, stream_, cfg.data.seq_length);
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
-  schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters, decay_iters,
-                                           cfg.optim.lr_decay_style);
-  loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, 0, data_.eod_id, cfg.data.eod_mask_loss);
+  schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,
+                                           decay_iters, cfg.optim.lr_decay_style);
+  loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, 0, data_.eod_id,
+                                         cfg.data.eod_mask_loss);
   sinks_.push_back(std::make_unique<JsonlSink>(run_dir + "/metrics.jsonl", /*append=*/false));
   // 6 N' + 6 L T d, N' = parameters except the input embedding (the PyTorch anchor's formula).
   flops_per_token_ = config::flops_per_token(cfg.model, cfg.data.seq_length).causal;
@@ -189,10 +192,11 @@ TrainResult Trainer::train() {
   const double med = steady[steady.size() / 2];
   res.tokens_per_s = tokens_per_step / (med / 1e3);
   res.peak_mem_gb = static_cast<double>(peak_allocated_bytes(stream_.device)) / 1e9;
-  log::info("done: {} steps in {} | loss {:.4f} -> {:.4f}{} | median {:.0f} ms/step, {} tok/s | peak mem {:.2f} GB",
-            res.steps, format_duration(total.seconds()), res.first_loss, res.last_loss,
-            res.last_val_loss >= 0 ? fmt::format(" | val loss {:.4f}", res.last_val_loss) : std::string(), med,
-            human_count(res.tokens_per_s), res.peak_mem_gb);
+  log::info(
+      "done: {} steps in {} | loss {:.4f} -> {:.4f}{} | median {:.0f} ms/step, {} tok/s | peak mem {:.2f} GB",
+      res.steps, format_duration(total.seconds()), res.first_loss, res.last_loss,
+      res.last_val_loss >= 0 ? fmt::format(" | val loss {:.4f}", res.last_val_loss) : std::string(), med,
+      human_count(res.tokens_per_s), res.peak_mem_gb);
   return res;
 }
 

@@ -22,9 +22,9 @@ struct TrainResult {
   int64_t steps = 0;
   double first_loss = 0, last_loss = 0;
   double last_val_loss = -1;
-  double tokens_per_s = 0;        // median over the steps after warm-up
+  double tokens_per_s = 0;  // median over the steps after warm-up
   double peak_mem_gb = 0;
-  std::vector<double> losses;     // per step
+  std::vector<double> losses;  // per step
 };
 
 class Trainer {

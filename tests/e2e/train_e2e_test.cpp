@@ -21,7 +21,8 @@ struct RunOutput {
   std::string run_dir;
 };
 
-RunOutput train(const std::string& experiment, const std::string& exp_name, std::vector<std::string> overrides,
+RunOutput train(const std::string& experiment, const std::string& exp_name,
+                std::vector<std::string> overrides,
                 std::map<std::string, std::optional<std::string>> env = {}) {
   const std::string workspace = (std::filesystem::temp_directory_path() / "primus-e2e").string();
   env["PRIMUS_WORKSPACE"] = workspace;
@@ -87,7 +88,8 @@ TEST(TrainE2E, TinyQwen3StyleModelTrains) {
 
 TEST(TrainE2E, SameSeedGivesBitwiseIdenticalLosses) {
   if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
-  const std::vector<std::string> ov = {"--train_iters", "25", "--lr_warmup_iters", "5", "--eval_interval", "0"};
+  const std::vector<std::string> ov = {"--train_iters",   "25", "--lr_warmup_iters", "5",
+                                       "--eval_interval", "0"};
   RunOutput a = train("tests/e2e/configs/fortunes_micro_llama.yaml", "det_a", ov);
   RunOutput b = train("tests/e2e/configs/fortunes_micro_llama.yaml", "det_b", ov);
   ASSERT_EQ(a.cli.exit_code, 0) << a.cli.err;

@@ -1,7 +1,8 @@
 #pragma once
-// primus_gpu_tests: every op family on the GPU against its CPU reference (the truth), fresh random inputs each
-// run, outputs poisoned with NaN before each GPU call, relative error ||gpu - ref|| / ||ref|| against a per-dtype
-// tolerance. NaN never passes. Each family registers its cases from its own file with PRIMUS_GPU_TEST.
+// primus_gpu_tests: every op family on the GPU against its CPU reference (the truth), fresh random inputs
+// each run, outputs poisoned with NaN before each GPU call, relative error ||gpu - ref|| / ||ref|| against a
+// per-dtype tolerance. NaN never passes. Each family registers its cases from its own file with
+// PRIMUS_GPU_TEST.
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -14,10 +15,10 @@ namespace primus::gputest {
 
 struct CaseResult {
   std::string family;
-  std::string name;       // e.g. "rmsnorm_fwd R=127 D=33"
-  double rel_err = 0;     // ||gpu - ref|| / ||ref|| (NaN/Inf anywhere => +inf)
+  std::string name;    // e.g. "rmsnorm_fwd R=127 D=33"
+  double rel_err = 0;  // ||gpu - ref|| / ||ref|| (NaN/Inf anywhere => +inf)
   double tol = 0;
-  double gpu_ms = 0;      // optional timing of the GPU call (0 = not timed)
+  double gpu_ms = 0;          // optional timing of the GPU call (0 = not timed)
   double gbps_or_tflops = 0;  // optional napkin rate (bandwidth or TFLOP/s); 0 = none
   std::string rate_unit;      // "GB/s" or "TFLOP/s"
   std::string note;
@@ -25,9 +26,9 @@ struct CaseResult {
 };
 
 struct Context {
-  Stream stream;          // the GPU compute stream
-  std::mt19937_64 rng;    // seeded per run (seed printed in the table header)
-  bool quick = false;     // --quick: skip the largest model-size cases
+  Stream stream;        // the GPU compute stream
+  std::mt19937_64 rng;  // seeded per run (seed printed in the table header)
+  bool quick = false;   // --quick: skip the largest model-size cases
   std::vector<CaseResult> results;
 
   // Random CPU tensor (f32 or f64 or bf16) with N(0, scale^2) entries / i32 uniform in [0, hi).
@@ -40,8 +41,8 @@ struct Context {
   // CPU f32 copy of any tensor (bf16 / f32 / f64, CPU or GPU).
   Tensor to_cpu_f32(const Tensor& t);
   // Records ||gpu - ref|| / ||ref|| (both converted to f64 on the host). Returns the relative error.
-  double check(const std::string& family, const std::string& name, const Tensor& gpu, const Tensor& ref, double tol,
-               const std::string& note = {});
+  double check(const std::string& family, const std::string& name, const Tensor& gpu, const Tensor& ref,
+               double tol, const std::string& note = {});
   // Times fn (already warmed up once by the caller or not) with CUDA events: median of `iters` runs, in ms.
   double time_ms(const std::function<void()>& fn, int warmup = 3, int iters = 10);
 };
@@ -58,8 +59,8 @@ int register_family(const char* family, CaseFn fn);
 #define PRIMUS_GPU_TEST_CONCAT2(a, b) a##b
 #define PRIMUS_GPU_TEST_CONCAT(a, b) PRIMUS_GPU_TEST_CONCAT2(a, b)
 // PRIMUS_GPU_TEST(norm) { ... uses ctx ... }
-#define PRIMUS_GPU_TEST(family)                                                                          \
-  static void PRIMUS_GPU_TEST_CONCAT(gpu_cases_, family)(::primus::gputest::Context & ctx);              \
-  static int PRIMUS_GPU_TEST_CONCAT(gpu_reg_, family) =                                                  \
-      ::primus::gputest::register_family(#family, PRIMUS_GPU_TEST_CONCAT(gpu_cases_, family));            \
+#define PRIMUS_GPU_TEST(family)                                                                \
+  static void PRIMUS_GPU_TEST_CONCAT(gpu_cases_, family)(::primus::gputest::Context & ctx);    \
+  static int PRIMUS_GPU_TEST_CONCAT(gpu_reg_, family) =                                        \
+      ::primus::gputest::register_family(#family, PRIMUS_GPU_TEST_CONCAT(gpu_cases_, family)); \
   static void PRIMUS_GPU_TEST_CONCAT(gpu_cases_, family)(::primus::gputest::Context & ctx)

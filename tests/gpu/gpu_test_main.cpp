@@ -28,7 +28,9 @@ int register_family(const char* family, CaseFn fn) {
   return 0;
 }
 
-bool CaseResult::pass() const { return std::isfinite(rel_err) && rel_err <= tol; }
+bool CaseResult::pass() const {
+  return std::isfinite(rel_err) && rel_err <= tol;
+}
 
 Tensor Context::randn_cpu(const Shape& shape, DType dtype, double scale) {
   Tensor t = Tensor::empty(shape, DType::kF64);
@@ -63,8 +65,8 @@ Tensor Context::to_cpu_f32(const Tensor& t) {
   return host.dtype() == DType::kF32 ? host : cpu_cast(host, DType::kF32);
 }
 
-double Context::check(const std::string& family, const std::string& name, const Tensor& gpu, const Tensor& ref,
-                      double tol, const std::string& note) {
+double Context::check(const std::string& family, const std::string& name, const Tensor& gpu,
+                      const Tensor& ref, double tol, const std::string& note) {
   stream_sync(stream);
   CaseResult r;
   r.family = family;
@@ -153,16 +155,17 @@ int main(int argc, char** argv) {
     }
   }
   int failed = 0;
-  fmt::print("\n{:<12} {:<48} {:>10} {:>8} {:>9} {:>12}  {}\n", "family", "case", "rel_err", "tol", "ms", "rate",
-             "result");
+  fmt::print("\n{:<12} {:<48} {:>10} {:>8} {:>9} {:>12}  {}\n", "family", "case", "rel_err", "tol", "ms",
+             "rate", "result");
   for (const auto& r : ctx.results) {
     bool ok = r.pass();
     failed += !ok;
     std::string rate = r.gbps_or_tflops > 0 ? fmt::format("{:.1f} {}", r.gbps_or_tflops, r.rate_unit) : "";
     std::string ms = r.gpu_ms > 0 ? fmt::format("{:.3f}", r.gpu_ms) : "";
-    fmt::print("{:<12} {:<48} {:>10.2e} {:>8.0e} {:>9} {:>12}  {}{}\n", r.family, r.name, r.rel_err, r.tol, ms, rate,
-               ok ? "ok" : "FAIL", r.note.empty() ? "" : "  (" + r.note + ")");
+    fmt::print("{:<12} {:<48} {:>10.2e} {:>8.0e} {:>9} {:>12}  {}{}\n", r.family, r.name, r.rel_err, r.tol,
+               ms, rate, ok ? "ok" : "FAIL", r.note.empty() ? "" : "  (" + r.note + ")");
   }
-  fmt::print("\n{} cases, {} failed, {} families crashed (seed {})\n", ctx.results.size(), failed, crashed, seed);
+  fmt::print("\n{} cases, {} failed, {} families crashed (seed {})\n", ctx.results.size(), failed, crashed,
+             seed);
   return failed || crashed ? 1 : 0;
 }

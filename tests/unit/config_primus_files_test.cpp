@@ -101,7 +101,8 @@ TEST(ConfigPrimusExamples, TorchTitanExampleMapsSections) {
 }
 
 TEST(ConfigPrimusExamples, TorchTitanExperimentHasPrimusTopLevelKeys) {
-  ResolvedTree tree = resolve_experiment(example("torchtitan", "llama3.1_8B-BF16-pretrain.yaml"), primus_options());
+  ResolvedTree tree =
+      resolve_experiment(example("torchtitan", "llama3.1_8B-BF16-pretrain.yaml"), primus_options());
   EXPECT_EQ(tree.module.entries().size(), 25u) << "as Primus's loader: 25 top-level keys";
 }
 
@@ -196,8 +197,8 @@ TEST(ConfigProjectPresets, ExamplesAndQuickstartLoad) {
     SCOPED_TRACE(f);
     ResolveOptions of = o;
 #ifndef PRIMUS_WITH_CUDA
-    // The GPU benchmark examples pin `device: cuda`, which a CPU-only build rightly refuses: check the rest of
-    // their configuration with the CPU device.
+    // The GPU benchmark examples pin `device: cuda`, which a CPU-only build rightly refuses: check the rest
+    // of their configuration with the CPU device.
     of.cli_overrides = {"--device", "cpu"};
 #endif
     ResolvedConfig rc = load_config(f, of);

@@ -1,5 +1,5 @@
-// Whole-model gradient check: the explicit backward of the decoder (every layer, the chunked head, the embedding)
-// against central finite differences of the loss, all in f64 on the CPU reference ops.
+// Whole-model gradient check: the explicit backward of the decoder (every layer, the chunked head, the
+// embedding) against central finite differences of the loss, all in f64 on the CPU reference ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,7 +26,7 @@ ModelConfig tiny_model(bool qk_norm, bool qkv_bias, bool tied) {
   m.rotary_base = 10000;
   m.use_rope_scaling = true;  // exercise the scaled frequencies too
   m.rope_original_max_position = 4;
-  m.init_method_std = 0.3;    // large enough that every path carries signal
+  m.init_method_std = 0.3;  // large enough that every path carries signal
   return m;
 }
 
@@ -103,13 +103,17 @@ void check_gradients(const ModelConfig& c, const RecomputeConfig& rc) {
 
 }  // namespace
 
-TEST(ModelGradient, LlamaMatchesFiniteDifferences) { check_gradients(tiny_model(false, false, false), {}); }
+TEST(ModelGradient, LlamaMatchesFiniteDifferences) {
+  check_gradients(tiny_model(false, false, false), {});
+}
 
 TEST(ModelGradient, Qwen3StyleQkNormAndBiasMatchFiniteDifferences) {
   check_gradients(tiny_model(true, true, false), {});
 }
 
-TEST(ModelGradient, TiedEmbeddingsMatchFiniteDifferences) { check_gradients(tiny_model(false, false, true), {}); }
+TEST(ModelGradient, TiedEmbeddingsMatchFiniteDifferences) {
+  check_gradients(tiny_model(false, false, true), {});
+}
 
 TEST(ModelGradient, RecomputeModesGiveBitwiseIdenticalGradients) {
   ModelConfig c = tiny_model(true, true, false);

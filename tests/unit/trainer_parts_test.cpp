@@ -118,7 +118,8 @@ TEST(Data, StreamDatasetOverlapsByOneTokenAndResumesExactly) {
   // The stream seen after resuming at consumed sample k equals the uninterrupted stream.
   DataLoader straight(ds, 4, 0, 1000, false);
   std::vector<std::vector<int32_t>> seq;
-  for (int i = 0; i < 60; ++i) seq.push_back(straight.next().tokens.to_vector<int32_t>());  // crosses an epoch
+  for (int i = 0; i < 60; ++i)
+    seq.push_back(straight.next().tokens.to_vector<int32_t>());  // crosses an epoch
   DataLoader resumed(ds, 4, 4 * 37, 1000, false);
   for (int i = 37; i < 60; ++i) EXPECT_EQ(resumed.next().tokens.to_vector<int32_t>(), seq[i]) << i;
 }

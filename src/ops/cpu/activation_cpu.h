@@ -1,6 +1,7 @@
 #pragma once
 // CPU reference implementations (src/ops/cpu/activation.cpp): f32 and f64, OpenMP.
-// Same contract as ops/activation.h, which documents every function; the dispatcher ops/activation.cpp routes here.
+// Same contract as ops/activation.h, which documents every function; the dispatcher ops/activation.cpp routes
+// here.
 #include "ops/activation.h"
 
 namespace primus::ops::cpu {

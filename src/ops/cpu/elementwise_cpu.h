@@ -1,6 +1,7 @@
 #pragma once
 // CPU reference implementations (src/ops/cpu/elementwise.cpp): f32 and f64, OpenMP.
-// Same contract as ops/elementwise.h, which documents every function; the dispatcher ops/elementwise.cpp routes here.
+// Same contract as ops/elementwise.h, which documents every function; the dispatcher ops/elementwise.cpp
+// routes here.
 #include "ops/elementwise.h"
 
 namespace primus::ops::cpu {

@@ -1,6 +1,7 @@
 #pragma once
 // CPU reference implementations (src/ops/cpu/embedding.cpp): f32 and f64, OpenMP.
-// Same contract as ops/embedding.h, which documents every function; the dispatcher ops/embedding.cpp routes here.
+// Same contract as ops/embedding.h, which documents every function; the dispatcher ops/embedding.cpp routes
+// here.
 #include "ops/embedding.h"
 
 namespace primus::ops::cpu {

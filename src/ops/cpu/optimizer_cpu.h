@@ -1,12 +1,13 @@
 #pragma once
 // CPU reference implementations (src/ops/cpu/optimizer.cpp): f32 and f64, OpenMP.
-// Same contract as ops/optimizer.h, which documents every function; the dispatcher ops/optimizer.cpp routes here.
+// Same contract as ops/optimizer.h, which documents every function; the dispatcher ops/optimizer.cpp routes
+// here.
 #include "ops/optimizer.h"
 
 namespace primus::ops::cpu {
 
-void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p, Tensor* param_copy,
-                const Stream& s);
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                Tensor* param_copy, const Stream& s);
 void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s);
 
 }  // namespace primus::ops::cpu

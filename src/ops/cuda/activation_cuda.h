@@ -1,6 +1,7 @@
 #pragma once
-// CUDA implementations (src/ops/cuda/activation.cu): bf16 activations/weights, f32 statistics and parameter grads.
-// Same contract as ops/activation.h, which documents every function; the dispatcher ops/activation.cpp routes here.
+// CUDA implementations (src/ops/cuda/activation.cu): bf16 activations/weights, f32 statistics and parameter
+// grads. Same contract as ops/activation.h, which documents every function; the dispatcher ops/activation.cpp
+// routes here.
 #include "ops/activation.h"
 
 namespace primus::ops::cuda {

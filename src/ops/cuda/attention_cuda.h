@@ -1,11 +1,13 @@
 #pragma once
-// CUDA implementations (src/ops/cuda/attention.cu): bf16 activations/weights, f32 statistics and parameter grads.
-// Same contract as ops/attention.h, which documents every function; the dispatcher ops/attention.cpp routes here.
+// CUDA implementations (src/ops/cuda/attention.cu): bf16 activations/weights, f32 statistics and parameter
+// grads. Same contract as ops/attention.h, which documents every function; the dispatcher ops/attention.cpp
+// routes here.
 #include "ops/attention.h"
 
 namespace primus::ops::cuda {
 
-void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse, const Stream& s);
+void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
+                       const Stream& s);
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);
 

@@ -1,6 +1,7 @@
 #pragma once
-// CUDA implementations (src/ops/cuda/elementwise.cu): bf16 activations/weights, f32 statistics and parameter grads.
-// Same contract as ops/elementwise.h, which documents every function; the dispatcher ops/elementwise.cpp routes here.
+// CUDA implementations (src/ops/cuda/elementwise.cu): bf16 activations/weights, f32 statistics and parameter
+// grads. Same contract as ops/elementwise.h, which documents every function; the dispatcher
+// ops/elementwise.cpp routes here.
 #include "ops/elementwise.h"
 
 namespace primus::ops::cuda {

@@ -1,6 +1,7 @@
 #pragma once
-// CUDA implementations (src/ops/cuda/embedding.cu): bf16 activations/weights, f32 statistics and parameter grads.
-// Same contract as ops/embedding.h, which documents every function; the dispatcher ops/embedding.cpp routes here.
+// CUDA implementations (src/ops/cuda/embedding.cu): bf16 activations/weights, f32 statistics and parameter
+// grads. Same contract as ops/embedding.h, which documents every function; the dispatcher ops/embedding.cpp
+// routes here.
 #include "ops/embedding.h"
 
 namespace primus::ops::cuda {

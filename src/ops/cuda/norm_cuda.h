@@ -8,8 +8,8 @@ namespace primus::ops::cuda {
 void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, const Stream& s);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw, bool accumulate_dx, const Stream& s);
-void head_rmsnorm_forward(const Tensor& x, int64_t head_begin, int64_t n_heads, int64_t head_dim, const Tensor& w,
-                          float eps, Tensor& y, Tensor& rstd, const Stream& s);
+void head_rmsnorm_forward(const Tensor& x, int64_t head_begin, int64_t n_heads, int64_t head_dim,
+                          const Tensor& w, float eps, Tensor& y, Tensor& rstd, const Stream& s);
 void head_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            int64_t head_begin, int64_t n_heads, int64_t head_dim, Tensor& dx, Tensor& dw,
                            const Stream& s);

@@ -1,12 +1,13 @@
 #pragma once
-// CUDA implementations (src/ops/cuda/optimizer.cu): bf16 activations/weights, f32 statistics and parameter grads.
-// Same contract as ops/optimizer.h, which documents every function; the dispatcher ops/optimizer.cpp routes here.
+// CUDA implementations (src/ops/cuda/optimizer.cu): bf16 activations/weights, f32 statistics and parameter
+// grads. Same contract as ops/optimizer.h, which documents every function; the dispatcher ops/optimizer.cpp
+// routes here.
 #include "ops/optimizer.h"
 
 namespace primus::ops::cuda {
 
-void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p, Tensor* param_copy,
-                const Stream& s);
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                Tensor* param_copy, const Stream& s);
 void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s);
 
 }  // namespace primus::ops::cuda
