@@ -7,6 +7,7 @@
 #include <random>
 
 #include "bench/attention_bench.h"
+#include "bench/event_timing.h"
 #include "core/cuda_check.h"
 #include "core/device.h"
 #include "core/tensor.h"
@@ -32,24 +33,7 @@ void fill_random(Tensor& t, std::mt19937_64& rng, const Stream& s) {
 }
 
 double median_ms(const std::function<void()>& fn, int warmup, int iters, const Stream& s) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t a, b;
-  PRIMUS_CUDA_CHECK(cudaEventCreate(&a));
-  PRIMUS_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ts;
-  for (int i = 0; i < iters; ++i) {
-    PRIMUS_CUDA_CHECK(cudaEventRecord(a, cuda_stream(s)));
-    fn();
-    PRIMUS_CUDA_CHECK(cudaEventRecord(b, cuda_stream(s)));
-    PRIMUS_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    PRIMUS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  PRIMUS_CUDA_CHECK(cudaEventDestroy(a));
-  PRIMUS_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  return bench::time_runs([&](int) { fn(); }, warmup, iters, s).median_ms;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/event_timing.h"
 #include "bench/gemm_tuning.h"
 #include "ops/cuda/gemm_lt.h"
 
@@ -36,19 +37,6 @@ class GemmOperandSets {
   std::vector<lt::Operands> sets_;
   size_t bytes_per_set_ = 0;
 };
-
-struct TimingStats {
-  double median_ms = 0, mean_ms = 0, min_ms = 0;
-  int runs = 0;
-};
-
-// Runs fn(i) `warmup` times untimed, then times `iters` runs, one event pair each; fn gets the run index so
-// that it can rotate operand sets.
-TimingStats time_runs(const std::function<void(int)>& fn, int warmup, int iters, const Stream& s);
-// As time_runs, but keeps going (in batches) until `seconds` of GPU time have been timed and min_iters runs
-// done.
-TimingStats time_for(const std::function<void(int)>& fn, int warmup, double seconds, int min_iters,
-                     int max_iters, const Stream& s);
 
 // Fills `elems` elements of dtype t at device pointer p with N(0, 1) values (a shifted copy of one random
 // host pattern, then doubling device-to-device copies: fast for gigabyte buffers).

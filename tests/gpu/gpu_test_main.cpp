@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "bench/event_timing.h"
 #include "core/cuda_check.h"
 #include "core/device.h"
 #include "gpu/gpu_test.h"
@@ -94,24 +95,7 @@ double Context::check(const std::string& family, const std::string& name, const 
 }
 
 double Context::time_ms(const std::function<void()>& fn, int warmup, int iters) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t a, b;
-  PRIMUS_CUDA_CHECK(cudaEventCreate(&a));
-  PRIMUS_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ts;
-  for (int i = 0; i < iters; ++i) {
-    PRIMUS_CUDA_CHECK(cudaEventRecord(a, cuda_stream(stream)));
-    fn();
-    PRIMUS_CUDA_CHECK(cudaEventRecord(b, cuda_stream(stream)));
-    PRIMUS_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    PRIMUS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  PRIMUS_CUDA_CHECK(cudaEventDestroy(a));
-  PRIMUS_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  return bench::time_runs([&](int) { fn(); }, warmup, iters, stream).median_ms;
 }
 
 }  // namespace primus::gputest
