@@ -11,7 +11,7 @@ final=${OUT:-/tmp/perf-final}
 out=/tmp/perf-out
 rm -rf "$out"; mkdir -p "$out" "$final"
 trap 'tar czf "$final/perf-logs.tgz" -C "$out" . ; cp "$out"/*.json "$final"/ 2>/dev/null' EXIT
-export PRIMUS_WORKSPACE=/tmp/primus-ws PRIMUS_QUICKSTART_DATA=$PWD/.perf/fortunes PRIMUS_USER=dev
+export PRIMUS_WORKSPACE=/tmp/primus-ws PRIMUS_QUICKSTART_DATA=$PWD/.perf/fortunes PRIMUS_USER=dev PRIMUS_HOME=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 date -u +%Y-%m-%dT%H:%M:%SZ
 
