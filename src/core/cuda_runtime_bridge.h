@@ -16,5 +16,9 @@ void memset_async(void* p, int value, size_t bytes, const Stream& s);
 void stream_sync(const Stream& s);
 Stream compute_stream(int index);
 void memory_info(int index, size_t* used, size_t* total);
+// Page-locked host memory (cudaHostAlloc): device-to-host copies into it run at full PCIe/NVLink speed
+// (checkpoint staging).
+void* host_alloc_pinned(size_t bytes);
+void host_free_pinned(void* p);
 
 }  // namespace primus::cuda_bridge

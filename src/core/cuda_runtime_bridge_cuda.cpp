@@ -117,4 +117,14 @@ void memory_info(int index, size_t* used, size_t* total) {
   *total = total_b;
 }
 
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  PRIMUS_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return p;
+}
+
+void host_free_pinned(void* p) {
+  if (p != nullptr) PRIMUS_CUDA_CHECK(cudaFreeHost(p));
+}
+
 }  // namespace primus::cuda_bridge

@@ -33,6 +33,12 @@ Stream compute_stream(int) {
 void memory_info(int, size_t*, size_t*) {
   no_cuda();
 }
+void* host_alloc_pinned(size_t) {
+  no_cuda();
+}
+void host_free_pinned(void*) {
+  no_cuda();
+}
 
 }  // namespace primus::cuda_bridge
 #endif
