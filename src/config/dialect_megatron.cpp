@@ -215,6 +215,8 @@ void map_megatron(ResolvedConfig& rc) {
   p.use_torch_fsdp2 = k.b("use_torch_fsdp2");
   p.overlap_grad_reduce = k.b("overlap_grad_reduce");
   p.overlap_param_gather = k.b("overlap_param_gather");
+  p.data_parallel_sharding_strategy = k.s("data_parallel_sharding_strategy");
+  p.distributed_timeout_s = 60.0 * static_cast<double>(k.i("distributed_timeout_minutes"));
   src("tensor_model_parallel_size", "tensor_model_parallel_size");
   src("pipeline_model_parallel_size", "pipeline_model_parallel_size");
   src("context_parallel_size", "context_parallel_size");
@@ -267,6 +269,20 @@ void map_megatron(ResolvedConfig& rc) {
   c.exit_on_missing_checkpoint = k.b("exit_on_missing_checkpoint");
   c.exit_interval = k.is_null("exit_interval") ? 0 : k.i("exit_interval");
   c.exit_duration_in_mins = k.is_null("exit_duration_in_mins") ? 0.0 : k.f("exit_duration_in_mins");
+  c.keep_latest_k = k.i("keep_latest_k");
+  if (c.keep_latest_k == 1)
+    throw ConfigError(
+        fmt::format("{}: keep_latest_k: 1 (rule: 0 = keep all, or >= 2, so that a valid checkpoint "
+                    "exists while the newest is written)",
+                    k.origin("keep_latest_k").str()));
+
+  // Guards.
+  GuardConfig& g = t.guards;
+  g.check_nan = k.b("check_for_nan_in_loss_and_grad");
+  g.nan_policy = k.s("nan_policy");
+  g.check_spiky_loss = k.b("check_for_spiky_loss");
+  g.spiky_loss_policy = k.s("spiky_loss_policy");
+  g.spiky_loss_factor = k.f("spiky_loss_factor");
 
   // Logging and evaluation.
   LoggingConfig& l = t.logging;

@@ -140,6 +140,8 @@ void map_torchtitan(ResolvedConfig& rc) {
                     p.tensor_model_parallel_size, p.pipeline_model_parallel_size, rc.world_size,
                     k.origin("parallelism.data_parallel_shard_degree").str()));
   p.use_torch_fsdp2 = shard > 1;
+  p.data_parallel_shard_degree = shard;
+  p.distributed_timeout_s = static_cast<double>(k.i("comm.train_timeout_seconds"));
   const int64_t dp = shard * p.data_parallel_replicate_degree;
   const int64_t gbs = k.i("training.global_batch_size");
   if (gbs == -1) {
@@ -168,6 +170,10 @@ void map_torchtitan(ResolvedConfig& rc) {
     c.auto_continue_train = true;
     c.save_interval = k.i("checkpoint.interval");
     c.keep_latest_k = k.i("checkpoint.keep_latest_k");
+    if (c.keep_latest_k == 1)
+      throw ConfigError(
+          fmt::format("{}: checkpoint.keep_latest_k: 1 (rule: 0 = keep all, or >= 2, as TorchTitan)",
+                      k.origin("checkpoint.keep_latest_k").str()));
     c.async_save = k.s("checkpoint.async_mode") != "disabled";
     c.exit_on_missing_checkpoint = false;
     derived("save", c.save, "checkpoint.enable: {run dir}/checkpoint.folder");
@@ -178,6 +184,11 @@ void map_torchtitan(ResolvedConfig& rc) {
     c.no_load_optim = c.finetune;
     c.no_load_rng = c.finetune;
   }
+
+  // Guards: TorchTitan always checks the loss and gradient norm for NaN/Inf.
+  t.guards.nan_policy = k.s("nan_policy");
+  t.guards.spiky_loss_policy = k.s("spiky_loss_policy");
+  t.guards.spiky_loss_factor = k.f("spiky_loss_factor");
 
   // Logging.
   t.logging.log_interval = k.i("metrics.log_freq");

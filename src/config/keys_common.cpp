@@ -31,6 +31,21 @@ void add_common_keys(KeyTable& t) {
              "holding only '%'), read as byte tokens")
             .ext());
   t.add(impl("gemm_tuning_file", kS, "null", "GEMM tuning cache (cuBLASLt algorithm choices)").ext());
+  t.add(impl("nan_policy", kS, "halt",
+             "non-finite loss or gradient: halt (exit code 4, names the tensor) | skip (the update is not "
+             "applied)")
+            .non_null()
+            .check(one_of({"halt", "skip"}))
+            .ext());
+  t.add(impl("spiky_loss_policy", kS, "warn",
+             "loss spike (check_for_spiky_loss): warn | skip (the update is not applied)")
+            .non_null()
+            .check(one_of({"warn", "skip"}))
+            .ext());
+  t.add(impl("spiky_loss_factor", kF, "10.0", "a loss >= this x the max of the last 100 losses is a spike")
+            .non_null()
+            .check(positive())
+            .ext());
 }
 
 }  // namespace primus::config::keys

@@ -24,6 +24,11 @@ void add_megatron_checkpoint_keys(KeyTable& t) {
              "fail when load names no checkpoint (else start fresh)"));
   t.add(impl("exit_interval", kI, "null", "stop after an iteration divisible by this").check(positive()));
   t.add(impl("exit_duration_in_mins", kF, "null", "stop after this many minutes").check(positive()));
+  t.add(impl("keep_latest_k", kI, "2",
+             "checkpoints kept in save (0: all; 1 is refused: the newest may be partial)")
+            .non_null()
+            .check(non_negative())
+            .ext());
   t.add(unsup("save_retain_interval", kI, "null", "keep checkpoints of these iterations forever"));
   t.add(
       unsup("load_main_params_from_ckpt", kB, "false", "load fp32 master weights instead of model weights"));

@@ -35,10 +35,14 @@ void add_megatron_training_keys(KeyTable& t) {
             .check(positive()));
   t.add(
       unsup("calculate_per_token_loss", kB, "false", "average the loss over all tokens of the global batch"));
-  t.add(noeff("check_for_nan_in_loss_and_grad", kB, "true", kWhyResilience, "stop on NaN loss or gradient"));
-  t.add(noeff("check_for_spiky_loss", kB, "false", kWhyResilience, "detect loss spikes"));
+  t.add(impl("check_for_nan_in_loss_and_grad", kB, "true",
+             "check the loss and gradients for NaN/Inf every step (policy: nan_policy)"));
+  t.add(impl("check_for_spiky_loss", kB, "false",
+             "detect loss spikes (>= spiky_loss_factor x recent losses; policy: spiky_loss_policy)"));
   t.add(noeff("check_for_large_grads", kB, "false", kWhyResilience, "detect large gradients"));
-  t.add(noeff("exit_signal_handler", kB, "false", kWhyResilience, "save and exit on SIGTERM"));
+  t.add(noeff("exit_signal_handler", kB, "false",
+              "Primus-C++ always handles SIGTERM/SIGINT: finish the step, save, exit 0 (docs/checkpoints.md)",
+              "save and exit on SIGTERM"));
   t.add(
       noeff("onnx_safe", kB, "null", "ONNX export switch; Primus-C++ does not export ONNX", "ONNX-safe ops"));
   t.add(noeff("test_mode", kB, "false", "Megatron self-test switch", "Megatron test mode"));

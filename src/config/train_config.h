@@ -75,6 +75,11 @@ struct ParallelConfig {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   int64_t data_parallel_size = 1;  // WORLD_SIZE / (TP x PP x CP), set by the config loader
+  // Distributed layer (src/parallel/parallel_dims.h maps these onto ParallelDims):
+  int64_t data_parallel_shard_degree = -1;  // TorchTitan dp_shard; -1 = what the world leaves
+  std::string data_parallel_sharding_strategy =
+      "no_shard";                      // no_shard | optim | optim_grads | optim_grads_params
+  double distributed_timeout_s = 600;  // distributed_timeout_minutes x 60 / comm.train_timeout_seconds
 };
 
 struct RecomputeConfig {
@@ -99,6 +104,15 @@ struct CheckpointConfig {
   int64_t keep_latest_k = 2;
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;
+};
+
+// In-flight training guards (docs/checkpoints.md): non-finite loss/gradients and loss spikes.
+struct GuardConfig {
+  bool check_nan = true;                   // check_for_nan_in_loss_and_grad
+  std::string nan_policy = "halt";         // halt (exit code 4) | skip (the update is not applied)
+  bool check_spiky_loss = false;           // check_for_spiky_loss
+  std::string spiky_loss_policy = "warn";  // warn | skip
+  double spiky_loss_factor = 10.0;         // spike: loss >= factor x the max of the last 100 accepted losses
 };
 
 struct LoggingConfig {
@@ -129,6 +143,7 @@ struct TrainConfig {
   ParallelConfig parallel;
   RecomputeConfig recompute;
   CheckpointConfig checkpoint;
+  GuardConfig guards;
   LoggingConfig logging;
   int64_t train_iters = 100;
   int64_t micro_batch_size = 1;
