@@ -7,6 +7,8 @@ const std::vector<CommandRegistration>& commands() {
   static const std::vector<CommandRegistration> kCommands = {
       {"train", &attach_train},
       {"benchmark", &attach_benchmark},
+      {"launch", &attach_launch},
+      {"comm", &attach_comm},
   };
   return kCommands;
 }

@@ -1,0 +1,46 @@
+// `primus comm selftest` and `primus comm bench`: the communicator backends end to end (src/comm/selftest.h).
+// Run them under a launcher:
+//   primus launch --nproc-per-node 2 -- comm selftest              (tcp backend)
+//   mpirun -np 4 primus comm selftest --backend mpi
+//   primus launch --nproc-per-node 2 -- comm bench --backend nccl --check
+#include <memory>
+
+#include "cli/cli_context.h"
+#include "comm/selftest.h"
+
+namespace primus::cli {
+
+void attach_comm(CLI::App& root, CliContext& ctx) {
+  CLI::App* comm = root.add_subcommand("comm", "Communicator self-test and bandwidth (run under a launcher)");
+  comm->require_subcommand(1);
+
+  auto s = std::make_shared<comm::SelftestOptions>();
+  CLI::App* st =
+      comm->add_subcommand("selftest", "Check every collective against a locally computed reference");
+  st->add_option("--backend", s->backend, "auto | tcp | mpi | nccl")->capture_default_str();
+  st->add_option("--sizes", s->sizes, "Elements per chunk")->delimiter(',')->capture_default_str();
+  st->add_option("--dtypes", s->dtypes, "f32, f64, bf16, i32, i64")->delimiter(',')->capture_default_str();
+  st->add_option("--fault", s->fault, "Failure test: die | hang (rank --fault-rank)");
+  st->add_option("--fault-rank", s->fault_rank, "Rank that dies or hangs");
+  st->add_option("--timeout", s->timeout_s, "Collective timeout in seconds (PRIMUS_COMM_TIMEOUT_S overrides)")
+      ->capture_default_str();
+  st->callback([s, &ctx] { ctx.action = [s] { return comm::run_comm_selftest(*s); }; });
+
+  auto b = std::make_shared<comm::BenchOptions>();
+  CLI::App* bench =
+      comm->add_subcommand("bench", "Time collectives: algbw and busbw (nccl-tests' definitions)");
+  bench->add_option("--backend", b->backend, "auto | tcp | mpi | nccl")->capture_default_str();
+  bench->add_option("--bytes", b->bytes, "Message sizes in bytes")->delimiter(',')->capture_default_str();
+  bench
+      ->add_option("--ops", b->ops, "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, sendrecv")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench->add_option("--dtype", b->dtype, "Element type")->capture_default_str();
+  bench->add_option("--warmup", b->warmup, "Untimed iterations")->capture_default_str();
+  bench->add_option("--iters", b->iters, "Timed iterations")->capture_default_str();
+  bench->add_flag("--check", b->check, "Validate all_reduce results");
+  bench->add_option("--timeout", b->timeout_s, "Collective timeout in seconds")->capture_default_str();
+  bench->callback([b, &ctx] { ctx.action = [b] { return comm::run_comm_bench(*b); }; });
+}
+
+}  // namespace primus::cli

@@ -1,0 +1,42 @@
+#pragma once
+// `primus comm selftest` and `primus comm bench`: every collective of a backend end to end, from the launch
+// environment (primus launch, mpirun, srun, torchrun).
+//
+// selftest: each rank fills its inputs from a hash of (rank, element), so every rank can compute every
+// expected result locally; host backends must match the fixed-order reference bitwise, NCCL within the dtype
+// tolerance (f32 1e-5, bf16 1e-2 relative to the sum of magnitudes). Checks all_reduce (sum, avg, max, min),
+// reduce_scatter, all_gather, all_to_all, all_to_all_v, broadcast, send/recv, barrier, split groups and
+// bitwise repeatability. Fault injection for the failure tests: --fault die|hang --fault-rank R makes rank R
+// SIGKILL itself or stop answering just before a collective.
+//
+// bench: algbw / busbw per collective and size, with nccl-tests' bus-bandwidth factors (all_reduce
+// 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n; broadcast, send/recv 1).
+#include <string>
+#include <vector>
+
+namespace primus::comm {
+
+struct SelftestOptions {
+  std::string backend = "auto";
+  std::vector<int64_t> sizes = {1, 31, 1000, 65537};  // elements per rank chunk
+  std::vector<std::string> dtypes = {"f32", "bf16", "i32"};
+  std::string fault;  // "" | die | hang
+  int fault_rank = -1;
+  double timeout_s = 600;
+};
+int run_comm_selftest(const SelftestOptions& o);
+
+struct BenchOptions {
+  std::string backend = "auto";
+  std::vector<int64_t> bytes = {1 << 10, 1 << 16, 1 << 20, 1 << 24};  // message sizes
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather",
+                                  "all_to_all", "broadcast",      "sendrecv"};
+  std::string dtype = "bf16";
+  int warmup = 2;
+  int iters = 10;
+  bool check = false;  // validate all_reduce results once per size
+  double timeout_s = 600;
+};
+int run_comm_bench(const BenchOptions& o);
+
+}  // namespace primus::comm

@@ -1,0 +1,215 @@
+#include "parallel/parallel_dims.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace primus::parallel {
+
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::kNoShard:
+      return "no_shard";
+    case Sharding::kOptim:
+      return "optim";
+    case Sharding::kOptimGrads:
+      return "optim_grads";
+    case Sharding::kOptimGradsParams:
+      return "optim_grads_params";
+  }
+  return "?";
+}
+
+Sharding sharding_from_name(const std::string& name) {
+  if (name.empty()) return Sharding::kNoShard;  // null in YAML
+  for (Sharding s :
+       {Sharding::kNoShard, Sharding::kOptim, Sharding::kOptimGrads, Sharding::kOptimGradsParams})
+    if (name == sharding_name(s)) return s;
+  throw ConfigError(
+      fmt::format("data_parallel_sharding_strategy '{}' is not one of no_shard, optim, "
+                  "optim_grads, optim_grads_params",
+                  name));
+}
+
+ParallelDims ParallelDims::make(const ParallelDegrees& in, int world_size) {
+  if (world_size < 1) throw ConfigError(fmt::format("world size {} must be >= 1", world_size));
+  struct Named {
+    const char* name;
+    int value;
+  };
+  for (Named n : {Named{"dp_replicate", in.dp_replicate}, Named{"cp", in.cp}, Named{"tp", in.tp},
+                  Named{"pp", in.pp}, Named{"ep", in.ep}})
+    if (n.value < 1)
+      throw ConfigError(
+          fmt::format("parallel degree {} = {} must be >= 1 (rule: every degree >= 1; only "
+                      "dp_shard may be -1 = inferred)",
+                      n.name, n.value));
+  if (in.dp_shard < 1 && in.dp_shard != -1)
+    throw ConfigError(
+        fmt::format("parallel degree dp_shard = {} must be >= 1 or -1 (= inferred)", in.dp_shard));
+  ParallelDims d;
+  d.d_ = in;
+  d.world_ = world_size;
+  const int64_t others = int64_t{in.dp_replicate} * in.cp * in.tp * in.pp;
+  if (in.dp_shard == -1) {
+    if (world_size % others != 0)
+      throw ConfigError(
+          fmt::format("cannot infer dp_shard: WORLD_SIZE {} is not divisible by dp_replicate {} x cp {} x tp "
+                      "{} x pp {} = {} "
+                      "(rule: dp_shard = world / (dp_replicate * cp * tp * pp))",
+                      world_size, in.dp_replicate, in.cp, in.tp, in.pp, others));
+    d.d_.dp_shard = static_cast<int>(world_size / others);
+  }
+  const int64_t product = others * d.d_.dp_shard;
+  if (product != world_size)
+    throw ConfigError(
+        fmt::format("parallel degrees multiply to {} (dp_replicate {} x dp_shard {} x cp {} x tp {} x "
+                    "pp {}) but WORLD_SIZE is {} (rule: their product must equal the world size)",
+                    product, in.dp_replicate, d.d_.dp_shard, in.cp, in.tp, in.pp, world_size));
+  // EP borrows ranks from data parallelism and CP (expert TP = TP): Megatron's world % (ETP * EP * PP) == 0.
+  if ((int64_t{d.d_.dp_shard} * in.dp_replicate * in.cp) % in.ep != 0)
+    throw ConfigError(fmt::format(
+        "expert parallel degree ep = {} does not divide dp {} x cp {} = {} (rule: EP borrows ranks from data "
+        "and context parallelism: world % (tp * ep * pp) == 0)",
+        in.ep, d.dp(), in.cp, int64_t{d.dp()} * in.cp));
+  if (in.ep > 1 && (int64_t{d.d_.dp_shard} * in.cp * in.tp) % in.ep != 0)
+    throw ConfigError(
+        fmt::format("expert parallel degree ep = {} does not divide dp_shard {} x cp {} x tp {} "
+                    "(rule, TorchTitan: ep must divide dp_shard * cp * tp)",
+                    in.ep, d.d_.dp_shard, in.cp, in.tp));
+  return d;
+}
+
+int ParallelDims::rank_of(int tp_r, int cp_r, int dp_r, int pp_r) const {
+  return tp_r + tp() * (cp_r + cp() * (dp_r + dp() * pp_r));
+}
+
+ParallelCoords ParallelDims::coords(int rank) const {
+  PRIMUS_CHECK(rank >= 0 && rank < world_, "rank {} outside the world of {}", rank, world_);
+  ParallelCoords c;
+  int r = rank;
+  c.tp = r % tp();
+  r /= tp();
+  c.cp = r % cp();
+  r /= cp();
+  c.dp = r % dp();
+  c.pp = r / dp();
+  c.dp_shard = c.dp % dp_shard();
+  c.dp_replicate = c.dp / dp_shard();
+  // Expert grid: inside one pipeline stage, the tp*cp*dp ranks read as etp (= tp) x ep x edp.
+  const int inner = (rank % (tp() * cp() * dp())) / tp();
+  c.ep = inner % ep();
+  c.edp = inner / ep();
+  return c;
+}
+
+const std::vector<std::string>& ParallelDims::group_names() {
+  static const std::vector<std::string> kNames = {
+      "world", "tp", "cp", "dp", "dp_shard", "dp_replicate", "dp_cp", "dp_shard_cp", "pp", "ep", "edp"};
+  return kNames;
+}
+
+std::vector<int> ParallelDims::group_ranks(const std::string& name, int rank) const {
+  const ParallelCoords me = coords(rank);
+  auto same = [&](const ParallelCoords& o) -> bool {
+    if (name == "world") return true;
+    if (name == "tp") return o.cp == me.cp && o.dp == me.dp && o.pp == me.pp;
+    if (name == "cp") return o.tp == me.tp && o.dp == me.dp && o.pp == me.pp;
+    if (name == "dp") return o.tp == me.tp && o.cp == me.cp && o.pp == me.pp;
+    if (name == "dp_shard")
+      return o.tp == me.tp && o.cp == me.cp && o.pp == me.pp && o.dp_replicate == me.dp_replicate;
+    if (name == "dp_replicate")
+      return o.tp == me.tp && o.cp == me.cp && o.pp == me.pp && o.dp_shard == me.dp_shard;
+    if (name == "dp_cp") return o.tp == me.tp && o.pp == me.pp;
+    if (name == "dp_shard_cp") return o.tp == me.tp && o.pp == me.pp && o.dp_replicate == me.dp_replicate;
+    if (name == "pp") return o.tp == me.tp && o.cp == me.cp && o.dp == me.dp;
+    if (name == "ep") return o.tp == me.tp && o.pp == me.pp && o.edp == me.edp;
+    if (name == "edp") return o.tp == me.tp && o.pp == me.pp && o.ep == me.ep;
+    std::string known;
+    for (const auto& n : group_names()) known += (known.empty() ? "" : ", ") + n;
+    throw ConfigError(fmt::format("unknown process group '{}' (groups: {})", name, known));
+  };
+  std::vector<int> out;
+  for (int r = 0; r < world_; ++r)
+    if (same(coords(r))) out.push_back(r);
+  return out;
+}
+
+void ParallelDims::validate_training(const TrainConfig& cfg) const {
+  std::vector<std::string> bad;
+  const ModelConfig& m = cfg.model;
+  if (m.num_attention_heads % tp() != 0)
+    bad.push_back(fmt::format("num_attention_heads {} is not divisible by tp {} (rule: heads % TP == 0)",
+                              m.num_attention_heads, tp()));
+  if (m.num_query_groups % tp() != 0 && tp() % m.num_query_groups != 0)
+    bad.push_back(
+        fmt::format("num_query_groups {} is neither a multiple nor a divisor of tp {} (rule: KV heads "
+                    "must split evenly or replicate over TP)",
+                    m.num_query_groups, tp()));
+  if (m.num_layers % pp() != 0)
+    bad.push_back(
+        fmt::format("num_layers {} is not divisible by pp {} (rule: layers % PP == 0)", m.num_layers, pp()));
+  if (cp() > 1 && cfg.data.seq_length % (2 * cp()) != 0)
+    bad.push_back(
+        fmt::format("seq_length {} is not divisible by 2 x cp = {} (rule: load-balanced causal CP needs "
+                    "seq % (2*CP) == 0)",
+                    cfg.data.seq_length, 2 * cp()));
+  const int64_t per_step = cfg.micro_batch_size * dp();
+  if (per_step <= 0 || cfg.global_batch_size % per_step != 0)
+    bad.push_back(
+        fmt::format("global_batch_size {} is not divisible by micro_batch_size {} x data-parallel size {} "
+                    "= {} (rule: GBS % (MBS * DP) == 0)",
+                    cfg.global_batch_size, cfg.micro_batch_size, dp(), per_step));
+  if (bad.empty()) return;
+  std::string msg = fmt::format("the parallel layout {} does not fit the run:", describe());
+  for (const auto& b : bad) msg += "\n  - " + b;
+  throw ConfigError(msg);
+}
+
+std::string ParallelDims::describe() const {
+  return fmt::format("dp_replicate {} x dp_shard {} x cp {} x tp {} x pp {} (ep {}) = {} ranks",
+                     dp_replicate(), dp_shard(), cp(), tp(), pp(), ep(), world_);
+}
+
+std::string ParallelLayout::describe() const {
+  return fmt::format("{}, sharding {}", dims.describe(), sharding_name(sharding));
+}
+
+ParallelLayout layout_from_config(const ParallelConfig& p, int world_size) {
+  ParallelLayout out;
+  Sharding s = sharding_from_name(p.data_parallel_sharding_strategy);
+  if (p.use_distributed_optimizer && s == Sharding::kNoShard) s = Sharding::kOptim;
+  if (p.use_torch_fsdp2) s = Sharding::kOptimGradsParams;
+  out.sharding = s;
+  ParallelDegrees d;
+  d.tp = static_cast<int>(p.tensor_model_parallel_size);
+  d.pp = static_cast<int>(p.pipeline_model_parallel_size);
+  d.cp = static_cast<int>(p.context_parallel_size);
+  d.ep = static_cast<int>(p.expert_model_parallel_size);
+  const int64_t model_parallel = int64_t{d.tp} * d.pp * d.cp;
+  if (model_parallel < 1 || world_size % model_parallel != 0)
+    throw ConfigError(
+        fmt::format("WORLD_SIZE={} is not divisible by TP {} x PP {} x CP {} = {} (rule: world % "
+                    "(TP*PP*CP) == 0)",
+                    world_size, d.tp, d.pp, d.cp, model_parallel));
+  const int dp = static_cast<int>(world_size / model_parallel);
+  if (s == Sharding::kOptimGradsParams) {
+    d.dp_replicate = static_cast<int>(p.data_parallel_replicate_degree);
+    d.dp_shard = p.data_parallel_shard_degree > 0 ? static_cast<int>(p.data_parallel_shard_degree) : -1;
+  } else {
+    if (p.data_parallel_replicate_degree > 1 && p.data_parallel_replicate_degree != dp)
+      throw ConfigError(
+          fmt::format("data_parallel_replicate_degree {} (HSDP replicas) needs sharded parameters "
+                      "(use_torch_fsdp2 or data_parallel_sharding_strategy: optim_grads_params); "
+                      "without them every one of the {} data-parallel ranks is a replica",
+                      p.data_parallel_replicate_degree, dp));
+    d.dp_replicate = dp;
+    d.dp_shard = 1;
+  }
+  out.dims = ParallelDims::make(d, world_size);
+  return out;
+}
+
+}  // namespace primus::parallel
