@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "cli/cli_context.h"
-#include "comm/selftest.h"
+#include "parallel/comm_selftest.h"
 
 namespace primus::cli {
 
@@ -14,7 +14,7 @@ void attach_comm(CLI::App& root, CliContext& ctx) {
   CLI::App* comm = root.add_subcommand("comm", "Communicator self-test and bandwidth (run under a launcher)");
   comm->require_subcommand(1);
 
-  auto s = std::make_shared<comm::SelftestOptions>();
+  auto s = std::make_shared<parallel::SelftestOptions>();
   CLI::App* st =
       comm->add_subcommand("selftest", "Check every collective against a locally computed reference");
   st->add_option("--backend", s->backend, "auto | tcp | mpi | nccl")->capture_default_str();
@@ -24,9 +24,9 @@ void attach_comm(CLI::App& root, CliContext& ctx) {
   st->add_option("--fault-rank", s->fault_rank, "Rank that dies or hangs");
   st->add_option("--timeout", s->timeout_s, "Collective timeout in seconds (PRIMUS_COMM_TIMEOUT_S overrides)")
       ->capture_default_str();
-  st->callback([s, &ctx] { ctx.action = [s] { return comm::run_comm_selftest(*s); }; });
+  st->callback([s, &ctx] { ctx.action = [s] { return parallel::run_comm_selftest(*s); }; });
 
-  auto b = std::make_shared<comm::BenchOptions>();
+  auto b = std::make_shared<parallel::BenchOptions>();
   CLI::App* bench =
       comm->add_subcommand("bench", "Time collectives: algbw and busbw (nccl-tests' definitions)");
   bench->add_option("--backend", b->backend, "auto | tcp | mpi | nccl")->capture_default_str();
@@ -40,7 +40,7 @@ void attach_comm(CLI::App& root, CliContext& ctx) {
   bench->add_option("--iters", b->iters, "Timed iterations")->capture_default_str();
   bench->add_flag("--check", b->check, "Validate all_reduce results");
   bench->add_option("--timeout", b->timeout_s, "Collective timeout in seconds")->capture_default_str();
-  bench->callback([b, &ctx] { ctx.action = [b] { return comm::run_comm_bench(*b); }; });
+  bench->callback([b, &ctx] { ctx.action = [b] { return parallel::run_comm_bench(*b); }; });
 }
 
 }  // namespace primus::cli

@@ -1,5 +1,7 @@
 #include "comm/world.h"
 
+#include <cstdlib>
+
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/tcp_communicator.h"
@@ -17,7 +19,10 @@ World init_world(const LaunchEnv& env, const WorldOptions& options) {
     throw ConfigError(fmt::format("unknown communication backend '{}'", options.backend),
                       "backends: auto, mpi, tcp, nccl");
   w.backend = backend;
-  log::set_rank(env.rank, env.world_size);
+  // Under `primus launch` every line already gets "[rank N] " from the launcher: keep the rank (info lines
+  // stay on rank 0) but not a second prefix.
+  const char* launched = std::getenv("PRIMUS_LAUNCHER");
+  log::set_rank(env.rank, launched != nullptr && *launched != '\0' ? 1 : env.world_size);
   log::info("distributed: {}; backend {}, collective timeout {:g} s", env.describe(), backend, timeout);
 
   // The TCP store: for tcp always (more than one rank), for nccl unless MPI can carry the unique id.

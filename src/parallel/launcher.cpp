@@ -170,6 +170,7 @@ int run_launcher(const LaunchOptions& o) {
       set("ROLE_WORLD_SIZE", std::to_string(world));
       set("MASTER_ADDR", o.master_addr);
       set("MASTER_PORT", std::to_string(port));
+      set("PRIMUS_LAUNCHER", "1");  // the ranks leave the [rank N] prefix to the launcher
       setenv("OMP_NUM_THREADS", omp_threads.c_str(), 0);  // only when unset, as torchrun (which sets 1)
       std::vector<char*> argv;
       for (std::string& a : argv_strings) argv.push_back(a.data());

@@ -1,4 +1,4 @@
-#include "comm/selftest.h"
+#include "parallel/comm_selftest.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -9,8 +9,11 @@
 
 #include "comm/world.h"
 #include "core/log.h"
+#include "parallel/process_groups.h"
 
-namespace primus::comm {
+namespace primus::parallel {
+
+using namespace primus::comm;
 
 namespace {
 
@@ -326,6 +329,35 @@ int run_comm_selftest(const SelftestOptions& o) {
       ++c.passed;
     }
   }
+  // Every named group of a layout that fits the world (TP 2 when even, HSDP replicas 2 when divisible by 4).
+  {
+    const int n = world.size();
+    ParallelDims dims =
+        ParallelDims::make({.dp_replicate = n % 4 == 0 ? 2 : 1, .dp_shard = -1, .tp = n % 2 == 0 ? 2 : 1}, n);
+    ProcessGroups groups = build_groups(dims, world);
+    for (const std::string& name : ParallelDims::group_names()) {
+      Communicator& g = groups.get(name);
+      const std::vector<int> members = dims.group_ranks(name, world.rank());
+      const int expect_rank =
+          static_cast<int>(std::find(members.begin(), members.end(), world.rank()) - members.begin());
+      Checker gc{g, c.exact, c.stream};
+      if (g.size() != static_cast<int>(members.size()) || g.rank() != expect_rank) {
+        ++gc.failed;
+        log::error("selftest FAILED on rank {}: group {} is rank {} of {}, expected {} of {}", world.rank(),
+                   name, g.rank(), g.size(), expect_rank, members.size());
+      } else {
+        Tensor t = gc.to_dev(make_input(DType::kF32, 4242, world.rank(), 257));
+        g.all_reduce(t, ReduceOp::kSum, c.stream, "group check");
+        gc.check(
+            fmt::format("group {} all_reduce", name), t,
+            [&](int64_t i) { return reference_reduce(DType::kF32, ReduceOp::kSum, 4242, members, i); },
+            16.0 * members.size());
+      }
+      c.passed += gc.passed;
+      c.failed += gc.failed;
+    }
+    log::info("groups of {} checked: {}", dims.describe(), fmt::join(ParallelDims::group_names(), ", "));
+  }
   world.barrier("end");
 
   // Every rank reports; the job fails if any rank failed.
@@ -414,4 +446,4 @@ int run_comm_bench(const BenchOptions& o) {
   return 0;
 }
 
-}  // namespace primus::comm
+}  // namespace primus::parallel

@@ -6,15 +6,16 @@
 // expected result locally; host backends must match the fixed-order reference bitwise, NCCL within the dtype
 // tolerance (f32 1e-5, bf16 1e-2 relative to the sum of magnitudes). Checks all_reduce (sum, avg, max, min),
 // reduce_scatter, all_gather, all_to_all, all_to_all_v, broadcast, send/recv, barrier, split groups and
-// bitwise repeatability. Fault injection for the failure tests: --fault die|hang --fault-rank R makes rank R
-// SIGKILL itself or stop answering just before a collective.
+// bitwise repeatability, and every named process group (process_groups.h) of a layout fitting the world.
+// Fault injection for the failure tests: --fault die|hang --fault-rank R makes rank R SIGKILL itself or stop
+// answering just before a collective.
 //
 // bench: algbw / busbw per collective and size, with nccl-tests' bus-bandwidth factors (all_reduce
 // 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n; broadcast, send/recv 1).
 #include <string>
 #include <vector>
 
-namespace primus::comm {
+namespace primus::parallel {
 
 struct SelftestOptions {
   std::string backend = "auto";
@@ -39,4 +40,4 @@ struct BenchOptions {
 };
 int run_comm_bench(const BenchOptions& o);
 
-}  // namespace primus::comm
+}  // namespace primus::parallel
