@@ -131,7 +131,9 @@ void TcpCommunicator::exchange(int send_peer, const void* send_buf, size_t send_
         k = ::recv(fds_[recv_peer], rb + off, recv_bytes - off, MSG_DONTWAIT);
       }
       if (k == 0)
-        fail(fmt::format("{} closed its connection: that rank exited or was killed", peer_name(recv_peer)));
+        fail(fmt::format(
+            "{} closed its connection: that rank exited or was killed (or aborted after a failure)",
+            peer_name(recv_peer)));
       if (k > 0) {
         const bool header_done_before = got >= sizeof(Header);
         got += static_cast<size_t>(k);

@@ -179,6 +179,7 @@ int run_launcher(const LaunchOptions& o) {
       std::fprintf(stderr, "primus launch: cannot run %s: %s\n", program.c_str(), std::strerror(errno));
       _exit(127);
     }
+    setpgid(pid, pid);  // also here: whichever of parent and child runs first makes the group
     close(out_pipe[1]);
     close(err_pipe[1]);
     r.pid = pid;
@@ -195,9 +196,11 @@ int run_launcher(const LaunchOptions& o) {
   std::optional<Clock::time_point> kill_at;
   std::optional<Clock::time_point> drain_until;
 
+  // Each rank leads its own process group: signal the group, so that its helpers (a shell's children, ...)
+  // go too.
   auto signal_running = [&](int sig) {
     for (Rank& r : ranks)
-      if (r.running) kill(r.pid, sig);
+      if (r.running && kill(-r.pid, sig) != 0) kill(r.pid, sig);
   };
   auto any_running = [&] {
     for (Rank& r : ranks)
