@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -52,6 +53,7 @@ void JsonlSink::write_step(const StepMetrics& m) {
   if (m.mfu >= 0) j["mfu"] = m.mfu;
   j["mem_gb"] = m.mem_gb;
   j["consumed_samples"] = m.consumed_samples;
+  if (m.skipped) j["skipped"] = true;
   out_ << j.dump() << '\n';
   out_.flush();
 }
@@ -62,6 +64,40 @@ void JsonlSink::write_scalar(int64_t step, const std::string& name, double value
   j[name] = value;
   out_ << j.dump() << '\n';
   out_.flush();
+}
+
+int64_t truncate_metrics_after(const std::string& path, int64_t iteration) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  std::string line, kept;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    bool keep = true;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      keep = !j.contains("step") || j["step"].get<int64_t>() <= iteration;
+    } catch (const nlohmann::json::exception&) {
+      keep = false;  // a torn last line of a killed run
+    }
+    if (keep) {
+      kept += line;
+      kept += '\n';
+    } else {
+      ++dropped;
+    }
+  }
+  in.close();
+  if (dropped == 0) return 0;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    if (!out) throw Error(ErrorKind::kRuntime, fmt::format("cannot write {}", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(ErrorKind::kRuntime, fmt::format("cannot replace {}", path));
+  return dropped;
 }
 
 }  // namespace primus

@@ -25,6 +25,7 @@ struct StepMetrics {
   double mem_total_gb = 0;
   double eta_s = -1;
   int64_t consumed_samples = 0;
+  bool skipped = false;  // a guard did not apply this step's update
 };
 
 // "iter 120/1000 | loss 3.214 | lr 2.9e-4 | grad-norm 0.83 | 412 ms | 39.8k tok/s/GPU | 487 TFLOP/s/GPU |
@@ -50,6 +51,10 @@ class JsonlSink : public MetricsSink {
   std::ofstream out_;
   std::string path_;
 };
+
+// Keeps the records of iterations <= `iteration` (a resumed run recomputes the later ones); rewrites the file
+// through a temporary and a rename. Returns the number of records dropped. A missing file is fine (0).
+int64_t truncate_metrics_after(const std::string& path, int64_t iteration);
 
 // Short human numbers: 39.8k, 1.2M.
 std::string human_count(double v);

@@ -20,7 +20,7 @@ int run_pretrain(const TrainConfig& cfg, const std::string& resolved_yaml) {
     if (!f) throw Error(ErrorKind::kRuntime, "cannot write " + run_dir + "/config.yaml");
   }
   log::info("primus {} | run directory {}", PRIMUS_VERSION, run_dir);
-  Trainer trainer(cfg, run_dir);
+  Trainer trainer(cfg, run_dir, resolved_yaml);
   TrainResult r = trainer.train();
 
   nlohmann::json summary;
@@ -31,8 +31,13 @@ int run_pretrain(const TrainConfig& cfg, const std::string& resolved_yaml) {
   summary["tokens_per_s"] = r.tokens_per_s;
   summary["peak_mem_gb"] = r.peak_mem_gb;
   summary["device"] = trainer.stream().device.str();
+  summary["last_iteration"] = r.last_iteration;
+  if (trainer.start_iteration() > 0) summary["resumed_from_iteration"] = trainer.start_iteration();
+  if (r.skipped > 0) summary["skipped_updates"] = r.skipped;
+  if (!r.stop_reason.empty()) summary["stop_reason"] = r.stop_reason;
+  summary["exit_code"] = r.exit_code;
   std::ofstream(run_dir + "/summary.json") << summary.dump(1) << '\n';
-  return 0;
+  return r.exit_code;
 }
 
 }  // namespace primus

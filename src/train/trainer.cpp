@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -8,6 +10,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "ops/elementwise.h"
+#include "train/stop_signal.h"
 
 namespace primus {
 
@@ -28,7 +31,8 @@ Stream select_stream(const std::string& device_key) {
   throw ConfigError("device: '" + device_key + "' (expected auto, cpu or cuda)");
 }
 
-Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg), run_dir_(run_dir) {
+Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::string& resolved_yaml)
+    : cfg_(cfg), run_dir_(run_dir), resolved_yaml_(resolved_yaml), spikes_(cfg.guards.spiky_loss_factor) {
   stream_ = select_stream(cfg.device);
   if (stream_.device.is_cuda()) {
     const int tuned = bench::load_gemm_tuning(cfg.gemm_tuning_file, stream_.device.index);
@@ -49,9 +53,18 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg)
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,
                                            decay_iters, cfg.optim.lr_decay_style);
-  loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, 0, data_.eod_id,
+  inject_ = FaultInjection::from_env();
+  // Checkpoint or HF weights (auto_continue_train / load): sets the start iteration and data position.
+  resume_or_start();
+  loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, start_consumed_, data_.eod_id,
                                          cfg.data.eod_mask_loss);
-  sinks_.push_back(std::make_unique<JsonlSink>(run_dir + "/metrics.jsonl", /*append=*/false));
+  const std::string metrics_path = run_dir + "/metrics.jsonl";
+  // A resumed run appends, after dropping records of iterations past the checkpoint (they run again).
+  if (resumed_) truncate_metrics_after(metrics_path, start_iter_);
+  sinks_.push_back(std::make_unique<JsonlSink>(metrics_path, /*append=*/resumed_));
+  if (!cfg.checkpoint.save.empty())
+    writer_ = std::make_unique<ckpt::CheckpointWriter>(cfg.checkpoint.save, cfg.checkpoint.keep_latest_k,
+                                                       cfg.checkpoint.async_save);
   // 6 N' + 6 L T d, N' = parameters except the input embedding (the PyTorch anchor's formula).
   flops_per_token_ = config::flops_per_token(cfg.model, cfg.data.seq_length).causal;
 
@@ -62,7 +75,9 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir) : cfg_(cfg)
             cfg.micro_batch_size, micro_batches_, cfg.global_batch_size, cfg.data.seq_length);
 }
 
-double Trainer::train_step(int64_t iter, double* grad_norm_out, double* lr_out) {
+Trainer::~Trainer() = default;
+
+Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   params_->grad_flat().zero_(stream_);
   std::vector<Tensor> losses;
   std::vector<int64_t> valid;
@@ -77,26 +92,73 @@ double Trainer::train_step(int64_t iter, double* grad_norm_out, double* lr_out) 
     losses.push_back(model_->forward_backward(tokens, targets, scale));
     valid.push_back(b.valid_tokens);
   }
-  const double norm = optim_->grad_norm(stream_);
-  const double lr = schedule_->at(iter);
-  *grad_norm_out = norm;
-  *lr_out = lr;
-  double loss = 0;
+  inject_.maybe_poison_grad(iter, *params_, stream_);
+  StepOutcome o;
+  o.grad_norm = optim_->grad_norm(stream_);
+  o.lr = schedule_->at(iter);
+  std::vector<double> micro(losses.size());
   for (size_t i = 0; i < losses.size(); ++i) {
     std::vector<double> l = losses[i].to_vector<double>();
     double sum = 0;
     for (double x : l) sum += x;
-    loss += sum / static_cast<double>(valid[i]);
+    micro[i] = sum / static_cast<double>(valid[i]);
+    o.loss += micro[i];
   }
-  loss /= static_cast<double>(losses.size());
-  if (!std::isfinite(loss) || !std::isfinite(norm)) {
-    throw Error(ErrorKind::kRuntime,
-                fmt::format("non-finite {} at iteration {} (loss {}, grad-norm {})",
-                            std::isfinite(loss) ? "gradient" : "loss", iter, loss, norm),
-                {}, "lower lr, check the data, or enable clip_grad");
+  o.loss /= static_cast<double>(losses.size());
+  if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
+  run_guards(iter, o, micro);
+  if (o.applied) optim_->step(o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad), stream_);
+  return o;
+}
+
+void Trainer::run_guards(int64_t iter, StepOutcome& o, const std::vector<double>& micro_losses) {
+  const GuardConfig& g = cfg_.guards;
+  if (!std::isfinite(o.loss) || !std::isfinite(o.grad_norm)) {
+    if (!g.check_nan) return;  // check_for_nan_in_loss_and_grad: false applies the update, as Megatron
+    std::string what;
+    if (!std::isfinite(o.loss)) {
+      for (size_t i = 0; i < micro_losses.size(); ++i)
+        if (!std::isfinite(micro_losses[i])) {
+          what = fmt::format("loss of micro-batch {} is {}", i, micro_losses[i]);
+          break;
+        }
+    }
+    if (!std::isfinite(o.grad_norm)) {
+      const NonFiniteReport r = locate_non_finite_grad(*params_, stream_);
+      what += (what.empty() ? "" : "; ") + r.describe();
+    }
+    o.applied = false;
+    if (g.nan_policy == "halt") {
+      o.halt = true;
+      log::error(
+          "iteration {}: non-finite loss/gradient: {} (loss {}, grad-norm {}); halting before the update "
+          "(nan_policy: halt, exit code {})",
+          iter, what, o.loss, o.grad_norm, kExitGuardHalt);
+      return;
+    }
+    log::warn(
+        "iteration {}: skipped the update: {} (loss {}, grad-norm {}); parameters and optimizer state are "
+        "unchanged (nan_policy: skip)",
+        iter, what, o.loss, o.grad_norm);
+    return;
   }
-  optim_->step(lr, clip_coefficient(norm, cfg_.optim.clip_grad), stream_);
-  return loss;
+  if (g.check_spiky_loss && spikes_.is_spike(o.loss)) {
+    const double ref = spikes_.reference();
+    if (g.spiky_loss_policy == "skip") {
+      o.applied = false;
+      log::warn(
+          "iteration {}: loss spike {:.4f} >= {} x {:.4f} (max of recent losses): skipped the update "
+          "(spiky_loss_policy: skip)",
+          iter, o.loss, g.spiky_loss_factor, ref);
+      return;
+    }
+    log::warn(
+        "iteration {}: loss spike {:.4f} >= {} x {:.4f} (max of recent losses); the update is applied "
+        "(spiky_loss_policy: warn)",
+        iter, o.loss, g.spiky_loss_factor, ref);
+    return;  // a spike does not join the reference window
+  }
+  spikes_.accept(o.loss);
 }
 
 double Trainer::evaluate() {
@@ -118,33 +180,50 @@ double Trainer::evaluate() {
 
 TrainResult Trainer::train() {
   TrainResult res;
+  StopSignal stop_signal;
   const bool on_gpu = stream_.device.is_cuda();
   const int64_t tokens_per_step = cfg_.global_batch_size * cfg_.data.seq_length;
+  const CheckpointConfig& ck = cfg_.checkpoint;
   std::vector<double> step_ms;
   Stopwatch total;
   Stopwatch window;
   int64_t window_steps = 0;
   size_t mem_used = 0, mem_total = 0;
   reset_peak_allocated_bytes(stream_.device);
-  for (int64_t iter = 1; iter <= cfg_.train_iters; ++iter) {
+  if (start_iter_ >= cfg_.train_iters)
+    log::info("nothing to train: the checkpoint is at iteration {} and train_iters is {}", start_iter_,
+              cfg_.train_iters);
+  res.last_iteration = start_iter_;
+  for (int64_t iter = start_iter_ + 1; iter <= cfg_.train_iters; ++iter) {
     Stopwatch sw;
-    double norm = 0, lr = 0;
-    const double loss = train_step(iter, &norm, &lr);
+    const StepOutcome o = train_step(iter);
     stream_sync(stream_);
     const double ms = sw.ms();
+    if (o.halt) {
+      res.exit_code = kExitGuardHalt;
+      res.stop_reason = fmt::format("halted at iteration {} by check_for_nan_in_loss_and_grad", iter);
+      break;
+    }
     step_ms.push_back(ms);
-    res.losses.push_back(loss);
-    if (iter == 1) res.first_loss = loss;
-    res.last_loss = loss;
+    res.losses.push_back(o.loss);
+    if (res.steps == 0) res.first_loss = o.loss;
+    res.last_loss = o.loss;
+    ++res.steps;
+    res.last_iteration = iter;
+    if (!o.applied) {
+      ++res.skipped;
+      ++skipped_total_;
+    }
     ++window_steps;
 
-    const bool log_now = iter % cfg_.logging.log_interval == 0 || iter == cfg_.train_iters || iter == 1;
+    const bool log_now = iter % cfg_.logging.log_interval == 0 || iter == cfg_.train_iters || iter == 1 ||
+                         iter == start_iter_ + 1;
     StepMetrics m;
     m.step = iter;
     m.total_steps = cfg_.train_iters;
-    m.loss = loss;
-    m.lr = lr;
-    m.grad_norm = norm;
+    m.loss = o.loss;
+    m.lr = o.lr;
+    m.grad_norm = o.grad_norm;
     m.iter_ms = ms;
     m.tokens_per_s = tokens_per_step / (ms / 1e3);
     m.tokens_per_s_gpu = m.tokens_per_s;
@@ -156,6 +235,7 @@ TrainResult Trainer::train() {
       m.mem_total_gb = static_cast<double>(mem_total) / 1e9;
     }
     m.consumed_samples = loader_->consumed_samples();
+    m.skipped = !o.applied;
     for (auto& sink : sinks_) sink->write_step(m);
     if (log_now) {
       // Averages over the log window smooth out single-step noise in the printed line.
@@ -184,19 +264,48 @@ TrainResult Trainer::train() {
       window.reset();  // evaluation time is not training time
       window_steps = 0;
     }
+
+    // Stop conditions (Megatron's): a signal, exit_interval, exit_duration_in_mins. Each saves first.
+    std::string stop;
+    if (const int sig = StopSignal::requested()) {
+      stop = sig == SIGTERM ? "received SIGTERM" : sig == SIGINT ? "received SIGINT" : "received a signal";
+    } else if (ck.exit_interval > 0 && iter % ck.exit_interval == 0) {
+      stop = fmt::format("exit_interval {} reached", ck.exit_interval);
+    } else if (ck.exit_duration_in_mins > 0 && total.seconds() / 60.0 >= ck.exit_duration_in_mins) {
+      stop = fmt::format("exit_duration_in_mins {} reached", ck.exit_duration_in_mins);
+    }
+    const bool periodic = ck.save_interval > 0 && iter % ck.save_interval == 0;
+    const bool last = iter == cfg_.train_iters && !ck.disable_last_saving;
+    if (writer_ && (periodic || last || !stop.empty())) {
+      save_checkpoint(iter);
+      window.reset();  // checkpoint time is not training time
+      window_steps = 0;
+    }
+    if (!stop.empty()) {
+      res.stop_reason = stop;
+      log::info("stopping after iteration {}: {}{}", iter, stop,
+                writer_ ? " (checkpoint saved)" : " (no checkpoint: save is not set)");
+      break;
+    }
   }
-  res.steps = cfg_.train_iters;
-  // Median over steps after the first two (warm-up: allocator growth, cuBLASLt/cuDNN plan building).
-  std::vector<double> steady(step_ms.begin() + std::min<size_t>(2, step_ms.size() - 1), step_ms.end());
-  std::sort(steady.begin(), steady.end());
-  const double med = steady[steady.size() / 2];
-  res.tokens_per_s = tokens_per_step / (med / 1e3);
+  if (writer_) writer_->wait();  // an async write finishes (or fails) before the process exits
+  res.steps = static_cast<int64_t>(res.losses.size());
+  double med = 0;
+  if (!step_ms.empty()) {
+    // Median over steps after the first two (warm-up: allocator growth, cuBLASLt/cuDNN plan building).
+    std::vector<double> steady(step_ms.begin() + std::min<size_t>(2, step_ms.size() - 1), step_ms.end());
+    std::sort(steady.begin(), steady.end());
+    med = steady[steady.size() / 2];
+    res.tokens_per_s = tokens_per_step / (med / 1e3);
+  }
   res.peak_mem_gb = static_cast<double>(peak_allocated_bytes(stream_.device)) / 1e9;
   log::info(
-      "done: {} steps in {} | loss {:.4f} -> {:.4f}{} | median {:.0f} ms/step, {} tok/s | peak mem {:.2f} GB",
+      "done: {} steps in {} | loss {:.4f} -> {:.4f}{} | median {:.0f} ms/step, {} tok/s | peak mem {:.2f} "
+      "GB{}",
       res.steps, format_duration(total.seconds()), res.first_loss, res.last_loss,
       res.last_val_loss >= 0 ? fmt::format(" | val loss {:.4f}", res.last_val_loss) : std::string(), med,
-      human_count(res.tokens_per_s), res.peak_mem_gb);
+      human_count(res.tokens_per_s), res.peak_mem_gb,
+      res.skipped > 0 ? fmt::format(" | {} update(s) skipped", res.skipped) : std::string());
   return res;
 }
 

@@ -1,14 +1,19 @@
 #pragma once
 // The training loop: micro-batches accumulated to the global batch, gradient-norm clipping, AdamW, the LR
-// schedule, periodic evaluation, one log line and one metrics record per step.
+// schedule, periodic evaluation, one log line and one metrics record per step; checkpoints (save every
+// save_interval, resume from the newest valid one), guards (non-finite loss/gradients, loss spikes) and stop
+// conditions (SIGTERM/SIGINT, exit_interval, exit_duration_in_mins).
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/state.h"
+#include "checkpoint/writer.h"
 #include "config/train_config.h"
 #include "data/data_loader.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
+#include "train/guards.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -19,30 +24,50 @@ namespace primus {
 Stream select_stream(const std::string& device_key);
 
 struct TrainResult {
-  int64_t steps = 0;
+  int64_t steps = 0;  // iterations run by this process
+  int64_t last_iteration = 0;
   double first_loss = 0, last_loss = 0;
   double last_val_loss = -1;
   double tokens_per_s = 0;  // median over the steps after warm-up
   double peak_mem_gb = 0;
   std::vector<double> losses;  // per step
+  int64_t skipped = 0;         // updates not applied (guards)
+  int exit_code = 0;           // kExitGuardHalt when a guard halted the run
+  std::string stop_reason;     // why the loop ended before train_iters ("" when it ran to the end)
 };
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& cfg, const std::string& run_dir);
+  // `resolved_yaml` is stored in every checkpoint (config.yaml) and hashed into its state.
+  Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::string& resolved_yaml = "");
+  ~Trainer();
   TrainResult train();
 
   ParamStore& params() { return *params_; }
   LlamaModel& model() { return *model_; }
   const Stream& stream() const { return stream_; }
+  int64_t start_iteration() const { return start_iter_; }
 
  private:
+  // What one step did.
+  struct StepOutcome {
+    double loss = 0, grad_norm = 0, lr = 0;
+    bool applied = true;  // the optimizer update ran
+    bool halt = false;    // a guard stops the run
+  };
   double evaluate();
-  // One optimizer step; returns the mean loss over its micro-batches.
-  double train_step(int64_t iter, double* grad_norm_out, double* lr_out);
+  StepOutcome train_step(int64_t iter);
+  // Guards after the gradients are complete: decide apply / skip / halt.
+  void run_guards(int64_t iter, StepOutcome& o, const std::vector<double>& micro_losses);
+
+  // trainer_checkpoint.cpp
+  void resume_or_start();  // loads a checkpoint / HF weights when configured
+  void save_checkpoint(int64_t iter);
+  ckpt::TrainingState current_state(int64_t iter) const;
 
   TrainConfig cfg_;
   std::string run_dir_;
+  std::string resolved_yaml_;
   Stream stream_;
   DataSources data_;
   std::unique_ptr<ParamStore> params_;
@@ -51,8 +76,17 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<DataLoader> loader_;
   std::vector<std::unique_ptr<MetricsSink>> sinks_;
+  std::unique_ptr<ckpt::CheckpointWriter> writer_;
+  SpikeDetector spikes_;
+  FaultInjection inject_;
   int64_t micro_batches_ = 1;
   double flops_per_token_ = 0;
+  int64_t start_iter_ = 0;      // iterations completed before this run (resume)
+  int64_t start_consumed_ = 0;  // samples consumed before this run
+  int64_t skipped_total_ = 0;   // skipped updates, including those before a resume
+  int64_t last_saved_iter_ = -1;
+  bool resumed_ = false;   // continuing a run (not a fresh start or a weights-only load)
+  std::string hf_config_;  // carried into checkpoints for `convert primus-to-hf`
 };
 
 }  // namespace primus

@@ -1,0 +1,146 @@
+#include "checkpoint/state.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace primus::ckpt {
+
+namespace {
+
+nlohmann::ordered_json model_json(const ModelConfig& m) {
+  nlohmann::ordered_json j;
+  j["name"] = m.name;
+  j["family"] = m.family;
+  j["num_layers"] = m.num_layers;
+  j["hidden_size"] = m.hidden_size;
+  j["ffn_hidden_size"] = m.ffn_hidden_size;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["num_query_groups"] = m.num_query_groups;
+  j["kv_channels"] = m.kv_channels;
+  j["vocab_size"] = m.vocab_size;
+  j["padded_vocab_size"] = m.padded_vocab_size;
+  j["make_vocab_size_divisible_by"] = m.make_vocab_size_divisible_by;
+  j["max_position_embeddings"] = m.max_position_embeddings;
+  j["untie_embeddings_and_output_weights"] = m.untie_embeddings_and_output_weights;
+  j["add_qkv_bias"] = m.add_qkv_bias;
+  j["add_bias_linear"] = m.add_bias_linear;
+  j["qk_layernorm"] = m.qk_layernorm;
+  j["swiglu"] = m.swiglu;
+  j["normalization"] = m.normalization;
+  j["norm_epsilon"] = m.norm_epsilon;
+  j["rotary_base"] = m.rotary_base;
+  j["use_rope_scaling"] = m.use_rope_scaling;
+  j["rope_scaling_factor"] = m.rope_scaling_factor;
+  j["rope_low_freq_factor"] = m.rope_low_freq_factor;
+  j["rope_high_freq_factor"] = m.rope_high_freq_factor;
+  j["rope_original_max_position"] = m.rope_original_max_position;
+  j["init_method_std"] = m.init_method_std;
+  return j;
+}
+
+ModelConfig model_from(const nlohmann::json& j) {
+  ModelConfig m;
+  m.name = j.at("name").get<std::string>();
+  m.family = j.at("family").get<std::string>();
+  m.num_layers = j.at("num_layers").get<int64_t>();
+  m.hidden_size = j.at("hidden_size").get<int64_t>();
+  m.ffn_hidden_size = j.at("ffn_hidden_size").get<int64_t>();
+  m.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
+  m.num_query_groups = j.at("num_query_groups").get<int64_t>();
+  m.kv_channels = j.at("kv_channels").get<int64_t>();
+  m.vocab_size = j.at("vocab_size").get<int64_t>();
+  m.padded_vocab_size = j.at("padded_vocab_size").get<int64_t>();
+  m.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int64_t>();
+  m.max_position_embeddings = j.at("max_position_embeddings").get<int64_t>();
+  m.untie_embeddings_and_output_weights = j.at("untie_embeddings_and_output_weights").get<bool>();
+  m.add_qkv_bias = j.at("add_qkv_bias").get<bool>();
+  m.add_bias_linear = j.at("add_bias_linear").get<bool>();
+  m.qk_layernorm = j.at("qk_layernorm").get<bool>();
+  m.swiglu = j.at("swiglu").get<bool>();
+  m.normalization = j.at("normalization").get<std::string>();
+  m.norm_epsilon = j.at("norm_epsilon").get<double>();
+  m.rotary_base = j.at("rotary_base").get<double>();
+  m.use_rope_scaling = j.at("use_rope_scaling").get<bool>();
+  m.rope_scaling_factor = j.at("rope_scaling_factor").get<double>();
+  m.rope_low_freq_factor = j.at("rope_low_freq_factor").get<double>();
+  m.rope_high_freq_factor = j.at("rope_high_freq_factor").get<double>();
+  m.rope_original_max_position = j.at("rope_original_max_position").get<int64_t>();
+  m.init_method_std = j.at("init_method_std").get<double>();
+  return m;
+}
+
+}  // namespace
+
+std::string model_config_to_json(const ModelConfig& m) {
+  return model_json(m).dump(1) + "\n";
+}
+
+ModelConfig model_config_from_json(const std::string& text, const std::string& what) {
+  try {
+    return model_from(nlohmann::json::parse(text));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kRuntime, fmt::format("{}: malformed model configuration ({})", what, e.what()));
+  }
+}
+
+std::string state_to_json(const TrainingState& s) {
+  nlohmann::ordered_json j;
+  j["iteration"] = s.iteration;
+  j["consumed_samples"] = s.consumed_samples;
+  j["optimizer_steps"] = s.optimizer_steps;
+  j["skipped_iterations"] = s.skipped_iterations;
+  j["global_batch_size"] = s.global_batch_size;
+  j["lr_schedule"] = {{"lr", s.lr_schedule.lr},
+                      {"min_lr", s.lr_schedule.min_lr},
+                      {"warmup_iters", s.lr_schedule.warmup_iters},
+                      {"decay_iters", s.lr_schedule.decay_iters},
+                      {"decay_style", s.lr_schedule.decay_style},
+                      {"position", s.iteration}};
+  if (s.rng) {
+    j["rng"] = {{"generator", s.rng->generator}, {"seed", s.rng->seed}, {"step", s.rng->step}};
+  }
+  j["has_optimizer"] = s.has_optimizer;
+  j["compute_dtype"] = s.compute_dtype;
+  j["config_xxh3"] = s.config_xxh3;
+  j["model"] = model_json(s.model);
+  if (!s.hf_config.empty()) j["hf_config"] = nlohmann::json::parse(s.hf_config);
+  return j.dump(1) + "\n";
+}
+
+TrainingState state_from_json(const std::string& text, const std::string& what) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    TrainingState s;
+    s.iteration = j.at("iteration").get<int64_t>();
+    s.consumed_samples = j.at("consumed_samples").get<int64_t>();
+    s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
+    s.skipped_iterations = j.at("skipped_iterations").get<int64_t>();
+    s.global_batch_size = j.at("global_batch_size").get<int64_t>();
+    const auto& l = j.at("lr_schedule");
+    s.lr_schedule.lr = l.at("lr").get<double>();
+    s.lr_schedule.min_lr = l.at("min_lr").get<double>();
+    s.lr_schedule.warmup_iters = l.at("warmup_iters").get<int64_t>();
+    s.lr_schedule.decay_iters = l.at("decay_iters").get<int64_t>();
+    s.lr_schedule.decay_style = l.at("decay_style").get<std::string>();
+    if (j.contains("rng")) {
+      RngState r;
+      r.generator = j["rng"].at("generator").get<std::string>();
+      r.seed = j["rng"].at("seed").get<uint64_t>();
+      r.step = j["rng"].at("step").get<int64_t>();
+      s.rng = r;
+    }
+    s.has_optimizer = j.at("has_optimizer").get<bool>();
+    s.compute_dtype = j.at("compute_dtype").get<std::string>();
+    s.config_xxh3 = j.at("config_xxh3").get<std::string>();
+    s.model = model_from(j.at("model"));
+    if (j.contains("hf_config")) s.hf_config = j["hf_config"].dump();
+    if (s.iteration < 0 || s.consumed_samples < 0 || s.optimizer_steps < 0)
+      throw Error(ErrorKind::kRuntime, fmt::format("{}: negative counters", what));
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kRuntime, fmt::format("{}: malformed training state ({})", what, e.what()));
+  }
+}
+
+}  // namespace primus::ckpt

@@ -1,0 +1,55 @@
+#pragma once
+// state.json: the scalar training state a checkpoint restores (iteration, data position, optimizer step
+// counter, LR schedule, RNG state) and the model configuration, so that a checkpoint describes itself
+// (`primus convert primus-to-hf` and `primus checkpoint logits` need no YAML).
+//
+// RNG state: every random number in Primus-C++ comes from a counter-based generator keyed by (seed, name,
+// element index) for initialisation and (seed, sample index) for mock data; there is no hidden generator
+// state. The RNG state is therefore (seed, iteration), saved under "rng" so that stateful generators
+// (dropout) have a place later; no_save_rng / no_load_rng apply to it.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/train_config.h"
+
+namespace primus::ckpt {
+
+inline constexpr const char* kStateName = "state.json";
+inline constexpr const char* kConfigName = "config.yaml";
+
+struct LrScheduleState {
+  double lr = 0, min_lr = 0;
+  int64_t warmup_iters = 0, decay_iters = 0;
+  std::string decay_style;
+};
+
+struct RngState {
+  std::string generator = "philox4x32-10 (counter-based: keyed by seed, name and index)";
+  uint64_t seed = 0;
+  int64_t step = 0;
+};
+
+struct TrainingState {
+  int64_t iteration = 0;         // completed iterations; training continues at iteration + 1
+  int64_t consumed_samples = 0;  // data position: the loader restarts at this sample
+  int64_t optimizer_steps = 0;   // AdamW's step counter (bias correction); skipped updates do not count
+  int64_t skipped_iterations = 0;
+  int64_t global_batch_size = 0;
+  LrScheduleState lr_schedule;
+  std::optional<RngState> rng;  // absent under no_save_rng
+  bool has_optimizer = false;   // optim file present (m, v)
+  std::string compute_dtype;    // dtype of the model file (f32 on the CPU, bf16 on the GPU)
+  std::string config_xxh3;      // of the resolved YAML
+  ModelConfig model;
+  std::string hf_config;  // the config.json the weights were converted from ("" if none): kept for export
+};
+
+std::string state_to_json(const TrainingState& s);
+TrainingState state_from_json(const std::string& text, const std::string& what);
+
+// ModelConfig <-> JSON (every field: a checkpoint is self-describing).
+std::string model_config_to_json(const ModelConfig& m);
+ModelConfig model_config_from_json(const std::string& text, const std::string& what);
+
+}  // namespace primus::ckpt

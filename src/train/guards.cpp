@@ -1,0 +1,100 @@
+#include "train/guards.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace primus {
+
+std::string NonFiniteReport::describe() const {
+  if (first_tensor.empty()) return "every gradient is finite";
+  return fmt::format(
+      "first non-finite gradient in {} ({}, element {}); {} non-finite element(s) in {} tensor(s)",
+      first_tensor, layer >= 0 ? fmt::format("layer {}", layer) : std::string("outside the layers"),
+      first_index, elements, tensors);
+}
+
+NonFiniteReport locate_non_finite_grad(ParamStore& params, const Stream& s) {
+  NonFiniteReport r;
+  const std::vector<float> g = params.grad_flat().to_vector<float>();
+  for (const ParamEntry& e : params.entries()) {
+    int64_t bad = 0, first = -1;
+    for (int64_t j = 0; j < e.numel; ++j) {
+      if (!std::isfinite(g[static_cast<size_t>(e.offset + j)])) {
+        if (first < 0) first = j;
+        ++bad;
+      }
+    }
+    if (bad == 0) continue;
+    if (r.first_tensor.empty()) {
+      r.first_tensor = e.name;
+      r.first_index = first;
+      r.layer =
+          e.region >= 1 && e.region <= static_cast<int>(params.regions().size()) - 2 ? e.region - 1 : -1;
+    }
+    ++r.tensors;
+    r.elements += bad;
+  }
+  return r;
+}
+
+bool SpikeDetector::is_spike(double loss) const {
+  if (recent_.empty()) return false;
+  return loss >= factor_ * reference();
+}
+
+double SpikeDetector::reference() const {
+  return recent_.empty() ? 0.0 : *std::max_element(recent_.begin(), recent_.end());
+}
+
+void SpikeDetector::accept(double loss) {
+  if (!std::isfinite(loss)) return;
+  recent_.push_back(loss);
+  while (recent_.size() > window_) recent_.pop_front();
+}
+
+FaultInjection FaultInjection::from_env() {
+  FaultInjection f;
+  if (const char* v = std::getenv("PRIMUS_INJECT_NAN")) {
+    std::string s = v;
+    const size_t a = s.find(':');
+    if (a == std::string::npos)
+      throw ConfigError("PRIMUS_INJECT_NAN must be <iteration>:<parameter>[:<element>]");
+    f.nan_iter = std::stoll(s.substr(0, a));
+    std::string rest = s.substr(a + 1);
+    const size_t b = rest.find(':');
+    f.nan_param = rest.substr(0, b);
+    if (b != std::string::npos) f.nan_index = std::stoll(rest.substr(b + 1));
+    log::warn("test hook: PRIMUS_INJECT_NAN puts a NaN into the gradient of {}[{}] at iteration {}",
+              f.nan_param, f.nan_index, *f.nan_iter);
+  }
+  if (const char* v = std::getenv("PRIMUS_INJECT_LOSS_SPIKE")) {
+    std::string s = v;
+    const size_t a = s.find(':');
+    if (a == std::string::npos) throw ConfigError("PRIMUS_INJECT_LOSS_SPIKE must be <iteration>:<factor>");
+    f.spike_iter = std::stoll(s.substr(0, a));
+    f.spike_factor = std::stod(s.substr(a + 1));
+    log::warn("test hook: PRIMUS_INJECT_LOSS_SPIKE multiplies the loss of iteration {} by {}", *f.spike_iter,
+              f.spike_factor);
+  }
+  return f;
+}
+
+void FaultInjection::maybe_poison_grad(int64_t iter, ParamStore& params, const Stream& s) const {
+  if (!nan_iter || *nan_iter != iter) return;
+  const int i = params.find(nan_param);
+  if (i < 0) throw ConfigError(fmt::format("PRIMUS_INJECT_NAN: no parameter named '{}'", nan_param));
+  const ParamEntry& e = params.entry(i);
+  PRIMUS_CHECK(nan_index >= 0 && nan_index < e.numel, "PRIMUS_INJECT_NAN: element {} outside {}", nan_index,
+               e.name);
+  Tensor one = params.grad_flat().slice(e.offset + nan_index, e.offset + nan_index + 1);
+  Tensor nan = Tensor::from_vector<float>({std::numeric_limits<float>::quiet_NaN()}, {1});
+  if (one.dtype() != DType::kF32) nan = cpu_cast(nan, one.dtype());
+  one.copy_from(nan, s);
+}
+
+}  // namespace primus

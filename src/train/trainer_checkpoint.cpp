@@ -1,0 +1,202 @@
+// The trainer's side of checkpoints: what to load at start (auto_continue_train, load, finetune, a Hugging
+// Face directory) and what a save holds. The mechanics (verification, fallback, atomic publication, async
+// writes) live in src/checkpoint.
+#include <filesystem>
+
+#include "checkpoint/file_io.h"
+#include "checkpoint/hf_weights.h"
+#include "checkpoint/load.h"
+#include "checkpoint/publish.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace primus {
+
+namespace {
+
+// The model a checkpoint was saved from must be the configured one: anything that changes the function is
+// an error (never a silent reinterpretation). Weights-only loads may have fewer vocabulary rows (padding).
+void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool weights_only,
+                      const std::string& what) {
+  std::vector<std::string> diffs;
+  auto cmp = [&](const char* name, auto a, auto b) {
+    if (a != b) diffs.push_back(fmt::format("{}: checkpoint {}, config {}", name, a, b));
+  };
+  cmp("num_layers", saved.num_layers, cfg.num_layers);
+  cmp("hidden_size", saved.hidden_size, cfg.hidden_size);
+  cmp("ffn_hidden_size", saved.ffn_hidden_size, cfg.ffn_hidden_size);
+  cmp("num_attention_heads", saved.num_attention_heads, cfg.num_attention_heads);
+  cmp("num_query_groups", saved.num_query_groups, cfg.num_query_groups);
+  cmp("kv_channels", saved.kv_channels, cfg.kv_channels);
+  cmp("untie_embeddings_and_output_weights", saved.untie_embeddings_and_output_weights,
+      cfg.untie_embeddings_and_output_weights);
+  cmp("add_qkv_bias", saved.add_qkv_bias, cfg.add_qkv_bias);
+  cmp("qk_layernorm", saved.qk_layernorm, cfg.qk_layernorm);
+  cmp("norm_epsilon", saved.norm_epsilon, cfg.norm_epsilon);
+  cmp("rotary_base", saved.rotary_base, cfg.rotary_base);
+  cmp("use_rope_scaling", saved.use_rope_scaling, cfg.use_rope_scaling);
+  if (saved.use_rope_scaling && cfg.use_rope_scaling) {
+    cmp("rope_scaling_factor", saved.rope_scaling_factor, cfg.rope_scaling_factor);
+    cmp("rope low_freq_factor", saved.rope_low_freq_factor, cfg.rope_low_freq_factor);
+    cmp("rope high_freq_factor", saved.rope_high_freq_factor, cfg.rope_high_freq_factor);
+    cmp("rope original_max_position_embeddings", saved.rope_original_max_position,
+        cfg.rope_original_max_position);
+  }
+  const int64_t saved_rows = saved.padded_vocab_size > 0 ? saved.padded_vocab_size : saved.vocab_size;
+  const int64_t cfg_rows = cfg.padded_vocab_size > 0 ? cfg.padded_vocab_size : cfg.vocab_size;
+  if (weights_only ? saved_rows > cfg_rows : saved_rows != cfg_rows)
+    diffs.push_back(fmt::format("vocabulary rows: checkpoint {}, config {} (padded_vocab_size{})", saved_rows,
+                                cfg_rows, weights_only ? " must be at least the checkpoint's" : ""));
+  if (diffs.empty()) return;
+  throw ConfigError(
+      fmt::format("{} was saved from a different model:\n    {}", what, fmt::join(diffs, "\n    ")),
+      "set the model keys to the checkpoint's (`primus convert hf-to-primus` writes a matching "
+      "model preset, primus_model.yaml)");
+}
+
+std::string describe_selection(const ckpt::Verification& v) {
+  return fmt::format("verified {:.1f} MB in {:.3f} s, {:.2f} GB/s", static_cast<double>(v.bytes) / 1e6,
+                     v.seconds, v.gb_per_s());
+}
+
+}  // namespace
+
+void Trainer::resume_or_start() {
+  const CheckpointConfig& c = cfg_.checkpoint;
+  std::optional<ckpt::Selection> sel;
+  bool from_save = false;
+  // 1. auto_continue_train: the newest valid checkpoint under `save` (falling back over corrupt ones).
+  if (c.auto_continue_train && !c.save.empty() && fs::exists(c.save)) {
+    sel = ckpt::select_newest_valid(c.save);
+    const bool any = !ckpt::list_checkpoint_dirs(c.save).empty();
+    if (!sel && any)
+      throw Error(
+          ErrorKind::kRuntime,
+          fmt::format("auto_continue_train: no checkpoint under {} passed verification (problems above)",
+                      c.save),
+          {}, "nothing was loaded; move the directory away to start from scratch");
+    if (sel) {
+      from_save = true;
+      if (!sel->rejected.empty())
+        log::warn("checkpoint: fell back to {} ({} problem(s) in newer checkpoints, listed above)",
+                  sel->verification.dir, sel->rejected.size());
+    }
+  }
+  // 2. load: a checkpoint directory, a save root (its latest), or a Hugging Face model directory.
+  if (!sel && !c.load.empty()) {
+    switch (ckpt::classify_path(c.load)) {
+      case ckpt::PathKind::kHuggingFace: {
+        ckpt::HfCheckpoint hf(c.load);
+        check_same_model(hf.info().model, cfg_.model, /*weights_only=*/true, c.load);
+        ckpt::load_hf_into_params(hf, *params_, stream_);
+        hf_config_ = hf.config().dump();
+        log::info(
+            "loaded Hugging Face weights from {} ({}, {} tensors); starting at iteration 0 with a fresh "
+            "optimizer",
+            c.load, hf.info().model_type, hf.names().size());
+        return;
+      }
+      case ckpt::PathKind::kCheckpoint:
+      case ckpt::PathKind::kSaveRoot:
+        sel = ckpt::select_explicit(c.load);  // throws naming the bad file: an explicit path never falls back
+        break;
+      case ckpt::PathKind::kMissing:
+      case ckpt::PathKind::kUnknown:
+        if (c.exit_on_missing_checkpoint)
+          throw ConfigError(
+              fmt::format("load: {} is not a checkpoint (no manifest.json, latest, iter_* or HF "
+                          "config.json + safetensors)",
+                          c.load),
+              "fix the path, or set exit_on_missing_checkpoint: false to start from scratch");
+        log::warn("load: {} holds no checkpoint; starting from scratch (exit_on_missing_checkpoint: false)",
+                  c.load);
+        return;
+    }
+  }
+  if (!sel) return;
+
+  const ckpt::Verification& v = sel->verification;
+  const ckpt::TrainingState& st = v.state;
+  // finetune applies to `load`; a checkpoint found under `save` continues that (finetuning) run.
+  const bool weights_only = c.finetune && !from_save;
+  check_same_model(st.model, cfg_.model, weights_only, v.dir);
+  ckpt::LoadOptions opt;
+  opt.weights_only = weights_only;
+  opt.load_optim = !weights_only && !c.no_load_optim;
+  const ckpt::LoadReport rep = ckpt::load_into_params(v, *params_, stream_, opt);
+  hf_config_ = st.hf_config;
+  if (weights_only) {
+    log::info(
+        "checkpoint: loaded weights of {} (iteration {}; {}); finetune: starting at iteration 0 with a fresh "
+        "optimizer",
+        v.dir, st.iteration, describe_selection(v));
+    return;
+  }
+  if (!c.no_load_rng && st.rng && st.rng->seed != static_cast<uint64_t>(cfg_.seed))
+    throw ConfigError(
+        fmt::format("{} was trained with seed {}, the config has seed {} (the data order and every "
+                    "random stream depend on it)",
+                    v.dir, st.rng->seed, cfg_.seed),
+        fmt::format("set seed: {}, or no_load_rng: true to continue with the new seed", st.rng->seed));
+  start_iter_ = st.iteration;
+  start_consumed_ = st.consumed_samples;
+  skipped_total_ = st.skipped_iterations;
+  optim_->set_steps_taken(rep.loaded_optim ? st.optimizer_steps : 0);
+  resumed_ = true;
+  const ckpt::LrScheduleState& l = st.lr_schedule;
+  const int64_t decay_iters = cfg_.optim.lr_decay_iters.value_or(cfg_.train_iters);
+  if (l.lr != cfg_.optim.lr || l.min_lr != cfg_.optim.min_lr ||
+      l.warmup_iters != cfg_.optim.lr_warmup_iters || l.decay_iters != decay_iters ||
+      l.decay_style != cfg_.optim.lr_decay_style)
+    log::warn(
+        "checkpoint: the LR schedule differs from the checkpoint's (lr {} -> {}, min_lr {} -> {}, warmup {} "
+        "-> {}, decay iters {} -> {}, style {} -> {}); the configured schedule applies from iteration {}",
+        l.lr, cfg_.optim.lr, l.min_lr, cfg_.optim.min_lr, l.warmup_iters, cfg_.optim.lr_warmup_iters,
+        l.decay_iters, decay_iters, l.decay_style, cfg_.optim.lr_decay_style, st.iteration + 1);
+  if (st.global_batch_size != cfg_.global_batch_size)
+    log::warn("checkpoint: global batch size {} -> {}; the data continues at sample {}", st.global_batch_size,
+              cfg_.global_batch_size, st.consumed_samples);
+  log::info("checkpoint: resuming from {} (iteration {}, {} consumed samples, optimizer state {}{}; {})",
+            v.dir, st.iteration, st.consumed_samples, rep.loaded_optim ? "loaded" : "reset",
+            rep.loaded_master ? ", f32 master weights" : "", describe_selection(v));
+}
+
+ckpt::TrainingState Trainer::current_state(int64_t iter) const {
+  ckpt::TrainingState st;
+  st.iteration = iter;
+  st.consumed_samples = loader_->consumed_samples();
+  st.optimizer_steps = optim_->steps_taken();
+  st.skipped_iterations = skipped_total_;
+  st.global_batch_size = cfg_.global_batch_size;
+  st.lr_schedule.lr = cfg_.optim.lr;
+  st.lr_schedule.min_lr = cfg_.optim.min_lr;
+  st.lr_schedule.warmup_iters = cfg_.optim.lr_warmup_iters;
+  st.lr_schedule.decay_iters = cfg_.optim.lr_decay_iters.value_or(cfg_.train_iters);
+  st.lr_schedule.decay_style = cfg_.optim.lr_decay_style;
+  if (!cfg_.checkpoint.no_save_rng) {
+    ckpt::RngState r;
+    r.seed = static_cast<uint64_t>(cfg_.seed);
+    r.step = iter;
+    st.rng = r;
+  }
+  st.config_xxh3 = ckpt::hex64(ckpt::xxh3_bytes(resolved_yaml_.data(), resolved_yaml_.size()));
+  st.model = cfg_.model;
+  st.hf_config = hf_config_;
+  return st;
+}
+
+void Trainer::save_checkpoint(int64_t iter) {
+  if (last_saved_iter_ == iter) return;
+  const ckpt::SaveReport r =
+      writer_->save(*params_, stream_, current_state(iter), resolved_yaml_, !cfg_.checkpoint.no_save_optim);
+  if (!cfg_.checkpoint.async_save)
+    log::info(
+        "checkpoint: iteration {}: training blocked {:.3f} s (synchronous; the host copy took {:.1f} ms)",
+        iter, r.blocked_seconds, r.stage_seconds * 1e3);
+  last_saved_iter_ = iter;
+}
+
+}  // namespace primus
