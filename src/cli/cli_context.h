@@ -29,5 +29,8 @@ void attach_train(CLI::App& root, CliContext& ctx);
 void attach_benchmark(CLI::App& root, CliContext& ctx);  // cmd_benchmark.cpp
 void attach_launch(CLI::App& root, CliContext& ctx);     // cmd_launch.cpp
 void attach_comm(CLI::App& root, CliContext& ctx);       // cmd_comm.cpp
+void attach_convert(CLI::App& root, CliContext& ctx);    // cmd_convert.cpp
+// cmd_checkpoint.cpp:
+void attach_checkpoint(CLI::App& root, CliContext& ctx);
 
 }  // namespace primus::cli

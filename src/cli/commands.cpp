@@ -9,6 +9,8 @@ const std::vector<CommandRegistration>& commands() {
       {"benchmark", &attach_benchmark},
       {"launch", &attach_launch},
       {"comm", &attach_comm},
+      {"convert", &attach_convert},
+      {"checkpoint", &attach_checkpoint},
   };
   return kCommands;
 }

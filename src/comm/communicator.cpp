@@ -140,11 +140,10 @@ std::optional<std::string> Communicator::check_health(std::chrono::steady_clock:
 void Communicator::abort(const std::string& reason) {
   if (aborted_.exchange(true)) return;
   try {
-    do_abort();
+    do_abort(reason);
   } catch (...) {
     // Aborting is best effort: the process is going down anyway.
   }
-  (void)reason;
 }
 
 template <typename F>

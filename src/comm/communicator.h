@@ -109,7 +109,8 @@ class Communicator {
   virtual void do_recv(const Tensor& t, int peer, const Stream& s) = 0;
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) = 0;
-  virtual void do_abort() = 0;
+  // `reason`: the failure that caused it, which a backend may pass on to its peers.
+  virtual void do_abort(const std::string& reason) = 0;
   // Synchronous backends: the operation is over when do_* returns. Asynchronous ones (NCCL) track completion.
   virtual bool synchronous() const { return true; }
 

@@ -190,7 +190,7 @@ class MpiCommunicator : public HostCommunicator {
     return std::make_unique<MpiCommunicator>(rt_, out, r, n, name, world_rank(), world, timeout_s());
   }
 
-  void do_abort() override {
+  void do_abort(const std::string&) override {
     // No MPI call here (this may run on the watchdog thread while another thread is inside MPI): the
     // runtime calls MPI_Abort when the world is torn down, and mpirun stops the job.
     rt_->failed = true;

@@ -227,7 +227,7 @@ class NcclCommunicator : public Communicator {
     ncclCommCount(out, &nn);
     return std::make_unique<NcclCommunicator>(out, device_, nr, nn, name, world_rank(), timeout_s());
   }
-  void do_abort() override {
+  void do_abort(const std::string&) override {
     // Non-blocking communicators abort in bounded time; kernels of this communicator are stopped.
     ncclCommAbort(comm_);
   }

@@ -20,6 +20,10 @@ struct Header {
   uint32_t reserved = 0;
   uint64_t bytes = 0;
 };
+// An aborting rank sends this header followed by its failure message to every peer it is not in the middle
+// of a message with, so that ranks blocked on it report the original failure (which names the dead rank)
+// instead of "rank X closed its connection".
+constexpr uint32_t kAbortMagic = 0x5052414d;  // "PRAM"
 }  // namespace
 
 std::unique_ptr<TcpCommunicator> TcpCommunicator::create(std::shared_ptr<TcpStore> store, int rank, int size,
@@ -39,7 +43,8 @@ TcpCommunicator::TcpCommunicator(std::shared_ptr<TcpStore> store, int rank, int 
       store_(std::move(store)),
       world_ranks_(std::move(world_ranks)),
       fds_(size, -1),
-      prefix_(prefix) {}
+      prefix_(prefix),
+      mid_send_(size, 0) {}
 
 TcpCommunicator::~TcpCommunicator() {
   for (int fd : fds_) net::close_fd(fd);
@@ -98,6 +103,33 @@ void TcpCommunicator::exchange(int send_peer, const void* send_buf, size_t send_
   const size_t recv_total = recv_peer >= 0 ? sizeof(Header) + recv_bytes : 0;
   const char* sb = static_cast<const char*>(send_buf);
   char* rb = static_cast<char*>(recv_buf);
+  struct MidSend {  // marks the peer while a message to it is incomplete
+    std::vector<char>& flags;
+    int peer;
+    ~MidSend() {
+      if (peer >= 0) flags[peer] = 0;
+    }
+  } mid{mid_send_, send_peer};
+  if (send_peer >= 0) mid_send_[send_peer] = 1;
+  // A receive-side failure first completes the message being sent (for at most 2 s), so that the stream to
+  // that peer ends at a message boundary and the abort notice can follow: the peer then reports this
+  // failure (naming the rank that died) rather than "closed its connection".
+  auto fail_after_send = [&](const std::string& msg) {
+    if (send_peer >= 0 && sent < send_total) {
+      try {
+        const auto deadline = net::deadline_in(2);
+        if (sent < sizeof(Header))
+          net::send_all(fds_[send_peer], reinterpret_cast<const char*>(&out_h) + sent, sizeof(Header) - sent,
+                        deadline, peer_name(send_peer));
+        const size_t off = sent < sizeof(Header) ? 0 : sent - sizeof(Header);
+        net::send_all(fds_[send_peer], sb + off, send_bytes - off, deadline, peer_name(send_peer));
+        mid_send_[send_peer] = 0;
+      } catch (const Error&) {
+        // The peer is not reading: it will see the connection close instead.
+      }
+    }
+    fail(msg);
+  };
   while (sent < send_total || got < recv_total) {
     if (aborted()) fail("the communicator was aborted (another group failed)");
     pollfd pf[2];
@@ -131,15 +163,25 @@ void TcpCommunicator::exchange(int send_peer, const void* send_buf, size_t send_
         k = ::recv(fds_[recv_peer], rb + off, recv_bytes - off, MSG_DONTWAIT);
       }
       if (k == 0)
-        fail(fmt::format(
+        fail_after_send(fmt::format(
             "{} closed its connection: that rank exited or was killed (or aborted after a failure)",
             peer_name(recv_peer)));
       if (k > 0) {
         const bool header_done_before = got >= sizeof(Header);
         got += static_cast<size_t>(k);
         if (!header_done_before && got >= sizeof(Header)) {
+          if (in_h.magic == kAbortMagic) {
+            std::string why(std::min<uint64_t>(in_h.bytes, 4096), '\0');
+            try {
+              net::recv_exact(fds_[recv_peer], why.data(), why.size(), net::deadline_in(2),
+                              peer_name(recv_peer));
+            } catch (const Error&) {
+              why = "(its message was cut off)";
+            }
+            fail_after_send(fmt::format("{} aborted after a failure: {}", peer_name(recv_peer), why));
+          }
           if (in_h.magic != out_h.magic)
-            fail(fmt::format("corrupt message header from {}", peer_name(recv_peer)));
+            fail_after_send(fmt::format("corrupt message header from {}", peer_name(recv_peer)));
           if (in_h.bytes != recv_bytes)
             fail(
                 fmt::format("{} sent {} bytes where this rank expects {}: the ranks are running different "
@@ -147,8 +189,8 @@ void TcpCommunicator::exchange(int send_peer, const void* send_buf, size_t send_
                             peer_name(recv_peer), in_h.bytes, recv_bytes));
         }
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        fail(fmt::format("receiving from {} failed ({}): that rank exited or was killed",
-                         peer_name(recv_peer), std::strerror(errno)));
+        fail_after_send(fmt::format("receiving from {} failed ({}): that rank exited or was killed",
+                                    peer_name(recv_peer), std::strerror(errno)));
       }
     }
   }
@@ -172,8 +214,19 @@ std::unique_ptr<Communicator> TcpCommunicator::do_split(int color, int key, cons
                 fmt::format("{}/split{}/{}", prefix_, split_id, color), timeout_s());
 }
 
-void TcpCommunicator::do_abort() {
-  // Shutting the sockets down wakes this rank's blocked poll and tells every peer at once.
+void TcpCommunicator::do_abort(const std::string& reason) {
+  // Tell every peer why (best effort, never blocking), then shut the sockets down: that wakes this rank's
+  // blocked poll and every peer's at once.
+  Header h;
+  h.magic = kAbortMagic;
+  const std::string why = reason.substr(0, 4096);
+  h.bytes = why.size();
+  std::string notice(reinterpret_cast<const char*>(&h), sizeof(h));
+  notice += why;
+  for (size_t p = 0; p < fds_.size(); ++p) {
+    if (fds_[p] < 0 || mid_send_[p]) continue;
+    if (::send(fds_[p], notice.data(), notice.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) continue;
+  }
   for (int fd : fds_)
     if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
 }

@@ -26,7 +26,7 @@ class TcpCommunicator : public HostCommunicator {
   void exchange(int send_peer, const void* send_buf, size_t send_bytes, int recv_peer, void* recv_buf,
                 size_t recv_bytes) override;
   std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
-  void do_abort() override;
+  void do_abort(const std::string& reason) override;
 
  private:
   TcpCommunicator(std::shared_ptr<TcpStore> store, int rank, int size, std::vector<int> world_ranks,
@@ -39,6 +39,7 @@ class TcpCommunicator : public HostCommunicator {
   std::vector<int> fds_;          // group rank -> socket (-1 for self)
   std::string prefix_;
   int splits_ = 0;
+  std::vector<char> mid_send_;  // per peer: a message is partly sent (no abort notice may be inserted)
 };
 
 }  // namespace primus::comm

@@ -332,8 +332,8 @@ int run_comm_selftest(const SelftestOptions& o) {
   // Every named group of a layout that fits the world (TP 2 when even, HSDP replicas 2 when divisible by 4).
   {
     const int n = world.size();
-    ParallelDims dims =
-        ParallelDims::make({.dp_replicate = n % 4 == 0 ? 2 : 1, .dp_shard = -1, .tp = n % 2 == 0 ? 2 : 1}, n);
+    ParallelDims dims = ParallelDims::make(
+        {.dp_replicate = n % 4 == 0 ? 2 : 1, .dp_shard = -1, .tp = n % 2 == 0 && n != 4 ? 2 : 1}, n);
     ProcessGroups groups = build_groups(dims, world);
     for (const std::string& name : ParallelDims::group_names()) {
       Communicator& g = groups.get(name);

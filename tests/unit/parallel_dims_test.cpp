@@ -1,0 +1,146 @@
+// ParallelDims (parallel/parallel_dims.h): validation errors, rank <-> coordinate tables, named group
+// membership, and the mapping from both config dialects.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "parallel/parallel_dims.h"
+
+namespace primus::parallel {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParallelDims, InfersDpShardAndChecksTheProduct) {
+  ParallelDims d = ParallelDims::make({.dp_replicate = 2, .dp_shard = -1, .tp = 2}, 8);
+  EXPECT_EQ(d.dp_shard(), 2);
+  EXPECT_EQ(d.dp(), 4);
+  EXPECT_NE(error_of([] {
+              ParallelDims::make({.dp_shard = 3, .tp = 2}, 8);
+            }).find("multiply to 6 (dp_replicate 1 x dp_shard 3 x cp 1 x tp 2 x pp 1) but WORLD_SIZE is 8"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 3}, 8); }).find("cannot infer dp_shard"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 0}, 8); }).find("tp = 0 must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -2}, 8); }).find("dp_shard = -2"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 3}, 8);
+            }).find("ep = 3 does not divide"),
+            std::string::npos);
+  EXPECT_NO_THROW(ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 4}, 8));
+}
+
+TEST(ParallelDims, MegatronExampleTp2Pp4On8Ranks) {
+  // reference.md §2.3: TP groups {0,1},{2,3},...; PP groups {0,2,4,6},{1,3,5,7}.
+  ParallelDims d = ParallelDims::make({.dp_shard = -1, .tp = 2, .pp = 4}, 8);
+  EXPECT_EQ(d.dp(), 1);
+  EXPECT_EQ(d.group_ranks("tp", 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(d.group_ranks("tp", 5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(d.group_ranks("pp", 0), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(d.group_ranks("pp", 3), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(d.group_ranks("dp", 3), (std::vector<int>{3}));
+}
+
+TEST(ParallelDims, RankCoordinateTableRoundTrips) {
+  ParallelDims d = ParallelDims::make({.dp_replicate = 2, .dp_shard = 2, .cp = 2, .tp = 2, .pp = 2}, 32);
+  for (int r = 0; r < 32; ++r) {
+    ParallelCoords c = d.coords(r);
+    EXPECT_EQ(d.rank_of(c.tp, c.cp, c.dp, c.pp), r);
+    EXPECT_EQ(c.dp, c.dp_shard + 2 * c.dp_replicate);
+  }
+  // tp innermost, then cp, dp (shard inside replicate), pp outermost.
+  ParallelCoords c = d.coords(1 + 2 * (1 + 2 * (3 + 4 * 1)));
+  EXPECT_EQ(c.tp, 1);
+  EXPECT_EQ(c.cp, 1);
+  EXPECT_EQ(c.dp, 3);
+  EXPECT_EQ(c.dp_shard, 1);
+  EXPECT_EQ(c.dp_replicate, 1);
+  EXPECT_EQ(c.pp, 1);
+}
+
+TEST(ParallelDims, HsdpGroups) {
+  ParallelDims d = ParallelDims::make({.dp_replicate = 2, .dp_shard = -1}, 8);  // 2 replicas x 4 shards
+  EXPECT_EQ(d.group_ranks("dp_shard", 5), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(d.group_ranks("dp_replicate", 5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(d.group_ranks("dp", 5), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(d.group_ranks("world", 5).size(), 8u);
+  ParallelDims cp = ParallelDims::make({.dp_shard = -1, .cp = 2, .tp = 2}, 8);
+  EXPECT_EQ(cp.group_ranks("cp", 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(cp.group_ranks("dp", 0), (std::vector<int>{0, 4}));
+  EXPECT_EQ(cp.group_ranks("dp_cp", 0), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_NE(error_of([&] { cp.group_ranks("dq", 0); }).find("unknown process group 'dq'"), std::string::npos);
+}
+
+TEST(ParallelDims, ExpertGrid) {
+  // 8 ranks, tp 2, dp 4, ep 2: inside the stage, etp(2) x ep(2) x edp(2).
+  ParallelDims d = ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 2}, 8);
+  EXPECT_EQ(d.edp(), 2);
+  EXPECT_EQ(d.group_ranks("ep", 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(d.group_ranks("edp", 0), (std::vector<int>{0, 4}));
+}
+
+TEST(ParallelDims, TrainingRules) {
+  TrainConfig cfg;
+  cfg.model.num_attention_heads = 6;
+  cfg.model.num_query_groups = 3;
+  cfg.model.num_layers = 5;
+  cfg.data.seq_length = 130;
+  cfg.micro_batch_size = 2;
+  cfg.global_batch_size = 10;
+  ParallelDims d = ParallelDims::make({.dp_shard = -1, .cp = 2, .tp = 4, .pp = 2}, 32);
+  std::string e = error_of([&] { d.validate_training(cfg); });
+  EXPECT_NE(e.find("num_attention_heads 6 is not divisible by tp 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_query_groups 3 is neither a multiple nor a divisor of tp 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_layers 5 is not divisible by pp 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("seq_length 130 is not divisible by 2 x cp = 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("global_batch_size 10 is not divisible by micro_batch_size 2 x data-parallel size 2"),
+            std::string::npos)
+      << e;
+  ParallelDims ok = ParallelDims::make({.dp_shard = -1}, 2);
+  cfg.model.num_layers = 4;
+  cfg.global_batch_size = 8;
+  EXPECT_NO_THROW(ok.validate_training(cfg));
+}
+
+TEST(ParallelLayout, FromMegatronAndTorchTitanKeys) {
+  ParallelConfig p;
+  ParallelLayout ddp = layout_from_config(p, 4);
+  EXPECT_EQ(ddp.sharding, Sharding::kNoShard);
+  EXPECT_EQ(ddp.dims.dp_replicate(), 4);
+  EXPECT_EQ(ddp.dims.dp_shard(), 1);
+  p.use_distributed_optimizer = true;
+  EXPECT_EQ(layout_from_config(p, 4).sharding, Sharding::kOptim);
+  p.use_distributed_optimizer = false;
+  p.data_parallel_sharding_strategy = "optim_grads";
+  EXPECT_EQ(layout_from_config(p, 4).sharding, Sharding::kOptimGrads);
+  p.data_parallel_sharding_strategy = "no_shard";
+  p.use_torch_fsdp2 = true;
+  ParallelLayout fsdp = layout_from_config(p, 4);
+  EXPECT_EQ(fsdp.sharding, Sharding::kOptimGradsParams);
+  EXPECT_EQ(fsdp.dims.dp_shard(), 4);
+  p.data_parallel_replicate_degree = 2;  // HSDP
+  ParallelLayout hsdp = layout_from_config(p, 8);
+  EXPECT_EQ(hsdp.dims.dp_replicate(), 2);
+  EXPECT_EQ(hsdp.dims.dp_shard(), 4);
+  p.data_parallel_shard_degree = 2;  // TorchTitan explicit degrees that do not fill the world
+  EXPECT_NE(error_of([&] { layout_from_config(p, 8); }).find("multiply to 4"), std::string::npos);
+  ParallelConfig q;
+  q.data_parallel_replicate_degree = 2;  // replicas without sharding: only the whole DP works
+  EXPECT_NE(error_of([&] { layout_from_config(q, 4); }).find("needs sharded parameters"), std::string::npos);
+  q.data_parallel_sharding_strategy = "zero3";
+  EXPECT_NE(error_of([&] { layout_from_config(q, 4); }).find("'zero3' is not one of"), std::string::npos);
+  ParallelConfig t;
+  t.tensor_model_parallel_size = 3;
+  EXPECT_NE(error_of([&] { layout_from_config(t, 4); }).find("not divisible by TP 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace primus::parallel

@@ -1,0 +1,159 @@
+// `primus launch` end to end: torchrun variables, [rank N] prefixes, a failing or killed rank stops the
+// others and is named, SIGTERM is forwarded, and the tcp backend's selftest (every collective, groups) and
+// failure paths (a dead rank, a hung rank) across real processes.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "comm/socket_util.h"
+#include "e2e/cli_process.h"
+
+namespace primus::cli_test {
+namespace {
+
+std::vector<std::string> launch(int n, std::vector<std::string> command) {
+  std::vector<std::string> args = {
+      "launch", "--nproc-per-node", std::to_string(n), "--master-port", "0", "--grace", "3", "--"};
+  args.insert(args.end(), command.begin(), command.end());
+  return args;
+}
+
+TEST(ParallelLauncher, SetsTorchrunVariablesAndPrefixesLines) {
+  CliResult r =
+      run_primus(launch(3, {"/bin/sh", "-c",
+                            "echo R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK "
+                            "M=$MASTER_ADDR; echo err >&2"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(r.out.find(fmt::format("[rank {}] R={} W=3 L={} LW=3 G=0 M=127.0.0.1", i, i, i)),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.err.find(fmt::format("[rank {}] err", i)), std::string::npos) << r.err;
+  }
+}
+
+TEST(ParallelLauncher, AFailingRankStopsTheOthersAndIsNamed) {
+  CliResult r = run_primus(launch(3, {"/bin/sh", "-c", "if [ $RANK = 1 ]; then exit 3; fi; sleep 60"}));
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("primus launch: failed: rank 1 exited with code 3"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20);
+}
+
+TEST(ParallelLauncher, AKilledRankIsNamedAndTheOthersGetSigkillAfterTheGrace) {
+  // Rank 0 ignores SIGTERM: the launcher must escalate to SIGKILL after --grace.
+  CliResult r = run_primus(launch(
+      2, {"/bin/sh", "-c", "if [ $RANK = 1 ]; then sleep 0.3; kill -9 $$; fi; trap '' TERM; sleep 60"}));
+  EXPECT_EQ(r.exit_code, 128 + 9);
+  EXPECT_NE(r.err.find("rank 1 was killed by SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20);
+}
+
+TEST(ParallelLauncher, ForwardsSigterm) {
+  std::string dir = (std::filesystem::temp_directory_path() / "primus-launch-XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open((dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    std::vector<std::string> args = launch(2, {"/bin/sh", "-c",
+                                               "trap 'echo got-term; exit 0' TERM; "
+                                               "while true; do sleep 0.1; done"});
+    std::string bin = PRIMUS_BINARY;
+    std::vector<char*> argv = {bin.data()};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  kill(pid, SIGTERM);
+  int status = 0;
+  auto start = std::chrono::steady_clock::now();
+  waitpid(pid, &status, 0);
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_LT(waited, 10);
+  std::string out = slurp(dir + "/out"), err = slurp(dir + "/err");
+  EXPECT_NE(out.find("[rank 0] got-term"), std::string::npos) << out << err;
+  EXPECT_NE(out.find("[rank 1] got-term"), std::string::npos) << out << err;
+  EXPECT_NE(err.find("forwarding it to the ranks"), std::string::npos) << err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ParallelLauncher, BadArguments) {
+  CliResult r = run_primus({"launch", "--nproc-per-node", "0", "--", "comm", "selftest"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--nproc-per-node 0 must be >= 1"), std::string::npos) << r.err;
+  r = run_primus({"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", "0", "--", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--master-port 0"), std::string::npos) << r.err;
+}
+
+TEST(CommTcpProcesses, SelftestOverFourRanks) {
+  CliResult r = run_primus(launch(4, {"comm", "selftest", "--backend", "tcp", "--sizes", "1,31,1000"}));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0] comm selftest (tcp backend, 4 ranks)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 failed on all ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("distributed: rank 0 of 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("from torchrun"), std::string::npos) << r.out;
+}
+
+TEST(CommTcpProcesses, ADeadRankIsNamedByTheLauncherWithin30s) {
+  CliResult r = run_primus(launch(3, {"comm", "selftest", "--fault", "die", "--fault-rank", "1"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.err.find("primus launch: failed: rank 1 was killed by SIGKILL"), std::string::npos) << r.err;
+}
+
+TEST(CommTcpProcesses, WithoutTheLauncherTheSurvivorsNameTheDeadRank) {
+  // As under srun or torchrun: nobody stops the survivors, they must see the dead rank themselves.
+  const std::string port = std::to_string(comm::net::pick_free_port());
+  std::vector<CliResult> results(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.emplace_back([&, r] {
+      results[r] = run_primus({"comm", "selftest", "--fault", "die", "--fault-rank", "1"},
+                              {{"RANK", std::to_string(r)},
+                               {"WORLD_SIZE", "3"},
+                               {"LOCAL_RANK", std::to_string(r)},
+                               {"LOCAL_WORLD_SIZE", "3"},
+                               {"MASTER_ADDR", "127.0.0.1"},
+                               {"MASTER_PORT", port}});
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(results[1].exit_code, 128 + SIGKILL);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(results[r].exit_code, 1) << results[r].err;
+    EXPECT_LT(results[r].seconds, 30);
+    // "primus: error: rank 0, group world, op all_reduce 'fault injection' (seq 2): receiving from rank 1
+    // failed (Connection reset by peer): that rank exited or was killed"
+    EXPECT_NE(
+        results[r].err.find(fmt::format("rank {}, group world, op all_reduce 'fault injection' (seq 2)", r)),
+        std::string::npos)
+        << results[r].err;
+    EXPECT_NE(results[r].err.find("rank 1"), std::string::npos) << results[r].err;
+    EXPECT_NE(results[r].err.find("that rank exited or was killed"), std::string::npos) << results[r].err;
+  }
+}
+
+TEST(CommTcpProcesses, AHungRankTimesOut) {
+  CliResult r = run_primus(launch(2, {"comm", "selftest", "--fault", "hang", "--fault-rank", "1"}),
+                           {{"PRIMUS_COMM_TIMEOUT_S", "2"}});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.err.find("[rank 0] ERROR: communicator watchdog: rank 0, group world, op all_reduce 'fault "
+                       "injection' (seq 2) timed out after 2 s"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("primus launch: failed: rank 0 exited with code 1"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace primus::cli_test
