@@ -337,18 +337,21 @@ LoadReport load_into_params(const Verification& v, ParamStore& params, const Str
   rep.loaded_master = !r.names("master").empty();
   const bool compute_separate = !params.compute_aliases_master();
   const int n = static_cast<int>(params.entries().size());
+  bool all_compute_from_file = true;
   for (int i = 0; i < n; ++i) {
     const std::string& name = params.entry(i).name;
     Tensor model = r.read("model", name);
     Tensor master = rep.loaded_master ? r.read("master", name) : model;
     copy_into_param(params, i, "master", master, s, o.weights_only);
     // The compute copy is taken from the file when it has the compute dtype (bitwise what training used);
-    // otherwise it is cast from the master weights below.
-    if (compute_separate && model.dtype() == params.compute_flat().dtype())
+    // otherwise every compute tensor is cast from the master weights below.
+    if (compute_separate && model.dtype() == params.compute_flat().dtype()) {
       copy_into_param(params, i, "compute", model, s, o.weights_only);
+    } else {
+      all_compute_from_file = false;
+    }
   }
-  if (compute_separate && r.names("model").size() > 0 &&
-      r.entry("model", params.entry(0).name).dtype != st_dtype_name(params.compute_flat().dtype())) {
+  if (compute_separate && !all_compute_from_file) {
     params.sync_compute_copy(s);
     rep.notes.push_back("compute copy cast from the master weights");
   }

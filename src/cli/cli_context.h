@@ -27,6 +27,7 @@ const std::vector<CommandRegistration>& commands();
 // Subcommand attach functions (one per cmd_<name>.cpp).
 void attach_train(CLI::App& root, CliContext& ctx);
 void attach_benchmark(CLI::App& root, CliContext& ctx);  // cmd_benchmark.cpp
+void attach_data(CLI::App& root, CliContext& ctx);       // cmd_data.cpp
 void attach_launch(CLI::App& root, CliContext& ctx);     // cmd_launch.cpp
 void attach_comm(CLI::App& root, CliContext& ctx);       // cmd_comm.cpp
 void attach_convert(CLI::App& root, CliContext& ctx);    // cmd_convert.cpp

@@ -22,11 +22,12 @@ struct PretrainArgs {
   std::string config;
   bool dry_run = false;
   std::string backend_path;
+  std::string resume;  // "auto" or a checkpoint path
   std::vector<std::string> overrides;
 };
 
-const std::vector<std::string> kPretrainOptions = {"--config", "--exp", "--dry-run", "--backend_path",
-                                                   "--help"};
+const std::vector<std::string> kPretrainOptions = {"--config",       "--exp",    "--dry-run",
+                                                   "--backend_path", "--resume", "--help"};
 
 bool is_config_key(const std::string& key) {
   for (const config::KeyTable* t : {&config::megatron_keys(), &config::torchtitan_keys()})
@@ -68,6 +69,14 @@ int run_pretrain_command(const PretrainArgs& args) {
     rc.warnings.push_back(
         fmt::format("--backend_path {} has no effect: Primus-C++ has no Python backend", args.backend_path));
 
+  // --resume works in both dialects: it sets the typed config directly (docs/checkpoints.md).
+  if (args.resume == "auto") {
+    if (rc.train.checkpoint.save.empty())
+      throw ConfigError("--resume auto needs a save directory (save: or checkpoint.enable: true)");
+    rc.train.checkpoint.auto_continue_train = true;
+  } else if (!args.resume.empty()) {
+    rc.train.checkpoint.load = args.resume;
+  }
   if (args.dry_run) {
     std::string report = config::dry_run_report(rc);
     std::fwrite(report.data(), 1, report.size(), stdout);
@@ -91,6 +100,10 @@ void attach_train(CLI::App& root, CliContext& ctx) {
       "--dry-run", args->dry_run,
       "Print the resolved configuration and the plan (parameters, FLOPs/token, memory); touch no GPU");
   pretrain->add_option("--backend_path", args->backend_path, "Accepted for Primus compatibility; no effect");
+  pretrain->add_option(
+      "--resume", args->resume,
+      "auto: continue from the newest valid checkpoint in the save directory (as "
+      "auto_continue_train: true); PATH: load that checkpoint or HF directory (as load: PATH)");
   pretrain->allow_extras();
   pretrain->footer(
       "Overrides (as Primus takes them; highest priority): key=value, --key=value, --key value, a bare "

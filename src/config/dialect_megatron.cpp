@@ -126,11 +126,14 @@ void map_megatron(ResolvedConfig& rc) {
   // Tokenizer and vocabulary.
   t.data.tokenizer_type = k.s("tokenizer_type");
   t.data.tokenizer_model = k.s("tokenizer_model");
+  t.data.vocab_file = k.s("vocab_file");
+  t.data.merge_file = k.s("merge_file");
   std::optional<int64_t> vocab;
   if (!k.is_null("vocab_size")) vocab = k.i("vocab_size");
+  t.data.null_vocab_size = vocab.value_or(0);
   VocabChoice choice;
   try {
-    choice = choose_vocab_size(t.data.tokenizer_type, t.data.tokenizer_model, vocab);
+    choice = choose_vocab_size(t.data.tokenizer_type, t.data.tokenizer_model, vocab, t.data.vocab_file);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{} [tokenizer_type from {}, tokenizer_model from {}]", e.what(),
                                   k.origin("tokenizer_type").str(), k.origin("tokenizer_model").str()),
@@ -198,6 +201,10 @@ void map_megatron(ResolvedConfig& rc) {
   DataConfig& d = t.data;
   d.mock_data = k.b("mock_data");
   d.data_path = string_list(*k.get("data_path"));
+  d.train_data_path = string_list(*k.get("train_data_path"));
+  d.valid_data_path = string_list(*k.get("valid_data_path"));
+  d.test_data_path = string_list(*k.get("test_data_path"));
+  d.data_cache_path = k.s("data_cache_path");
   d.text_data_path = k.s("text_data_path");
   d.split = k.is_null("split") ? "969,30,1" : k.s("split");
   d.eod_mask_loss = k.b("eod_mask_loss");

@@ -118,10 +118,12 @@ void add_megatron_model_keys(KeyTable& t) {
   t.add(impl("tokenizer_type", kS, "null",
              "ByteTokenizer (Primus-C++), HuggingFaceTokenizer, Llama2/Llama3/Mixtral/DeepSeek*Tokenizer, "
              "GPT2BPETokenizer, NullTokenizer, ..."));
-  t.add(impl("tokenizer_model", kS, "null", "tokenizer name or path; known names give the vocabulary size"));
+  t.add(impl("tokenizer_model", kS, "null",
+             "tokenizer.json / tokenizer.model / a directory holding one, or a hub name found locally "
+             "(PRIMUS_TOKENIZER_PATH, HF cache)"));
   t.add(impl("vocab_size", kI, "null", "vocabulary size (null: from the tokenizer)").check(positive()));
-  t.add(unsup("vocab_file", kS, "null", "vocabulary file of the BERT / GPT-2 BPE tokenizers"));
-  t.add(unsup("merge_file", kS, "null", "BPE merges file of the GPT-2 tokenizer"));
+  t.add(impl("vocab_file", kS, "null", "GPT2BPETokenizer: GPT-2's vocab.json"));
+  t.add(impl("merge_file", kS, "null", "GPT2BPETokenizer: GPT-2's merges.txt"));
   t.add(unsup("vocab_extra_ids", kI, "0", "extra sentinel tokens (T5)"));
   t.add(noeff("tiktoken_pattern", kS, "null", kWhyTikToken, "TikToken split pattern"));
   t.add(noeff("tiktoken_num_special_tokens", kI, "1000", kWhyTikToken, "TikToken special tokens"));

@@ -162,19 +162,21 @@ void add_megatron_training_keys(KeyTable& t) {
 
   t.group("data");
   t.add(impl("mock_data", kB, "false", "synthetic random tokens instead of a dataset"));
-  t.add(impl("data_path", kA, "null",
-             "indexed dataset prefixes, optionally weighted: [w1, p1, w2, p2] or a string"));
+  t.add(impl(
+      "data_path", kA, "null",
+      "Megatron indexed dataset prefixes (.bin/.idx), optionally weighted: [w1, p1, w2, p2] or a string"));
   t.add(impl("split", kS, "null", "train/valid/test split weights (null: 969,30,1)"));
   t.add(impl("num_workers", kI, "2", "data-loader worker threads").check(non_negative()));
   t.add(impl("eod_mask_loss", kB, "false", "no loss on end-of-document tokens"));
-  t.add(unsup("train_data_path", kA, "null", "separate training dataset"));
-  t.add(unsup("valid_data_path", kA, "null", "separate validation dataset"));
-  t.add(unsup("test_data_path", kA, "null", "separate test dataset"));
+  t.add(impl("train_data_path", kA, "null", "training dataset blend (instead of data_path + split)"));
+  t.add(impl("valid_data_path", kA, "null", "validation dataset blend (instead of data_path + split)"));
+  t.add(impl("test_data_path", kA, "null", "test dataset blend (instead of data_path + split)"));
   t.add(unsup("data_args_path", kS, "null", "file holding data_path"));
   t.add(unsup("per_split_data_args_path", kS, "null", "file holding per-split data paths"));
   t.add(unsup("reset_position_ids", kB, "false", "restart positions after end-of-document"));
   t.add(unsup("reset_attention_mask", kB, "false", "block attention across documents"));
-  t.add(noeff("data_cache_path", kS, "null", kWhyData, "where sample indices are cached"));
+  t.add(impl("data_cache_path", kS, "null",
+             "directory of the sample-index caches (null: <dataset dir>/cache/GPTDataset_indices)"));
   t.add(noeff("dataloader_type", kS, "null", kWhyData, "single | cyclic | external"));
   t.add(noeff("dataloader_mp_context", kS, "null", kWhyTorch, "PyTorch worker start method"));
   t.add(noeff("data_sharding", kB, "true", kWhyData, "shard the dataset over workers"));

@@ -54,11 +54,15 @@ struct OptimConfig {
 
 struct DataConfig {
   bool mock_data = false;
-  std::vector<std::string> data_path;  // Megatron blend: "w1 p1 w2 p2" or prefixes (data issue)
-  std::string text_data_path;          // a text file or a directory of fortune-style files (byte tokens)
+  std::vector<std::string> data_path;  // Megatron blend: "w1 p1 w2 p2" or prefixes
+  std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // per-split blends
+  std::string data_cache_path;  // index caches ("": beside each dataset)
+  std::string text_data_path;   // a text file or a directory of fortune-style files (byte tokens)
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteTokenizer";
   std::string tokenizer_model;
+  std::string vocab_file, merge_file;  // GPT2BPETokenizer
+  int64_t null_vocab_size = 0;         // NullTokenizer: the `vocab_size` key (ids 0..N-1, EOD N)
   int64_t seq_length = 128;
   bool eod_mask_loss = false;
   int64_t num_workers = 1;

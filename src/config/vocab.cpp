@@ -7,6 +7,7 @@
 
 #include "config/did_you_mean.h"
 #include "core/error.h"
+#include "data/tokenizer_files.h"
 
 namespace primus::config {
 
@@ -62,7 +63,7 @@ std::optional<int64_t> known_vocab_size(std::string_view tokenizer_model) {
 }
 
 VocabChoice choose_vocab_size(const std::string& type, const std::string& model,
-                              std::optional<int64_t> vocab_size) {
+                              std::optional<int64_t> vocab_size, const std::string& vocab_file) {
   const auto& types = known_tokenizer_types();
   if (!type.empty() && std::find(types.begin(), types.end(), type) == types.end())
     throw ConfigError(fmt::format("unknown tokenizer_type '{}'{}", type, did_you_mean_text(type, types)),
@@ -82,8 +83,11 @@ VocabChoice choose_vocab_size(const std::string& type, const std::string& model,
                         "set vocab_size: N (ids 0..N-1, plus EOD N)");
     return {*vocab_size + 1, fmt::format("NullTokenizer: vocab_size {} + end-of-document", *vocab_size)};
   }
-  if (type == "GPT2BPETokenizer" && !vocab_size) return {50257, "GPT2BPETokenizer: 50257"};
   if (vocab_size) return {*vocab_size, "vocab_size as set"};
+  // A tokenizer on disk gives its own size (data/tokenizer_files.h reads it without building the tokenizer).
+  if (auto n = tokenizer_file_vocab_size(type, model, vocab_file))
+    return {*n, fmt::format("{}: {} tokens", type == "GPT2BPETokenizer" ? vocab_file : model, *n)};
+  if (type == "GPT2BPETokenizer") return {50257, "GPT2BPETokenizer: 50257"};
   if (!model.empty()) {
     if (auto known = known_vocab_size(model))
       return {*known, fmt::format("tokenizer_model {}: {} (known tokenizer)", model, *known)};

@@ -22,8 +22,10 @@ struct VocabChoice {
 
 // The vocabulary size: `vocab_size` when given (checked against fixed-size tokenizers), else derived from the
 // tokenizer. Throws ConfigError asking for vocab_size when it cannot be derived.
+// A tokenizer file on disk (tokenizer.json, tokenizer.model, GPT-2 vocab.json) gives its own size, as
+// Megatron takes it from the tokenizer it loads.
 VocabChoice choose_vocab_size(const std::string& tokenizer_type, const std::string& tokenizer_model,
-                              std::optional<int64_t> vocab_size);
+                              std::optional<int64_t> vocab_size, const std::string& vocab_file = "");
 
 // Rounds up to a multiple of divisible_by * tp (Megatron's _vocab_size_with_padding).
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);

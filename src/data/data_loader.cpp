@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "data/megatron_data.h"
 
 namespace primus {
 
@@ -19,8 +20,9 @@ Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_siz
   for (int64_t i = 0; i < batch_size; ++i) {
     ds.sample(first_sample + i, buf.data());
     for (int64_t j = 0; j < t; ++j) {
-      tok[i * t + j] = buf[j];
-      const bool masked = eod_mask_loss && buf[j] == eod_id;
+      // Padding (-1, Megatron's pad id for short validation samples) is input 0 and never a target.
+      tok[i * t + j] = buf[j] < 0 ? 0 : buf[j];
+      const bool masked = (eod_mask_loss && buf[j] == eod_id) || buf[j + 1] < 0;
       tgt[i * t + j] = masked ? -1 : buf[j + 1];
       b.valid_tokens += masked ? 0 : 1;
     }
@@ -86,6 +88,16 @@ Batch DataLoader::next() {
   return b;
 }
 
+TokenizerSpec tokenizer_spec(const TrainConfig& cfg) {
+  TokenizerSpec t;
+  t.type = cfg.data.tokenizer_type;
+  t.model = cfg.data.tokenizer_model;
+  t.vocab_file = cfg.data.vocab_file;
+  t.merge_file = cfg.data.merge_file;
+  t.vocab_size = cfg.data.null_vocab_size;
+  return t;
+}
+
 DataSources build_data_sources(const TrainConfig& cfg) {
   DataSources src;
   const int64_t seq = cfg.data.seq_length;
@@ -98,11 +110,27 @@ DataSources build_data_sources(const TrainConfig& cfg) {
     src.summary = fmt::format("mock data, vocab {}", vocab);
     return src;
   }
-  src.tokenizer = make_tokenizer(cfg.data.tokenizer_type, cfg.data.tokenizer_model);
+  src.tokenizer = make_tokenizer(tokenizer_spec(cfg));
   src.eod_id = src.tokenizer->eod_id();
+  // The model's embedding must hold every id the tokenizer (and so the data) can produce.
+  const int64_t model_vocab =
+      cfg.model.padded_vocab_size > 0 ? cfg.model.padded_vocab_size : cfg.model.vocab_size;
+  if (model_vocab > 0 && src.tokenizer->vocab_size() > model_vocab)
+    throw ConfigError(
+        fmt::format("vocab_size: the model has {} embedding rows but the tokenizer ({}) has {} ids",
+                    model_vocab, src.tokenizer->name(), src.tokenizer->vocab_size()),
+        "leave vocab_size null to take it from the tokenizer, or set it to at least the tokenizer's size");
+  if (cfg.data.eod_mask_loss && src.eod_id < 0)
+    throw ConfigError(
+        fmt::format("eod_mask_loss: the tokenizer {} has no end-of-document token", src.tokenizer->name()));
   if (!cfg.data.text_data_path.empty()) {
     std::vector<std::string> docs = read_text_documents(cfg.data.text_data_path);
     SplitRanges r = split_documents(docs.size(), cfg.data.split);
+    if (src.eod_id < 0)
+      throw ConfigError(
+          fmt::format("text_data_path: the tokenizer {} has no end-of-document token to separate "
+                      "documents",
+                      src.tokenizer->name()));
     auto tokenize = [&](size_t b, size_t e) {
       auto toks = std::make_shared<std::vector<int32_t>>();
       for (size_t i = b; i < e; ++i) {
@@ -125,11 +153,38 @@ DataSources build_data_sources(const TrainConfig& cfg) {
                     cfg.data.text_data_path, train_toks->size(), valid_toks->size(), src.tokenizer->name());
     return src;
   }
-  if (!cfg.data.data_path.empty()) {
-    throw ConfigError("data_path: Megatron indexed datasets are not supported yet in this build",
-                      "use mock_data: true or text_data_path");
+  const bool per_split = !cfg.data.train_data_path.empty() || !cfg.data.valid_data_path.empty() ||
+                         !cfg.data.test_data_path.empty();
+  if (!cfg.data.data_path.empty() || per_split) {
+    if (!cfg.data.data_path.empty() && per_split)
+      throw ConfigError(
+          "data_path and train_data_path/valid_data_path/test_data_path are both set (rule: set one)");
+    if (cfg.seed < 0 || cfg.seed > 0xffffffffll)
+      throw ConfigError(
+          fmt::format("seed: {} is outside [0, 2^32 - 1], numpy's RandomState range (the data "
+                      "shuffles use it)",
+                      cfg.seed));
+    MegatronDataRequest req;
+    req.data_path = cfg.data.data_path;
+    req.split_path = {cfg.data.train_data_path, cfg.data.valid_data_path, cfg.data.test_data_path};
+    req.split = cfg.data.split;
+    req.num_samples = requested_samples(cfg.train_iters, cfg.global_batch_size, cfg.logging.eval_interval,
+                                        cfg.logging.eval_iters);
+    req.num_samples[2] = 0;  // the trainer has no test pass
+    req.seq_length = seq;
+    req.seed = static_cast<uint32_t>(cfg.seed);
+    req.cache_dir = cfg.data.data_cache_path;
+    req.vocab_limit = model_vocab;
+    MegatronDataSplits s = build_megatron_datasets(req);
+    src.train = s.split[0];
+    src.valid = s.split[1];
+    src.summary = fmt::format("{} | {}", s.summary, src.tokenizer->name());
+    return src;
   }
-  throw ConfigError("no training data: set mock_data: true, text_data_path (a text corpus) or data_path");
+  throw ConfigError(
+      "no training data: set mock_data: true, data_path (Megatron .bin/.idx prefixes) or "
+      "text_data_path (a text corpus)",
+      "`primus data preprocess` turns jsonl/text into a data_path (docs/data.md)");
 }
 
 }  // namespace primus

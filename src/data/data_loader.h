@@ -65,5 +65,7 @@ struct DataSources {
   std::string summary;
 };
 DataSources build_data_sources(const TrainConfig& cfg);
+// The tokenizer the config names (tokenizer_type, tokenizer_model, vocab_file, merge_file, vocab_size).
+TokenizerSpec tokenizer_spec(const TrainConfig& cfg);
 
 }  // namespace primus

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/megatron_data.h"
 
 namespace primus {
 
@@ -130,27 +131,21 @@ std::vector<std::string> read_text_documents(const std::string& path) {
 }
 
 SplitRanges split_documents(size_t num_docs, const std::string& split) {
-  std::vector<double> w;
-  std::string tok;
-  std::string norm = split;
-  std::replace(norm.begin(), norm.end(), '/', ',');
-  std::istringstream ss(norm);
-  while (std::getline(ss, tok, ',')) {
-    try {
-      w.push_back(std::stod(tok));
-    } catch (...) {
-      throw ConfigError(fmt::format("split: '{}' is not a list of numbers like \"969,30,1\"", split));
+  // Megatron's bookends (megatron_data.h), so text and indexed data split the same way.
+  const auto m = split_matrix(split);
+  size_t r[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+  size_t prev = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (m[static_cast<size_t>(i)]) {
+      auto [b, e] = split_range(*m[static_cast<size_t>(i)], static_cast<int64_t>(num_docs));
+      r[i][0] = static_cast<size_t>(b);
+      r[i][1] = static_cast<size_t>(e);
+      prev = r[i][1];
+    } else {
+      r[i][0] = r[i][1] = prev;
     }
   }
-  while (w.size() < 3) w.push_back(0.0);
-  double total = w[0] + w[1] + w[2];
-  if (w.size() > 3 || total <= 0 || w[0] < 0 || w[1] < 0 || w[2] < 0)
-    throw ConfigError(
-        fmt::format("split: '{}' needs up to three non-negative weights with a positive sum", split));
-  // Megatron's bookends: cumulative fractions, rounded per boundary.
-  auto bound = [&](double f) { return static_cast<size_t>(std::lround(f * static_cast<double>(num_docs))); };
-  size_t b1 = bound(w[0] / total), b2 = bound((w[0] + w[1]) / total);
-  return {0, b1, b1, b2, b2, num_docs};
+  return {r[0][0], r[0][1], r[1][0], r[1][1], r[2][0], r[2][1]};
 }
 
 }  // namespace primus

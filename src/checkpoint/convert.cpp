@@ -1,0 +1,132 @@
+#include "checkpoint/convert.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "checkpoint/hf_weights.h"
+#include "checkpoint/publish.h"
+#include "checkpoint/snapshot.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/model_spec.h"
+
+namespace fs = std::filesystem;
+
+namespace primus::ckpt {
+
+namespace {
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+ConvertReport convert_hf_to_primus(const std::string& hf_dir, const std::string& out_root) {
+  const auto t0 = std::chrono::steady_clock::now();
+  HfCheckpoint hf(hf_dir);
+  const ModelConfig& m = hf.info().model;
+  const ModelSpec spec = ModelSpec::from_config(m);
+  check_hf_names(hf, spec);
+  ParamStore layout(spec);  // names and shapes only; nothing is allocated
+  std::error_code ec;
+  if (fs::exists(out_root, ec) && !fs::is_empty(out_root, ec))
+    throw ConfigError(fmt::format("convert: output {} exists and is not empty", out_root),
+                      "choose a new directory (conversions never overwrite)");
+
+  // Each parameter keeps the dtype of its HF source (q/k/v and gate/up share theirs), so the checkpoint is
+  // exact and no larger than the HF files; loading casts to the f32 master weights.
+  std::vector<Tensor> keep;
+  Snapshot snap;
+  std::string dtype;
+  for (const ParamEntry& e : layout.entries()) {
+    Tensor f32 = hf_tensor_for_param(hf, e.name, spec);
+    std::string src_name = e.name == "embed_tokens.weight" ? "model.embed_tokens.weight"
+                           : e.name == "norm.weight"       ? "model.norm.weight"
+                           : e.name == "lm_head.weight"    ? "lm_head.weight"
+                                                           : "";
+    if (src_name.empty()) {
+      // The first HF tensor of a fused parameter decides the dtype of the fused one.
+      std::string hf_name = "model." + e.name;
+      for (const auto& [fused, first] : std::vector<std::pair<std::string, std::string>>{
+               {"self_attn.qkv_proj.weight", "self_attn.q_proj.weight"},
+               {"self_attn.qkv_proj.bias", "self_attn.q_proj.bias"},
+               {"mlp.gate_up_proj.weight", "mlp.gate_proj.weight"}}) {
+        const size_t p = hf_name.find(fused);
+        if (p != std::string::npos) hf_name.replace(p, fused.size(), first);
+      }
+      src_name = hf_name;
+    }
+    DType dt = DType::kF32;
+    PRIMUS_CHECK(st_dtype_to_primus(hf.st_dtype(src_name), &dt), "unsupported dtype of {}", src_name);
+    if (dt != DType::kBF16 && dt != DType::kF16 && dt != DType::kF32) dt = DType::kF32;
+    if (dtype.empty()) dtype = dtype_name(dt);
+    keep.push_back(from_f32(f32, dt));
+    snap.model.push_back(SnapshotTensor{e.name, dt, e.shape, keep.back().data_ptr()});
+  }
+  snap.state.iteration = 0;
+  snap.state.model = m;
+  snap.state.compute_dtype = dtype;
+  snap.state.has_optimizer = false;
+  snap.state.hf_config = hf.config().dump();
+  snap.config_yaml = model_preset_yaml(m, hf_dir);
+  snap.state.config_xxh3 = hex64(xxh3_bytes(snap.config_yaml.data(), snap.config_yaml.size()));
+  PublishStats ps = publish_checkpoint(snap, out_root, 0);
+  const std::string preset = out_root + "/primus_model.yaml";
+  write_file_durable(preset, snap.config_yaml);
+
+  ConvertReport r;
+  r.output = ps.dir;
+  r.preset = preset;
+  r.model_type = hf.info().model_type;
+  r.dtype = dtype;
+  r.tensors = static_cast<int64_t>(snap.model.size());
+  r.bytes = ps.bytes;
+  r.seconds = since(t0);
+  return r;
+}
+
+std::map<std::string, Tensor> read_checkpoint_params(const Verification& v) {
+  CheckpointReader reader(v);
+  const bool master = !reader.names("master").empty();
+  std::map<std::string, Tensor> out;
+  for (const std::string& n : reader.names("model"))
+    out[n] = to_f32(reader.read(master ? "master" : "model", n));
+  return out;
+}
+
+ConvertReport convert_primus_to_hf(const std::string& checkpoint, const std::string& out_dir,
+                                   const PrimusToHfOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const PathKind kind = classify_path(checkpoint);
+  if (kind != PathKind::kCheckpoint && kind != PathKind::kSaveRoot)
+    throw ConfigError(fmt::format(
+        "convert: {} is not a Primus checkpoint (no manifest.json, latest or iter_*)", checkpoint));
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !fs::is_empty(out_dir, ec))
+    throw ConfigError(fmt::format("convert: output {} exists and is not empty", out_dir),
+                      "choose a new directory (conversions never overwrite)");
+  Selection sel = select_explicit(checkpoint);  // verified; throws naming a bad file
+  const TrainingState& st = sel.verification.state;
+  nlohmann::json base;
+  if (!st.hf_config.empty()) base = nlohmann::json::parse(st.hf_config);
+  std::string type = o.model_type;
+  if (type.empty()) type = base.is_object() ? base.value("model_type", "") : "";
+  if (type.empty()) type = default_model_type(st.model);
+  std::string dtype = o.dtype;
+  if (dtype.empty() && base.is_object()) dtype = base.value("torch_dtype", base.value("dtype", ""));
+  if (dtype.empty()) dtype = "bfloat16";
+  const DType dt = torch_dtype_to_dtype(dtype);
+  const std::map<std::string, Tensor> params = read_checkpoint_params(sel.verification);
+  const auto tensors = hf_tensors_from_params(params, st.model, type, dt);
+  const nlohmann::ordered_json config = hf_config_from_model(st.model, type, dtype_to_torch(dt), base);
+  const HfWriteStats ws = write_hf_dir(out_dir, tensors, config, o.max_shard_bytes);
+  ConvertReport r;
+  r.output = out_dir;
+  r.model_type = type;
+  r.dtype = dtype_to_torch(dt);
+  r.tensors = static_cast<int64_t>(tensors.size());
+  r.bytes = ws.bytes;
+  r.seconds = since(t0);
+  return r;
+}
+
+}  // namespace primus::ckpt
