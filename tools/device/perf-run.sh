@@ -37,11 +37,24 @@ unset PRIMUS_EXP_NAME
 cp /tmp/primus-ws/amd/dev/tiny_gpu/metrics.jsonl "$out/tiny_gpu_metrics.jsonl"
 cp /tmp/primus-ws/amd/dev/tiny_cpu/metrics.jsonl "$out/tiny_cpu_metrics.jsonl"
 python3 tools/device/compare_tracking.py "$out/tiny_cpu_metrics.jsonl" "$out/tiny_gpu_metrics.jsonl" | tail -8
-# 2. The anchor's workloads.
+# 2. The anchor's workloads, with cuBLASLt's heuristic choice (untuned) ...
 run bench_1b --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml
 grep -E "^iter (10|20)/" "$out/bench_1b.log"
-run bench_1b_selective --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml --recompute_granularity selective
 run bench_8b4l --config configs/examples/megatron/bench_llama3-8B-4L.yaml
+# ... and after tuning every GEMM shape of both steps (primus benchmark gemm-dense --tune), loaded by the
+# trainer through PRIMUS_GEMM_TUNING_FILE. The tuning reports (uplift per shape) come back in the logs.
+tune=$out/gemm_tuning.json
+"$build/primus" benchmark gemm-dense --model llama3.2_1B --mbs 8 --seqlen 2048 --vocab-size 128256 --tune \
+  --tuning-file "$tune" --output-file "$out/tune_1b.md" > "$out/tune_1b.log" 2>&1
+echo "== tune 1b rc=$?"; tail -4 "$out/tune_1b.log"
+"$build/primus" benchmark gemm-dense --model llama3.1_8B --mbs 1 --seqlen 8192 --num-layers 4 --tune \
+  --tuning-file "$tune" --output-file "$out/tune_8b4l.md" > "$out/tune_8b4l.log" 2>&1
+echo "== tune 8b4l rc=$?"; tail -4 "$out/tune_8b4l.log"
+export PRIMUS_GEMM_TUNING_FILE=$tune
+run bench_1b_tuned --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml
+run bench_1b_selective_tuned --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml --recompute_granularity selective
+run bench_8b4l_tuned --config configs/examples/megatron/bench_llama3-8B-4L.yaml
+unset PRIMUS_GEMM_TUNING_FILE
 # 3. The PyTorch anchor, same machine, same call.
 if [ "$torch" = 1 ]; then
   (cd .perf && OUT="$out" PYTHONUNBUFFERED=1 timeout 420 python3 torch_baseline.py > "$out/torch.log" 2>&1)
