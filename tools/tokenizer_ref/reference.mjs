@@ -30,7 +30,9 @@ for await (const line of rl) {
   const text = JSON.parse(line);
   const ids = tok.encode(text).ids;
   const plain = tok.encode(text, { add_special_tokens: false }).ids;
-  const decoded = tok.decode(plain, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  // decode() refuses an empty list (the empty string encodes to nothing): its text is "".
+  const decoded =
+    plain.length === 0 ? "" : tok.decode(plain, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
   out.push(JSON.stringify({ ids, ids_plain: plain, decoded }));
 }
 process.stdout.write(out.join("\n") + (out.length ? "\n" : ""));
