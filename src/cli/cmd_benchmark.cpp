@@ -1,5 +1,5 @@
 // `primus benchmark <suite>`: Primus's micro-benchmark suite (reference.md §4.8). Suites here: gemm,
-// gemm-dense.
+// gemm-dense, attention (cmd_benchmark_attention.cpp), comm (cmd_benchmark_comm.cpp).
 //   primus benchmark gemm --M 8192 --N 8192 --K 8192 --dtype bf16 [--trans_a] [--trans_b] [--duration 10]
 //                         [--output-file gemm_report.md|.csv|.jsonl] [--tune [--tuning-file F]]
 //   primus benchmark gemm-dense --model llama3.1_8B --micro-batch-size 1 --seq-length 8192 [--tune]
@@ -9,6 +9,7 @@
 #include "bench/gemm_bench.h"
 #include "cli/cli_context.h"
 #include "cli/cmd_benchmark_attention.h"
+#include "cli/cmd_benchmark_comm.h"
 
 namespace primus::cli {
 
@@ -82,6 +83,7 @@ void attach_benchmark(CLI::App& root, CliContext& ctx) {
   attach_gemm(bench, ctx);
   attach_gemm_dense(bench, ctx);
   attach_benchmark_attention(bench, ctx);
+  attach_benchmark_comm(bench, ctx, "comm");
 }
 
 }  // namespace primus::cli

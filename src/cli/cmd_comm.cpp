@@ -2,10 +2,11 @@
 // Run them under a launcher:
 //   primus launch --nproc-per-node 2 -- comm selftest              (tcp backend)
 //   mpirun -np 4 primus comm selftest --backend mpi
-//   primus launch --nproc-per-node 2 -- comm bench --backend nccl --check
+//   primus launch --nproc-per-node 2 -- comm bench --backend nccl --check   (= benchmark comm)
 #include <memory>
 
 #include "cli/cli_context.h"
+#include "cli/cmd_benchmark_comm.h"
 #include "parallel/comm_selftest.h"
 
 namespace primus::cli {
@@ -26,21 +27,7 @@ void attach_comm(CLI::App& root, CliContext& ctx) {
       ->capture_default_str();
   st->callback([s, &ctx] { ctx.action = [s] { return parallel::run_comm_selftest(*s); }; });
 
-  auto b = std::make_shared<parallel::BenchOptions>();
-  CLI::App* bench =
-      comm->add_subcommand("bench", "Time collectives: algbw and busbw (nccl-tests' definitions)");
-  bench->add_option("--backend", b->backend, "auto | tcp | mpi | nccl")->capture_default_str();
-  bench->add_option("--bytes", b->bytes, "Message sizes in bytes")->delimiter(',')->capture_default_str();
-  bench
-      ->add_option("--ops", b->ops, "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, sendrecv")
-      ->delimiter(',')
-      ->capture_default_str();
-  bench->add_option("--dtype", b->dtype, "Element type")->capture_default_str();
-  bench->add_option("--warmup", b->warmup, "Untimed iterations")->capture_default_str();
-  bench->add_option("--iters", b->iters, "Timed iterations")->capture_default_str();
-  bench->add_flag("--check", b->check, "Validate all_reduce results");
-  bench->add_option("--timeout", b->timeout_s, "Collective timeout in seconds")->capture_default_str();
-  bench->callback([b, &ctx] { ctx.action = [b] { return parallel::run_comm_bench(*b); }; });
+  attach_benchmark_comm(comm, ctx, "bench");  // the same command as `primus benchmark comm`
 }
 
 }  // namespace primus::cli

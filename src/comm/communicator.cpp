@@ -103,6 +103,14 @@ void abort_all_communicators(const std::string& reason) {
   Watchdog::get().abort_all(reason);
 }
 
+namespace {
+std::atomic<OpObserver> g_op_observer{nullptr};
+}  // namespace
+
+void set_op_observer(OpObserver observer) {
+  g_op_observer.store(observer);
+}
+
 Communicator::Communicator(int rank, int size, std::string name, int world_rank, double timeout_s)
     : rank_(rank), size_(size), name_(std::move(name)), world_rank_(world_rank), timeout_s_(timeout_s) {
   Watchdog::get().add(this);
@@ -149,6 +157,7 @@ void Communicator::abort(const std::string& reason) {
 template <typename F>
 void Communicator::run_op(const char* op, std::string_view label, F&& body) {
   const uint64_t seq = next_seq();
+  if (OpObserver f = g_op_observer.load()) f(name_, op, label, seq);
   if (aborted_.load())
     throw CommError(fmt::format("{}: the communicator was aborted after an earlier failure",
                                 describe_op(op, label, seq)));

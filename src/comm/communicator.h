@@ -145,4 +145,9 @@ class Communicator {
 // Aborts every live communicator of this process (errors, timeouts, signals).
 void abort_all_communicators(const std::string& reason);
 
+// Called at the start of every operation of every communicator (the hang watchdog, src/safe, records each
+// rank's last collective with it). nullptr: none.
+using OpObserver = void (*)(const std::string& group, const char* op, std::string_view label, uint64_t seq);
+void set_op_observer(OpObserver observer);
+
 }  // namespace primus::comm

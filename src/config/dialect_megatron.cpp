@@ -291,6 +291,26 @@ void map_megatron(ResolvedConfig& rc) {
   g.spiky_loss_policy = k.s("spiky_loss_policy");
   g.spiky_loss_factor = k.f("spiky_loss_factor");
 
+  // Profiling and in-flight monitors.
+  StabilityConfig& st = t.stability;
+  st.profile = k.b("profile");
+  st.profile_step_start = k.i("profile_step_start");
+  st.profile_step_end = k.i("profile_step_end");
+  st.profile_ranks.clear();
+  if (const Value* pr = k.get("profile_ranks"); pr != nullptr && pr->is_list())
+    for (const Value& v : pr->items()) {
+      if (!v.is_int())
+        throw ConfigError(
+            fmt::format("{}: profile_ranks: expected a list of ranks", k.origin("profile_ranks").str()));
+      st.profile_ranks.push_back(v.as_int());
+    }
+  if (st.profile && st.profile_step_end < st.profile_step_start)
+    throw ConfigError(fmt::format("{}: profile_step_end {} is before profile_step_start {}",
+                                  k.origin("profile_step_end").str(), st.profile_step_end,
+                                  st.profile_step_start));
+  st.hang_timeout_s = k.f("hang_timeout_s");
+  st.straggler_factor = k.f("straggler_factor");
+
   // Logging and evaluation.
   LoggingConfig& l = t.logging;
   l.log_interval = k.i("log_interval");

@@ -190,6 +190,9 @@ void map_torchtitan(ResolvedConfig& rc) {
   t.guards.spiky_loss_policy = k.s("spiky_loss_policy");
   t.guards.spiky_loss_factor = k.f("spiky_loss_factor");
 
+  t.stability.hang_timeout_s = k.f("hang_timeout_s");
+  t.stability.straggler_factor = k.f("straggler_factor");
+
   // Logging.
   t.logging.log_interval = k.i("metrics.log_freq");
   t.logging.tensorboard = k.b("metrics.enable_tensorboard");

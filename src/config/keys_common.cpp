@@ -46,6 +46,16 @@ void add_common_keys(KeyTable& t) {
             .non_null()
             .check(positive())
             .ext());
+  t.add(impl("hang_timeout_s", kF, "0",
+             "hang watchdog: seconds without step progress before the run is declared hung (exit code 5, "
+             "stuck ranks named); 0 = max(3 x p99 step time, 60 s); < 0 = off")
+            .non_null()
+            .ext());
+  t.add(impl("straggler_factor", kF, "1.2",
+             "a rank whose recent step time is >= this x the median over ranks is flagged as a straggler")
+            .non_null()
+            .check(positive())
+            .ext());
 }
 
 }  // namespace primus::config::keys

@@ -124,12 +124,14 @@ void add_megatron_logging_keys(KeyTable& t) {
            {"mlflow_tracelens_auto_install", kB, "true", "install TraceLens when missing"}});
 
   t.group("profiling");
+  t.add(impl("profile", kB, "false",
+             "write a Chrome/Perfetto trace per profiled rank (trace/rank<r>.json in the run directory) of "
+             "iterations profile_step_start..profile_step_end, and print the GPU timeline after them"));
+  t.add(impl("profile_ranks", kL, "[0]", "ranks that write a trace"));
+  t.add(impl("profile_step_start", kI, "10", "first profiled iteration").non_null().check(non_negative()));
+  t.add(impl("profile_step_end", kI, "12", "last profiled iteration").non_null().check(non_negative()));
   add_all(t, kWhyProfile,
-          {{"profile", kB, "false", "profile some iterations"},
-           {"use_pytorch_profiler", kB, "false", "PyTorch profiler instead of nsys ranges"},
-           {"profile_ranks", kL, "[0]", "ranks to profile"},
-           {"profile_step_start", kI, "10", "first profiled iteration"},
-           {"profile_step_end", kI, "12", "last profiled iteration"},
+          {{"use_pytorch_profiler", kB, "false", "PyTorch profiler instead of nsys ranges"},
            {"disable_profiler_activity_cpu", kB, "false", "no CPU activity in traces"},
            {"torch_profiler_record_shapes", kB, "true", "record shapes"},
            {"torch_profiler_with_stack", kB, "true", "record stacks"},

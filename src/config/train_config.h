@@ -128,6 +128,17 @@ struct LoggingConfig {
   bool tensorboard = false;
 };
 
+// Profiling and in-flight monitors (src/profile, src/safe; docs/stability.md).
+struct StabilityConfig {
+  bool profile = false;  // profile: write a Chrome/Perfetto trace of iterations [start, end] per rank
+  int64_t profile_step_start = 10;
+  int64_t profile_step_end = 12;
+  std::vector<int64_t> profile_ranks = {0};
+  double hang_timeout_s = 0;        // 0: max(3 x p99 step time, 60 s); < 0: watchdog off
+  double straggler_factor = 1.2;    // a rank whose step time >= factor x the median over ranks is flagged
+  int64_t straggler_interval = 10;  // steps between straggler checks
+};
+
 struct RunInfo {
   std::string work_group = "amd";
   std::string user_name = "root";
@@ -149,6 +160,7 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   GuardConfig guards;
   LoggingConfig logging;
+  StabilityConfig stability;
   int64_t train_iters = 100;
   int64_t micro_batch_size = 1;
   int64_t global_batch_size = 1;

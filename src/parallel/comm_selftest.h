@@ -1,5 +1,5 @@
 #pragma once
-// `primus comm selftest` and `primus comm bench`: every collective of a backend end to end, from the launch
+// `primus comm selftest`: every collective of a backend end to end, from the launch
 // environment (primus launch, mpirun, srun, torchrun).
 //
 // selftest: each rank fills its inputs from a hash of (rank, element), so every rank can compute every
@@ -10,8 +10,7 @@
 // Fault injection for the failure tests: --fault die|hang --fault-rank R makes rank R SIGKILL itself or stop
 // answering just before a collective.
 //
-// bench: algbw / busbw per collective and size, with nccl-tests' bus-bandwidth factors (all_reduce
-// 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n; broadcast, send/recv 1).
+// The bandwidth benchmark (`primus comm bench` = `primus benchmark comm`) is bench/comm_bench.h.
 #include <string>
 #include <vector>
 
@@ -26,18 +25,5 @@ struct SelftestOptions {
   double timeout_s = 600;
 };
 int run_comm_selftest(const SelftestOptions& o);
-
-struct BenchOptions {
-  std::string backend = "auto";
-  std::vector<int64_t> bytes = {1 << 10, 1 << 16, 1 << 20, 1 << 24};  // message sizes
-  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather",
-                                  "all_to_all", "broadcast",      "sendrecv"};
-  std::string dtype = "bf16";
-  int warmup = 2;
-  int iters = 10;
-  bool check = false;  // validate all_reduce results once per size
-  double timeout_s = 600;
-};
-int run_comm_bench(const BenchOptions& o);
 
 }  // namespace primus::parallel

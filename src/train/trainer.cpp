@@ -10,6 +10,8 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "ops/elementwise.h"
+#include "profile/trace.h"
+#include "safe/run_monitor.h"
 #include "train/stop_signal.h"
 
 namespace primus {
@@ -68,6 +70,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // 6 N' + 6 L T d, N' = parameters except the input embedding (the PyTorch anchor's formula).
   flops_per_token_ = config::flops_per_token(cfg.model, cfg.data.seq_length).causal;
 
+  monitor_ = std::make_unique<safe::RunMonitor>(cfg.stability, safe::monitor_context(run_dir, stream_));
   log::info("model: {} ({:.2f}M parameters, {:.2f} GFLOP/token)", spec.describe(),
             params_->parameter_count() / 1e6, flops_per_token_ / 1e9);
   log::info("data: {}", data_.summary);
@@ -82,7 +85,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   std::vector<Tensor> losses;
   std::vector<int64_t> valid;
   for (int64_t mb = 0; mb < micro_batches_; ++mb) {
-    Batch b = loader_->next();
+    Batch b = [&] {
+      PRIMUS_TRACE_RANGE("data");
+      return loader_->next();
+    }();
+    PRIMUS_TRACE_RANGE("forward_backward");
     PRIMUS_CHECK(b.valid_tokens > 0, "micro-batch at sample {} has no tokens that count toward the loss",
                  b.first_sample);
     // Megatron's default: each micro-batch's loss is its mean over counted tokens; the step averages them.
@@ -107,7 +114,10 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   o.loss /= static_cast<double>(losses.size());
   if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
   run_guards(iter, o, micro);
-  if (o.applied) optim_->step(o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad), stream_);
+  if (o.applied) {
+    PRIMUS_TRACE_RANGE("optimizer");
+    optim_->step(o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad), stream_);
+  }
   return o;
 }
 
@@ -128,6 +138,7 @@ void Trainer::run_guards(int64_t iter, StepOutcome& o, const std::vector<double>
       what += (what.empty() ? "" : "; ") + r.describe();
     }
     o.applied = false;
+    monitor_->event(iter, g.nan_policy == "halt" ? "nan_halt" : "nan_skip", what);
     if (g.nan_policy == "halt") {
       o.halt = true;
       log::error(
@@ -144,6 +155,10 @@ void Trainer::run_guards(int64_t iter, StepOutcome& o, const std::vector<double>
   }
   if (g.check_spiky_loss && spikes_.is_spike(o.loss)) {
     const double ref = spikes_.reference();
+    monitor_->event(iter, "loss_spike",
+                    fmt::format("loss {:.4f} >= {} x {:.4f} ({})", o.loss, g.spiky_loss_factor, ref,
+                                g.spiky_loss_policy == "skip" ? "update skipped" : "update applied"),
+                    o.loss);
     if (g.spiky_loss_policy == "skip") {
       o.applied = false;
       log::warn(
@@ -196,9 +211,11 @@ TrainResult Trainer::train() {
   res.last_iteration = start_iter_;
   for (int64_t iter = start_iter_ + 1; iter <= cfg_.train_iters; ++iter) {
     Stopwatch sw;
+    monitor_->step_begin(iter);
     const StepOutcome o = train_step(iter);
     stream_sync(stream_);
     const double ms = sw.ms();
+    monitor_->step_end(iter, ms);
     if (o.halt) {
       res.exit_code = kExitGuardHalt;
       res.stop_reason = fmt::format("halted at iteration {} by check_for_nan_in_loss_and_grad", iter);
@@ -254,6 +271,7 @@ TrainResult Trainer::train() {
                           (iter % cfg_.logging.eval_interval == 0 || iter == cfg_.train_iters);
     if (eval_now) {
       Stopwatch ev;
+      monitor_->set_phase(fmt::format("evaluation after step {}", iter));
       const double vl = evaluate();
       if (vl >= 0) {
         res.last_val_loss = vl;
@@ -288,6 +306,7 @@ TrainResult Trainer::train() {
       break;
     }
   }
+  monitor_->finish();
   if (writer_) writer_->wait();  // an async write finishes (or fails) before the process exits
   res.steps = static_cast<int64_t>(res.losses.size());
   double med = 0;

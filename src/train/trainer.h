@@ -20,6 +20,10 @@
 
 namespace primus {
 
+namespace safe {
+class RunMonitor;  // safe/run_monitor.h: trace, hang watchdog, stragglers, guard events
+}
+
 // Picks the device from the `device` key: auto = the first GPU when one is usable, else the CPU.
 Stream select_stream(const std::string& device_key);
 
@@ -87,6 +91,7 @@ class Trainer {
   int64_t last_saved_iter_ = -1;
   bool resumed_ = false;   // continuing a run (not a fresh start or a weights-only load)
   std::string hf_config_;  // carried into checkpoints for `convert primus-to-hf`
+  std::unique_ptr<safe::RunMonitor> monitor_;
 };
 
 }  // namespace primus

@@ -1,0 +1,79 @@
+#pragma once
+// GPU timeline analysis as TraceLens reports it (reference.md §4.11), for our traces and torch.profiler's.
+//
+// GPU events are the trace's "X" events of category kernel, gpu_memcpy or gpu_memset (the names
+// torch.profiler uses too). Kernels whose names contain "nccl" are communication; memcpy events are memcpy;
+// every other kernel and every memset is computation. With U = interval union:
+//   computation = |U compute|, exposed comm = |U comm - U compute|,
+//   exposed memcpy = |U memcpy - U compute - U comm|, busy = |U all|, total = last end - first start,
+//   idle = total - busy; so computation + exposed comm + exposed memcpy + idle = total.
+// A trace without GPU events (a CPU run) is analysed on its CPU ranges of category cpu_op instead, and says
+// so. The op summary groups GPU events by op family (gemm, attention, norm, ...; op_family()) with count,
+// total ms (sum of durations), percent of the summed time and cumulative percent, largest first.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace primus::profile {
+
+struct Interval {
+  double begin = 0, end = 0;
+};
+// Sorted, disjoint union.
+std::vector<Interval> interval_union(std::vector<Interval> v);
+double interval_length(const std::vector<Interval>& merged);
+// a - b, both merged.
+std::vector<Interval> interval_subtract(const std::vector<Interval>& a, const std::vector<Interval>& b);
+
+struct GpuEvent {
+  std::string name;
+  std::string cat;  // kernel | gpu_memcpy | gpu_memset | cpu_op
+  double ts_us = 0, dur_us = 0;
+  int pid = 0;
+};
+
+enum class EventClass { kCompute, kComm, kMemcpy };
+EventClass classify(const GpuEvent& e);
+// Op family of a kernel name: gemm, attention, norm, rope, swiglu, loss, optimizer, embedding, elementwise,
+// reduce, nccl, memcpy, memset, other (and the range name itself for CPU ranges).
+std::string op_family(const GpuEvent& e);
+
+struct TimelineBreakdown {
+  double total_ms = 0, computation_ms = 0, comm_ms = 0, exposed_comm_ms = 0, memcpy_ms = 0,
+         exposed_memcpy_ms = 0, busy_ms = 0, idle_ms = 0;
+  double pct(double v) const { return total_ms > 0 ? 100.0 * v / total_ms : 0; }
+};
+TimelineBreakdown analyse_timeline(const std::vector<GpuEvent>& events);
+
+struct OpRow {
+  std::string family;
+  int64_t count = 0;
+  double total_ms = 0, pct = 0, cum_pct = 0;
+};
+std::vector<OpRow> op_summary(const std::vector<GpuEvent>& events);
+// The same by kernel name, the `top` largest.
+std::vector<OpRow> kernel_summary(const std::vector<GpuEvent>& events, size_t top);
+
+struct TimelineReport {
+  std::string source;  // file or rank label
+  std::string basis;   // "GPU events" | "CPU ranges (no GPU events in the trace)"
+  int pid = 0;
+  size_t events = 0;
+  TimelineBreakdown timeline;
+  std::vector<OpRow> ops;
+  std::vector<OpRow> kernels;
+};
+// The GPU events of a Chrome trace (object with traceEvents, or a bare array), per pid; CPU ranges when the
+// trace has no GPU events. Throws primus::Error naming `what` for malformed JSON.
+std::map<int, std::vector<GpuEvent>> extract_events(const nlohmann::json& trace, const std::string& what,
+                                                    bool* cpu_fallback);
+std::vector<TimelineReport> analyse_trace(const nlohmann::json& trace, const std::string& what);
+std::vector<TimelineReport> analyse_trace_file(const std::string& path);
+
+// Plain-text tables (for the console) and Markdown.
+std::string format_timeline_text(const TimelineReport& r);
+std::string format_timeline_markdown(const TimelineReport& r);
+nlohmann::json timeline_to_json(const TimelineReport& r);
+
+}  // namespace primus::profile

@@ -1,0 +1,273 @@
+#include "report/run_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "report/svg_plot.h"
+
+namespace primus::report {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void read_jsonl(const std::string& path, RunData& run, std::vector<nlohmann::json>* all) {
+  std::ifstream f(path);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      run.warnings.push_back(fmt::format("{} line {}: not a JSON object (skipped)", path, n));
+      continue;
+    }
+    all->push_back(std::move(j));
+  }
+}
+
+double num(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return std::nan("");
+  return j[key].get<double>();
+}
+
+Series series_of(const std::vector<nlohmann::json>& recs, const char* key, const std::string& name,
+                 const std::string& color, double scale = 1) {
+  Series s{name, color, {}, {}, false};
+  for (const nlohmann::json& r : recs) {
+    const double v = num(r, key);
+    if (!std::isfinite(v)) continue;
+    s.x.push_back(num(r, "step"));
+    s.y.push_back(v * scale);
+  }
+  return s;
+}
+
+std::string event_color(const std::string& kind) {
+  if (kind == "nan_skip" || kind == "nan_halt" || kind == "hang") return "#d62728";
+  if (kind == "loss_spike") return "#ff7f0e";
+  if (kind == "straggler") return "#9467bd";
+  return "#8c564b";
+}
+
+std::string fmt_num(double v) {
+  if (!std::isfinite(v)) return "-";
+  return fmt::format("{:.4g}", v);
+}
+
+}  // namespace
+
+RunData load_run(const std::string& dir) {
+  RunData run;
+  run.dir = dir;
+  const std::string metrics = dir + "/metrics.jsonl";
+  if (!fs::exists(metrics))
+    throw Error(ErrorKind::kRuntime,
+                fmt::format("report: {} not found: {} is not a training run directory", metrics, dir), {},
+                "pass the run directory of `primus train` (it holds metrics.jsonl)");
+  std::vector<nlohmann::json> recs;
+  read_jsonl(metrics, run, &recs);
+  for (nlohmann::json& r : recs) {
+    if (r.contains("loss")) {
+      run.steps.push_back(std::move(r));
+    } else if (r.contains("val_loss")) {
+      run.validation.push_back(std::move(r));
+    }
+  }
+  if (fs::exists(dir + "/events.jsonl")) read_jsonl(dir + "/events.jsonl", run, &run.events);
+  std::error_code ec;
+  if (fs::is_directory(dir + "/heartbeat", ec))
+    for (const auto& e : fs::directory_iterator(dir + "/heartbeat", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("hang-rank-", 0) != 0) continue;
+      std::ifstream f(e.path());
+      nlohmann::json h = nlohmann::json::parse(f, nullptr, false);
+      if (h.is_discarded()) continue;
+      run.events.push_back({{"step", nullptr},
+                            {"kind", "hang"},
+                            {"rank", h.value("rank", -1)},
+                            {"detail", h.value("message", "")}});
+    }
+  // Guard decisions that only left a flag in metrics.jsonl (runs written before events.jsonl existed).
+  if (run.events.empty())
+    for (const nlohmann::json& s : run.steps)
+      if (s.value("skipped", false))
+        run.events.push_back({{"step", s["step"]},
+                              {"kind", "skipped_update"},
+                              {"rank", 0},
+                              {"detail", "a guard did not apply this step's update"}});
+  if (fs::exists(dir + "/summary.json")) {
+    std::ifstream f(dir + "/summary.json");
+    run.summary = nlohmann::json::parse(f, nullptr, false);
+    if (run.summary.is_discarded()) {
+      run.warnings.push_back(dir + "/summary.json is not valid JSON");
+      run.summary = nullptr;
+    }
+  }
+  if (fs::exists(dir + "/config.yaml")) {
+    std::ifstream f(dir + "/config.yaml");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    run.config_yaml = ss.str();
+  }
+  if (fs::is_directory(dir + "/trace", ec)) {
+    std::vector<std::string> traces;
+    for (const auto& e : fs::directory_iterator(dir + "/trace", ec))
+      if (e.path().extension() == ".json") traces.push_back(e.path().string());
+    std::sort(traces.begin(), traces.end());
+    for (const std::string& t : traces) {
+      try {
+        for (auto& r : profile::analyse_trace_file(t)) run.timelines.push_back(std::move(r));
+      } catch (const Error& e) {
+        run.warnings.push_back(e.what());
+      }
+    }
+  }
+  return run;
+}
+
+std::string render_html(const RunData& run) {
+  std::string h =
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Primus run report</title>\n<style>\n"
+      "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}h1{font-size:22px}"
+      "h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}"
+      "table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px "
+      "8px}"
+      "th{background:#f0f0f0}td.n{text-align:right}.grid{display:flex;flex-wrap:wrap;gap:12px}"
+      ".warn{color:#b35900}.kind{font-weight:bold}pre{background:#f6f6f6;padding:8px;font-size:12px;"
+      "max-height:300px;overflow:auto}\n</style></head><body>\n";
+  h += fmt::format("<h1>Primus run report</h1>\n<p>Run directory: <code>{}</code></p>\n",
+                   html_escape(run.dir));
+
+  // Summary.
+  h += "<h2>Summary</h2>\n<table>";
+  if (!run.summary.is_null())
+    for (auto it = run.summary.begin(); it != run.summary.end(); ++it)
+      h += fmt::format(
+          "<tr><th>{}</th><td>{}</td></tr>", html_escape(it.key()),
+          html_escape(it.value().is_string() ? it.value().get<std::string>() : it.value().dump()));
+  h += fmt::format(
+      "<tr><th>steps recorded</th><td>{}</td></tr><tr><th>validation points</th><td>{}</td></tr>"
+      "<tr><th>guard events</th><td>{}</td></tr></table>\n",
+      run.steps.size(), run.validation.size(), run.events.size());
+  for (const std::string& w : run.warnings) h += "<p class=\"warn\">" + html_escape(w) + "</p>\n";
+
+  // Plots.
+  std::vector<Marker> markers;
+  for (const nlohmann::json& e : run.events)
+    if (e.contains("step") && e["step"].is_number())
+      markers.push_back({e["step"].get<double>(), e.value("kind", "?") + ": " + e.value("detail", ""),
+                         event_color(e.value("kind", ""))});
+  Series val = series_of(run.validation, "val_loss", "validation loss", "#2ca02c");
+  val.points = true;
+  h += "<h2>Training curves</h2>\n<div class=\"grid\">\n";
+  h += line_chart("Loss", "loss", {series_of(run.steps, "loss", "train loss", "#1f77b4"), val}, markers);
+  h += line_chart("Throughput", "tokens/s/GPU",
+                  {series_of(run.steps, "tok_s_gpu", "tokens/s/GPU", "#ff7f0e")}, markers);
+  h += line_chart("MFU", "MFU %", {series_of(run.steps, "mfu", "MFU", "#9467bd", 100)}, markers);
+  h += line_chart("Memory", "GB", {series_of(run.steps, "mem_gb", "peak allocated", "#8c564b")}, markers);
+  h += line_chart("Step time", "ms", {series_of(run.steps, "iter_ms", "iteration", "#17becf")}, markers);
+  h += line_chart("Gradient norm", "grad norm", {series_of(run.steps, "grad_norm", "grad norm", "#7f7f7f")},
+                  markers);
+  h += "</div>\n";
+
+  // Guard events.
+  h += "<h2>Guard events</h2>\n";
+  if (run.events.empty()) {
+    h += "<p>None: no NaN/Inf skips, loss spikes, slow steps, stragglers or hangs were recorded.</p>\n";
+  } else {
+    h += "<table><tr><th>step</th><th>kind</th><th>rank</th><th>detail</th></tr>\n";
+    for (const nlohmann::json& e : run.events)
+      h += fmt::format(
+          "<tr><td class=\"n\">{}</td><td class=\"kind\" style=\"color:{}\">{}</td><td class=\"n\">{}</td>"
+          "<td>{}</td></tr>\n",
+          e.contains("step") && e["step"].is_number() ? std::to_string(e["step"].get<int64_t>()) : "-",
+          event_color(e.value("kind", "")), html_escape(e.value("kind", "?")),
+          e.contains("rank") ? e["rank"].dump() : "-", html_escape(e.value("detail", "")));
+    h += "</table>\n";
+  }
+
+  // Timelines.
+  h += "<h2>GPU timeline (profiled steps)</h2>\n";
+  if (run.timelines.empty())
+    h += "<p>No trace in <code>trace/</code> (set <code>profile: true</code> with profile_step_start / "
+         "profile_step_end).</p>\n";
+  for (const profile::TimelineReport& r : run.timelines) {
+    const profile::TimelineBreakdown& t = r.timeline;
+    h += fmt::format(
+        "<h3>{} (pid {}, {} events; basis: {})</h3>\n<div class=\"grid\"><table><tr><th>type</th><th>time "
+        "ms</th><th>percent</th></tr>\n",
+        html_escape(r.source), r.pid, r.events, html_escape(r.basis));
+    for (auto [name, ms] :
+         std::vector<std::pair<const char*, double>>{{"computation", t.computation_ms},
+                                                     {"exposed communication", t.exposed_comm_ms},
+                                                     {"exposed memcpy", t.exposed_memcpy_ms},
+                                                     {"idle", t.idle_ms},
+                                                     {"total", t.total_ms},
+                                                     {"busy", t.busy_ms},
+                                                     {"communication (all)", t.comm_ms},
+                                                     {"memcpy (all)", t.memcpy_ms}})
+      h += fmt::format("<tr><td>{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{:.2f}%</td></tr>\n", name,
+                       ms, t.pct(ms));
+    h += "</table>\n<table><tr><th>op family</th><th>count</th><th>total ms</th><th>%</th><th>cumulative "
+         "%</th></tr>\n";
+    for (const profile::OpRow& o : r.ops)
+      h += fmt::format(
+          "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{:.2f}</td>"
+          "<td class=\"n\">{:.2f}</td></tr>\n",
+          html_escape(o.family), o.count, o.total_ms, o.pct, o.cum_pct);
+    h += "</table></div>\n<details><summary>Top "
+         "kernels</summary><table><tr><th>kernel</th><th>count</th><th>total "
+         "ms</th><th>%</th></tr>\n";
+    for (const profile::OpRow& o : r.kernels)
+      h += fmt::format(
+          "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3f}</td><td "
+          "class=\"n\">{:.2f}</td></tr>\n",
+          html_escape(o.family.size() > 120 ? o.family.substr(0, 117) + "..." : o.family), o.count,
+          o.total_ms, o.pct);
+    h += "</table></details>\n";
+  }
+
+  // Last steps and configuration.
+  if (!run.steps.empty()) {
+    h += "<h2>Last steps</h2>\n<table><tr><th>step</th><th>loss</th><th>lr</th><th>grad norm</th><th>ms</th>"
+         "<th>tok/s/GPU</th><th>MFU %</th><th>mem GB</th></tr>\n";
+    const size_t from = run.steps.size() > 10 ? run.steps.size() - 10 : 0;
+    for (size_t i = from; i < run.steps.size(); ++i) {
+      const nlohmann::json& s = run.steps[i];
+      h += fmt::format(
+          "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+          "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+          "class=\"n\">{}</td></tr>\n",
+          fmt_num(num(s, "step")), fmt_num(num(s, "loss")), fmt_num(num(s, "lr")),
+          fmt_num(num(s, "grad_norm")), fmt_num(num(s, "iter_ms")), fmt_num(num(s, "tok_s_gpu")),
+          fmt_num(num(s, "mfu") * 100), fmt_num(num(s, "mem_gb")));
+    }
+    h += "</table>\n";
+  }
+  if (!run.config_yaml.empty())
+    h += "<h2>Configuration</h2>\n<details><summary>config.yaml</summary><pre>" +
+         html_escape(run.config_yaml) + "</pre></details>\n";
+  h += "<p style=\"color:#888;font-size:12px\">Generated by primus " PRIMUS_VERSION
+       " (primus report).</p>\n</body></html>\n";
+  return h;
+}
+
+std::string write_run_report(const std::string& dir, const std::string& output) {
+  const RunData run = load_run(dir);
+  const std::string path = output.empty() ? dir + "/report.html" : output;
+  std::ofstream f(path);
+  if (!f) throw Error(ErrorKind::kRuntime, "report: cannot write " + path);
+  f << render_html(run);
+  if (!f) throw Error(ErrorKind::kRuntime, "report: writing " + path + " failed");
+  return path;
+}
+
+}  // namespace primus::report

@@ -1,0 +1,32 @@
+#pragma once
+// `primus report RUN_DIR`: the post-flight report of a training run directory as one self-contained HTML
+// page: plots over steps (loss with validation loss, tokens/s/GPU, MFU, memory, step time) with guard events
+// drawn as markers, the run summary, the GPU timeline and op summary of every trace under RUN_DIR/trace, and
+// a table of every guard event (NaN skips/halts, loss spikes, slow steps, stragglers, hangs) from
+// events.jsonl and heartbeat/hang-rank-*.json.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "profile/timeline.h"
+
+namespace primus::report {
+
+struct RunData {
+  std::string dir;
+  std::vector<nlohmann::json> steps;       // metrics.jsonl records with "loss"
+  std::vector<nlohmann::json> validation;  // records with "val_loss"
+  std::vector<nlohmann::json> events;      // events.jsonl and hang reports
+  nlohmann::json summary;                  // summary.json (null when absent)
+  std::string config_yaml;
+  std::vector<profile::TimelineReport> timelines;
+  std::vector<std::string> warnings;  // unreadable lines or files, shown in the page
+};
+
+// Throws primus::Error when RUN_DIR has no metrics.jsonl (names the path).
+RunData load_run(const std::string& dir);
+std::string render_html(const RunData& run);
+// Loads, renders and writes `output` (default RUN_DIR/report.html); returns the path written.
+std::string write_run_report(const std::string& dir, const std::string& output);
+
+}  // namespace primus::report

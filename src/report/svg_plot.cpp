@@ -1,0 +1,145 @@
+#include "report/svg_plot.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace primus::report {
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
+    }
+  }
+  return o;
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int n) {
+  std::vector<double> t;
+  if (!(hi > lo) || n < 1) return {lo};
+  const double raw = (hi - lo) / n;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (raw <= m * mag) {
+      step = m * mag;
+      break;
+    }
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+  return t;
+}
+
+namespace {
+std::string fmt_tick(double v) {
+  const double a = std::fabs(v);
+  if (a >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
+  if (a >= 1e4) return fmt::format("{:.3g}k", v / 1e3);
+  if (a >= 100 || a == 0) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.3g}", v);
+}
+}  // namespace
+
+std::string line_chart(const std::string& title, const std::string& y_label,
+                       const std::vector<Series>& series, const std::vector<Marker>& markers, int width,
+                       int height) {
+  const double ml = 58, mr = 12, mt = 28, mb = 34;
+  const double pw = width - ml - mr, ph = height - mt - mb;
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (const Series& s : series)
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]);
+      x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]);
+      y1 = std::max(y1, s.y[i]);
+    }
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "class=\"chart\" font-family=\"sans-serif\" font-size=\"11\">\n<text x=\"{}\" y=\"16\" "
+      "font-size=\"13\" "
+      "font-weight=\"bold\">{}</text>\n",
+      width, height, width, height, ml, html_escape(title));
+  if (!std::isfinite(x0)) {
+    svg +=
+        fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#888\">no data</text>\n</svg>\n", ml + 10, mt + ph / 2);
+    return svg;
+  }
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) {
+    y0 -= std::max(1e-9, std::fabs(y0) * 0.05);
+    y1 += std::max(1e-9, std::fabs(y1) * 0.05);
+  }
+  const double pad = (y1 - y0) * 0.05;
+  y0 -= pad;
+  y1 += pad;
+  auto X = [&](double x) { return ml + (x - x0) / (x1 - x0) * pw; };
+  auto Y = [&](double y) { return mt + (1 - (y - y0) / (y1 - y0)) * ph; };
+  svg +=
+      fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n",
+                  ml, mt, pw, ph);
+  for (double t : nice_ticks(y0, y1, 5)) {
+    svg += fmt::format("<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e4e4e4\"/>",
+                       ml, ml + pw, Y(t), Y(t));
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", ml - 4, Y(t) + 4,
+                       fmt_tick(t));
+  }
+  for (double t : nice_ticks(x0, x1, 6))
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", X(t),
+                       mt + ph + 14, fmt_tick(t));
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">step</text>\n",
+                     ml + pw / 2, mt + ph + 28);
+  svg += fmt::format(
+      "<text x=\"12\" y=\"{:.1f}\" fill=\"#555\" transform=\"rotate(-90 12 {:.1f})\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      mt + ph / 2, mt + ph / 2, html_escape(y_label));
+  for (const Marker& m : markers) {
+    if (m.x < x0 || m.x > x1) continue;
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" "
+        "stroke-dasharray=\"4 3\">"
+        "<title>{4}</title></line>\n",
+        X(m.x), mt, mt + ph, m.color, html_escape(m.label));
+  }
+  double lx = ml + 8;
+  for (const Series& s : series) {
+    std::string pts;
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
+      if (std::isfinite(s.y[i])) pts += fmt::format("{:.1f},{:.1f} ", X(s.x[i]), Y(s.y[i]));
+    if (s.points) {
+      for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
+        if (std::isfinite(s.y[i]))
+          svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>", X(s.x[i]),
+                             Y(s.y[i]), s.color);
+    }
+    if (!pts.empty())
+      svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n",
+                         s.color, pts);
+    svg += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"10\" height=\"3\" fill=\"{}\"/><text x=\"{:.1f}\" "
+        "y=\"{:.1f}\">{}</text>\n",
+        lx, mt + 8, s.color, lx + 13, mt + 12, html_escape(s.name));
+    lx += 20 + 7.0 * static_cast<double>(s.name.size());
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace primus::report

@@ -1,0 +1,62 @@
+#include "safe/hang_drill.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/world.h"
+#include "core/log.h"
+#include "safe/hang_watchdog.h"
+
+namespace primus::safe {
+
+int run_hang_drill(const HangDrillOptions& o) {
+  comm::LaunchEnv env = comm::resolve_launch_env(comm::process_env_lookup());
+  comm::World w = comm::init_world(env, {.backend = o.backend, .timeout_s = 600});
+  comm::Communicator& world = *w.comm;
+  int64_t stall_rank = -1, stall_step = -1;
+  if (const char* s = std::getenv("PRIMUS_INJECT_STALL"); s && *s)
+    if (std::sscanf(s, "%ld:%ld", &stall_rank, &stall_step) != 2)
+      throw ConfigError(fmt::format("environment: PRIMUS_INJECT_STALL='{}' (expected <rank>:<step>)", s));
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  WatchdogOptions wo;
+  wo.dir = o.dir;
+  wo.rank = world.rank();
+  wo.world = world.size();
+  wo.host = host;
+  wo.hang_timeout_s = o.hang_timeout_s;
+  HangWatchdog dog(wo);
+  dog.start();
+  world.barrier("hang drill start");
+  const Stream cpu = Stream::cpu();
+  for (int step = 1; step <= o.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dog.set_phase(fmt::format("step {}", step));
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.step_ms));
+    if (stall_rank == world.rank() && stall_step == step) {
+      log::error("PRIMUS_INJECT_STALL: rank {} stops at step {} (test hook)", world.rank(), step);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    Tensor t = Tensor::from_vector<float>({1.0f}, {1});
+    if (world.device_type() == DeviceType::kCPU) {
+      world.all_reduce(t, comm::ReduceOp::kSum, cpu, fmt::format("drill step {}", step));
+    } else {
+      const Stream s = cuda_compute_stream(env.local_rank);
+      Tensor d = t.to(s);
+      world.all_reduce(d, comm::ReduceOp::kSum, s, fmt::format("drill step {}", step));
+      stream_sync(s);
+    }
+    dog.progress(step,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  world.barrier("hang drill end");
+  dog.stop();
+  log::info("hang drill: {} steps on {} ranks, no hang (timeout {:.1f} s)", o.steps, world.size(),
+            dog.timeout_s());
+  return 0;
+}
+
+}  // namespace primus::safe

@@ -1,0 +1,93 @@
+#pragma once
+// Hang watchdog: a thread per rank that declares a hang when this rank has made no step progress for the
+// hang timeout, names the stuck rank(s), aborts the communicators and ends the process with kExitHang.
+//
+// Timeout: hang_timeout_s when set (> 0); otherwise max(3 x p99 step time, 60 s) once steps have been
+// timed, and startup_timeout_s (600 s) before the first step completes (initialisation, the first step's
+// plan building and allocation).
+//
+// Each rank keeps a heartbeat file <dir>/rank-<r>.json (written by the watchdog thread about every second,
+// atomically by rename): step completed, current phase, the last collective it entered (group, op, label,
+// sequence number; recorded through comm::set_op_observer) and its recent step time. On a hang every rank
+// reads all heartbeats and names the ranks that are furthest behind: the smallest (step, collectives
+// entered). A rank that stopped before a collective the others are blocked in is behind them; if every rank
+// is at the same point, all are named (a communication or device hang: NVLink faults stall kernels without
+// an error code). The verdict goes to the log and to <dir>/hang-rank-<r>.json.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "safe/straggler.h"
+
+namespace primus::safe {
+
+// Exit code of a run ended by the hang watchdog (0 ok, 1 runtime, 2 config, 3 preflight, 4 guard halt).
+inline constexpr int kExitHang = 5;
+
+struct Heartbeat {
+  int rank = 0;
+  std::string host;
+  int64_t step = 0;             // last completed step
+  std::string phase;            // what the rank is doing ("step 12", "evaluation", ...)
+  std::string last_collective;  // "group dp, op all_reduce 'grads' (seq 41)"
+  uint64_t collectives = 0;     // collectives entered so far
+  double window_ms = 0;         // median of recent step times
+  double updated_unix = 0;      // wall clock of the write
+  bool missing = false;         // no heartbeat file
+};
+
+// Ranks furthest behind (see above); every rank when all are at the same point.
+std::vector<int> stuck_ranks(const std::vector<Heartbeat>& beats);
+std::string describe_hang(const std::vector<Heartbeat>& beats, const std::vector<int>& stuck);
+
+struct WatchdogOptions {
+  std::string dir;  // heartbeat directory (shared by the ranks)
+  int rank = 0, world = 1;
+  std::string host;
+  double hang_timeout_s = 0;  // 0: automatic
+  double min_timeout_s = 60;
+  double p99_factor = 3;
+  double startup_timeout_s = 600;
+  double poll_s = 0.25;
+  // Called on a hang (tests); when unset the watchdog aborts all communicators and _Exit(kExitHang).
+  std::function<void(const std::vector<int>& stuck, const std::string& message)> on_hang;
+};
+
+class HangWatchdog {
+ public:
+  explicit HangWatchdog(WatchdogOptions o);
+  ~HangWatchdog();
+  void start();
+  void stop();
+  void progress(int64_t step, double step_ms);  // a step completed
+  void set_phase(const std::string& phase);
+  void collective(const std::string& description);  // entering a collective
+  double timeout_s() const;
+  std::vector<Heartbeat> read_all() const;
+  const StepWindow& window() const { return window_; }
+
+ private:
+  void loop();
+  void write_beat();
+
+  WatchdogOptions o_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+  Heartbeat beat_;
+  bool dirty_ = true;
+  StepWindow window_{20};
+  double last_progress_ = 0;  // steady seconds
+  bool stepped_ = false;
+};
+
+// The process's watchdog that comm::set_op_observer feeds (the last one started; null when none).
+HangWatchdog* active_watchdog();
+
+}  // namespace primus::safe

@@ -1,0 +1,37 @@
+#pragma once
+// Straggler detection: each rank's recent step time against the median over ranks. A rank is a straggler
+// when its time >= factor x the median (its score, median / time, is then <= 1 / factor; NVRx's convention:
+// 0.5 = twice as slow). Step times are medians over a window, so one slow step (a checkpoint, a GC pause)
+// does not flag a rank.
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace primus::safe {
+
+struct StragglerFinding {
+  int rank = 0;
+  double step_ms = 0, median_ms = 0;
+  double score = 1;  // median / step_ms
+};
+
+// Ranks whose time is >= factor x the median of `per_rank_ms` (entries <= 0 are missing ranks, ignored).
+std::vector<StragglerFinding> find_stragglers(const std::vector<double>& per_rank_ms, double factor);
+
+// A rank's own window of step times.
+class StepWindow {
+ public:
+  explicit StepWindow(size_t size = 20) : size_(size) {}
+  void add(double ms);
+  double median() const;  // 0 when empty
+  double p99() const;     // over every step seen (kept up to 10000), 0 when empty
+  size_t count() const { return all_.size(); }
+
+ private:
+  size_t size_;
+  std::deque<double> recent_;
+  std::deque<double> all_;
+};
+
+}  // namespace primus::safe
