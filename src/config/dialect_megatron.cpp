@@ -222,6 +222,7 @@ void map_megatron(ResolvedConfig& rc) {
   p.use_torch_fsdp2 = k.b("use_torch_fsdp2");
   p.overlap_grad_reduce = k.b("overlap_grad_reduce");
   p.overlap_param_gather = k.b("overlap_param_gather");
+  p.grad_reduce_in_bf16 = k.b("grad_reduce_in_bf16");
   p.data_parallel_sharding_strategy = k.s("data_parallel_sharding_strategy");
   p.distributed_timeout_s = 60.0 * static_cast<double>(k.i("distributed_timeout_minutes"));
   src("tensor_model_parallel_size", "tensor_model_parallel_size");

@@ -16,7 +16,10 @@ std::string ResolvedConfig::cite(const std::string& field, const std::string& va
 namespace {
 
 int64_t world_size_from_env(const EnvLookup& env) {
+  // torchrun / primus launch set WORLD_SIZE; mpirun and MPICH set their own (comm/bootstrap.h).
   auto w = env("WORLD_SIZE");
+  for (const char* alt : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (!w || w->empty()) w = env(alt);
   if (!w || w->empty()) return 1;
   auto n = python_int(*w);
   if (!n || *n < 1)

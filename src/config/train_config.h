@@ -78,7 +78,8 @@ struct ParallelConfig {
   bool use_torch_fsdp2 = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
-  int64_t data_parallel_size = 1;  // WORLD_SIZE / (TP x PP x CP), set by the config loader
+  bool grad_reduce_in_bf16 = false;  // DDP: all-reduce gradients in bf16 (f32 accumulation on host backends)
+  int64_t data_parallel_size = 1;    // WORLD_SIZE / (TP x PP x CP), set by the config loader
   // Distributed layer (src/parallel/parallel_dims.h maps these onto ParallelDims):
   int64_t data_parallel_shard_degree = -1;  // TorchTitan dp_shard; -1 = what the world leaves
   std::string data_parallel_sharding_strategy =

@@ -68,33 +68,60 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
 Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale) {
   StepContext ctx = context(tokens);
   const int64_t n = ctx.tokens();
+  const int head_region = static_cast<int>(layers_.size()) + 1;
+  auto hook = [&](void (ParamHooks::*f)(int), int region) {
+    if (hooks_) (hooks_->*f)(region);
+  };
   Tensor flat_tokens = tokens.view({n});
   Tensor x = ctx.act({n, spec_.hidden});
+  hook(&ParamHooks::before_forward, 0);
   ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
+  hook(&ParamHooks::after_forward, 0);
 
   std::vector<LayerActivations> slots(layers_.size());
-  for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->forward(ctx, x, &slots[l], recompute_[l]);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    hook(&ParamHooks::before_forward, static_cast<int>(l) + 1);
+    x = layers_[l]->forward(ctx, x, &slots[l], recompute_[l]);
+    hook(&ParamHooks::after_forward, static_cast<int>(l) + 1);
+  }
 
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   Tensor dx;
+  hook(&ParamHooks::before_forward, head_region);
   head_.run(ctx, x, targets.view({n}), grad_scale, losses, &dx);
+  hook(&ParamHooks::after_backward, head_region);
   x = Tensor();
-  for (size_t l = layers_.size(); l-- > 0;) dx = layers_[l]->backward(ctx, dx, slots[l]);
+  for (size_t l = layers_.size(); l-- > 0;) {
+    hook(&ParamHooks::before_backward, static_cast<int>(l) + 1);
+    dx = layers_[l]->backward(ctx, dx, slots[l]);
+    hook(&ParamHooks::after_backward, static_cast<int>(l) + 1);
+  }
 
+  hook(&ParamHooks::before_backward, 0);
   Tensor g_embed = params_.grad(embed_);
   ops::embedding_backward(flat_tokens, dx, g_embed, ctx.stream);
+  hook(&ParamHooks::after_backward, 0);
   return losses;
 }
 
 Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets) {
   StepContext ctx = context(tokens);
   const int64_t n = ctx.tokens();
+  const int head_region = static_cast<int>(layers_.size()) + 1;
   Tensor flat_tokens = tokens.view({n});
   Tensor x = ctx.act({n, spec_.hidden});
+  if (hooks_) hooks_->before_forward(0);
   ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
-  for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, RecomputeMode::kNone);
+  if (hooks_) hooks_->after_forward(0);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (hooks_) hooks_->before_forward(static_cast<int>(l) + 1);
+    x = layers_[l]->forward(ctx, x, nullptr, RecomputeMode::kNone);
+    if (hooks_) hooks_->after_forward(static_cast<int>(l) + 1);
+  }
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
+  if (hooks_) hooks_->before_forward(head_region);
   head_.run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);
+  if (hooks_) hooks_->after_forward(head_region);
   return losses;
 }
 

@@ -17,6 +17,19 @@ namespace primus {
 std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t num_layers);
 ops::RopeConfig rope_config(const ModelConfig& m);
 
+// Called around the use of each parameter region (0 = embedding, 1..L = layers, L+1 = final norm + head) so
+// that data parallelism can gather sharded parameters ahead of use (FSDP) and reduce a region's gradients as
+// soon as its backward is over (DDP buckets). The head runs forward and backward together:
+// before_forward(L+1) ... after_backward(L+1). Evaluation calls only the forward pair.
+class ParamHooks {
+ public:
+  virtual ~ParamHooks() = default;
+  virtual void before_forward(int region) = 0;
+  virtual void after_forward(int region) = 0;
+  virtual void before_backward(int region) = 0;
+  virtual void after_backward(int region) = 0;
+};
+
 class LlamaModel {
  public:
   // params must be allocated on `stream`'s device. max_seq bounds the rope table. Activations are bf16 on
@@ -33,6 +46,8 @@ class LlamaModel {
   Tensor forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale);
   // Forward only (evaluation): per-token losses f32 [B*T].
   Tensor forward_loss(const Tensor& tokens, const Tensor& targets);
+  // Region hooks (not owned; nullptr = none).
+  void set_hooks(ParamHooks* hooks) { hooks_ = hooks; }
 
  private:
   StepContext context(const Tensor& tokens) const;
@@ -47,6 +62,7 @@ class LlamaModel {
   std::vector<RecomputeMode> recompute_;
   LmHead head_;
   int embed_ = -1;
+  ParamHooks* hooks_ = nullptr;
 };
 
 }  // namespace primus

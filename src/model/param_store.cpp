@@ -20,7 +20,8 @@ uint64_t name_hash(const std::string& s) {
 }
 }  // namespace
 
-ParamStore::ParamStore(const ModelSpec& spec) {
+ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_multiple_(region_multiple) {
+  PRIMUS_CHECK(region_multiple >= 1, "region_multiple must be >= 1, got {}", region_multiple);
   const int L = static_cast<int>(spec.layers);
   const double std = spec.init_std;
   const double out_std = spec.init_std / std::sqrt(2.0 * spec.layers);  // Megatron's scaled init for outputs
@@ -28,7 +29,12 @@ ParamStore::ParamStore(const ModelSpec& spec) {
 
   auto begin_region = [&](int r) { regions_[r].begin = total_; };
   auto end_decay = [&](int r) { regions_[r].decay_end = total_; };
-  auto end_region = [&](int r) { regions_[r].end = total_; };
+  auto end_region = [&](int r) {
+    // Zero padding so that the region splits into region_multiple aligned chunks (data-parallel shards).
+    const int64_t unit = kAlign * region_multiple_;
+    total_ = regions_[r].begin + (total_ - regions_[r].begin + unit - 1) / unit * unit;
+    regions_[r].end = total_;
+  };
 
   begin_region(0);
   add("embed_tokens.weight", {spec.vocab, spec.hidden}, 0, true, InitKind::kNormal, std);
@@ -97,6 +103,34 @@ int ParamStore::require(const std::string& name) const {
   return i;
 }
 
+Tensor ParamStore::master(int i) const {
+  PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
+               "master weights of '{}' are sharded over {} data-parallel ranks (this rank holds chunk {})",
+               entries_[i].name, shard_ranks_, shard_rank_);
+  return view(master_, i);
+}
+
+Tensor ParamStore::region_view(const Tensor& flat, bool compute, int i) const {
+  if (shard_mode_ != ShardMode::kFull) return view(flat, i);
+  const ParamEntry& e = entries_[i];
+  const Tensor& buf = compute ? attached_compute_[e.region] : attached_grad_[e.region];
+  PRIMUS_CHECK(buf.defined(), "'{}': its {} is sharded (FSDP) and region {} is not gathered right now",
+               e.name, compute ? "parameter" : "gradient", e.region);
+  const int64_t off = e.offset - regions_[e.region].begin;
+  return buf.slice(off, off + e.numel).view(e.shape);
+}
+
+void ParamStore::attach_region(int r, const Tensor& compute, const Tensor& grad) {
+  PRIMUS_CHECK(shard_mode_ == ShardMode::kFull, "attach_region needs ShardMode::kFull");
+  attached_compute_[r] = compute;
+  attached_grad_[r] = grad;
+}
+
+void ParamStore::detach_region(int r) {
+  attached_compute_[r] = Tensor();
+  attached_grad_[r] = Tensor();
+}
+
 Tensor ParamStore::view(const Tensor& flat, int i) const {
   const ParamEntry& e = entries_[i];
   return flat.slice(e.offset, e.offset + e.numel).view(e.shape);
@@ -111,6 +145,39 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
   adam_v_ = Tensor::zeros({total_}, master_dtype, s);
   compute_aliases_master_ = compute_dtype == master_dtype;
   compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({total_}, compute_dtype, s);
+}
+
+void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank) {
+  if (mode == ShardMode::kNone) {
+    allocate(compute_dtype, s);
+    return;
+  }
+  PRIMUS_CHECK(ranks >= 1 && region_multiple_ % ranks == 0 && rank >= 0 && rank < ranks,
+               "sharding over {} ranks (rank {}) needs a layout padded for it (region multiple {})", ranks,
+               rank, region_multiple_);
+  shard_mode_ = mode;
+  shard_ranks_ = ranks;
+  shard_rank_ = rank;
+  shard_offsets_.assign(regions_.size(), 0);
+  shard_total_ = 0;
+  for (size_t r = 0; r < regions_.size(); ++r) {
+    shard_offsets_[r] = shard_total_;
+    shard_total_ += chunk_len(static_cast<int>(r));
+  }
+  master_ = Tensor::zeros({shard_total_}, DType::kF32, s);
+  adam_m_ = Tensor::zeros({shard_total_}, DType::kF32, s);
+  adam_v_ = Tensor::zeros({shard_total_}, DType::kF32, s);
+  if (mode == ShardMode::kOptimizer) {
+    grad_ = Tensor::zeros({total_}, DType::kF32, s);
+    compute_ = Tensor::zeros({total_}, compute_dtype, s);  // whole, never an alias of the (sharded) master
+    compute_aliases_master_ = false;
+  } else {
+    grad_ = Tensor::zeros({shard_total_}, DType::kF32, s);
+    compute_aliases_master_ = compute_dtype == DType::kF32;
+    compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({shard_total_}, compute_dtype, s);
+    attached_compute_.assign(regions_.size(), Tensor());
+    attached_grad_.assign(regions_.size(), Tensor());
+  }
 }
 
 void ParamStore::initialize(uint64_t seed, const Stream& s) {
@@ -135,6 +202,20 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
       }
     }
   }
+  if (shard_mode_ != ShardMode::kNone) {
+    // This rank's chunk of every region; ZeRO-1 also fills the whole compute copy.
+    for (size_t r = 0; r < regions_.size(); ++r) {
+      const int ri = static_cast<int>(r);
+      master_.slice(shard_offset(ri), shard_offset(ri) + chunk_len(ri))
+          .copy_from(host.slice(chunk_begin(ri), chunk_begin(ri) + chunk_len(ri)), s);
+    }
+    if (shard_mode_ == ShardMode::kOptimizer) {
+      compute_.copy_from(compute_.dtype() == DType::kF32 ? host : cpu_cast(host, compute_.dtype()), s);
+    } else if (!compute_aliases_master_) {
+      ops::cast(master_, compute_, s);
+    }
+    return;
+  }
   if (master_.dtype() == DType::kF32) {
     master_.copy_from(host, s);
   } else {
@@ -145,6 +226,8 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
 
 void ParamStore::sync_compute_copy(const Stream& s) {
   if (compute_aliases_master_) return;
+  PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
+               "sync_compute_copy on sharded parameters: the data-parallel engine gathers them");
   ops::cast(master_, compute_, s);
 }
 

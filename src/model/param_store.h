@@ -15,6 +15,15 @@ namespace primus {
 
 enum class InitKind { kNormal, kScaledNormal, kOnes, kZeros };
 
+// Data-parallel sharding of the flat buffers (src/train/data_parallel.h). Region r is split into `ranks`
+// equal chunks (regions are padded so that they divide); a rank owns chunk `rank` of every region.
+//   kNone       every buffer holds the whole model
+//   kOptimizer  ZeRO-1: master weights and Adam moments hold only this rank's chunks; the compute copy and
+//               the gradients are whole
+//   kFull       FSDP: master, moments, compute copy and gradients hold only this rank's chunks; a layer's
+//               whole parameters and gradients exist only while attached (attach_region)
+enum class ShardMode { kNone, kOptimizer, kFull };
+
 struct ParamEntry {
   std::string name;  // HF-style name, e.g. "layers.3.mlp.down_proj.weight"
   Shape shape;
@@ -33,13 +42,16 @@ struct ParamRegion {
 
 class ParamStore {
  public:
-  // Lays out every parameter of `spec`; allocates nothing yet.
-  explicit ParamStore(const ModelSpec& spec);
+  // Lays out every parameter of `spec`; allocates nothing yet. Each region's length is padded to a multiple
+  // of 64 x region_multiple elements (zeros), so that it splits into region_multiple aligned chunks.
+  explicit ParamStore(const ModelSpec& spec, int region_multiple = 1);
 
   // Allocates the buffers on `s`'s device. compute_dtype is f32 on the CPU (aliases master) or bf16 on CUDA.
   // master_dtype is f32 for training; f64 (CPU only, compute aliases master) serves whole-model gradient
   // checks.
   void allocate(DType compute_dtype, const Stream& s, DType master_dtype = DType::kF32);
+  // Sharded allocation: `ranks` must divide region_multiple. See ShardMode.
+  void allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank);
   // Deterministic initialisation (Megatron's scheme: N(0, std), output projections N(0, std / sqrt(2L)),
   // norms 1, biases 0) keyed by (seed, parameter name, element index): the same for any device or layout.
   void initialize(uint64_t seed, const Stream& s);
@@ -54,12 +66,28 @@ class ParamStore {
   int64_t parameter_count() const;                // sum of entry sizes
 
   // Views into the flat buffers.
-  Tensor param(int i) const { return view(compute_, i); }
-  Tensor master(int i) const { return view(master_, i); }
-  Tensor grad(int i) const { return view(grad_, i); }
+  Tensor param(int i) const { return region_view(compute_, true, i); }
+  Tensor master(int i) const;  // whole-model master only (throws when sharded)
+  Tensor grad(int i) const { return region_view(grad_, false, i); }
   Tensor param(const std::string& name) const { return param(require(name)); }
   Tensor grad(const std::string& name) const { return grad(require(name)); }
 
+  // Sharding. Chunk of region r owned by this rank: flat elements [chunk_begin(r), chunk_begin(r) +
+  // chunk_len(r)); its place in the shard-sized buffers starts at shard_offset(r).
+  ShardMode shard_mode() const { return shard_mode_; }
+  int shard_ranks() const { return shard_ranks_; }
+  int shard_rank() const { return shard_rank_; }
+  int64_t region_len(int r) const { return regions_[r].end - regions_[r].begin; }
+  int64_t chunk_len(int r) const { return region_len(r) / shard_ranks_; }
+  int64_t chunk_begin(int r) const { return regions_[r].begin + shard_rank_ * chunk_len(r); }
+  int64_t shard_offset(int r) const { return shard_offsets_[r]; }
+  int64_t shard_total() const { return shard_total_; }
+  // kFull: param(i)/grad(i) of region r's entries resolve into these whole-region buffers until detached.
+  void attach_region(int r, const Tensor& compute, const Tensor& grad);
+  void detach_region(int r);
+  int region_of_entry(int i) const { return entries_[i].region; }
+
+  // The flat buffers: whole-model in kNone; shard-sized where the mode shards them.
   Tensor& master_flat() { return master_; }
   Tensor& compute_flat() { return compute_; }
   Tensor& grad_flat() { return grad_; }
@@ -71,12 +99,18 @@ class ParamStore {
   int require(const std::string& name) const;
   Tensor view(const Tensor& flat, int i) const;
   void add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std);
+  Tensor region_view(const Tensor& flat, bool compute, int i) const;
 
   std::vector<ParamEntry> entries_;
   std::vector<ParamRegion> regions_;
   int64_t total_ = 0;
   Tensor master_, compute_, grad_, adam_m_, adam_v_;
   bool compute_aliases_master_ = false;
+  ShardMode shard_mode_ = ShardMode::kNone;
+  int region_multiple_ = 1, shard_ranks_ = 1, shard_rank_ = 0;
+  std::vector<int64_t> shard_offsets_;
+  int64_t shard_total_ = 0;
+  std::vector<Tensor> attached_compute_, attached_grad_;
 };
 
 }  // namespace primus

@@ -15,6 +15,28 @@ double AdamW::grad_norm(const Stream& s) {
 }
 
 void AdamW::step(double lr, float grad_scale, const Stream& s) {
+  const bool separate_copy = !params_.compute_aliases_master();
+  std::vector<AdamSpan> spans;
+  for (const ParamRegion& r : params_.regions()) {
+    // Two spans per region: [begin, decay_end) with weight decay, [decay_end, end) without.
+    for (int span = 0; span < 2; ++span) {
+      const int64_t b = span == 0 ? r.begin : r.decay_end;
+      const int64_t e = span == 0 ? r.decay_end : r.end;
+      if (e <= b) continue;
+      AdamSpan a;
+      a.decay = span == 0;
+      a.master = params_.master_flat().slice(b, e);
+      a.grad = params_.grad_flat().slice(b, e);
+      a.m = params_.adam_m_flat().slice(b, e);
+      a.v = params_.adam_v_flat().slice(b, e);
+      if (separate_copy) a.copy = params_.compute_flat().slice(b, e);
+      spans.push_back(std::move(a));
+    }
+  }
+  step_spans(lr, grad_scale, spans, s);
+}
+
+void AdamW::step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s) {
   ++step_;
   ops::AdamWParams p;
   p.lr = static_cast<float>(lr);
@@ -23,21 +45,11 @@ void AdamW::step(double lr, float grad_scale, const Stream& s) {
   p.eps = static_cast<float>(cfg_.adam_eps);
   p.step = step_;
   p.grad_scale = grad_scale;
-  const bool separate_copy = !params_.compute_aliases_master();
-  for (const ParamRegion& r : params_.regions()) {
-    // Two spans per region: [begin, decay_end) with weight decay, [decay_end, end) without.
-    for (int span = 0; span < 2; ++span) {
-      const int64_t b = span == 0 ? r.begin : r.decay_end;
-      const int64_t e = span == 0 ? r.decay_end : r.end;
-      if (e <= b) continue;
-      p.weight_decay = span == 0 ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-      Tensor master = params_.master_flat().slice(b, e);
-      Tensor grad = params_.grad_flat().slice(b, e);
-      Tensor m = params_.adam_m_flat().slice(b, e);
-      Tensor v = params_.adam_v_flat().slice(b, e);
-      Tensor copy = separate_copy ? params_.compute_flat().slice(b, e) : Tensor();
-      ops::adamw_step(master, grad, m, v, p, separate_copy ? &copy : nullptr, s);
-    }
+  for (const AdamSpan& a : spans) {
+    if (a.master.numel() == 0) continue;
+    p.weight_decay = a.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    Tensor master = a.master, m = a.m, v = a.v, copy = a.copy;
+    ops::adamw_step(master, a.grad, m, v, p, copy.defined() ? &copy : nullptr, s);
   }
 }
 

@@ -1,10 +1,18 @@
 #pragma once
 // AdamW over a ParamStore's flat buffers: the global gradient norm (for clipping and the log), then one fused
 // update per contiguous span of parameters that share a weight-decay setting.
+#include <vector>
+
 #include "config/train_config.h"
 #include "model/param_store.h"
 
 namespace primus {
+
+// One contiguous run of parameters updated together (views of equal length; copy may be undefined).
+struct AdamSpan {
+  Tensor master, grad, m, v, copy;
+  bool decay = true;
+};
 
 class AdamW {
  public:
@@ -14,6 +22,8 @@ class AdamW {
   double grad_norm(const Stream& s);
   // Applies one update with learning rate `lr`; gradients are first multiplied by `grad_scale` (clipping).
   void step(double lr, float grad_scale, const Stream& s);
+  // The same update over explicit spans (data-parallel shards: src/train/data_parallel.cpp).
+  void step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s);
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t n) { step_ = n; }
 

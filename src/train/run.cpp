@@ -36,7 +36,7 @@ int run_pretrain(const TrainConfig& cfg, const std::string& resolved_yaml) {
   if (r.skipped > 0) summary["skipped_updates"] = r.skipped;
   if (!r.stop_reason.empty()) summary["stop_reason"] = r.stop_reason;
   summary["exit_code"] = r.exit_code;
-  std::ofstream(run_dir + "/summary.json") << summary.dump(1) << '\n';
+  if (trainer.is_rank0()) std::ofstream(run_dir + "/summary.json") << summary.dump(1) << '\n';
   return r.exit_code;
 }
 

@@ -6,12 +6,15 @@
 #include <cmath>
 
 #include "bench/gemm_tuning.h"
+#include "comm/world.h"
 #include "config/plan.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "ops/elementwise.h"
+#include "parallel/process_groups.h"
 #include "profile/trace.h"
 #include "safe/run_monitor.h"
+#include "train/data_parallel.h"
 #include "train/stop_signal.h"
 
 namespace primus {
@@ -20,37 +23,34 @@ namespace {
 constexpr double kPeakBf16Flops = 989e12;  // H100/H200 SXM dense BF16, the MFU denominator
 }
 
-Stream select_stream(const std::string& device_key) {
+Stream select_stream(const std::string& device_key, int gpu_index) {
   if (device_key == "cpu") return Stream::cpu();
   if (device_key == "cuda" || device_key == "gpu") {
     if (!cuda_available())
       throw ConfigError("device: 'cuda' requested but no usable GPU is visible (or this build has no CUDA)",
                         "use device: auto or device: cpu");
-    return cuda_compute_stream(0);
+    return cuda_compute_stream(gpu_index);
   }
   if (device_key == "auto" || device_key.empty())
-    return cuda_available() ? cuda_compute_stream(0) : Stream::cpu();
+    return cuda_available() ? cuda_compute_stream(gpu_index) : Stream::cpu();
   throw ConfigError("device: '" + device_key + "' (expected auto, cpu or cuda)");
 }
 
 Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::string& resolved_yaml)
     : cfg_(cfg), run_dir_(run_dir), resolved_yaml_(resolved_yaml), spikes_(cfg.guards.spiky_loss_factor) {
-  stream_ = select_stream(cfg.device);
+  init_distributed();  // world size 1 without a launcher: nothing to do
+  stream_ = select_stream(cfg.device, gpu_index_);
   if (stream_.device.is_cuda()) {
     const int tuned = bench::load_gemm_tuning(cfg.gemm_tuning_file, stream_.device.index);
     if (tuned > 0) log::info("gemm tuning: {} tuned shapes loaded", tuned);
   }
   data_ = build_data_sources(cfg);
   const config::BatchLayout layout = config::batch_layout(cfg);
-  PRIMUS_CHECK(layout.data_parallel == 1, "data-parallel size {} needs the distributed trainer",
-               layout.data_parallel);
   micro_batches_ = layout.micro_batches;
 
   ModelSpec spec = ModelSpec::from_config(cfg.model);
-  params_ = std::make_unique<ParamStore>(spec);
-  params_->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, stream_);
-  params_->initialize(static_cast<uint64_t>(cfg.seed), stream_);
-  model_ = std::make_unique<LlamaModel>(cfg.model, cfg.recompute, *params_, stream_, cfg.data.seq_length);
+  // Data parallelism shards the flat buffers (regions padded to divide) and hooks into the model.
+  init_data_parallel();
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,
@@ -58,13 +58,15 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   inject_ = FaultInjection::from_env();
   // Checkpoint or HF weights (auto_continue_train / load): sets the start iteration and data position.
   resume_or_start();
-  loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, start_consumed_, data_.eod_id,
-                                         cfg.data.eod_mask_loss);
+  consumed_ = start_consumed_;
+  if (!dp_)  // the DP path reads its rank's samples directly (train_step_dp)
+    loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, start_consumed_, data_.eod_id,
+                                           cfg.data.eod_mask_loss);
   const std::string metrics_path = run_dir + "/metrics.jsonl";
   // A resumed run appends, after dropping records of iterations past the checkpoint (they run again).
-  if (resumed_) truncate_metrics_after(metrics_path, start_iter_);
-  sinks_.push_back(std::make_unique<JsonlSink>(metrics_path, /*append=*/resumed_));
-  if (!cfg.checkpoint.save.empty())
+  if (resumed_ && is_rank0()) truncate_metrics_after(metrics_path, start_iter_);
+  if (is_rank0()) sinks_.push_back(std::make_unique<JsonlSink>(metrics_path, /*append=*/resumed_));
+  if (!cfg.checkpoint.save.empty() && is_rank0())
     writer_ = std::make_unique<ckpt::CheckpointWriter>(cfg.checkpoint.save, cfg.checkpoint.keep_latest_k,
                                                        cfg.checkpoint.async_save);
   // 6 N' + 6 L T d, N' = parameters except the input embedding (the PyTorch anchor's formula).
@@ -81,6 +83,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
 Trainer::~Trainer() = default;
 
 Trainer::StepOutcome Trainer::train_step(int64_t iter) {
+  if (dp_) return train_step_dp(iter);
   params_->grad_flat().zero_(stream_);
   std::vector<Tensor> losses;
   std::vector<int64_t> valid;
@@ -133,9 +136,11 @@ void Trainer::run_guards(int64_t iter, StepOutcome& o, const std::vector<double>
           break;
         }
     }
-    if (!std::isfinite(o.grad_norm)) {
+    if (!std::isfinite(o.grad_norm) && params_->shard_mode() == ShardMode::kNone) {
       const NonFiniteReport r = locate_non_finite_grad(*params_, stream_);
       what += (what.empty() ? "" : "; ") + r.describe();
+    } else if (!std::isfinite(o.grad_norm)) {
+      what += (what.empty() ? "" : "; ") + std::string("non-finite gradient norm (gradients are sharded)");
     }
     o.applied = false;
     monitor_->event(iter, g.nan_policy == "halt" ? "nan_halt" : "nan_skip", what);
@@ -178,6 +183,16 @@ void Trainer::run_guards(int64_t iter, StepOutcome& o, const std::vector<double>
 
 double Trainer::evaluate() {
   if (!data_.valid || cfg_.logging.eval_iters <= 0) return -1;
+  // Every rank evaluates the same samples (FSDP's gathers need all of them).
+  struct EvalMode {
+    DataParallel* dp;
+    explicit EvalMode(DataParallel* d) : dp(d) {
+      if (dp) dp->set_training(false);
+    }
+    ~EvalMode() {
+      if (dp) dp->set_training(true);
+    }
+  } eval_mode(dp_.get());
   // The same validation samples every time (from sample 0), so successive evaluations are comparable.
   double total = 0;
   int64_t count = 0;
@@ -243,7 +258,7 @@ TrainResult Trainer::train() {
     m.grad_norm = o.grad_norm;
     m.iter_ms = ms;
     m.tokens_per_s = tokens_per_step / (ms / 1e3);
-    m.tokens_per_s_gpu = m.tokens_per_s;
+    m.tokens_per_s_gpu = m.tokens_per_s / world_size_;
     m.tflops_per_gpu = m.tokens_per_s_gpu * flops_per_token_ / 1e12;
     m.mfu = on_gpu ? m.tflops_per_gpu * 1e12 / kPeakBf16Flops : -1;
     m.mem_gb = static_cast<double>(peak_allocated_bytes(stream_.device)) / 1e9;
@@ -251,7 +266,7 @@ TrainResult Trainer::train() {
       device_memory_info(stream_.device, &mem_used, &mem_total);
       m.mem_total_gb = static_cast<double>(mem_total) / 1e9;
     }
-    m.consumed_samples = loader_->consumed_samples();
+    m.consumed_samples = consumed_samples();
     m.skipped = !o.applied;
     for (auto& sink : sinks_) sink->write_step(m);
     if (log_now) {
@@ -259,7 +274,8 @@ TrainResult Trainer::train() {
       const double avg_ms = window.ms() / static_cast<double>(window_steps);
       StepMetrics shown = m;
       shown.iter_ms = avg_ms;
-      shown.tokens_per_s = shown.tokens_per_s_gpu = tokens_per_step / (avg_ms / 1e3);
+      shown.tokens_per_s = tokens_per_step / (avg_ms / 1e3);
+      shown.tokens_per_s_gpu = shown.tokens_per_s / world_size_;
       shown.tflops_per_gpu = shown.tokens_per_s_gpu * flops_per_token_ / 1e12;
       shown.mfu = on_gpu ? shown.tflops_per_gpu * 1e12 / kPeakBf16Flops : -1;
       shown.eta_s = avg_ms / 1e3 * static_cast<double>(cfg_.train_iters - iter);
@@ -284,17 +300,25 @@ TrainResult Trainer::train() {
     }
 
     // Stop conditions (Megatron's): a signal, exit_interval, exit_duration_in_mins. Each saves first.
-    std::string stop;
+    // Ranks agree on the reason (the highest code), so that all of them save and stop together.
+    int code = 0;
     if (const int sig = StopSignal::requested()) {
-      stop = sig == SIGTERM ? "received SIGTERM" : sig == SIGINT ? "received SIGINT" : "received a signal";
+      code = sig == SIGTERM ? 5 : sig == SIGINT ? 4 : 3;
     } else if (ck.exit_interval > 0 && iter % ck.exit_interval == 0) {
-      stop = fmt::format("exit_interval {} reached", ck.exit_interval);
+      code = 1;
     } else if (ck.exit_duration_in_mins > 0 && total.seconds() / 60.0 >= ck.exit_duration_in_mins) {
-      stop = fmt::format("exit_duration_in_mins {} reached", ck.exit_duration_in_mins);
+      code = 2;
     }
+    if (world_size_ > 1) code = agree_stop(code);
+    std::string stop;
+    if (code == 5) stop = "received SIGTERM";
+    if (code == 4) stop = "received SIGINT";
+    if (code == 3) stop = "received a signal";
+    if (code == 1) stop = fmt::format("exit_interval {} reached", ck.exit_interval);
+    if (code == 2) stop = fmt::format("exit_duration_in_mins {} reached", ck.exit_duration_in_mins);
     const bool periodic = ck.save_interval > 0 && iter % ck.save_interval == 0;
     const bool last = iter == cfg_.train_iters && !ck.disable_last_saving;
-    if (writer_ && (periodic || last || !stop.empty())) {
+    if (!ck.save.empty() && (periodic || last || !stop.empty())) {  // a collective when sharded
       save_checkpoint(iter);
       window.reset();  // checkpoint time is not training time
       window_steps = 0;
@@ -302,7 +326,7 @@ TrainResult Trainer::train() {
     if (!stop.empty()) {
       res.stop_reason = stop;
       log::info("stopping after iteration {}: {}{}", iter, stop,
-                writer_ ? " (checkpoint saved)" : " (no checkpoint: save is not set)");
+                !ck.save.empty() ? " (checkpoint saved)" : " (no checkpoint: save is not set)");
       break;
     }
   }

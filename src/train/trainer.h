@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/load.h"
 #include "checkpoint/state.h"
 #include "checkpoint/writer.h"
 #include "config/train_config.h"
@@ -18,14 +19,27 @@
 #include "train/metrics.h"
 #include "train/optimizer.h"
 
+namespace primus::comm {
+struct World;
+}
+namespace primus::ckpt {
+class HfCheckpoint;
+}
+namespace primus::parallel {
+class ProcessGroups;
+}
+
 namespace primus {
 
 namespace safe {
 class RunMonitor;  // safe/run_monitor.h: trace, hang watchdog, stragglers, guard events
 }
 
-// Picks the device from the `device` key: auto = the first GPU when one is usable, else the CPU.
-Stream select_stream(const std::string& device_key);
+class DataParallel;
+struct DpConfig;
+
+// Picks the device from the `device` key: auto = GPU `gpu_index` when one is usable, else the CPU.
+Stream select_stream(const std::string& device_key, int gpu_index = 0);
 
 struct TrainResult {
   int64_t steps = 0;  // iterations run by this process
@@ -51,6 +65,8 @@ class Trainer {
   LlamaModel& model() { return *model_; }
   const Stream& stream() const { return stream_; }
   int64_t start_iteration() const { return start_iter_; }
+  // World rank 0 writes the run directory's files (metrics, summary, checkpoints).
+  bool is_rank0() const { return world_rank_ == 0; }
 
  private:
   // What one step did.
@@ -69,13 +85,31 @@ class Trainer {
   void save_checkpoint(int64_t iter);
   ckpt::TrainingState current_state(int64_t iter) const;
 
+  // trainer_dist.cpp: data parallelism (DDP, ZeRO-1, FSDP, HSDP; docs/distributed.md)
+  void init_distributed();  // launch env, world, groups, DP config (before anything is allocated)
+  void init_data_parallel();
+  StepOutcome train_step_dp(int64_t iter);
+  int64_t consumed_samples() const;
+  // Stop code agreed by all ranks (the maximum), so that every rank leaves the loop at the same iteration.
+  int agree_stop(int code);
+  // Checkpoint parameters: whole-model loads and saves in every mode (sharded state is gathered to rank 0).
+  ckpt::LoadReport load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt);
+  void load_hf_params(const ckpt::HfCheckpoint& hf);
+  const ParamStore* params_for_save();
   TrainConfig cfg_;
   std::string run_dir_;
   std::string resolved_yaml_;
   Stream stream_;
+  std::unique_ptr<comm::World> world_;
+  std::unique_ptr<parallel::ProcessGroups> groups_;
+  std::unique_ptr<DpConfig> dp_cfg_;
+  int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;
+  std::unique_ptr<ParamStore> ckpt_full_;  // whole-model staging for sharded checkpoints
+  int64_t consumed_ = 0;                   // DP path: samples consumed (all ranks together)
   DataSources data_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<DataLoader> loader_;

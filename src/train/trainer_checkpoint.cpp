@@ -91,7 +91,7 @@ void Trainer::resume_or_start() {
       case ckpt::PathKind::kHuggingFace: {
         ckpt::HfCheckpoint hf(c.load);
         check_same_model(hf.info().model, cfg_.model, /*weights_only=*/true, c.load);
-        ckpt::load_hf_into_params(hf, *params_, stream_);
+        load_hf_params(hf);  // trainer_dist.cpp: each rank keeps its shard
         hf_config_ = hf.config().dump();
         log::info(
             "loaded Hugging Face weights from {} ({}, {} tensors); starting at iteration 0 with a fresh "
@@ -126,7 +126,7 @@ void Trainer::resume_or_start() {
   ckpt::LoadOptions opt;
   opt.weights_only = weights_only;
   opt.load_optim = !weights_only && !c.no_load_optim;
-  const ckpt::LoadReport rep = ckpt::load_into_params(v, *params_, stream_, opt);
+  const ckpt::LoadReport rep = load_checkpoint_params(v, opt);  // trainer_dist.cpp: any DP size and mode
   hf_config_ = st.hf_config;
   if (weights_only) {
     log::info(
@@ -167,7 +167,7 @@ void Trainer::resume_or_start() {
 ckpt::TrainingState Trainer::current_state(int64_t iter) const {
   ckpt::TrainingState st;
   st.iteration = iter;
-  st.consumed_samples = loader_->consumed_samples();
+  st.consumed_samples = consumed_samples();
   st.optimizer_steps = optim_->steps_taken();
   st.skipped_iterations = skipped_total_;
   st.global_batch_size = cfg_.global_batch_size;
@@ -191,9 +191,14 @@ ckpt::TrainingState Trainer::current_state(int64_t iter) const {
 void Trainer::save_checkpoint(int64_t iter) {
   if (last_saved_iter_ == iter) return;
   const ckpt::SaveReport r =
-      writer_->save(*params_, stream_, current_state(iter), resolved_yaml_, !cfg_.checkpoint.no_save_optim);
+      writer_->save(*src, save_stream, current_state(iter), resolved_yaml_, !cfg_.checkpoint.no_save_optim);
   if (!cfg_.checkpoint.async_save)
     log::info(
+  // Data parallel: world rank 0 writes whole-model files; sharded state is gathered first (trainer_dist.cpp).
+  const ParamStore* src = params_for_save();
+  last_saved_iter_ = iter;
+  if (!src || !writer_) return;
+  const Stream save_stream = src == params_.get() ? stream_ : Stream::cpu();
         "checkpoint: iteration {}: training blocked {:.3f} s (synchronous; the host copy took {:.1f} ms)",
         iter, r.blocked_seconds, r.stage_seconds * 1e3);
   last_saved_iter_ = iter;

@@ -1,0 +1,431 @@
+#include "train/data_parallel.h"
+
+#include <cmath>
+
+#include "core/log.h"
+#include "ops/elementwise.h"
+#include "ops/optimizer.h"
+
+namespace primus {
+
+using comm::ReduceOp;
+using parallel::Sharding;
+
+std::string DpConfig::describe() const {
+  std::string mode = fsdp() ? (dp_replicate > 1 ? "HSDP" : "FSDP") : zero1() ? "ZeRO-1" : "DDP";
+  std::string s = fmt::format("{} over dp {} (replicate {} x shard {})", mode, dp, dp_replicate, dp_shard);
+  if (!fsdp()) s += fmt::format(", overlap_grad_reduce {}", overlap_grad_reduce);
+  if (zero1()) s += fmt::format(", overlap_param_gather {}", overlap_param_gather);
+  if (!fsdp() && !zero1()) s += reduce_in_bf16 ? ", bf16 reduction" : ", f32 reduction";
+  if (emulate) s += " [emulated in one process]";
+  return s;
+}
+
+DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig& p) {
+  DpConfig c;
+  c.sharding = layout.sharding;
+  c.dp = layout.dims.dp();
+  c.dp_replicate = layout.dims.dp_replicate();
+  c.dp_shard = layout.dims.dp_shard();
+  if (!c.fsdp()) {  // without parameter sharding every DP rank is a replica (layout_from_config)
+    c.dp_replicate = c.dp;
+    c.dp_shard = 1;
+  }
+  c.overlap_grad_reduce = p.overlap_grad_reduce;
+  c.overlap_param_gather = p.overlap_param_gather;
+  c.reduce_in_bf16 = p.grad_reduce_in_bf16;
+  if (c.reduce_in_bf16 && (c.fsdp() || c.zero1()))
+    throw ConfigError("grad_reduce_in_bf16 is implemented for DDP (no_shard) only",
+                      "drop grad_reduce_in_bf16 or use_distributed_optimizer / FSDP");
+  return c;
+}
+
+DataParallel::DataParallel(const DpConfig& cfg, ParamStore& params, const parallel::ProcessGroups* groups,
+                           const Stream& compute)
+    : cfg_(cfg), params_(params), groups_(groups), compute_(compute) {
+  const int n_regions = static_cast<int>(params_.regions().size());
+  reduced_.assign(n_regions, false);
+  pending_.assign(n_regions, nullptr);
+  gathered_.resize(n_regions);
+  if (cfg_.emulate) {
+    PRIMUS_CHECK(params_.shard_mode() == ShardMode::kNone,
+                 "DP emulation runs on whole (unsharded) parameters");
+    comm_ = compute_;
+    return;
+  }
+  PRIMUS_CHECK(groups_ != nullptr, "data parallelism needs process groups");
+  PRIMUS_CHECK(params_.shard_mode() == cfg_.shard_mode() && params_.shard_ranks() == cfg_.shard_ranks(),
+               "parameters are not sharded for {}", cfg_.describe());
+  comm_ = make_comm_stream(compute_);
+  if (cfg_.zero1()) zero_grad_shard_ = Tensor::zeros({params_.shard_total()}, DType::kF32, compute_);
+}
+
+DataParallel::~DataParallel() {
+  // Pending work on the communication stream uses buffers about to be freed.
+  try {
+    stream_sync(comm_);
+  } catch (...) {
+  }
+}
+
+comm::Communicator& DataParallel::group(const char* name) const {
+  return groups_->get(name);
+}
+
+comm::Communicator& DataParallel::shard_group() const {
+  return group(cfg_.fsdp() ? "dp_shard" : "dp");
+}
+
+Tensor DataParallel::shard_grad() const {
+  return cfg_.zero1() ? zero_grad_shard_ : const_cast<ParamStore&>(params_).grad_flat();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Step protocol
+
+void DataParallel::begin_step() {
+  std::fill(reduced_.begin(), reduced_.end(), false);
+  if (cfg_.fsdp()) {
+    // The shard gradient accumulates reduce-scattered micro-batches on the communication stream; the
+    // optimizer read it on the compute stream last step.
+    stream_wait(comm_, StreamEvent::record(compute_));
+    params_.grad_flat().zero_(comm_);
+  } else {
+    params_.grad_flat().zero_(compute_);
+  }
+}
+
+void DataParallel::begin_micro(bool last) {
+  last_micro_ = last;
+}
+
+void DataParallel::reduce_region(int r) {
+  if (reduced_[r]) return;
+  reduced_[r] = true;
+  const ParamRegion& reg = params_.regions()[r];
+  Tensor g = params_.grad_flat().slice(reg.begin, reg.end);
+  stream_wait(comm_, StreamEvent::record(compute_));
+  const std::string label = fmt::format("grad bucket {}", r);
+  if (cfg_.zero1()) {
+    Tensor out =
+        zero_grad_shard_.slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
+    shard_group().reduce_scatter(g, out, ReduceOp::kSum, comm_, label);
+  } else if (cfg_.reduce_in_bf16) {
+    Tensor b = Tensor::empty({g.numel()}, DType::kBF16, comm_);
+    ops::cast(g, b, comm_);
+    group("dp").all_reduce(b, ReduceOp::kSum, comm_, label);
+    ops::cast(b, g, comm_);
+  } else {
+    group("dp").all_reduce(g, ReduceOp::kSum, comm_, label);
+  }
+}
+
+void DataParallel::finish_grads() {
+  if (cfg_.emulate) return;
+  if (!cfg_.fsdp()) {
+    // Buckets not launched during backward (overlap off, or a region never reached), in backward order.
+    for (int r = last_region(); r >= 0; --r) reduce_region(r);
+  } else if (cfg_.dp_replicate > 1) {
+    group("dp_replicate").all_reduce(params_.grad_flat(), ReduceOp::kSum, comm_, "hsdp grad shards");
+  }
+  stream_wait(compute_, StreamEvent::record(comm_));
+}
+
+double DataParallel::grad_norm() {
+  Tensor out = Tensor::empty({1}, DType::kF32, compute_);
+  if (cfg_.shard_ranks() == 1) {
+    ops::sum_squares(params_.grad_flat(), out, /*accumulate=*/false, compute_);
+    return std::sqrt(out.to_vector<double>()[0]);
+  }
+  if (cfg_.emulate) {
+    // What each shard rank computes over its chunks, then the fixed-order f32 sum of the all-reduce.
+    const int n = cfg_.shard_ranks();
+    Tensor chunk = Tensor::empty({params_.total_numel() / n}, DType::kF32, compute_);
+    float total = 0;
+    for (int k = 0; k < n; ++k) {
+      int64_t off = 0;
+      for (size_t r = 0; r < params_.regions().size(); ++r) {
+        const ParamRegion& reg = params_.regions()[r];
+        const int64_t len = (reg.end - reg.begin) / n;
+        chunk.slice(off, off + len)
+            .copy_from(params_.grad_flat().slice(reg.begin + k * len, reg.begin + (k + 1) * len), compute_);
+        off += len;
+      }
+      ops::sum_squares(chunk, out, false, compute_);
+      const float v = out.to_vector<float>()[0];
+      total = k == 0 ? v : total + v;
+    }
+    return std::sqrt(static_cast<double>(total));
+  }
+  ops::sum_squares(shard_grad(), out, false, compute_);
+  shard_group().all_reduce(out, ReduceOp::kSum, compute_, "grad norm");
+  return std::sqrt(out.to_vector<double>()[0]);
+}
+
+std::vector<AdamSpan> DataParallel::shard_spans() {
+  std::vector<AdamSpan> spans;
+  Tensor grad = shard_grad();
+  const bool copy = !params_.compute_aliases_master();
+  for (size_t ri = 0; ri < params_.regions().size(); ++ri) {
+    const int r = static_cast<int>(ri);
+    const ParamRegion& reg = params_.regions()[r];
+    const int64_t cb = params_.chunk_begin(r), ce = cb + params_.chunk_len(r);
+    const int64_t so = params_.shard_offset(r);
+    for (int span = 0; span < 2; ++span) {
+      const int64_t b = span == 0 ? cb : std::max(cb, reg.decay_end);
+      const int64_t e = span == 0 ? std::min(ce, reg.decay_end) : ce;
+      if (e <= b) continue;
+      const int64_t sb = so + (b - cb), se = so + (e - cb);
+      AdamSpan a;
+      a.decay = span == 0;
+      a.master = params_.master_flat().slice(sb, se);
+      a.grad = grad.slice(sb, se);
+      a.m = params_.adam_m_flat().slice(sb, se);
+      a.v = params_.adam_v_flat().slice(sb, se);
+      if (copy)
+        a.copy = cfg_.zero1() ? params_.compute_flat().slice(b, e) : params_.compute_flat().slice(sb, se);
+      spans.push_back(std::move(a));
+    }
+  }
+  return spans;
+}
+
+void DataParallel::step(AdamW& opt, double lr, float grad_scale) {
+  if (cfg_.emulate || cfg_.shard_mode() == ShardMode::kNone) {
+    opt.step(lr, grad_scale, compute_);
+    return;
+  }
+  opt.step_spans(lr, grad_scale, shard_spans(), compute_);
+  if (cfg_.fsdp()) {
+    params_ready_ = StreamEvent::record(compute_);
+    return;
+  }
+  // ZeRO-1: every rank's updated chunk into the whole compute copy (in place), region by region.
+  stream_wait(comm_, StreamEvent::record(compute_));
+  for (int r = 0; r <= last_region(); ++r) {
+    const ParamRegion& reg = params_.regions()[r];
+    Tensor whole = params_.compute_flat().slice(reg.begin, reg.end);
+    Tensor mine =
+        params_.compute_flat().slice(params_.chunk_begin(r), params_.chunk_begin(r) + params_.chunk_len(r));
+    shard_group().all_gather(mine, whole, comm_, fmt::format("param gather {}", r));
+    pending_[r] = StreamEvent::record(comm_);
+  }
+  if (!cfg_.overlap_param_gather) {
+    stream_wait(compute_, StreamEvent::record(comm_));
+    std::fill(pending_.begin(), pending_.end(), nullptr);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Emulation (single process)
+
+void DataParallel::emulate_grads(int64_t micro_per_rank, const std::function<void(int64_t, int)>& fwd_bwd) {
+  const Stream& s = compute_;
+  Tensor grad = params_.grad_flat();
+  const int64_t n = grad.numel();
+  auto add_into = [&](Tensor& acc, const Tensor& x) { ops::add(acc, x, acc, s); };
+  if (!cfg_.fsdp()) {
+    // DDP / ZeRO-1: each rank accumulates its micro-batches, then the rank-order sum (all-reduce or
+    // reduce-scatter: the same per element).
+    Tensor acc = Tensor::empty({n}, DType::kF32, s);
+    std::vector<float> acc_bf;  // bf16 reduction: f32 accumulation of bf16 inputs, one rounding at the end
+    for (int d = 0; d < cfg_.dp; ++d) {
+      grad.zero_(s);
+      for (int64_t a = 0; a < micro_per_rank; ++a) fwd_bwd(a, d);
+      if (cfg_.reduce_in_bf16) {
+        Tensor b = Tensor::empty({n}, DType::kBF16, s);
+        ops::cast(grad, b, s);
+        Tensor f = Tensor::empty({n}, DType::kF32, s);
+        ops::cast(b, f, s);
+        std::vector<float> v = f.to_vector<float>();
+        if (d == 0) {
+          acc_bf = v;
+        } else {
+          for (int64_t i = 0; i < n; ++i) acc_bf[i] = acc_bf[i] + v[i];
+        }
+      } else if (d == 0) {
+        acc.copy_from(grad, s);
+      } else {
+        add_into(acc, grad);
+      }
+    }
+    if (cfg_.reduce_in_bf16) {
+      Tensor f = Tensor::from_vector(acc_bf, {n});
+      Tensor b = Tensor::empty({n}, DType::kBF16);
+      ops::cast(f, b, Stream::cpu());
+      Tensor back = Tensor::empty({n}, DType::kF32);
+      ops::cast(b, back, Stream::cpu());
+      grad.copy_from(back, s);
+    } else {
+      grad.copy_from(acc, s);
+    }
+    return;
+  }
+  // FSDP / HSDP: per micro-batch, each replica's shard ranks reduce-scatter (rank-order sum) into the
+  // replica's accumulator; at the end the replicas' accumulators are summed in replica order.
+  const int R = cfg_.dp_replicate, K = cfg_.dp_shard;
+  std::vector<Tensor> acc(R);
+  for (auto& t : acc) t = Tensor::zeros({n}, DType::kF32, s);
+  Tensor sum = Tensor::empty({n}, DType::kF32, s);
+  for (int64_t a = 0; a < micro_per_rank; ++a) {
+    for (int j = 0; j < R; ++j) {
+      for (int k = 0; k < K; ++k) {
+        grad.zero_(s);
+        fwd_bwd(a, k + K * j);
+        if (k == 0) {
+          sum.copy_from(grad, s);
+        } else {
+          add_into(sum, grad);
+        }
+      }
+      add_into(acc[j], sum);
+    }
+  }
+  grad.copy_from(acc[0], s);
+  for (int j = 1; j < R; ++j) add_into(grad, acc[j]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Hooks
+
+void DataParallel::gather(int r) {
+  Gathered& g = gathered_[r];
+  if (g.params.defined()) return;
+  stream_wait(comm_, params_ready_);
+  const int64_t len = params_.region_len(r);
+  g.params = Tensor::empty({len}, params_.compute_flat().dtype(), comm_);
+  Tensor mine =
+      params_.compute_flat().slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
+  shard_group().all_gather(mine, g.params, comm_, fmt::format("fsdp gather {}", r));
+  g.ready = StreamEvent::record(comm_);
+}
+
+void DataParallel::use(int r, bool with_grad) {
+  gather(r);
+  Gathered& g = gathered_[r];
+  if (with_grad && !g.grads.defined()) {
+    g.grads = Tensor::empty({params_.region_len(r)}, DType::kF32, comm_);
+    g.grads.zero_(comm_);
+    g.ready = StreamEvent::record(comm_);
+  }
+  if (g.attached && (!with_grad || g.grads.defined())) {
+    params_.attach_region(r, g.params, g.grads);
+    return;
+  }
+  stream_wait(compute_, g.ready);
+  params_.attach_region(r, g.params, g.grads);
+  g.attached = true;
+}
+
+void DataParallel::release(int r) {
+  Gathered& g = gathered_[r];
+  if (!g.params.defined()) return;
+  // The buffers were allocated on the communication stream: make it wait for their last use on the compute
+  // stream, so that freeing them (stream-ordered) cannot hand the memory out early.
+  stream_wait(comm_, StreamEvent::record(compute_));
+  params_.detach_region(r);
+  g = Gathered();
+}
+
+void DataParallel::reduce_scatter_fsdp(int r) {
+  Gathered& g = gathered_[r];
+  PRIMUS_CHECK(g.grads.defined(), "fsdp: region {} has no gradient buffer to reduce", r);
+  stream_wait(comm_, StreamEvent::record(compute_));
+  Tensor part = Tensor::empty({params_.chunk_len(r)}, DType::kF32, comm_);
+  shard_group().reduce_scatter(g.grads, part, ReduceOp::kSum, comm_, fmt::format("fsdp grad {}", r));
+  Tensor acc =
+      params_.grad_flat().slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
+  ops::add(acc, part, acc, comm_);
+}
+
+void DataParallel::before_forward(int r) {
+  if (cfg_.emulate) return;
+  if (cfg_.zero1()) {
+    if (pending_[r]) {
+      stream_wait(compute_, pending_[r]);
+      pending_[r] = nullptr;
+    }
+    return;
+  }
+  if (!cfg_.fsdp()) return;
+  const int L = last_region() - 1;
+  use(r, training_ && edge(r));
+  // Prefetch: the next region in forward order; from the head, the last layer (backward comes next).
+  if (r < L) gather(r + 1);
+  if (r == L && r >= 1) gather(L + 1);
+  if (r == L + 1 && training_ && L >= 1) gather(L);
+}
+
+void DataParallel::after_forward(int r) {
+  if (!cfg_.fsdp() || cfg_.emulate) return;
+  if (!edge(r)) {
+    release(r);  // reshard after forward (gathered again for backward)
+  } else if (!training_ && r == last_region()) {
+    release(last_region());
+    release(0);
+  }
+}
+
+void DataParallel::before_backward(int r) {
+  if (!cfg_.fsdp() || cfg_.emulate) return;
+  use(r, true);
+  if (r > 1) gather(r - 1);
+}
+
+void DataParallel::after_backward(int r) {
+  if (cfg_.emulate) return;
+  if (cfg_.fsdp()) {
+    reduce_scatter_fsdp(r);
+    release(r);
+    return;
+  }
+  if (last_micro_ && cfg_.overlap_grad_reduce && groups_) reduce_region(r);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Checkpoints
+
+void DataParallel::gather_full(ParamStore& full) {
+  PRIMUS_CHECK(full.total_numel() == params_.total_numel(), "gather_full: layouts differ");
+  stream_sync(compute_);
+  stream_sync(comm_);
+  Tensor* shard_bufs[3] = {&params_.master_flat(), &params_.adam_m_flat(), &params_.adam_v_flat()};
+  Tensor* full_bufs[3] = {&full.master_flat(), &full.adam_m_flat(), &full.adam_v_flat()};
+  for (int b = 0; b < 3; ++b) {
+    for (int r = 0; r <= last_region(); ++r) {
+      const ParamRegion& reg = params_.regions()[r];
+      Tensor whole = Tensor::empty({reg.end - reg.begin}, DType::kF32, compute_);
+      Tensor mine =
+          shard_bufs[b]->slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
+      shard_group().all_gather(mine, whole, compute_, fmt::format("checkpoint gather {}", r));
+      full_bufs[b]->slice(reg.begin, reg.end).copy_from(whole, compute_);
+    }
+  }
+  stream_sync(compute_);
+  full.sync_compute_copy(Stream::cpu());
+}
+
+void DataParallel::load_from_full(ParamStore& full) {
+  PRIMUS_CHECK(full.total_numel() == params_.total_numel(), "load_from_full: layouts differ");
+  stream_sync(compute_);
+  stream_sync(comm_);
+  Tensor* shard_bufs[3] = {&params_.master_flat(), &params_.adam_m_flat(), &params_.adam_v_flat()};
+  Tensor* full_bufs[3] = {&full.master_flat(), &full.adam_m_flat(), &full.adam_v_flat()};
+  for (int b = 0; b < 3; ++b)
+    for (int r = 0; r <= last_region(); ++r) {
+      const int64_t cb = params_.chunk_begin(r), len = params_.chunk_len(r), so = params_.shard_offset(r);
+      shard_bufs[b]->slice(so, so + len).copy_from(full_bufs[b]->slice(cb, cb + len), compute_);
+    }
+  Tensor& compute = params_.compute_flat();
+  if (cfg_.zero1()) {
+    compute.copy_from(
+        compute.dtype() == DType::kF32 ? full.master_flat() : cpu_cast(full.master_flat(), compute.dtype()),
+        compute_);
+  } else if (!params_.compute_aliases_master()) {
+    ops::cast(params_.master_flat(), compute, compute_);
+  }
+  stream_sync(compute_);
+  params_ready_ = nullptr;
+}
+
+}  // namespace primus

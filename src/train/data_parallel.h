@@ -1,0 +1,118 @@
+#pragma once
+// Data parallelism over a ParamStore's flat buffers (docs/distributed.md, "Data-parallel training"):
+//   DDP     (no_shard)            gradients all-reduced over `dp`, one bucket per parameter region, launched
+//                                 as soon as the region's backward of the last micro-batch is over
+//                                 (overlap_grad_reduce) on a communication stream; f32 or bf16 reduction
+//   ZeRO-1  (optim, optim_grads)  gradients reduce-scattered over `dp` per region; master weights and Adam
+//                                 moments hold only this rank's chunk; updated parameters all-gathered
+//                                 (overlap_param_gather: the next forward waits per region)
+//   FSDP    (optim_grads_params)  everything sharded over `dp_shard`; each region all-gathered before use,
+//                                 the next one prefetched on the communication stream, released after use;
+//                                 gradients reduce-scattered per micro-batch into the f32 shard
+//   HSDP    FSDP inside each replica group + an all-reduce of the gradient shards over `dp_replicate`
+//
+// Emulation: a single process can reproduce any of these layouts' reduction order exactly
+// (PRIMUS_DP_EMULATE=<dp size>), which is what the bitwise equivalence tests compare against.
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/llama_model.h"
+#include "model/param_store.h"
+#include "parallel/parallel_dims.h"
+#include "parallel/process_groups.h"
+#include "train/dp_streams.h"
+#include "train/optimizer.h"
+
+namespace primus {
+
+struct DpConfig {
+  parallel::Sharding sharding = parallel::Sharding::kNoShard;
+  int dp = 1, dp_replicate = 1, dp_shard = 1;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  bool reduce_in_bf16 = false;  // DDP only (grad_reduce_in_bf16)
+  bool emulate = false;         // one process reproducing the layout's arithmetic
+
+  bool fsdp() const { return sharding == parallel::Sharding::kOptimGradsParams; }
+  bool zero1() const {
+    return sharding == parallel::Sharding::kOptim || sharding == parallel::Sharding::kOptimGrads;
+  }
+  // Ranks the parameter state is sharded over (the ParamStore's region multiple).
+  int shard_ranks() const { return fsdp() ? dp_shard : zero1() ? dp : 1; }
+  ShardMode shard_mode() const {
+    return fsdp() ? ShardMode::kFull : zero1() ? ShardMode::kOptimizer : ShardMode::kNone;
+  }
+  std::string describe() const;
+};
+
+DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig& p);
+
+class DataParallel : public ParamHooks {
+ public:
+  // `groups` is null when emulating. `params` is allocated with cfg.shard_mode() over cfg.shard_ranks()
+  // (whole, kNone, when emulating).
+  DataParallel(const DpConfig& cfg, ParamStore& params, const parallel::ProcessGroups* groups,
+               const Stream& compute);
+  ~DataParallel() override;
+
+  const DpConfig& config() const { return cfg_; }
+  const Stream& comm_stream() const { return comm_; }
+
+  // Training step protocol: begin_step, per micro-batch begin_micro + forward_backward, finish_grads,
+  // grad_norm, step.
+  void begin_step();
+  void begin_micro(bool last);
+  void finish_grads();
+  double grad_norm();  // L2 norm of the whole reduced gradient; the same value on every rank
+  void step(AdamW& opt, double lr, float grad_scale);
+  void set_training(bool training) { training_ = training; }
+
+  // Emulation: runs the micro-batches of every virtual rank; fwd_bwd(a, d) runs micro-batch a of rank d,
+  // accumulating into params.grad_flat(). Leaves the reduced gradient in grad_flat().
+  void emulate_grads(int64_t micro_per_rank, const std::function<void(int64_t a, int d)>& fwd_bwd);
+
+  // Checkpoints: whole master weights and moments into `full` (a kNone store of the same layout, on the CPU);
+  // collective over the shard group. And back: this rank's chunks (and compute copy) from `full`.
+  void gather_full(ParamStore& full);
+  void load_from_full(ParamStore& full);
+
+  // ParamHooks
+  void before_forward(int region) override;
+  void after_forward(int region) override;
+  void before_backward(int region) override;
+  void after_backward(int region) override;
+
+ private:
+  comm::Communicator& group(const char* name) const;
+  comm::Communicator& shard_group() const;
+  int last_region() const { return static_cast<int>(params_.regions().size()) - 1; }
+  bool edge(int r) const { return r == 0 || r == last_region(); }
+  void reduce_region(int r);  // DDP / ZeRO-1, last micro-batch
+  // FSDP
+  void gather(int r);
+  void use(int r, bool with_grad);
+  void release(int r);
+  void reduce_scatter_fsdp(int r);
+  Tensor shard_grad() const;
+  std::vector<AdamSpan> shard_spans();
+
+  DpConfig cfg_;
+  ParamStore& params_;
+  const parallel::ProcessGroups* groups_;
+  Stream compute_, comm_;
+  bool training_ = true;
+  bool last_micro_ = true;
+  std::vector<bool> reduced_;                          // DDP/ZeRO: region reduced this step
+  std::vector<std::shared_ptr<StreamEvent>> pending_;  // ZeRO-1 parameter gathers not yet waited for
+  Tensor zero_grad_shard_;                             // ZeRO-1: reduce-scattered f32 gradient chunks
+  std::shared_ptr<StreamEvent> params_ready_;          // FSDP: the optimizer's shard update
+  struct Gathered {
+    Tensor params, grads;
+    std::shared_ptr<StreamEvent> ready;
+    bool attached = false;
+  };
+  std::vector<Gathered> gathered_;  // FSDP, per region
+};
+
+}  // namespace primus

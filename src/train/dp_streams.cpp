@@ -1,0 +1,60 @@
+#include "train/dp_streams.h"
+
+#include "core/error.h"
+
+#ifdef PRIMUS_WITH_CUDA
+#include "core/cuda_check.h"
+#endif
+
+namespace primus {
+
+StreamEvent::~StreamEvent() {
+#ifdef PRIMUS_WITH_CUDA
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+#endif
+}
+
+std::shared_ptr<StreamEvent> StreamEvent::record(const Stream& s) {
+  if (!s.device.is_cuda()) return nullptr;
+#ifdef PRIMUS_WITH_CUDA
+  std::shared_ptr<StreamEvent> e(new StreamEvent());
+  cudaEvent_t ev;
+  PRIMUS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  e->event_ = ev;
+  PRIMUS_CUDA_CHECK(cudaEventRecord(ev, cuda_stream(s)));
+  return e;
+#else
+  throw Error(ErrorKind::kRuntime, "CUDA stream event in a build without CUDA");
+#endif
+}
+
+void StreamEvent::wait_on(const Stream& s) const {
+#ifdef PRIMUS_WITH_CUDA
+  if (event_ && s.device.is_cuda())
+    PRIMUS_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s), static_cast<cudaEvent_t>(event_), 0));
+#else
+  (void)s;
+#endif
+}
+
+bool StreamEvent::done() const {
+#ifdef PRIMUS_WITH_CUDA
+  return !event_ || cudaEventQuery(static_cast<cudaEvent_t>(event_)) == cudaSuccess;
+#else
+  return true;
+#endif
+}
+
+Stream make_comm_stream(const Stream& compute) {
+  if (!compute.device.is_cuda()) return compute;
+#ifdef PRIMUS_WITH_CUDA
+  PRIMUS_CUDA_CHECK(cudaSetDevice(compute.device.index));
+  cudaStream_t st;
+  PRIMUS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  return Stream{compute.device, st};  // lives as long as the process (one per trainer)
+#else
+  throw Error(ErrorKind::kRuntime, "CUDA stream in a build without CUDA");
+#endif
+}
+
+}  // namespace primus

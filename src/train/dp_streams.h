@@ -1,0 +1,35 @@
+#pragma once
+// Streams and events for data parallelism: a communication stream beside the compute stream, and events that
+// order one after the other. On the CPU (host communicators run synchronously) every call is a no-op.
+#include <memory>
+
+#include "core/device.h"
+
+namespace primus {
+
+// A recorded point on a stream (CUDA event); null on the CPU.
+class StreamEvent {
+ public:
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  // Records an event on `s` (nullptr on the CPU).
+  static std::shared_ptr<StreamEvent> record(const Stream& s);
+  // Makes `s` wait for the event (nothing on the host).
+  void wait_on(const Stream& s) const;
+  bool done() const;
+
+ private:
+  StreamEvent() = default;
+  void* event_ = nullptr;
+};
+
+// `s` waits for `e` (no-op when e is null).
+inline void stream_wait(const Stream& s, const std::shared_ptr<StreamEvent>& e) {
+  if (e) e->wait_on(s);
+}
+
+// A new non-blocking stream on the compute stream's device (the CPU stream on the CPU).
+Stream make_comm_stream(const Stream& compute);
+
+}  // namespace primus

@@ -1,0 +1,237 @@
+// The trainer's data-parallel side (docs/distributed.md, "Data-parallel training"): the world and its groups,
+// the per-rank sample stream, the DP step, and checkpoints of sharded state.
+#include <signal.h>
+
+#include <cstdlib>
+
+#include "checkpoint/hf_weights.h"
+#include "comm/world.h"
+#include "core/log.h"
+#include "parallel/parallel_dims.h"
+#include "parallel/process_groups.h"
+#include "train/data_parallel.h"
+#include "train/trainer.h"
+
+namespace primus {
+
+namespace {
+
+std::optional<std::string> env_str(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+// PRIMUS_INJECT_KILL="<iteration>:<rank>": that rank SIGKILLs itself in the middle of that iteration (after
+// its first micro-batch's backward, before the gradient reduction) — the fault test of the DP trainer.
+struct KillInjection {
+  int64_t iter = -1;
+  int rank = -1;
+  static KillInjection from_env() {
+    KillInjection k;
+    if (auto v = env_str("PRIMUS_INJECT_KILL")) {
+      const auto colon = v->find(':');
+      if (colon == std::string::npos)
+        throw ConfigError(fmt::format("PRIMUS_INJECT_KILL='{}' (expected <iteration>:<rank>)", *v));
+      k.iter = std::stoll(v->substr(0, colon));
+      k.rank = std::stoi(v->substr(colon + 1));
+    }
+    return k;
+  }
+};
+
+}  // namespace
+
+void Trainer::init_distributed() {
+  const comm::LaunchEnv env = comm::resolve_launch_env(comm::process_env_lookup());
+  world_rank_ = env.rank;
+  world_size_ = env.world_size;
+  const auto emulate = env_str("PRIMUS_DP_EMULATE");
+  if (env.world_size <= 1 && !emulate) return;
+
+  parallel::ParallelLayout layout;
+  if (env.world_size > 1) {
+    log::set_rank(env.rank, env.world_size);
+    const bool gpu = cfg_.device == "cuda" || cfg_.device == "gpu" ||
+                     ((cfg_.device == "auto" || cfg_.device.empty()) && cuda_available());
+    if (gpu) {
+      const int n = cuda_device_count();
+      if (n < 1) throw ConfigError("device: a GPU run with no visible GPU", "use device: cpu");
+      gpu_index_ = env.local_rank % n;
+    }
+    std::string backend = gpu ? "nccl" : "auto";
+    if (auto b = env_str("PRIMUS_COMM_BACKEND")) backend = *b;
+    comm::WorldOptions wo;
+    wo.backend = backend;
+    wo.timeout_s = cfg_.parallel.distributed_timeout_s;
+    wo.cuda_device = gpu ? gpu_index_ : -1;
+    world_ = std::make_unique<comm::World>(comm::init_world(env, wo));
+    layout = parallel::layout_from_config(cfg_.parallel, env.world_size);
+    if (layout.dims.tp() > 1 || layout.dims.pp() > 1 || layout.dims.cp() > 1)
+      throw ConfigError(
+          fmt::format("{}: tensor, pipeline and context parallelism are not implemented yet "
+                      "(data parallelism only)",
+                      layout.describe()));
+    groups_ = std::make_unique<parallel::ProcessGroups>(parallel::build_groups(layout.dims, *world_->comm));
+    dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
+    dp_rank_ = groups_->get("dp").rank();
+    shard_rank_ = dp_cfg_->fsdp() ? groups_->get("dp_shard").rank() : dp_cfg_->zero1() ? dp_rank_ : 0;
+  } else {
+    // A single process reproducing the arithmetic of a DP layout of the given size (equivalence tests).
+    int n = 0;
+    try {
+      n = std::stoi(*emulate);
+    } catch (...) {
+    }
+    if (n < 1)
+      throw ConfigError(fmt::format("PRIMUS_DP_EMULATE='{}' (expected a data-parallel size >= 1)", *emulate));
+    layout = parallel::layout_from_config(cfg_.parallel, n);
+    dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
+    dp_cfg_->emulate = true;
+  }
+  const int64_t per_step = cfg_.micro_batch_size * dp_cfg_->dp;
+  if (cfg_.global_batch_size % per_step != 0)
+    throw ConfigError(
+        fmt::format("global_batch_size {} is not divisible by micro_batch_size {} x data-parallel "
+                    "size {} (rank {}, group dp)",
+                    cfg_.global_batch_size, cfg_.micro_batch_size, dp_cfg_->dp, world_rank_));
+}
+
+void Trainer::init_data_parallel() {
+  ModelSpec spec = ModelSpec::from_config(cfg_.model);
+  const DType compute = stream_.device.is_cpu() ? DType::kF32 : DType::kBF16;
+  const int multiple = dp_cfg_ ? dp_cfg_->shard_ranks() : 1;
+  params_ = std::make_unique<ParamStore>(spec, multiple);
+  if (dp_cfg_ && !dp_cfg_->emulate) {
+    params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_);
+  } else {
+    params_->allocate(compute, stream_);
+  }
+  params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
+  model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, *params_, stream_, cfg_.data.seq_length);
+  if (!dp_cfg_) return;
+  // Micro-batches per rank: global batch = micro-batch x accumulation x DP.
+  micro_batches_ = cfg_.global_batch_size / (cfg_.micro_batch_size * dp_cfg_->dp);
+  dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
+  model_->set_hooks(dp_.get());
+  log::info("data parallel: {} | {} micro-batch(es) of {} per rank per step", dp_cfg_->describe(),
+            micro_batches_, cfg_.micro_batch_size);
+  if (world_) log::info("parallel layout: {}", groups_->dims().describe());
+}
+
+int64_t Trainer::consumed_samples() const {
+  return loader_ ? loader_->consumed_samples() : consumed_;
+}
+
+int Trainer::agree_stop(int code) {
+  Tensor t = Tensor::from_vector(std::vector<int32_t>{code}, {1});
+  if (stream_.device.is_cuda()) t = t.to(stream_);
+  world_->comm->all_reduce(t, comm::ReduceOp::kMax, stream_, "stop decision");
+  return t.to_vector<int32_t>()[0];
+}
+
+Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
+  static const KillInjection kill = KillInjection::from_env();
+  const DpConfig& c = dp_->config();
+  const int D = c.dp;
+  const int64_t A = micro_batches_;  // per rank
+  const int64_t mbs = cfg_.micro_batch_size;
+  const int64_t base = consumed_;
+  // Micro-batch a of DP rank d holds samples base + (a*D + d)*mbs ...: global micro-batch k = a*D + d, the
+  // order in which a single process with the same global batch reads them.
+  std::vector<Tensor> loss_t(static_cast<size_t>(A * D));
+  std::vector<int64_t> valid(static_cast<size_t>(A * D), 0);
+  auto run_micro = [&](int64_t a, int d) {
+    const int64_t k = a * D + d;
+    Batch b = make_batch(*data_.train, base + k * mbs, mbs, data_.eod_id, cfg_.data.eod_mask_loss);
+    PRIMUS_CHECK(b.valid_tokens > 0, "micro-batch at sample {} has no tokens that count toward the loss",
+                 b.first_sample);
+    // As the single process: 1 / (counted tokens x micro-batches in the global batch).
+    const float scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
+    Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
+    Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
+    loss_t[k] = model_->forward_backward(tokens, targets, scale);
+    valid[k] = b.valid_tokens;
+    if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {
+      log::warn("PRIMUS_INJECT_KILL: rank {} kills itself in iteration {}", world_rank_, iter);
+      ::raise(SIGKILL);
+    }
+  };
+
+  std::vector<double> micro(static_cast<size_t>(A * D), 0.0);
+  auto micro_loss = [&](int64_t k) {
+    std::vector<double> l = loss_t[k].to_vector<double>();
+    double sum = 0;
+    for (double x : l) sum += x;
+    return sum / static_cast<double>(valid[k]);
+  };
+  if (c.emulate) {
+    dp_->emulate_grads(A, run_micro);
+    for (int64_t k = 0; k < A * D; ++k) micro[k] = micro_loss(k);
+  } else {
+    dp_->begin_step();
+    for (int64_t a = 0; a < A; ++a) {
+      dp_->begin_micro(a == A - 1);
+      run_micro(a, dp_rank_);
+    }
+    dp_->finish_grads();
+    // Every rank's micro-batch losses, in global order.
+    std::vector<double> mine(static_cast<size_t>(A));
+    for (int64_t a = 0; a < A; ++a) mine[a] = micro_loss(a * D + dp_rank_);
+    Tensor in = Tensor::from_vector(mine, {A});
+    Tensor out = Tensor::empty({A * D}, DType::kF64, stream_);
+    if (stream_.device.is_cuda()) in = in.to(stream_);
+    groups_->get("dp").all_gather(in, out, stream_, "micro-batch losses");
+    const std::vector<double> all = out.to_vector<double>();  // [d][a]
+    for (int d = 0; d < D; ++d)
+      for (int64_t a = 0; a < A; ++a) micro[a * D + d] = all[d * A + a];
+  }
+  if (params_->shard_mode() != ShardMode::kFull) inject_.maybe_poison_grad(iter, *params_, stream_);
+  StepOutcome o;
+  o.grad_norm = dp_->grad_norm();
+  o.lr = schedule_->at(iter);
+  for (double m : micro) o.loss += m;
+  o.loss /= static_cast<double>(micro.size());
+  if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
+  run_guards(iter, o, micro);
+  if (o.applied) dp_->step(*optim_, o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad));
+  consumed_ += cfg_.global_batch_size;
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Checkpoints. Saves are whole-model files written by world rank 0 (sharded state is gathered first), so a
+// checkpoint loads at any DP size and mode: every rank reads it and keeps its own chunks.
+
+ckpt::LoadReport Trainer::load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt) {
+  if (params_->shard_mode() == ShardMode::kNone) return ckpt::load_into_params(v, *params_, stream_, opt);
+  ParamStore full(ModelSpec::from_config(cfg_.model), params_->shard_ranks());
+  full.allocate(DType::kF32, Stream::cpu());
+  const ckpt::LoadReport rep = ckpt::load_into_params(v, full, Stream::cpu(), opt);
+  dp_->load_from_full(full);
+  return rep;
+}
+
+void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
+  if (params_->shard_mode() == ShardMode::kNone) {
+    ckpt::load_hf_into_params(hf, *params_, stream_);
+    return;
+  }
+  ParamStore full(ModelSpec::from_config(cfg_.model), params_->shard_ranks());
+  full.allocate(DType::kF32, Stream::cpu());
+  ckpt::load_hf_into_params(hf, full, Stream::cpu());
+  dp_->load_from_full(full);
+}
+
+const ParamStore* Trainer::params_for_save() {
+  if (params_->shard_mode() == ShardMode::kNone) return is_rank0() ? params_.get() : nullptr;
+  // Collective over the shard group; HSDP replicas hold the same shards, so every replica gathers.
+  if (!ckpt_full_) {
+    ckpt_full_ = std::make_unique<ParamStore>(ModelSpec::from_config(cfg_.model), params_->shard_ranks());
+    ckpt_full_->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, Stream::cpu());
+  }
+  dp_->gather_full(*ckpt_full_);
+  return is_rank0() ? ckpt_full_.get() : nullptr;
+}
+
+}  // namespace primus

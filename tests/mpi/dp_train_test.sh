@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun (ctest runs these; see tests/CMakeLists.txt). A micro Llama on the CPU,
+# 20 steps, global batch 16 (micro-batch 2), mpi backend.
+#   ddp|ddp_bf16|zero1|fsdp|hsdp NP: the DP run's loss and grad-norm curves equal, bitwise, those of one process
+#        emulating the layout's reduction order (PRIMUS_DP_EMULATE=NP: the same micro-batches, per-rank partial
+#        sums added in the group's rank order), and stay within 1e-5 relative of the plain single-process curve
+#        (sequential accumulation of all micro-batches; a different f32 summation order)
+#   resume NP1 NP2: FSDP; save at iteration 10 at NP1 ranks, resume at NP2 ranks; bitwise equal to the
+#        emulated single process doing the same (10 steps as NP1, resume, 10 steps as NP2)
+#   kill NP: rank 2 SIGKILLs itself in the middle of iteration 3: the job exits non-zero within 30 s and the
+#        output names the dead rank
+# Usage: dp_train_test.sh MODE MPIRUN PRIMUS NP [NP2]
+set -u
+mode=$1 mpirun=$2 primus=$3 np=$4 np2=${5:-2}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/primus-dp-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+flags=(--allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1
+       -x PRIMUS_WORKSPACE="$work")
+common=(--config "$src/tests/e2e/configs/fortunes_micro_llama.yaml" --train_iters 20 --seq_length 64
+        --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
+        --clip_grad 0.5)
+if [ ! -d /usr/share/games/fortunes ]; then
+  common+=(--mock_data true)
+fi
+fail() { echo "dp_train_test FAILED: $*"; exit 1; }
+
+# run NAME NP(0 = single process) [env...] -- [overrides...]: metrics in $work/runs/NAME.jsonl
+run() {
+  local name=$1 n=$2
+  shift 2
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local log="$work/$name.log"
+  if [ "$n" -eq 0 ]; then
+    env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 "${envs[@]}" \
+      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
+  else
+    local xs=()
+    for e in "${envs[@]}"; do xs+=(-x "$e"); done
+    timeout 300 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" \
+      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
+  fi
+  local code=$?
+  if [ $code -ne 0 ]; then
+    tail -40 "$log"
+    fail "run $name exited $code"
+  fi
+  cp "$(find "$work" -path "*/$name/metrics.jsonl" | head -1)" "$work/$name.jsonl" || fail "no metrics for $name"
+}
+
+# compare A B TOL: loss and grad_norm per step; TOL 0 = bitwise
+compare() {
+  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'EOF'
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p) if '"loss"' in l]
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
+worst = 0.0
+for x, y in zip(a, b):
+    for k in ("loss", "grad_norm"):
+        d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
+        worst = max(worst, d)
+        if (tol == 0 and x[k] != y[k]) or d > tol:
+            sys.exit(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r} (relative {d:.3g}, allowed {tol})")
+print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, max relative difference {worst:.3g}"
+      f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
+EOF
+  [ $? -eq 0 ] || fail "curves differ: $1 vs $2"
+}
+
+case "$mode" in
+  ddp) keys=(--overlap_grad_reduce true) ;;
+  ddp_bf16) keys=(--overlap_grad_reduce true --grad_reduce_in_bf16 true) ;;
+  zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
+  fsdp | resume) keys=(--use_torch_fsdp2 true) ;;
+  hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2) ;;
+  kill) keys=() ;;
+  *) fail "unknown mode $mode" ;;
+esac
+
+case "$mode" in
+  ddp | ddp_bf16 | zero1 | fsdp | hsdp)
+    run dist "$np" -- "${keys[@]}"
+    run emulated 0 PRIMUS_DP_EMULATE="$np" -- "${keys[@]}"
+    compare dist emulated 0
+    if [ "$mode" != ddp_bf16 ]; then
+      run single 0 -- "${keys[@]}"
+      compare dist single 1e-5
+    fi
+    grep -h "data parallel:" "$work/dist.log" | head -1
+    ;;
+  resume)
+    save=(--save "$work/ckpt_dist" --save_interval 10 --exit_interval 10)
+    run dist "$np" -- "${keys[@]}" "${save[@]}"
+    run dist "$np2" -- "${keys[@]}" "${save[@]}" --auto_continue_train true
+    grep -q "resuming from" "$work/dist.log" || fail "the $np2-rank run did not resume"
+    esave=(--save "$work/ckpt_emu" --save_interval 10 --exit_interval 10)
+    run emulated 0 PRIMUS_DP_EMULATE="$np" -- "${keys[@]}" "${esave[@]}"
+    run emulated 0 PRIMUS_DP_EMULATE="$np2" -- "${keys[@]}" "${esave[@]}" --auto_continue_train true
+    compare dist emulated 0
+    run single 0 -- "${keys[@]}"
+    compare dist single 1e-5
+    ;;
+  kill)
+    start=$(date +%s%N)
+    out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME=kill -x PRIMUS_INJECT_KILL=3:2 -np "$np" \
+          "$primus" train pretrain "${common[@]}" 2>&1)
+    code=$?
+    elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    echo "$out" | tail -15
+    echo "dp_train_test: kill: exit code $code, ${elapsed_ms} ms"
+    [ "$code" -ne 0 ] || fail "the job exited 0"
+    [ "$code" -ne 124 ] || fail "the job hung (killed by timeout after 60 s)"
+    [ "$elapsed_ms" -lt 30000 ] || fail "took ${elapsed_ms} ms (limit 30 s)"
+    echo "$out" | grep -Eq "process rank 2 .*(signal 9|Killed)" || fail "the output does not name rank 2"
+    ;;
+esac
+echo "dp_train_test: $mode passed"
