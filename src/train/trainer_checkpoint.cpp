@@ -190,18 +190,17 @@ ckpt::TrainingState Trainer::current_state(int64_t iter) const {
 
 void Trainer::save_checkpoint(int64_t iter) {
   if (last_saved_iter_ == iter) return;
-  const ckpt::SaveReport r =
-      writer_->save(*src, save_stream, current_state(iter), resolved_yaml_, !cfg_.checkpoint.no_save_optim);
-  if (!cfg_.checkpoint.async_save)
-    log::info(
   // Data parallel: world rank 0 writes whole-model files; sharded state is gathered first (trainer_dist.cpp).
   const ParamStore* src = params_for_save();
   last_saved_iter_ = iter;
   if (!src || !writer_) return;
   const Stream save_stream = src == params_.get() ? stream_ : Stream::cpu();
+  const ckpt::SaveReport r =
+      writer_->save(*src, save_stream, current_state(iter), resolved_yaml_, !cfg_.checkpoint.no_save_optim);
+  if (!cfg_.checkpoint.async_save)
+    log::info(
         "checkpoint: iteration {}: training blocked {:.3f} s (synchronous; the host copy took {:.1f} ms)",
         iter, r.blocked_seconds, r.stage_seconds * 1e3);
-  last_saved_iter_ = iter;
 }
 
 }  // namespace primus
