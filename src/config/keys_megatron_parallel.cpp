@@ -26,9 +26,7 @@ void add_megatron_parallel_keys(KeyTable& t) {
             .non_null()
             .check(positive())
             .supports(null_or_int(1), "only 1 for now"));
-  t.add(impl("data_parallel_replicate_degree", kI, "1", "HSDP replica groups")
-            .check(positive())
-            .supports(null_or_int(1), "only 1 for now"));
+  t.add(impl("data_parallel_replicate_degree", kI, "1", "HSDP replica groups (with FSDP)").check(positive()));
   t.add(noeff("model_parallel_size", kI, "null", kWhyDeprecated, "old name of tensor_model_parallel_size"));
   t.add(noeff("encoder_tensor_model_parallel_size", kI, "0", kWhyOtherModel, "encoder TP degree"));
   t.add(noeff("encoder_pipeline_model_parallel_size", kI, "0", kWhyOtherModel, "encoder PP degree"));
