@@ -99,7 +99,7 @@ HfModelInfo model_config_from_hf(const nlohmann::json& c, const std::string& wha
   const bool attention_bias = opt_bool(c, "attention_bias", false);
   m.add_qkv_bias = info.model_type == "qwen2" || attention_bias;
   m.qk_layernorm = info.model_type == "qwen3";
-  if (info.model_type == "qwen2" && opt_bool(c, "use_sliding_window", false))
+  if (opt_bool(c, "use_sliding_window", false))
     bad(what, "use_sliding_window: true is not supported (full causal attention only)");
 
   // RoPE theta: exactly one value, from rope_theta and/or rope_parameters.rope_theta.
@@ -177,7 +177,9 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
     j["rope_theta"] = m.rotary_base;
     j["rope_scaling"] = scaling;
   }
-  j["torch_dtype"] = dtype;
+  // Newer transformers spell the weights' dtype `dtype`, older ones `torch_dtype`: follow the original.
+  const bool new_dtype_key = base.is_object() && base.contains("dtype") && !base.contains("torch_dtype");
+  j[new_dtype_key ? "dtype" : "torch_dtype"] = dtype;
   j["use_cache"] = true;
   // Keep the original's other keys (token ids, transformers_version, ...) unless we set them above.
   static const char* kOwned[] = {"rope_theta", "rope_scaling", "rope_parameters", "dtype", "torch_dtype"};

@@ -179,8 +179,29 @@ std::optional<Selection> select_newest_valid(const std::string& root) {
       log::warn("checkpoint: {} is not usable: {}", d, p.str());
       sel.rejected.push_back(p);
     }
+    sel.rejected_dirs.push_back(d);
   }
   return std::nullopt;
+}
+
+std::vector<std::string> quarantine(const std::vector<std::string>& dirs) {
+  std::vector<std::string> out;
+  for (const std::string& d : dirs) {
+    const fs::path p(d);
+    std::string target = (p.parent_path() / ("corrupt-" + p.filename().string())).string();
+    std::error_code ec;
+    for (int k = 1; fs::exists(target, ec); ++k)
+      target = (p.parent_path() / fmt::format("corrupt-{}-{}", p.filename().string(), k)).string();
+    try {
+      rename_path(d, target);
+      fsync_dir(p.parent_path().string());
+      log::warn("checkpoint: moved the unusable {} to {} (kept for inspection)", d, target);
+      out.push_back(target);
+    } catch (const Error& e) {
+      log::warn("checkpoint: could not move the unusable {} aside: {}", d, e.what());
+    }
+  }
+  return out;
 }
 
 Selection select_explicit(const std::string& path) {

@@ -43,12 +43,17 @@ PathKind classify_path(const std::string& path);
 
 struct Selection {
   Verification verification;
-  std::vector<Problem> rejected;  // newer checkpoints that failed verification (fallback only)
+  std::vector<Problem> rejected;           // newer checkpoints that failed verification (fallback only)
+  std::vector<std::string> rejected_dirs;  // their directories
 };
 
 // Newest valid checkpoint under a save root, falling back over invalid ones (each logged with its problem).
 // nullopt when the root has no valid checkpoint.
 std::optional<Selection> select_newest_valid(const std::string& root);
+// Renames rejected checkpoint directories to <root>/corrupt-iter_NNNNNNN[-k] (kept for inspection, never
+// deleted), so that retention counts only usable checkpoints and later restarts do not verify them again.
+// Returns the new paths.
+std::vector<std::string> quarantine(const std::vector<std::string>& dirs);
 // An explicit path (a checkpoint directory, or a save root whose `latest` is used): verified; throws
 // primus::Error naming the bad file(s) when it does not verify.
 Selection select_explicit(const std::string& path);

@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "checkpoint/safetensors.h"
@@ -27,9 +30,23 @@ std::string optim_file(int rank) {
 }
 
 void crash_point(const char* phase) {
-  static const char* target = std::getenv("PRIMUS_CKPT_CRASH_AT");
-  if (target == nullptr || std::strcmp(target, phase) != 0) return;
-  std::fprintf(stderr, "primus: PRIMUS_CKPT_CRASH_AT=%s: killing the process at this save phase\n", phase);
+  // Read at every call (not cached), so that a forked test child can set it after its parent saved.
+  const char* target = std::getenv("PRIMUS_CKPT_CRASH_AT");
+  if (target == nullptr) return;
+  std::string want = target;
+  int nth = 1;  // "<phase>@<n>": the n-th time this process reaches the phase
+  if (const size_t at = want.find('@'); at != std::string::npos) {
+    nth = std::atoi(want.c_str() + at + 1);
+    want.resize(at);
+  }
+  if (want != phase) return;
+  static std::mutex mu;
+  static std::map<std::string, int> reached;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (++reached[want] < nth) return;
+  }
+  std::fprintf(stderr, "primus: PRIMUS_CKPT_CRASH_AT=%s: killing the process at this save phase\n", target);
   std::fflush(stderr);
   ::kill(::getpid(), SIGKILL);
   ::_exit(137);  // not reached

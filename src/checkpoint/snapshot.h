@@ -81,8 +81,9 @@ struct WriteStats {
 // (PRIMUS_CKPT_CRASH_AT=shard|manifest) fire inside.
 Manifest write_snapshot(const Snapshot& snap, const std::string& dir, WriteStats* stats = nullptr);
 
-// PRIMUS_CKPT_CRASH_AT=<phase>: the process SIGKILLs itself at that save phase (stage, shard, manifest,
-// publish, latest, retention). A test hook for "crash during save"; unset in normal runs.
+// PRIMUS_CKPT_CRASH_AT=<phase>[@<n>]: the process SIGKILLs itself the n-th time (default the first) it
+// reaches that save phase (stage, shard, manifest, publish, latest, retention). A test hook for "crash
+// during save"; unset in normal runs.
 void crash_point(const char* phase);
 
 }  // namespace primus::ckpt

@@ -91,6 +91,7 @@ std::string state_to_json(const TrainingState& s) {
   j["optimizer_steps"] = s.optimizer_steps;
   j["skipped_iterations"] = s.skipped_iterations;
   j["global_batch_size"] = s.global_batch_size;
+  j["loss_reference"] = s.loss_reference;
   j["lr_schedule"] = {{"lr", s.lr_schedule.lr},
                       {"min_lr", s.lr_schedule.min_lr},
                       {"warmup_iters", s.lr_schedule.warmup_iters},
@@ -117,6 +118,7 @@ TrainingState state_from_json(const std::string& text, const std::string& what) 
     s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
     s.skipped_iterations = j.at("skipped_iterations").get<int64_t>();
     s.global_batch_size = j.at("global_batch_size").get<int64_t>();
+    if (j.contains("loss_reference")) s.loss_reference = j["loss_reference"].get<std::vector<double>>();
     const auto& l = j.at("lr_schedule");
     s.lr_schedule.lr = l.at("lr").get<double>();
     s.lr_schedule.min_lr = l.at("min_lr").get<double>();

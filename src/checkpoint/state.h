@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/train_config.h"
 
@@ -36,6 +37,7 @@ struct TrainingState {
   int64_t optimizer_steps = 0;   // AdamW's step counter (bias correction); skipped updates do not count
   int64_t skipped_iterations = 0;
   int64_t global_batch_size = 0;
+  std::vector<double> loss_reference;  // the loss-spike detector's window (so a resumed run judges alike)
   LrScheduleState lr_schedule;
   std::optional<RngState> rng;  // absent under no_save_rng
   bool has_optimizer = false;   // optim file present (m, v)

@@ -57,6 +57,11 @@ void SpikeDetector::accept(double loss) {
   while (recent_.size() > window_) recent_.pop_front();
 }
 
+void SpikeDetector::restore(const std::vector<double>& losses) {
+  recent_.clear();
+  for (double l : losses) accept(l);
+}
+
 FaultInjection FaultInjection::from_env() {
   FaultInjection f;
   if (const char* v = std::getenv("PRIMUS_INJECT_NAN")) {

@@ -5,6 +5,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/param_store.h"
 
@@ -36,6 +37,9 @@ class SpikeDetector {
   bool is_spike(double loss) const;
   double reference() const;
   void accept(double loss);  // a loss of an applied update joins the reference window
+  // The window, oldest first (saved in checkpoints so that a resumed run detects spikes identically).
+  std::vector<double> window() const { return {recent_.begin(), recent_.end()}; }
+  void restore(const std::vector<double>& losses);
 
  private:
   double factor_;
