@@ -80,9 +80,11 @@ void Trainer::resume_or_start() {
           {}, "nothing was loaded; move the directory away to start from scratch");
     if (sel) {
       from_save = true;
-      if (!sel->rejected.empty())
+      if (!sel->rejected.empty()) {
         log::warn("checkpoint: fell back to {} ({} problem(s) in newer checkpoints, listed above)",
                   sel->verification.dir, sel->rejected.size());
+        ckpt::quarantine(sel->rejected_dirs);
+      }
     }
   }
   // 2. load: a checkpoint directory, a save root (its latest), or a Hugging Face model directory.
@@ -144,6 +146,7 @@ void Trainer::resume_or_start() {
   start_iter_ = st.iteration;
   start_consumed_ = st.consumed_samples;
   skipped_total_ = st.skipped_iterations;
+  spikes_.restore(st.loss_reference);
   optim_->set_steps_taken(rep.loaded_optim ? st.optimizer_steps : 0);
   resumed_ = true;
   const ckpt::LrScheduleState& l = st.lr_schedule;
@@ -171,6 +174,7 @@ ckpt::TrainingState Trainer::current_state(int64_t iter) const {
   st.optimizer_steps = optim_->steps_taken();
   st.skipped_iterations = skipped_total_;
   st.global_batch_size = cfg_.global_batch_size;
+  st.loss_reference = spikes_.window();
   st.lr_schedule.lr = cfg_.optim.lr;
   st.lr_schedule.min_lr = cfg_.optim.min_lr;
   st.lr_schedule.warmup_iters = cfg_.optim.lr_warmup_iters;
