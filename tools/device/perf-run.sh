@@ -30,13 +30,18 @@ if [ -x "$build/primus_gpu_tests" ]; then
   echo "== gpu_tests rc=$?"; tail -3 "$out/gpu_tests.txt"; grep -E "FAIL" "$out/gpu_tests.txt" | head -20
 fi
 # 1. The quickstart model for 50 steps on the GPU and on the CPU reference (same init, same data).
-tiny=(--config configs/quickstart.yaml --train_iters 50 --lr_warmup_iters 5 --eval_interval 0)
-export PRIMUS_EXP_NAME=tiny_gpu; run tiny_gpu "${tiny[@]}" --device cuda
-export PRIMUS_EXP_NAME=tiny_cpu; run tiny_cpu "${tiny[@]}" --device cpu
-unset PRIMUS_EXP_NAME
-cp /tmp/primus-ws/amd/dev/tiny_gpu/metrics.jsonl "$out/tiny_gpu_metrics.jsonl"
-cp /tmp/primus-ws/amd/dev/tiny_cpu/metrics.jsonl "$out/tiny_cpu_metrics.jsonl"
-python3 tools/device/compare_tracking.py "$out/tiny_cpu_metrics.jsonl" "$out/tiny_gpu_metrics.jsonl" | tail -8
+# With the config's own warm-up, and with a 5-step warm-up (a harder test: larger early updates).
+for warm in default 5; do
+  tiny=(--config configs/quickstart.yaml --train_iters 50 --eval_interval 0)
+  [ "$warm" != default ] && tiny+=(--lr_warmup_iters "$warm")
+  export PRIMUS_EXP_NAME=tiny_gpu_$warm; run tiny_gpu_$warm "${tiny[@]}" --device cuda
+  export PRIMUS_EXP_NAME=tiny_cpu_$warm; run tiny_cpu_$warm "${tiny[@]}" --device cpu
+  unset PRIMUS_EXP_NAME
+  cp /tmp/primus-ws/amd/dev/tiny_gpu_$warm/metrics.jsonl "$out/tiny_gpu_${warm}_metrics.jsonl"
+  cp /tmp/primus-ws/amd/dev/tiny_cpu_$warm/metrics.jsonl "$out/tiny_cpu_${warm}_metrics.jsonl"
+  echo "== tracking, warm-up $warm"
+  python3 tools/device/compare_tracking.py "$out/tiny_cpu_${warm}_metrics.jsonl" "$out/tiny_gpu_${warm}_metrics.jsonl" | tail -6
+done
 # 2. The anchor's workloads, with cuBLASLt's heuristic choice (untuned) ...
 run bench_1b --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml
 grep -E "^iter (10|20)/" "$out/bench_1b.log"
