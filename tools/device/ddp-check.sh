@@ -85,7 +85,7 @@ EOF
 
 # (c) FSDP + full recompute, Llama-3.1-8B, T 8192
 run fsdp8b_2gpu 2 --config configs/examples/megatron/llama3.1_8B-pretrain.yaml --device cuda --train_iters 10 \
-  --micro_batch_size 1 --global_batch_size 2 --use_torch_fsdp2 true --use_rope_scaling false
+  --micro_batch_size 1 --global_batch_size 2 --use_torch_fsdp2 true
 grep -E "^\[rank 0\] iter|iter .* MFU" "$out/fsdp8b_2gpu.log" | tail -3 | tee -a "$summary"
 grep -E "peak mem" "$out/fsdp8b_2gpu.log" | tail -2 | tee -a "$summary"
 
