@@ -258,8 +258,8 @@ int run_preprocess(PreprocessArgs& a) {
               mb(static_cast<double>(st.input_bytes)).c_str());
   std::printf("  tokenizer %s, %s\n", tok->name().c_str(),
               token_dtype_name(optimal_token_dtype(tok->vocab_size())));
-  std::printf("  documents %s written, %s empty skipped\n", count(st.docs).c_str(),
-              count(st.skipped).c_str());
+  std::printf("  documents %s, %s of them empty (recorded as empty documents, as Megatron does)\n",
+              count(st.docs + st.skipped).c_str(), count(st.skipped).c_str());
   std::printf("  tokens    %s (%.1f per document, %.2f bytes of text per token)\n", count(st.tokens).c_str(),
               st.docs > 0 ? static_cast<double>(st.tokens) / static_cast<double>(st.docs) : 0.0,
               st.tokens > 0 ? static_cast<double>(st.text_bytes) / static_cast<double>(st.tokens) : 0.0);

@@ -178,13 +178,14 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
       for (DocResult& d : b.docs) {
         bool any = false;
         for (size_t k = 0; k < d.per_key.size(); ++k) {
-          if (d.per_key[k].empty()) continue;
           for (const auto& seq_ids : d.per_key[k]) {
             writers[k]->add_sequence(seq_ids);
             st.tokens += static_cast<int64_t>(seq_ids.size());
           }
+          // Megatron's builder closes a document even when it has no tokens (document_indices repeats the
+          // sequence count), so an empty text still counts as a document and the files stay identical.
           writers[k]->end_document();
-          any = true;
+          any = any || !d.per_key[k].empty();
         }
         if (any) {
           ++st.docs;

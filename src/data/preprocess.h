@@ -29,8 +29,8 @@ struct PreprocessProgress {
 };
 
 struct PreprocessStats {
-  int64_t docs = 0;         // documents written
-  int64_t skipped = 0;      // records with no tokens (empty text)
+  int64_t docs = 0;         // documents with tokens
+  int64_t skipped = 0;      // documents without tokens (written empty, as Megatron does)
   int64_t tokens = 0;       // tokens written over all keys
   int64_t input_bytes = 0;  // bytes of input read
   int64_t text_bytes = 0;   // bytes of text tokenized

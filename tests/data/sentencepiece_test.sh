@@ -15,15 +15,15 @@ fortunes=/usr/share/games/fortunes
 cat "$fortunes"/fortunes "$fortunes"/literature 2>/dev/null | grep -v '^%$' > "$work/train.txt" || true
 [ -s "$work/train.txt" ] || { echo "no fortunes text under $fortunes"; exit 1; }
 spm_train --input="$work/train.txt" --model_prefix="$work/spm" --vocab_size=800 --model_type=bpe \
-  --byte_fallback=true --character_coverage=0.9995 --normalization_rule_name=identity --minloglevel=2 >/dev/null 2>&1
+  --byte_fallback=true --character_coverage=0.9995 --normalization_rule_name=identity --remove_extra_whitespaces=false --minloglevel=2 >/dev/null 2>&1
 # Test lines: fortunes the model saw, plus the tokenizer comparison strings (unicode, emoji, whitespace, code)
-# that are single-line (spm_encode reads one line per input).
-head -n 150 "$work/train.txt" > "$work/lines.txt"
-python3 "$here/../../tools/tokenizer_ref/gen_strings.py" --count 400 | python3 -c "
+# that fit on one line (spm_encode reads one line per input).
+head -n 400 "$work/train.txt" > "$work/lines.txt"
+python3 "$here/../../tools/tokenizer_ref/gen_strings.py" --count 1200 | python3 -c "
 import json, sys
 for l in sys.stdin:
     s = json.loads(l)
-    if s and '\n' not in s and '\r' not in s and '\x00' not in s and s.strip() == s and '  ' not in s:
+    if s and not any(c in s for c in '\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029'):
         print(s)" >> "$work/lines.txt"
 spm_encode --model="$work/spm.model" --output_format=id < "$work/lines.txt" > "$work/spm_ids.txt"
 python3 -c "import json,sys

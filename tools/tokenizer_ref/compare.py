@@ -27,7 +27,10 @@ def run_primus(binary, tokenizer, lines, *flags):
     if proc.returncode != 0:
         sys.exit(f"primus data tokenize {' '.join(flags)} failed (exit {proc.returncode}):\n"
                  f"{proc.stderr.decode(errors='replace')}")
-    out = proc.stdout.decode().splitlines()
+    # Split on "\n" only: str.splitlines() would also split inside decoded text at U+2028, U+0085, \x1c ...
+    out = proc.stdout.decode().split("\n")
+    if out and out[-1] == "":
+        out.pop()
     if len(out) != len(lines):
         sys.exit(f"primus data tokenize returned {len(out)} lines for {len(lines)} inputs")
     return [json.loads(x) for x in out]
