@@ -1,0 +1,83 @@
+// The hang watchdog (safe/hang_watchdog.h): who is stuck, the automatic timeout, and detection in time.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "safe/hang_watchdog.h"
+
+using namespace primus::safe;
+
+namespace {
+Heartbeat beat(int rank, int64_t step, uint64_t colls) {
+  Heartbeat b;
+  b.rank = rank;
+  b.step = step;
+  b.collectives = colls;
+  return b;
+}
+}  // namespace
+
+TEST(SafeWatchdog, NamesTheRankBehindTheOthers) {
+  // Rank 2 stopped before the collective the others entered.
+  auto s = stuck_ranks({beat(0, 4, 5), beat(1, 4, 5), beat(2, 4, 4), beat(3, 4, 5)});
+  ASSERT_EQ(s, std::vector<int>({2}));
+  // A rank a whole step behind.
+  EXPECT_EQ(stuck_ranks({beat(0, 9, 10), beat(1, 8, 12)}), std::vector<int>({1}));
+  // Everyone at the same point: all named.
+  EXPECT_EQ(stuck_ranks({beat(0, 4, 5), beat(1, 4, 5)}), std::vector<int>({0, 1}));
+  // A rank without a heartbeat comes first.
+  Heartbeat m = beat(1, 0, 0);
+  m.missing = true;
+  EXPECT_EQ(stuck_ranks({beat(0, 4, 5), m}), std::vector<int>({1}));
+  const std::string d = describe_hang({beat(0, 4, 5), beat(1, 4, 4)}, {1});
+  EXPECT_NE(d.find("stuck rank(s): 1"), std::string::npos);
+}
+
+TEST(SafeWatchdog, AutomaticTimeout) {
+  WatchdogOptions o;
+  o.dir = (std::filesystem::temp_directory_path() / "primus-wd-auto").string();
+  HangWatchdog w(o);
+  EXPECT_DOUBLE_EQ(w.timeout_s(), 600);  // before the first step: the startup timeout
+  for (int i = 1; i <= 10; ++i) w.progress(i, 1000);
+  EXPECT_DOUBLE_EQ(w.timeout_s(), 60);  // max(3 x 1 s, 60 s)
+  w.progress(11, 40000);
+  EXPECT_DOUBLE_EQ(w.timeout_s(), 120);  // 3 x p99 (40 s)
+  o.hang_timeout_s = 7;
+  HangWatchdog fixed(o);
+  EXPECT_DOUBLE_EQ(fixed.timeout_s(), 7);
+}
+
+TEST(SafeWatchdog, DetectsAStallWithinTheTimeout) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "primus-wd-stall").string();
+  std::filesystem::remove_all(dir);
+  std::atomic<int> fired{0};
+  std::vector<int> who;
+  WatchdogOptions o;
+  o.dir = dir;
+  o.hang_timeout_s = 1.0;
+  o.poll_s = 0.05;
+  o.on_hang = [&](const std::vector<int>& stuck, const std::string& msg) {
+    if (fired++ == 0) who = stuck;
+  };
+  HangWatchdog w(o);
+  w.start();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 1; i <= 5; ++i) {
+    w.progress(i, 20);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Progress stops here.
+  while (fired.load() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  w.stop();
+  ASSERT_GE(fired.load(), 1);
+  EXPECT_LT(s, 1.0 + 0.1 + 2.0);  // timeout + the last steps + the decision delay
+  EXPECT_EQ(who, std::vector<int>({0}));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/rank-0.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/hang-rank-0.json"));
+  std::filesystem::remove_all(dir);
+}
