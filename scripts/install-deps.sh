@@ -10,8 +10,13 @@ packages=(
   libpcre2-dev libsentencepiece-dev libopenmpi-dev openmpi-bin
   fortunes fortunes-min
   python3 python3-numpy
+  sentencepiece
   clang-format
 )
+
+# node + npm run the tokenizer reference test (tools/tokenizer_ref); a machine with NodeSource's nodejs (which
+# bundles npm and conflicts with Debian's npm package) already has them.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 
 missing=()
 for p in "${packages[@]}"; do
