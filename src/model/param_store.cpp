@@ -114,6 +114,8 @@ Tensor ParamStore::region_view(const Tensor& flat, bool compute, int i) const {
   if (shard_mode_ != ShardMode::kFull) return view(flat, i);
   const ParamEntry& e = entries_[i];
   const Tensor& buf = compute ? attached_compute_[e.region] : attached_grad_[e.region];
+  // A region gathered for forward only (evaluation) has no gradient buffer: its gradient views are empty.
+  if (!compute && !buf.defined() && attached_compute_[e.region].defined()) return Tensor();
   PRIMUS_CHECK(buf.defined(), "'{}': its {} is sharded (FSDP) and region {} is not gathered right now",
                e.name, compute ? "parameter" : "gradient", e.region);
   const int64_t off = e.offset - regions_[e.region].begin;

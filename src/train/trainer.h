@@ -3,6 +3,7 @@
 // schedule, periodic evaluation, one log line and one metrics record per step; checkpoints (save every
 // save_interval, resume from the newest valid one), guards (non-finite loss/gradients, loss spikes) and stop
 // conditions (SIGTERM/SIGINT, exit_interval, exit_duration_in_mins).
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,16 @@ class RunMonitor;  // safe/run_monitor.h: trace, hang watchdog, stragglers, guar
 
 class DataParallel;
 struct DpConfig;
+
+// Deletes, except while an exception unwinds: then the object is left alive. The world communicator must
+// outlive a failing trainer, because tearing it down (MPI_Abort under mpirun) would kill the process before
+// the error is printed; the process exits right after, and its peers see it go.
+struct KeepOnUnwind {
+  template <typename T>
+  void operator()(T* p) const {
+    if (std::uncaught_exceptions() == 0) delete p;
+  }
+};
 
 // Picks the device from the `device` key: auto = GPU `gpu_index` when one is usable, else the CPU.
 Stream select_stream(const std::string& device_key, int gpu_index = 0);
@@ -100,8 +111,8 @@ class Trainer {
   std::string run_dir_;
   std::string resolved_yaml_;
   Stream stream_;
-  std::unique_ptr<comm::World> world_;
-  std::unique_ptr<parallel::ProcessGroups> groups_;
+  std::unique_ptr<comm::World, KeepOnUnwind> world_;
+  std::unique_ptr<parallel::ProcessGroups, KeepOnUnwind> groups_;
   std::unique_ptr<DpConfig> dp_cfg_;
   int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;
   std::unique_ptr<ParamStore> ckpt_full_;  // whole-model staging for sharded checkpoints

@@ -40,7 +40,13 @@ struct KillInjection {
   }
 };
 
+std::atomic<bool> g_mpi_world{false};
+
 }  // namespace
+
+bool distributed_errors_need_printing() {
+  return g_mpi_world.load();
+}
 
 void Trainer::init_distributed() {
   const comm::LaunchEnv env = comm::resolve_launch_env(comm::process_env_lookup());
@@ -65,14 +71,14 @@ void Trainer::init_distributed() {
     wo.backend = backend;
     wo.timeout_s = cfg_.parallel.distributed_timeout_s;
     wo.cuda_device = gpu ? gpu_index_ : -1;
-    world_ = std::make_unique<comm::World>(comm::init_world(env, wo));
+    world_.reset(new comm::World(comm::init_world(env, wo)));
     layout = parallel::layout_from_config(cfg_.parallel, env.world_size);
     if (layout.dims.tp() > 1 || layout.dims.pp() > 1 || layout.dims.cp() > 1)
       throw ConfigError(
           fmt::format("{}: tensor, pipeline and context parallelism are not implemented yet "
                       "(data parallelism only)",
                       layout.describe()));
-    groups_ = std::make_unique<parallel::ProcessGroups>(parallel::build_groups(layout.dims, *world_->comm));
+    groups_.reset(new parallel::ProcessGroups(parallel::build_groups(layout.dims, *world_->comm)));
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_rank_ = groups_->get("dp").rank();
     shard_rank_ = dp_cfg_->fsdp() ? groups_->get("dp_shard").rank() : dp_cfg_->zero1() ? dp_rank_ : 0;
