@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/hf_weights.h"
 #include "checkpoint/publish.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
@@ -334,6 +335,7 @@ void copy_into_param(ParamStore& params, int i, const std::string& which, const 
     std::memcpy(padded.data_ptr(), src.data_ptr(), src.nbytes());
     src = padded;
   }
+  if (src.dtype() == DType::kF16 && dst.dtype() != DType::kF16) src = to_f32(src);  // cpu_cast has no f16
   if (src.dtype() != dst.dtype()) src = cpu_cast(src, dst.dtype());
   dst.copy_from(src, s);
 }
