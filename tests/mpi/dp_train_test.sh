@@ -9,6 +9,7 @@
 #        emulated single process doing the same (10 steps as NP1, resume, 10 steps as NP2)
 #   kill NP: rank 2 SIGKILLs itself in the middle of iteration 3: the job exits non-zero within 30 s and the
 #        output names the dead rank
+#   launch_<mode>: the same with ranks started by `primus launch` (tcp backend) instead of mpirun
 # Usage: dp_train_test.sh MODE MPIRUN PRIMUS NP [NP2]
 set -u
 mode=$1 mpirun=$2 primus=$3 np=$4 np2=${5:-2}
@@ -36,6 +37,9 @@ run() {
   if [ "$n" -eq 0 ]; then
     env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 "${envs[@]}" \
       "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
+  elif [ -n "${LAUNCH:-}" ]; then  # primus launch: tcp backend
+    env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 "${envs[@]}" timeout 300 \
+      "$primus" launch --nproc-per-node "$n" --master-port 0 -- train pretrain "${common[@]}" "$@" >"$log" 2>&1
   else
     local xs=()
     for e in "${envs[@]}"; do xs+=(-x "$e"); done
@@ -72,6 +76,12 @@ EOF
 }
 
 case "$mode" in
+  launch_*)  # the same cases with ranks started by `primus launch` (tcp backend) instead of mpirun
+    LAUNCH=1
+    mode=${mode#launch_}
+    ;;
+esac
+case "$mode" in
   ddp) keys=(--overlap_grad_reduce true) ;;
   ddp_bf16) keys=(--overlap_grad_reduce true --grad_reduce_in_bf16 true) ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
@@ -106,8 +116,13 @@ case "$mode" in
     ;;
   kill)
     start=$(date +%s%N)
-    out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME=kill -x PRIMUS_INJECT_KILL=3:2 -np "$np" \
-          "$primus" train pretrain "${common[@]}" 2>&1)
+    if [ -n "${LAUNCH:-}" ]; then
+      out=$(PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME=kill PRIMUS_INJECT_KILL=3:2 OMP_NUM_THREADS=1 timeout 60 \
+            "$primus" launch --nproc-per-node "$np" --master-port 0 -- train pretrain "${common[@]}" 2>&1)
+    else
+      out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME=kill -x PRIMUS_INJECT_KILL=3:2 -np "$np" \
+            "$primus" train pretrain "${common[@]}" 2>&1)
+    fi
     code=$?
     elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
     echo "$out" | tail -15
@@ -115,7 +130,8 @@ case "$mode" in
     [ "$code" -ne 0 ] || fail "the job exited 0"
     [ "$code" -ne 124 ] || fail "the job hung (killed by timeout after 60 s)"
     [ "$elapsed_ms" -lt 30000 ] || fail "took ${elapsed_ms} ms (limit 30 s)"
-    echo "$out" | grep -Eq "process rank 2 .*(signal 9|Killed)" || fail "the output does not name rank 2"
+    echo "$out" | grep -Eq "process rank 2 .*(signal 9|Killed)|primus launch: failed: rank 2 was killed by SIGKILL" ||
+      fail "the output does not name rank 2 as killed"
     ;;
 esac
 echo "dp_train_test: $mode passed"
