@@ -92,11 +92,10 @@ def randomize(model, seed):
 
 
 def load_hf(model_cls, path, dtype, device):
-    try:
-        m = model_cls.from_pretrained(path, dtype=dtype, attn_implementation="eager")
-    except TypeError:
-        m = model_cls.from_pretrained(path, torch_dtype=dtype, attn_implementation="eager")
-    return m.to(device).eval()
+    # transformers 5 takes `dtype`; 4.x takes `torch_dtype` (and would pass an unknown `dtype` to the config).
+    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    m = model_cls.from_pretrained(path, attn_implementation="eager", **{key: dtype})
+    return m.to(device=device, dtype=dtype).eval()
 
 
 def hf_logits(model, tokens, device):
