@@ -6,8 +6,11 @@
 #   (c) FSDP + full recompute on Llama-3.1-8B (32 layers, T 8192, micro-batch 1 per GPU): tokens/s/GPU, MFU,
 #       peak memory per GPU
 #   (d) PyTorch FSDP2 on the same model and GPUs (tools/device/fsdp2_llama8b.py), when torch is present
-# Usage: tools/device/ddp-check.sh [BUILD_DIR]   (BUILD_DIR/primus from a -DPRIMUS_CUDA=ON build: carry it)
-# Logs and a summary go to $OUT.
+# Usage: tools/device/ddp-check.sh [BUILD_DIR]   (BUILD_DIR/primus from a -DPRIMUS_CUDA=ON build)
+# The build directory is too big to carry (64 MiB limit): copy the binary alone, e.g.
+#   mkdir -p build-ddp && cp build-par-cuda/primus build-ddp/     then carry build-ddp and run
+#   tools/device/ddp-check.sh build-ddp                            (kind nvidia-h200-x2)
+# Logs and a summary go to $OUT. Runs take ~8 minutes in all; each is bounded (240 s; torch 300 s).
 set -uo pipefail
 build=${1:-build-par-cuda}
 bin="$build/primus"
@@ -15,8 +18,12 @@ if [ ! -x "$bin" ]; then
   echo "ddp-check: $bin not found; build with CUDA here and carry $build" >&2
   exit 2
 fi
-out=${OUT:-/tmp/ddp-check}
-mkdir -p "$out"
+# Logs gather in a scratch folder and come back as one archive plus summary.txt (few files come back from $OUT).
+final=${OUT:-/tmp/ddp-final}
+out=/tmp/ddp-out
+rm -rf "$out"
+mkdir -p "$out" "$final"
+trap 'tar czf "$final/ddp-logs.tgz" -C "$out" . ; cp "$out/summary.txt" "$final/" 2>/dev/null' EXIT
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN} PRIMUS_WORKSPACE=/tmp/primus-ddp PRIMUS_USER=dev
 export PRIMUS_HOME=$PWD
 rm -rf /tmp/primus-ddp
@@ -31,9 +38,9 @@ run() {
   shift 2
   local t0=$(date +%s)
   if [ "$n" -eq 1 ]; then
-    PRIMUS_EXP_NAME=$name timeout 900 "$bin" train pretrain "$@" >"$out/$name.log" 2>&1
+    PRIMUS_EXP_NAME=$name timeout 240 "$bin" train pretrain "$@" >"$out/$name.log" 2>&1
   else
-    PRIMUS_EXP_NAME=$name timeout 900 "$bin" launch --nproc-per-node "$n" --master-port 0 -- train pretrain "$@" \
+    PRIMUS_EXP_NAME=$name timeout 240 "$bin" launch --nproc-per-node "$n" --master-port 0 -- train pretrain "$@" \
       >"$out/$name.log" 2>&1
   fi
   local rc=$?
@@ -92,7 +99,7 @@ grep -E "peak mem" "$out/fsdp8b_2gpu.log" | tail -2 | tee -a "$summary"
 # (d) PyTorch FSDP2 on the same model and GPUs
 if python3 -c "import torch" 2>/dev/null; then
   echo "== torch FSDP2 (2 GPUs)" | tee -a "$summary"
-  timeout 900 torchrun --standalone --nproc-per-node 2 tools/device/fsdp2_llama8b.py >"$out/torch_fsdp2.log" 2>&1
+  timeout 300 torchrun --standalone --nproc-per-node 2 tools/device/fsdp2_llama8b.py >"$out/torch_fsdp2.log" 2>&1
   echo "  rc $?" | tee -a "$summary"
   grep '^{' "$out/torch_fsdp2.log" | tee -a "$summary"
 fi
