@@ -11,6 +11,7 @@
 //   t.start();                                  // profile_step_start
 //   { PRIMUS_TRACE_RANGE("forward_backward"); ... }
 //   t.stop(); t.write("trace/rank0.json");      // profile_step_end
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -52,7 +53,7 @@ class Tracer {
   static Tracer& get();
   // Process label shown by Perfetto, e.g. "rank 3 (node7:gpu3)".
   void configure(int rank, const std::string& label, bool gpu);
-  bool recording() const { return recording_; }
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
   void start();
   void stop();  // collects the GPU records
   void add(TraceEvent e);
@@ -74,7 +75,7 @@ class Tracer {
   int rank_ = 0;
   std::string label_ = "rank 0";
   bool gpu_ = false;
-  bool recording_ = false;
+  std::atomic<bool> recording_{false};
   std::unique_ptr<GpuActivitySource> source_;
   std::string gpu_source_ = "none";
 };

@@ -167,7 +167,12 @@ std::string render_html(const RunData& run) {
                          event_color(e.value("kind", ""))});
   Series val = series_of(run.validation, "val_loss", "validation loss", "#2ca02c");
   val.points = true;
-  h += "<h2>Training curves</h2>\n<div class=\"grid\">\n";
+  h += "<h2>Training curves</h2>\n<p style=\"font-size:12px;color:#555\">Dashed lines mark guard events: "
+       "<span style=\"color:#d62728\">NaN/Inf or hang</span>, <span style=\"color:#ff7f0e\">loss "
+       "spike</span>, "
+       "<span style=\"color:#9467bd\">straggler</span>, <span style=\"color:#8c564b\">slow step</span>. MFU "
+       "is "
+       "reported for GPU runs only.</p>\n<div class=\"grid\">\n";
   h += line_chart("Loss", "loss", {series_of(run.steps, "loss", "train loss", "#1f77b4"), val}, markers);
   h += line_chart("Throughput", "tokens/s/GPU",
                   {series_of(run.steps, "tok_s_gpu", "tokens/s/GPU", "#ff7f0e")}, markers);

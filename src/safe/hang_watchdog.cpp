@@ -116,12 +116,16 @@ void HangWatchdog::progress(int64_t step, double step_ms) {
   beat_.window_ms = window_.median();
   last_progress_ = steady_s();
   stepped_ = true;
+  in_step_ = false;
+  beat_.phase = fmt::format("after step {}", step);
   dirty_ = true;
 }
 
-void HangWatchdog::set_phase(const std::string& phase) {
+void HangWatchdog::set_phase(const std::string& phase, bool in_step) {
   std::lock_guard<std::mutex> lock(mu_);
   beat_.phase = phase;
+  if (in_step && !in_step_) last_progress_ = steady_s();
+  in_step_ = in_step;
   dirty_ = true;
 }
 
@@ -134,9 +138,15 @@ void HangWatchdog::collective(const std::string& description) {
 
 double HangWatchdog::timeout_s() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (o_.hang_timeout_s > 0) return o_.hang_timeout_s;
-  if (!stepped_) return std::max(o_.startup_timeout_s, o_.min_timeout_s);
-  return std::max(o_.p99_factor * window_.p99() / 1e3, o_.min_timeout_s);
+  double t = 0;
+  if (o_.hang_timeout_s > 0) {
+    t = o_.hang_timeout_s;
+  } else if (!stepped_) {
+    t = std::max(o_.startup_timeout_s, o_.min_timeout_s);
+  } else {
+    t = std::max(o_.p99_factor * window_.p99() / 1e3, o_.min_timeout_s);
+  }
+  return in_step_ ? t : std::max(t, o_.startup_timeout_s);
 }
 
 void HangWatchdog::write_beat() {

@@ -2,9 +2,10 @@
 // Hang watchdog: a thread per rank that declares a hang when this rank has made no step progress for the
 // hang timeout, names the stuck rank(s), aborts the communicators and ends the process with kExitHang.
 //
-// Timeout: hang_timeout_s when set (> 0); otherwise max(3 x p99 step time, 60 s) once steps have been
-// timed, and startup_timeout_s (600 s) before the first step completes (initialisation, the first step's
-// plan building and allocation).
+// Timeout inside a training step: hang_timeout_s when set (> 0); otherwise max(3 x p99 step time, 60 s)
+// once steps have been timed, and startup_timeout_s (600 s) before the first step completes (the first
+// step's plan building and allocation). Between steps (evaluation, checkpoint saves, start-up) the limit is
+// at least startup_timeout_s, since those phases are not step-shaped; entering a step restarts the clock.
 //
 // Each rank keeps a heartbeat file <dir>/rank-<r>.json (written by the watchdog thread about every second,
 // atomically by rename): step completed, current phase, the last collective it entered (group, op, label,
@@ -65,7 +66,9 @@ class HangWatchdog {
   void start();
   void stop();
   void progress(int64_t step, double step_ms);  // a step completed
-  void set_phase(const std::string& phase);
+  // in_step: the phase is a training step (the step timeout applies; the clock restarts), else a phase
+  // between steps (evaluation, checkpointing) with the longer limit.
+  void set_phase(const std::string& phase, bool in_step = true);
   void collective(const std::string& description);  // entering a collective
   double timeout_s() const;
   std::vector<Heartbeat> read_all() const;
@@ -85,6 +88,7 @@ class HangWatchdog {
   StepWindow window_{20};
   double last_progress_ = 0;  // steady seconds
   bool stepped_ = false;
+  bool in_step_ = false;
 };
 
 // The process's watchdog that comm::set_op_observer feeds (the last one started; null when none).

@@ -162,7 +162,9 @@ NvmlGpu Nvml::query(int index) const {
     g.ecc_uncorrected = static_cast<int64_t>(errs);
   if (a.retired) {
     unsigned c1 = 0, c2 = 0;
-    if (a.retired(d, 0, &c1, nullptr) == 0 && a.retired(d, 1, &c2, nullptr) == 0) g.retired_pages = c1 + c2;
+    // With a zero-sized buffer NVML answers success (no pages) or INSUFFICIENT_SIZE (7) with the count set.
+    auto ok = [](Ret r) { return r == 0 || r == 7; };
+    if (ok(a.retired(d, 0, &c1, nullptr)) && ok(a.retired(d, 1, &c2, nullptr))) g.retired_pages = c1 + c2;
   }
   if (a.remapped) {
     unsigned corr = 0, unc = 0, pending = 0, failure = 0;

@@ -73,8 +73,8 @@ std::string RunMonitor::trace_path() const {
   return fmt::format("{}/trace/rank{}.json", ctx_.run_dir, ctx_.rank);
 }
 
-void RunMonitor::set_phase(const std::string& phase) {
-  if (watchdog_) watchdog_->set_phase(phase);
+void RunMonitor::set_phase(const std::string& phase, bool in_step) {
+  if (watchdog_) watchdog_->set_phase(phase, in_step);
 }
 
 void RunMonitor::step_begin(int64_t iter) {
@@ -85,7 +85,7 @@ void RunMonitor::step_begin(int64_t iter) {
     tracing_ = true;
   }
   step_start_us_ = profile::Tracer::now_us();
-  set_phase(fmt::format("step {}", iter));
+  set_phase(fmt::format("step {}", iter), /*in_step=*/true);
   if (stall_rank_ == ctx_.rank && stall_iter_ == iter) {
     log::error("PRIMUS_INJECT_STALL: rank {} stops at iteration {} (test hook)", ctx_.rank, iter);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));

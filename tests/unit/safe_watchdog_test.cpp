@@ -42,12 +42,18 @@ TEST(SafeWatchdog, AutomaticTimeout) {
   HangWatchdog w(o);
   EXPECT_DOUBLE_EQ(w.timeout_s(), 600);  // before the first step: the startup timeout
   for (int i = 1; i <= 10; ++i) w.progress(i, 1000);
+  EXPECT_DOUBLE_EQ(w.timeout_s(), 600);  // between steps (evaluation, checkpoints): the long limit
+  w.set_phase("step 11", /*in_step=*/true);
   EXPECT_DOUBLE_EQ(w.timeout_s(), 60);  // max(3 x 1 s, 60 s)
   w.progress(11, 40000);
+  w.set_phase("step 12", true);
   EXPECT_DOUBLE_EQ(w.timeout_s(), 120);  // 3 x p99 (40 s)
   o.hang_timeout_s = 7;
   HangWatchdog fixed(o);
+  fixed.set_phase("step 1", true);
   EXPECT_DOUBLE_EQ(fixed.timeout_s(), 7);
+  fixed.set_phase("evaluation", false);
+  EXPECT_DOUBLE_EQ(fixed.timeout_s(), 600);
 }
 
 TEST(SafeWatchdog, DetectsAStallWithinTheTimeout) {
@@ -66,10 +72,11 @@ TEST(SafeWatchdog, DetectsAStallWithinTheTimeout) {
   w.start();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 1; i <= 5; ++i) {
-    w.progress(i, 20);
+    w.set_phase("step " + std::to_string(i), true);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    w.progress(i, 20);
   }
-  // Progress stops here.
+  w.set_phase("step 6", true);  // progress stops inside step 6
   while (fired.load() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
