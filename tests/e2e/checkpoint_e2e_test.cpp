@@ -454,3 +454,37 @@ TEST_F(CheckpointE2E, FinetuneFromHuggingFaceDirectory) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("ffn_hidden_size"), std::string::npos) << bad.err;
 }
+
+TEST_F(CheckpointE2E, AsyncSnapshotEqualsSyncSaveWhileTrainingMutatesParameters) {
+  // Slowed background writes: training runs (and updates the parameters) while each snapshot is written.
+  const std::vector<std::string> ov = {"--train_iters", "6", "--save_interval", "2", "--keep_latest_k", "10"};
+  Job sync_job = make_job("sync"), async_job = make_job("async");
+  std::vector<std::string> async_ov = ov;
+  async_ov.insert(async_ov.end(), {"--async_save", "true"});
+  CliResult a = async_job.run(async_ov, {{"PRIMUS_CKPT_SLOW_WRITE_MS", "15"}});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("writing in the background"), std::string::npos) << a.out;
+  CliResult s = sync_job.run(ov);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("(synchronous"), std::string::npos) << s.out;
+  for (int64_t it : {2, 4, 6}) expect_same_state(sync_job.ckpt(it), async_job.ckpt(it));
+}
+
+TEST_F(CheckpointE2E, TorchTitanCheckpointKeysSaveAndAutoResume) {
+  Job j = make_job("tt");
+  auto run = [&](const std::string& steps) {
+    return run_primus(
+        {"train", "pretrain", "--config", project_dir() + "/configs/examples/torchtitan/micro_llama-cpu.yaml",
+         "--training.steps", steps, "--checkpoint.enable", "true", "--checkpoint.interval", "3",
+         "--checkpoint.keep_latest_k", "2"},
+        j.env({{"PRIMUS_TEAM", "e2e"}}));
+  };
+  CliResult a = run("6");
+  ASSERT_EQ(a.exit_code, 0) << a.err << a.out;
+  EXPECT_NE(a.out.find("iter_0000006"), std::string::npos) << a.out;
+  CliResult b = run("9");  // checkpoint.enable resumes from the newest valid checkpoint of the run
+  ASSERT_EQ(b.exit_code, 0) << b.err << b.out;
+  EXPECT_NE(b.out.find("resuming from"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("iter_0000006"), std::string::npos) << b.out;
+  EXPECT_EQ(j.steps().size(), 9u);
+}
