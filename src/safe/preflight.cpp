@@ -94,8 +94,7 @@ void apply_threshold_file(Thresholds& t, const std::string& path, const std::str
                                                  {"alltoall_busbw_gbps_min", &t.alltoall_busbw_gbps_min},
                                                  {"shm_gib_min", &t.shm_gib_min},
                                                  {"memlock_gib_min", &t.memlock_gib_min},
-                                                 {"mem_available_pct_min", &t.mem_available_pct_min},
-                                                 {"sm_clock_pct_min", &t.sm_clock_pct_min}};
+                                                 {"mem_available_pct_min", &t.mem_available_pct_min}};
     for (const auto& kv : m) {
       const std::string k = kv.first.as<std::string>();
       if (k == "models" && where == "top level") continue;
@@ -437,12 +436,15 @@ void gpu_checks(PreflightReport& r, Nvml& nvml, int count, const PreflightOption
   }
 }
 
-void run_gpu_workers(PreflightReport& r, const std::string& what, int count, double timeout_s,
-                     const Thresholds& t) {
+// Each worker sees one GPU, named by UUID when NVML gave one (CUDA's device order need not be NVML's).
+void run_gpu_workers(PreflightReport& r, const std::string& what, const std::vector<NvmlGpu>& gpus,
+                     double timeout_s, const Thresholds& t) {
   std::vector<ChildSpec> specs;
   const std::string exe = self_executable();
-  for (int i = 0; i < count; ++i)
-    specs.push_back({{exe, "preflight", "--worker", what}, {{"CUDA_VISIBLE_DEVICES", std::to_string(i)}}});
+  const int count = static_cast<int>(gpus.size());
+  for (const NvmlGpu& g : gpus)
+    specs.push_back({{exe, "preflight", "--worker", what},
+                     {{"CUDA_VISIBLE_DEVICES", g.uuid.empty() ? std::to_string(g.index) : g.uuid}}});
   const std::vector<ChildResult> res = run_children(specs, timeout_s);
   for (int i = 0; i < count; ++i) {
     const std::string who = fmt::format("gpu{}", i);
@@ -552,9 +554,9 @@ PreflightReport run_preflight_checks(const PreflightOptions& o) {
         fmt::format("{} GPU(s) visible, {} expected", count, o.expected_gpus));
   nccl_env_checks(r, count);
 
-  if (count > 0 && o.smoke) run_gpu_workers(r, "smoke", count, o.smoke_timeout_s, t);
+  if (count > 0 && o.smoke) run_gpu_workers(r, "smoke", gpus, o.smoke_timeout_s, t);
   if (count > 0 && o.perf) {
-    run_gpu_workers(r, o.quick ? "perf-quick" : "perf", count, o.quick ? 30 : 120, t);
+    run_gpu_workers(r, o.quick ? "perf-quick" : "perf", gpus, o.quick ? 30 : 120, t);
     std::error_code ec;
     std::filesystem::create_directories(o.output_dir, ec);
     run_comm_perf(r, count, o.quick, t, o.output_dir);

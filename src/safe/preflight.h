@@ -42,7 +42,6 @@ struct Thresholds {
   double shm_gib_min = 8;
   double memlock_gib_min = 32;  // warn below (unless unlimited)
   double mem_available_pct_min = 10;
-  double sm_clock_pct_min = 0;  // warn when the idle max clock is below this % of the model's (0 = off)
 };
 // Defaults for a GPU name as NVML reports it ("NVIDIA H100 80GB HBM3").
 Thresholds default_thresholds(const std::string& gpu_name);
