@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel training on the two-GPU machine (kind nvidia-h200-x2), one call:
-#   (a) equivalence: a small Llama, 20 steps, 1 GPU vs 2 GPUs (NCCL) for DDP, ZeRO-1 and FSDP; loss curves
+#   (a) equivalence: the micro Llama of the e2e tests on mock data, 20 steps, 1 GPU vs 2 GPUs (NCCL) for DDP, ZeRO-1 and FSDP; loss curves
 #       within 1e-2 relative (NCCL's reduction order is its own, compute is bf16: not bitwise)
 #   (b) DDP on the llama3.2-1B shape (T 2048, micro-batch 8 per GPU): 2 GPUs vs 1 GPU tokens/s (target >= 1.9x)
 #   (c) FSDP + full recompute on Llama-3.1-8B (32 layers, T 8192, micro-batch 1 per GPU): tokens/s/GPU, MFU,
@@ -67,8 +67,8 @@ EOF
 }
 
 # (a) equivalence, 1 vs 2 GPUs
-small=(--config configs/quickstart.yaml --device cuda --mock_data true --train_iters 20 --eval_interval 0
-       --micro_batch_size 4 --global_batch_size 8 --lr_warmup_iters 5 --log_interval 5)
+small=(--config tests/e2e/configs/fortunes_micro_llama.yaml --device cuda --mock_data true --train_iters 20
+       --eval_interval 0 --micro_batch_size 4 --global_batch_size 8 --lr_warmup_iters 5 --log_interval 5)
 run eq_1gpu 1 "${small[@]}"
 run eq_ddp 2 "${small[@]}" --overlap_grad_reduce true && compare eq_ddp eq_1gpu 1e-2
 run eq_zero1 2 "${small[@]}" --use_distributed_optimizer true --overlap_grad_reduce true \
