@@ -205,9 +205,11 @@ TEST(ConfigProjectPresets, ExamplesAndQuickstartLoad) {
     EXPECT_GT(rc.train.train_iters, 0);
   }
   ResolvedConfig quick = load_config(testing::project_configs() + "/quickstart.yaml", o);
-  EXPECT_EQ(quick.train.model.padded_vocab_size, 264);
-  EXPECT_EQ(quick.train.data.tokenizer_type, "ByteTokenizer");
-  EXPECT_EQ(quick.train.data.text_data_path, "/usr/share/games/fortunes");
+  // BPE tokens of the fortunes corpus prepared by `primus data` (scripts/quickstart.sh).
+  EXPECT_EQ(quick.train.model.padded_vocab_size, 2048);
+  EXPECT_EQ(quick.train.data.tokenizer_type, "HuggingFaceTokenizer");
+  EXPECT_EQ(quick.train.data.data_path,
+            std::vector<std::string>{"./output/quickstart_data/fortunes_text_document"});
   int64_t n = count_parameters(quick.train.model).total;
   EXPECT_GE(n, 5000000);
   EXPECT_LE(n, 20000000);

@@ -32,7 +32,7 @@ fi
 # 1. The quickstart model for 50 steps on the GPU and on the CPU reference (same init, same data).
 # With the config's own warm-up, and with a 5-step warm-up (a harder test: larger early updates).
 for warm in default 5; do
-  tiny=(--config configs/quickstart.yaml --train_iters 50 --eval_interval 0)
+  tiny=(--config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml --train_iters 50 --eval_interval 0)
   [ "$warm" != default ] && tiny+=(--lr_warmup_iters "$warm")
   export PRIMUS_EXP_NAME=tiny_gpu_$warm; run tiny_gpu_$warm "${tiny[@]}" --device cuda
   export PRIMUS_EXP_NAME=tiny_cpu_$warm; run tiny_cpu_$warm "${tiny[@]}" --device cpu
