@@ -16,7 +16,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 date -u
 "$bin" --version || true
-PYTHONUNBUFFERED=1 timeout "${HF_CHECK_SECONDS:-420}" python3 tools/device/hf-logits-check.py --primus "$bin" \
+PYTHONUNBUFFERED=1 timeout "${HF_CHECK_SECONDS:-330}" python3 tools/device/hf-logits-check.py --primus "$bin" \
   --out "$out" "$@" 2>&1 | tee "$out/hf_logits_check.log"
 rc=${PIPESTATUS[0]}
 echo "hf-logits-check: rc=$rc (report: $out/hf_logits_report.md)"
@@ -34,7 +34,7 @@ resume_check() {
     local name=$1
     shift
     PRIMUS_WORKSPACE="$dir/ws" PRIMUS_EXP_NAME="$name" PRIMUS_TEAM=dev PRIMUS_USER=ci \
-      timeout 200 "$bin" train pretrain --config "$cfg" "${common[@]}" --save "$dir/$name-ckpt" "$@" \
+      timeout 100 "$bin" train pretrain --config "$cfg" "${common[@]}" --save "$dir/$name-ckpt" "$@" \
       >>"$dir/$name.log" 2>&1
   }
   train straight || { echo "resume: straight run failed"; tail -20 "$dir/straight.log"; return 1; }
