@@ -2,12 +2,14 @@
 // info mode on a host without a GPU (CI): it says so and exits 3.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
 #include "e2e/cli_process.h"
 #include "safe/preflight.h"
+#include "safe/subprocess.h"
 
 using namespace primus::safe;
 
@@ -106,4 +108,19 @@ TEST(SafePreflight, InfoModeWithoutGpuSaysSoAndExits3) {
       {"preflight", "--allow-no-gpu", "--thresholds", d + "/t.yaml", "--output-dir", d});
   EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
   std::filesystem::remove_all(d);
+}
+
+TEST(SafePreflight, ChildProcessesAreKilledAtTheTimeout) {
+  // What keeps one hung GPU from hanging preflight: every worker runs under a hard timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<ChildResult> r = run_children(
+      {{{"/bin/sleep", "30"}, {}}, {{"/bin/sh", "-c", "echo hi $PRIMUS_X; exit 3"}, {{"PRIMUS_X", "7"}}}},
+      1.0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_TRUE(r[0].timed_out);
+  EXPECT_FALSE(r[1].timed_out);
+  EXPECT_EQ(r[1].exit_code, 3);
+  EXPECT_EQ(r[1].output, "hi 7\n");
+  EXPECT_LT(s, 5.0);
 }
