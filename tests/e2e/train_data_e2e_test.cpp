@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -22,9 +23,10 @@ class TrainDataE2E : public ::testing::Test {
   // One tokenizer and one dataset for the whole suite (preprocessing takes a few seconds).
   static void SetUpTestSuite() {
     if (!std::filesystem::exists(kFortunes)) return;
-    dir_ = (std::filesystem::temp_directory_path() / "primus-data-e2e").string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    // A fresh directory per process: ctest runs each test of this suite in its own process, in parallel.
+    std::string pattern = (std::filesystem::temp_directory_path() / "primus-data-e2e-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) return;
+    dir_ = pattern;
     setup_ = run_primus(
         {"data", "train-tokenizer", "--input", kFortunes, "--vocab-size", "512", "--output", dir_ + "/tok"});
     if (setup_.exit_code != 0) return;
@@ -38,6 +40,7 @@ class TrainDataE2E : public ::testing::Test {
   }
   void SetUp() override {
     if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
+    ASSERT_FALSE(dir_.empty()) << "mkdtemp failed";
     ASSERT_EQ(setup_.exit_code, 0) << setup_.err << setup_.out;
   }
 
@@ -140,6 +143,19 @@ TEST_F(TrainDataE2E, ResumeContinuesTheSampleStream) {
         EXPECT_EQ(b.steps[i]["consumed_samples"], want["consumed_samples"]);
     }
   }
+}
+
+TEST_F(TrainDataE2E, IndexCachesEqualNumpysMegatronAlgorithm) {
+  // A 99/1 split with 4 eval batches needs 3 epochs of the validation documents and shuffles the last one
+  // separately; numpy (tests/data/gpt_indices_numpy.py, written from the algorithm's description) must
+  // produce the same document, sample and shuffle indices as our cache files, for train and valid.
+  const std::string cache = dir_ + "/cache_numpy";
+  Run r =
+      train("numpy", prefix(),
+            {"--split", "99,1,0", "--eval_iters", "4", "--exit_interval", "1", "--data_cache_path", cache});
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err << r.cli.out;
+  const std::string cmd = "/usr/bin/python3 " + project_dir() + "/tests/data/gpt_indices_numpy.py " + cache;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
 TEST_F(TrainDataE2E, WeightedBlendTrains) {
