@@ -2,6 +2,7 @@
 // report` turns the run directory into HTML, `primus report timeline` analyses the trace, and the hang
 // watchdog ends a stalled run naming the rank.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -34,7 +35,9 @@ CliResult train(const std::string& workspace, const std::string& exp,
 
 TEST(ReportE2E, ProfiledRunToHtmlReport) {
   if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
-  const std::string ws = (std::filesystem::temp_directory_path() / "primus-e2e-report").string();
+  const std::string ws = (std::filesystem::temp_directory_path() /
+                          (std::string("primus-e2e-report-") + std::to_string(getpid())))
+                             .string();
   std::filesystem::remove_all(ws);
   CliResult r =
       train(ws, "profiled",
@@ -80,7 +83,9 @@ TEST(ReportE2E, ReportOfAMissingRunNamesIt) {
 
 TEST(ReportE2E, WatchdogEndsAStalledRunNamingTheRank) {
   if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
-  const std::string ws = (std::filesystem::temp_directory_path() / "primus-e2e-stall").string();
+  const std::string ws =
+      (std::filesystem::temp_directory_path() / (std::string("primus-e2e-stall-") + std::to_string(getpid())))
+          .string();
   std::filesystem::remove_all(ws);
   CliResult r = train(ws, "stalled", {"train_iters=50", "lr_warmup_iters=2", "hang_timeout_s=2"},
                       {{"PRIMUS_INJECT_STALL", "0:4"}});

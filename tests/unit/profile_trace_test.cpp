@@ -1,5 +1,6 @@
 // Chrome/Perfetto trace output (profile/trace.h): the JSON is well formed and carries what Perfetto needs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -79,7 +80,9 @@ TEST(ProfileTrace, WrittenFileParsesAndAnalyses) {
   { PRIMUS_TRACE_RANGE("forward_backward"); }
   { PRIMUS_TRACE_RANGE("optimizer"); }
   t.stop();
-  const std::string dir = (std::filesystem::temp_directory_path() / "primus-trace-test").string();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           (std::string("primus-trace-test-") + std::to_string(getpid())))
+                              .string();
   std::filesystem::remove_all(dir);
   t.write(dir + "/trace/rank0.json");
   t.clear();

@@ -1,5 +1,6 @@
 // The post-flight report (report/run_report.h) from a saved run directory, and its SVG charts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,9 @@ using namespace primus::report;
 namespace {
 
 std::string make_run(const char* name) {
-  const std::string d = (std::filesystem::temp_directory_path() / name).string();
+  const std::string d =
+      (std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(getpid())))
+          .string();
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d + "/trace");
   std::ofstream m(d + "/metrics.jsonl");

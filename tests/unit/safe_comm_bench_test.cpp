@@ -1,5 +1,6 @@
 // The collective benchmark's definitions (bench/comm_bench.h), which preflight's collective rows rely on.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -37,7 +38,9 @@ TEST(SafeCommBench, SizesAndUnits) {
 }
 
 TEST(SafeCommBench, ReportFormats) {
-  const std::string d = (std::filesystem::temp_directory_path() / "primus-comm-bench-test").string();
+  const std::string d = (std::filesystem::temp_directory_path() /
+                         (std::string("primus-comm-bench-test-") + std::to_string(getpid())))
+                            .string();
   std::filesystem::create_directories(d);
   std::vector<CommBenchRow> rows = {{"all_reduce", "bf16", 8, 1 << 20, 1 << 19, 50.0, 20.97, 36.7, "ok"}};
   write_comm_report(d + "/r.jsonl", rows);

@@ -1,6 +1,7 @@
 // Preflight (safe/preflight.h): thresholds per GPU model and from YAML, host checks, the report, and the
 // info mode on a host without a GPU (CI): it says so and exits 3.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -15,7 +16,9 @@ using namespace primus::safe;
 
 namespace {
 std::string temp_dir(const char* name) {
-  const std::string d = (std::filesystem::temp_directory_path() / name).string();
+  const std::string d =
+      (std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(getpid())))
+          .string();
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;

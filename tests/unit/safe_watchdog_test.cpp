@@ -1,5 +1,6 @@
 // The hang watchdog (safe/hang_watchdog.h): who is stuck, the automatic timeout, and detection in time.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -38,7 +39,9 @@ TEST(SafeWatchdog, NamesTheRankBehindTheOthers) {
 
 TEST(SafeWatchdog, AutomaticTimeout) {
   WatchdogOptions o;
-  o.dir = (std::filesystem::temp_directory_path() / "primus-wd-auto").string();
+  o.dir =
+      (std::filesystem::temp_directory_path() / (std::string("primus-wd-auto-") + std::to_string(getpid())))
+          .string();
   HangWatchdog w(o);
   EXPECT_DOUBLE_EQ(w.timeout_s(), 600);  // before the first step: the startup timeout
   for (int i = 1; i <= 10; ++i) w.progress(i, 1000);
@@ -57,7 +60,9 @@ TEST(SafeWatchdog, AutomaticTimeout) {
 }
 
 TEST(SafeWatchdog, DetectsAStallWithinTheTimeout) {
-  const std::string dir = (std::filesystem::temp_directory_path() / "primus-wd-stall").string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / (std::string("primus-wd-stall-") + std::to_string(getpid())))
+          .string();
   std::filesystem::remove_all(dir);
   std::atomic<int> fired{0};
   std::vector<int> who;
