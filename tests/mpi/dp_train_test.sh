@@ -101,6 +101,18 @@ case "$mode" in
       compare dist single 1e-5
     fi
     grep -h "data parallel:" "$work/dist.log" | head -1
+    if [ "$mode" = fsdp ] || [ "$mode" = hsdp ]; then
+      # Memory: each rank holds 1/shards of the master weights, moments and gradients.
+      shards=$np
+      [ "$mode" = hsdp ] && shards=$((np / 2))
+      grep -h "parameter state per rank" "$work/dist.log" | head -1 | python3 -c '
+import re, sys
+line, k = sys.stdin.read(), int(sys.argv[1])
+v = dict(re.findall(r"(master|moments|gradients|whole model:) ([0-9.]+)", line))
+whole, per = float(v["whole model:"]), float(v["master"]) + float(v["moments"]) + float(v["gradients"])
+print(f"state per rank {per} vs whole {whole} / {k} shards")
+sys.exit(0 if abs(per * k - whole) <= 0.02 * whole else 1)' "$shards" || fail "per-rank state is not 1/$shards"
+    fi
     ;;
   resume)
     save=(--save "$work/ckpt_dist" --save_interval 10 --exit_interval 10)
