@@ -113,7 +113,9 @@ void HangWatchdog::progress(int64_t step, double step_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   beat_.step = step;
   window_.add(step_ms);
-  beat_.window_ms = window_.median();
+  compute_window_.add(first_collective_ >= 0 ? (first_collective_ - step_start_) * 1e3 : step_ms);
+  first_collective_ = -1;
+  beat_.window_ms = compute_window_.median();
   last_progress_ = steady_s();
   stepped_ = true;
   in_step_ = false;
@@ -124,7 +126,10 @@ void HangWatchdog::progress(int64_t step, double step_ms) {
 void HangWatchdog::set_phase(const std::string& phase, bool in_step) {
   std::lock_guard<std::mutex> lock(mu_);
   beat_.phase = phase;
-  if (in_step && !in_step_) last_progress_ = steady_s();
+  if (in_step && !in_step_) {
+    last_progress_ = step_start_ = steady_s();
+    first_collective_ = -1;
+  }
   in_step_ = in_step;
   dirty_ = true;
 }
@@ -133,6 +138,7 @@ void HangWatchdog::collective(const std::string& description) {
   std::lock_guard<std::mutex> lock(mu_);
   beat_.last_collective = description;
   ++beat_.collectives;
+  if (in_step_ && first_collective_ < 0) first_collective_ = steady_s();
   dirty_ = true;
 }
 

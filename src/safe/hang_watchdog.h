@@ -37,9 +37,12 @@ struct Heartbeat {
   std::string phase;            // what the rank is doing ("step 12", "evaluation", ...)
   std::string last_collective;  // "group dp, op all_reduce 'grads' (seq 41)"
   uint64_t collectives = 0;     // collectives entered so far
-  double window_ms = 0;         // median of recent step times
-  double updated_unix = 0;      // wall clock of the write
-  bool missing = false;         // no heartbeat file
+  // Median over recent steps of the time from the step's start to its first collective (the whole step when
+  // it has none): a rank's own work, before it waits for its peers (a synchronous step's wall time is the
+  // same on every rank, so the straggler check compares this instead).
+  double window_ms = 0;
+  double updated_unix = 0;  // wall clock of the write
+  bool missing = false;     // no heartbeat file
 };
 
 // Ranks furthest behind (see above); every rank when all are at the same point.
@@ -85,8 +88,11 @@ class HangWatchdog {
   std::thread thread_;
   Heartbeat beat_;
   bool dirty_ = true;
-  StepWindow window_{20};
-  double last_progress_ = 0;  // steady seconds
+  StepWindow window_{20};          // step wall times (the timeout)
+  StepWindow compute_window_{20};  // time to the first collective (stragglers)
+  double step_start_ = 0;          // steady seconds
+  double first_collective_ = -1;   // steady seconds of the step's first collective, -1 none yet
+  double last_progress_ = 0;       // steady seconds
   bool stepped_ = false;
   bool in_step_ = false;
 };

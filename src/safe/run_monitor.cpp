@@ -121,8 +121,10 @@ void RunMonitor::check_stragglers(int64_t iter) {
   for (const Heartbeat& b : watchdog_->read_all()) per_rank.push_back(b.missing ? 0 : b.window_ms);
   for (const StragglerFinding& f : find_stragglers(per_rank, cfg_.straggler_factor))
     event(iter, "straggler",
-          fmt::format("rank {}: {:.1f} ms per step vs median {:.1f} ms (score {:.2f})", f.rank, f.step_ms,
-                      f.median_ms, f.score),
+          fmt::format(
+              "rank {}: {:.1f} ms of own work per step (to its first collective) vs median {:.1f} ms (score "
+              "{:.2f})",
+              f.rank, f.step_ms, f.median_ms, f.score),
           f.score);
 }
 

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# The hang watchdog under mpirun (ctest, tests/CMakeLists.txt): `primus preflight --hang-drill` on NP ranks of
-# the mpi backend with PRIMUS_INJECT_STALL=1:5: rank 1 stops before its 5th collective. Passes when the job
-# exits with code 5 (kExitHang) within 30 s and the watchdog output names rank 1 as the stuck rank.
+# The in-flight monitors under mpirun (ctest, tests/CMakeLists.txt), with `primus preflight --hang-drill` on NP
+# ranks of the mpi backend:
+#   straggler: PRIMUS_INJECT_SLOW=1:2 (rank 1 works twice as long per step) -> rank 0 flags rank 1, exit 0;
+#   hang: PRIMUS_INJECT_STALL=1:5 (rank 1 stops before its 5th collective) -> exit 5 (kExitHang) within 30 s,
+#   the watchdog output naming rank 1 as the stuck rank.
 # Usage: safe_watchdog_mpi.sh MPIRUN PRIMUS NP
 set -u
 mpirun=$1 primus=$2 np=$3
 dir=$(mktemp -d)
 flags=(--allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1
        -x PRIMUS_INJECT_STALL=1:5)
+# Straggler first: rank 1 works twice as long per step; rank 0's check must name it, and nothing hangs.
+slow=$(timeout 90 "$mpirun" "${flags[@]/PRIMUS_INJECT_STALL=1:5/PRIMUS_INJECT_SLOW=1:2}" -np "$np" "$primus" \
+       preflight --hang-drill --drill-backend mpi --drill-steps 10 --drill-timeout 5 --drill-dir "$dir/slow" 2>&1)
+slow_code=$?
+echo "$slow" | grep -E "straggler|hang drill"
+[ "$slow_code" -eq 0 ] || { echo "safe_watchdog_mpi FAILED: straggler drill exited $slow_code"; echo "$slow"; exit 1; }
+echo "$slow" | grep -q "straggler at step 5: rank 1:" || { echo "safe_watchdog_mpi FAILED: rank 1 not flagged"; exit 1; }
 start=$(date +%s%N)
 out=$(timeout 90 "$mpirun" "${flags[@]}" -np "$np" "$primus" preflight --hang-drill --drill-backend mpi \
       --drill-steps 40 --drill-timeout 3 --drill-dir "$dir" 2>&1)
