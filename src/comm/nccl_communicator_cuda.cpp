@@ -214,9 +214,35 @@ class NcclCommunicator : public Communicator {
   }
   std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override {
     ncclConfig_t cfg = nonblocking_config();
+    // With a non-blocking parent, NCCL publishes the child handle only when the split has completed, from its
+    // own thread, after ncclCommSplit has returned. So the handle lives on the heap (leaked if the split
+    // never completes, so that a late write cannot land in freed memory) and is polled until it appears.
+    auto* slot = new ncclComm_t(nullptr);
+    ncclResult_t r0 = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot, &cfg);
+    if (r0 != ncclSuccess && r0 != ncclInProgress) {
+      delete slot;
+      fail(fmt::format("ncclCommSplit failed: {}", nccl_error(comm_, r0)));
+    }
+    if (color < 0) {
+      check(r0, "ncclCommSplit");
+      delete slot;
+      return nullptr;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s());
     ncclComm_t out = nullptr;
-    check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &out, &cfg), "ncclCommSplit");
-    if (out == nullptr) return nullptr;
+    for (;;) {
+      out = *static_cast<volatile ncclComm_t*>(slot);
+      if (out != nullptr) break;
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state != ncclSuccess && state != ncclInProgress)
+        fail("ncclCommSplit failed: " + nccl_error(comm_, state));  // slot leaked on purpose (see above)
+      if (std::chrono::steady_clock::now() > deadline)
+        fail(fmt::format("ncclCommSplit did not complete within {:g} s", timeout_s()));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    delete slot;
+    check(wait_settled(comm_, timeout_s()), "ncclCommSplit (parent)");
     ncclResult_t r = wait_settled(out, timeout_s());
     if (r != ncclSuccess) {
       ncclCommAbort(out);
