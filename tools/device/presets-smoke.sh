@@ -3,15 +3,20 @@
 # GPU's memory with AdamW state (18 B/param), else its first 2 layers (every shape of the preset still runs:
 # head dim, GQA ratio, q/k/v bias, qk-norm, vocabulary). Prints one line per preset and exits non-zero if any
 # run fails. Usage: tools/device/presets-smoke.sh BUILD_DIR
+#   PRESETS="qwen3_8B llama3.1_405B"  only these presets
+#   NPROC=2 SMOKE_LAYERS=1             FSDP over NPROC GPUs (for presets whose embeddings alone outgrow one GPU)
 set -uo pipefail
 build=${1:-build-cuda}
+nproc=${NPROC:-1}
+smoke_layers=${SMOKE_LAYERS:-2}
 export PRIMUS_WORKSPACE=/tmp/primus-presets PRIMUS_USER=dev PRIMUS_HOME=$PWD
 mem_gb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 mem_gb=$(( ${mem_gb:-81000} / 1024 ))
 fail=0
 exp=$(mktemp --suffix .yaml)
-for preset in configs/models/megatron/{llama2_7B,llama2_13B,llama2_70B,llama3_8B,llama3_70B,llama3.1_8B,llama3.1_70B,llama3.1_405B,llama3.2_1B,llama3.2_3B,qwen2.5_0.5B,qwen2.5_1.5B,qwen2.5_7B,qwen2.5_72B,qwen3_0.6B,qwen3_8B}.yaml; do
-  name=$(basename "$preset" .yaml)
+all="llama2_7B llama2_13B llama2_70B llama3_8B llama3_70B llama3.1_8B llama3.1_70B llama3.1_405B llama3.2_1B
+     llama3.2_3B qwen2.5_0.5B qwen2.5_1.5B qwen2.5_7B qwen2.5_72B qwen3_0.6B qwen3_8B"
+for name in ${PRESETS:-$all}; do
   cat > "$exp" <<YAML
 work_group: presets
 user_name: dev
@@ -28,12 +33,20 @@ YAML
   # Full depth only when 18 B/param plus ~25% for activations fits the GPU.
   params_b=$("$build/primus" train pretrain --config "$exp" --dry-run 2>/dev/null | awk '/^parameters/ {print $2}')
   layers=()
-  if awk -v p="${params_b:-999}" -v m="$mem_gb" 'BEGIN {exit !(p * 18 * 1.25 > m)}'; then layers=(--num_layers 2); fi
-  line=$("$build/primus" train pretrain --config "$exp" "${layers[@]}" 2>&1 | grep -E "^done|error" | tail -1)
+  if awk -v p="${params_b:-999}" -v m="$((mem_gb * nproc))" 'BEGIN {exit !(p * 18 * 1.25 > m)}'; then
+    layers=(--num_layers "$smoke_layers")
+  fi
+  if [ "$nproc" -gt 1 ]; then
+    run=("$build/primus" launch --nproc-per-node "$nproc" --master-port 0 -- train pretrain --use_torch_fsdp2 true
+         --global_batch_size "$nproc")
+  else
+    run=("$build/primus" train pretrain)
+  fi
+  line=$("${run[@]}" --config "$exp" "${layers[@]}" 2>&1 | grep -E "done:|error" | tail -1)
   rc=${PIPESTATUS[0]}
   [ -z "$line" ] && rc=1
   printf '%-16s %-14s %s\n' "$name" "${layers[*]:-full depth}" "$line"
-  [[ "$line" == done* ]] || fail=1
+  [[ "$line" == *done:* ]] || fail=1
 done
 rm -f "$exp"
 exit $fail
