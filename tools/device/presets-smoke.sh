@@ -31,7 +31,7 @@ modules:
                 train_iters: 10, lr_warmup_iters: 1, log_interval: 10, eval_interval: 0}
 YAML
   # Full depth only when 18 B/param plus ~25% for activations fits the GPU.
-  params_b=$("$build/primus" train pretrain --config "$exp" --dry-run 2>/dev/null | awk '/^parameters/ {print $2}')
+  params_b=$("$build/primus" train pretrain --config "$exp" --dry-run 2>/dev/null | awk '/^parameters/ {v = $2; if ($3 == "M") v /= 1000; if ($3 == "T") v *= 1000; print v}')
   layers=()
   if awk -v p="${params_b:-999}" -v m="$((mem_gb * nproc))" 'BEGIN {exit !(p * 18 * 1.25 > m)}'; then
     layers=(--num_layers "$smoke_layers")
