@@ -72,7 +72,8 @@ int run(int argc, char** argv) {
   app.add_flag("--debug", ctx.debug, "Log at debug level");
   app.require_subcommand(1);
   app.footer(
-      "Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments, 3 pre-flight failure.\n"
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments, 3 pre-flight failure,\n"
+      "4 halted by a training guard (non-finite loss or gradient), 5 hang watchdog.\n"
       "Run `primus <command> --help` for a command's options.");
   for (const CommandRegistration& c : commands()) c.attach(app, ctx);
 
