@@ -2,6 +2,7 @@
 // Qwen-3-style model trains, runs are bitwise reproducible, and both key dialects drive the same trainer.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -21,10 +22,24 @@ struct RunOutput {
   std::string run_dir;
 };
 
+// Per process (concurrent ctest runs on one machine must not share run directories), removed at exit.
+const std::string& e2e_workspace() {
+  struct Workspace {
+    std::string path =
+        (std::filesystem::temp_directory_path() / ("primus-e2e-" + std::to_string(getpid()))).string();
+    ~Workspace() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Workspace w;
+  return w.path;
+}
+
 RunOutput train(const std::string& experiment, const std::string& exp_name,
                 std::vector<std::string> overrides,
                 std::map<std::string, std::optional<std::string>> env = {}) {
-  const std::string workspace = (std::filesystem::temp_directory_path() / "primus-e2e").string();
+  const std::string workspace = e2e_workspace();
   env["PRIMUS_WORKSPACE"] = workspace;
   env["PRIMUS_EXP_NAME"] = exp_name;
   env["PRIMUS_USER"] = "ci";
