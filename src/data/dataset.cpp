@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/document_reader.h"
 #include "data/megatron_data.h"
 
 namespace primus {
@@ -82,39 +83,21 @@ std::string StreamDataset::describe() const {
 }
 
 std::vector<std::string> read_text_documents(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> files;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    for (const auto& e : fs::directory_iterator(path, ec)) {
-      if (!e.is_regular_file()) continue;
-      const std::string ext = e.path().extension().string();
-      if (ext == ".dat" || ext == ".u8") continue;  // fortune's index files and their UTF-8 duplicates
-      files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-  } else if (fs::is_regular_file(path, ec)) {
-    files.push_back(path);
-  } else {
-    throw ConfigError(fmt::format("text_data_path: '{}' is neither a file nor a directory", path),
-                      "on Debian, `apt-get install fortunes` provides /usr/share/games/fortunes");
-  }
+  const std::vector<std::string> files = corpus_files(
+      path, "text_data_path", "on Debian, `apt-get install fortunes` provides /usr/share/games/fortunes");
   std::vector<std::string> docs;
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
-    if (!in) throw Error(ErrorKind::kRuntime, fmt::format("cannot read {}", f.string()));
+    if (!in) throw Error(ErrorKind::kRuntime, fmt::format("cannot read {}", f));
     std::stringstream ss;
     ss << in.rdbuf();
     std::string text = ss.str();
-    if (text.substr(0, 4096).find('\0') != std::string::npos) continue;  // binary file
     // Split at lines that hold only "%" (fortune's separator); a file without one is a single document.
     std::string cur;
     std::istringstream lines(text);
     std::string line;
-    bool any_sep = false;
     while (std::getline(lines, line)) {
       if (line == "%") {
-        any_sep = true;
         if (!cur.empty()) docs.push_back(std::move(cur));
         cur.clear();
       } else {
@@ -123,7 +106,6 @@ std::vector<std::string> read_text_documents(const std::string& path) {
       }
     }
     if (!cur.empty()) docs.push_back(std::move(cur));
-    (void)any_sep;
   }
   if (docs.empty())
     throw ConfigError(fmt::format("text_data_path: no text documents found under '{}'", path));

@@ -52,7 +52,9 @@ InputFormat detect(const std::string& file) {
 }
 }  // namespace
 
-DocumentReader::DocumentReader(const std::string& path, InputFormat format) : format_(format) {
+std::vector<std::string> corpus_files(const std::string& path, const std::string& what,
+                                      const std::string& hint) {
+  std::vector<std::string> files;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     for (const auto& e : fs::directory_iterator(path, ec)) {
@@ -60,14 +62,20 @@ DocumentReader::DocumentReader(const std::string& path, InputFormat format) : fo
       const std::string ext = e.path().extension().string();
       if (ext == ".dat" || ext == ".u8") continue;  // fortune's index files and their UTF-8 duplicates
       if (looks_binary(e.path())) continue;
-      files_.push_back(e.path().string());
+      files.push_back(e.path().string());
     }
-    std::sort(files_.begin(), files_.end());
+    std::sort(files.begin(), files.end());
   } else if (fs::is_regular_file(path, ec)) {
-    files_.push_back(path);
+    files.push_back(path);
   } else {
-    throw ConfigError(fmt::format("--input: '{}' is neither a file nor a directory", path));
+    throw ConfigError(fmt::format("{}: '{}' is neither a file nor a directory", what, path), hint);
   }
+  return files;
+}
+
+DocumentReader::DocumentReader(const std::string& path, InputFormat format)
+    : files_(corpus_files(path, "--input")), format_(format) {
+  std::error_code ec;
   if (files_.empty()) throw ConfigError(fmt::format("--input: no readable text files under '{}'", path));
   for (const std::string& f : files_) total_bytes_ += static_cast<int64_t>(fs::file_size(f, ec));
   if (format_ == InputFormat::kAuto) format_ = detect(files_.front());

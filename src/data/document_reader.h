@@ -21,6 +21,12 @@ struct Record {
   int64_t line = 0;  // 1-based line where the record starts
 };
 
+// The files of a corpus: `path` itself, or the regular files of directory `path` sorted by name, without
+// fortune's *.dat / *.u8 index files and without binary files. Throws ConfigError naming `what` (the key or
+// flag that gave the path, with `hint`) when `path` is neither a file nor a directory.
+std::vector<std::string> corpus_files(const std::string& path, const std::string& what,
+                                      const std::string& hint = "");
+
 class DocumentReader {
  public:
   // Throws ConfigError when `path` does not exist or holds no readable file.

@@ -237,8 +237,6 @@ std::vector<TimelineReport> analyse_trace_file(const std::string& path) {
   return analyse_trace(j, path);
 }
 
-namespace {
-
 std::vector<std::pair<std::string, double>> timeline_rows(const TimelineBreakdown& t) {
   return {{"computation", t.computation_ms},
           {"exposed communication", t.exposed_comm_ms},
@@ -249,6 +247,8 @@ std::vector<std::pair<std::string, double>> timeline_rows(const TimelineBreakdow
           {"communication (all)", t.comm_ms},
           {"memcpy (all)", t.memcpy_ms}};
 }
+
+namespace {
 
 std::string shorten(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";

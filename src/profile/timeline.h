@@ -45,6 +45,8 @@ struct TimelineBreakdown {
   double pct(double v) const { return total_ms > 0 ? 100.0 * v / total_ms : 0; }
 };
 TimelineBreakdown analyse_timeline(const std::vector<GpuEvent>& events);
+// The rows of the timeline table, in TraceLens's order (name, ms), for every printed or rendered form.
+std::vector<std::pair<std::string, double>> timeline_rows(const TimelineBreakdown& t);
 
 struct OpRow {
   std::string family;

@@ -210,15 +210,7 @@ std::string render_html(const RunData& run) {
         "<h3>{} (pid {}, {} events; basis: {})</h3>\n<div class=\"grid\"><table><tr><th>type</th><th>time "
         "ms</th><th>percent</th></tr>\n",
         html_escape(r.source), r.pid, r.events, html_escape(r.basis));
-    for (auto [name, ms] :
-         std::vector<std::pair<const char*, double>>{{"computation", t.computation_ms},
-                                                     {"exposed communication", t.exposed_comm_ms},
-                                                     {"exposed memcpy", t.exposed_memcpy_ms},
-                                                     {"idle", t.idle_ms},
-                                                     {"total", t.total_ms},
-                                                     {"busy", t.busy_ms},
-                                                     {"communication (all)", t.comm_ms},
-                                                     {"memcpy (all)", t.memcpy_ms}})
+    for (const auto& [name, ms] : profile::timeline_rows(t))
       h += fmt::format("<tr><td>{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{:.2f}%</td></tr>\n", name,
                        ms, t.pct(ms));
     h += "</table>\n<table><tr><th>op family</th><th>count</th><th>total ms</th><th>%</th><th>cumulative "
