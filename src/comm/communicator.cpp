@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "profile/trace.h"
 
 namespace primus::comm {
 
@@ -166,6 +167,7 @@ void Communicator::run_op(const char* op, std::string_view label, F&& body) {
     op_ = OpInfo{op, std::string(label), seq, std::chrono::steady_clock::now(), synchronous()};
   }
   try {
+    PRIMUS_TRACE_RANGE(op);  // host time of the call (enqueue, or the whole operation on host backends)
     body();
   } catch (const CommError&) {
     std::lock_guard<std::mutex> lock(op_mu_);

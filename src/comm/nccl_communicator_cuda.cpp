@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "comm/nccl_communicator.h"
 #include "core/cuda_check.h"
 #include "core/log.h"
+#include "profile/trace.h"
 
 namespace primus::comm {
 
@@ -51,6 +53,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 ncclConfig_t nonblocking_config() {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;  // calls return ncclInProgress instead of blocking: every wait below is bounded
+  // PRIMUS_NCCL_BLOCKING=1: blocking communicators, to compare the host cost of the non-blocking mode's
+  // settle polling (a diagnostic; a hung init or split then cannot be timed out).
+  if (const char* b = std::getenv("PRIMUS_NCCL_BLOCKING"); b && std::string(b) == "1") cfg.blocking = 1;
   return cfg;
 }
 
@@ -61,6 +66,7 @@ std::string nccl_error(ncclComm_t comm, ncclResult_t r) {
 
 // Polls a non-blocking communicator until its pending call settles; returns the final state.
 ncclResult_t wait_settled(ncclComm_t comm, double timeout_s) {
+  PRIMUS_TRACE_RANGE("nccl settle wait");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   ncclResult_t state = ncclInProgress;
   for (;;) {

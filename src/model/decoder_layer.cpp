@@ -143,7 +143,7 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   Tensor d_act = ctx.act({n, spec_.ffn});
   ops::linear_backward_input(dx, params_.param(w_down_), d_act, false, s);
   Tensor g_down = params_.grad(w_down_);
-  ops::linear_backward_weight(dx, a.act, g_down, nullptr, s);
+  ops::linear_backward_weight(dx, a.act, g_down, nullptr, s, params_.grad_accumulate(w_down_));
   a.act = Tensor();
   Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
   ops::swiglu_backward(d_act, a.gu, d_gu, s);
@@ -152,7 +152,7 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   Tensor d_h2 = ctx.act({n, d});
   ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
   Tensor g_gu = params_.grad(w_gu_);
-  ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s);
+  ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s, params_.grad_accumulate(w_gu_));
   d_gu = Tensor();
   a.h2 = Tensor();
   // dx becomes dL/dx_mid: the residual gradient plus the norm's contribution, accumulated in place.
@@ -165,7 +165,7 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
   ops::linear_backward_input(dx, params_.param(w_o_), d_attn, false, s);
   Tensor g_o = params_.grad(w_o_);
-  ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s);
+  ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s, params_.grad_accumulate(w_o_));
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   Tensor d_qkv3 = d_qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
   ops::attention_backward(
@@ -189,7 +189,9 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   }
   Tensor g_qkv = params_.grad(w_qkv_);
   Tensor g_bias = b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor();
-  ops::linear_backward_weight(d_qkv, a.h1, g_qkv, b_qkv_ >= 0 ? &g_bias : nullptr, s);
+  // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
+  ops::linear_backward_weight(d_qkv, a.h1, g_qkv, b_qkv_ >= 0 ? &g_bias : nullptr, s,
+                              params_.grad_accumulate(w_qkv_));
   Tensor d_h1 = ctx.act({n, d});
   ops::linear_backward_input(d_qkv, params_.param(w_qkv_), d_h1, false, s);
   d_qkv = Tensor();

@@ -4,6 +4,7 @@
 //   h2 = rmsnorm(x_mid); gu = h2 Wgu^T; s = swiglu(gu); x_out = x_mid + s Wdown^T
 // The residual adds ride on the GEMMs' C input (y = x W^T + residual), so they cost no extra pass.
 #include <string>
+#include <vector>
 
 #include "model/model_spec.h"
 #include "model/param_store.h"
@@ -35,6 +36,8 @@ class DecoderLayer {
   Tensor forward(const StepContext& ctx, const Tensor& x_in, LayerActivations* slot, RecomputeMode mode);
   // grad_out = dL/dx_out (consumed: its buffer is reused); returns dL/dx_in. Parameter gradients accumulate.
   Tensor backward(const StepContext& ctx, Tensor grad_out, LayerActivations& slot);
+  // Parameter entries whose gradient each backward writes whole with one GEMM (the four projections).
+  std::vector<int> gemm_weight_entries() const { return {w_qkv_, w_o_, w_gu_, w_down_}; }
 
  private:
   // Runs the forward and fills every field of the slot (mode kNone semantics).

@@ -104,6 +104,14 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   return losses;
 }
 
+std::vector<int> LlamaModel::gemm_written_grad_entries() const {
+  std::vector<int> out;
+  for (const auto& layer : layers_)
+    for (int i : layer->gemm_weight_entries()) out.push_back(i);
+  out.push_back(head_.weight_entry());
+  return out;
+}
+
 Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets) {
   StepContext ctx = context(tokens);
   const int64_t n = ctx.tokens();

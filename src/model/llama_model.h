@@ -48,6 +48,9 @@ class LlamaModel {
   Tensor forward_loss(const Tensor& tokens, const Tensor& targets);
   // Region hooks (not owned; nullptr = none).
   void set_hooks(ParamHooks* hooks) { hooks_ = hooks; }
+  // Entries whose gradient the step's first GEMM writes whole (ParamStore::set_overwritten_grads): every
+  // projection matrix and the output head. Norms, biases and an untied input embedding are accumulated into.
+  std::vector<int> gemm_written_grad_entries() const;
 
  private:
   StepContext context(const Tensor& tokens) const;

@@ -23,7 +23,13 @@ LmHead::LmHead(const ModelSpec& spec, ParamStore& params) : spec_(spec), params_
 int64_t LmHead::chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_t budget_bytes) {
   int64_t r = static_cast<int64_t>(budget_bytes / (static_cast<size_t>(vocab) * elem_bytes));
   r = std::max<int64_t>(r / 64 * 64, 64);  // multiples of 64 rows keep the GEMMs aligned
-  return std::min(r, rows);
+  if (r >= rows) return rows;
+  // Equal chunks: 8192 rows under a 4160-row budget run as 2 x 4096, not 4032 + 4032 + 128 -- a sliver chunk
+  // still reads and writes the whole f32 weight gradient (2 GB at V 128256, d 4096) for little work. The
+  // rounding to 64 rows may pass the budget by less than 64 rows.
+  const int64_t chunks = (rows + r - 1) / r;
+  const int64_t even = (rows + chunks - 1) / chunks;
+  return std::min(rows, (even + 63) / 64 * 64);
 }
 
 void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale,
@@ -52,7 +58,7 @@ void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets,
     ops::softmax_cross_entropy(logits, targets.slice(r0, r1), grad_scale, lc, &logits, s);  // in place
     Tensor dhc = dh.slice(r0, r1);
     ops::linear_backward_input(logits, w, dhc, false, s);
-    ops::linear_backward_weight(logits, hc, dw, nullptr, s);
+    ops::linear_backward_weight(logits, hc, dw, nullptr, s, params_.grad_accumulate(weight_));
   }
   if (!dx) return;
   *dx = ctx.act({n, d});

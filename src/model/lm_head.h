@@ -20,6 +20,9 @@ class LmHead {
 
   // Rows per chunk for a given vocabulary so that one chunk of logits stays near `budget_bytes`.
   static int64_t chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_t budget_bytes);
+  // The output projection's entry (the embedding when tied): its gradient is written whole by GEMMs here,
+  // before the embedding's backward adds into it.
+  int weight_entry() const { return weight_; }
 
  private:
   const ModelSpec& spec_;

@@ -1,5 +1,6 @@
 #include "model/param_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -231,6 +232,60 @@ void ParamStore::sync_compute_copy(const Stream& s) {
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "sync_compute_copy on sharded parameters: the data-parallel engine gathers them");
   ops::cast(master_, compute_, s);
+}
+
+}  // namespace primus
+
+namespace primus {
+
+void ParamStore::set_overwritten_grads(const std::vector<int>& entries) {
+  PRIMUS_CHECK(shard_mode_ != ShardMode::kFull,
+               "set_overwritten_grads: needs whole-model gradients (not FSDP)");
+  overwritten_.assign(entries_.size(), 0);
+  written_.assign(entries_.size(), 0);
+  for (int i : entries) {
+    PRIMUS_CHECK(i >= 0 && i < static_cast<int>(entries_.size()), "set_overwritten_grads: no entry {}", i);
+    overwritten_[i] = 1;
+  }
+  // The complement of the listed entries, padding included, as a few contiguous spans.
+  std::vector<std::pair<int64_t, int64_t>> taken;
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (overwritten_[i]) taken.emplace_back(entries_[i].offset, entries_[i].offset + entries_[i].numel);
+  std::sort(taken.begin(), taken.end());
+  zero_spans_.clear();
+  int64_t at = 0;
+  for (const auto& [b, e] : taken) {
+    if (b > at) zero_spans_.emplace_back(at, b);
+    at = std::max(at, e);
+  }
+  if (at < total_) zero_spans_.emplace_back(at, total_);
+}
+
+void ParamStore::begin_grad_step(const Stream& s) {
+  std::fill(written_.begin(), written_.end(), 0);
+  if (overwritten_.empty()) {
+    grad_.zero_(s);
+    return;
+  }
+  for (const auto& [b, e] : zero_spans_) {
+    Tensor span = grad_.slice(b, e);
+    span.zero_(s);
+  }
+}
+
+bool ParamStore::grad_accumulate(int i) {
+  if (overwritten_.empty() || !overwritten_[i] || written_[i]) return true;
+  written_[i] = 1;
+  return false;
+}
+
+void ParamStore::end_grad_step(const Stream& s) {
+  for (size_t i = 0; i < overwritten_.size(); ++i)
+    if (overwritten_[i] && !written_[i]) {
+      Tensor g = view(grad_, static_cast<int>(i));
+      g.zero_(s);
+      written_[i] = 1;
+    }
 }
 
 }  // namespace primus

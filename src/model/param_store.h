@@ -6,6 +6,7 @@
 // region.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -95,6 +96,18 @@ class ParamStore {
   Tensor& adam_v_flat() { return adam_v_; }
   bool compute_aliases_master() const { return compute_aliases_master_; }
 
+  // Gradient zeroing of a step (whole-model gradient buffers: kNone, kOptimizer). By default begin_grad_step
+  // zeroes the whole gradient buffer and every write accumulates. With set_overwritten_grads(entries) --
+  // entries whose first gradient write of a step is a whole-tensor GEMM (linear_backward_weight) -- that
+  // first write overwrites instead (grad_accumulate(i) answers false once per step), and begin_grad_step
+  // zeroes only the rest: a 1.5 B parameter model saves a 6 GB memset and the GEMMs' read of C every step.
+  // end_grad_step zeroes a listed entry that no GEMM wrote (never in a full step; it keeps the buffer right
+  // if one is skipped).
+  void set_overwritten_grads(const std::vector<int>& entries);
+  void begin_grad_step(const Stream& s);
+  bool grad_accumulate(int i);
+  void end_grad_step(const Stream& s);
+
  private:
   int require(const std::string& name) const;
   Tensor view(const Tensor& flat, int i) const;
@@ -111,6 +124,8 @@ class ParamStore {
   std::vector<int64_t> shard_offsets_;
   int64_t shard_total_ = 0;
   std::vector<Tensor> attached_compute_, attached_grad_;
+  std::vector<char> overwritten_, written_;              // per entry
+  std::vector<std::pair<int64_t, int64_t>> zero_spans_;  // [begin, end) of the buffer begin_grad_step zeroes
 };
 
 }  // namespace primus

@@ -25,9 +25,10 @@ void linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, bool a
   PRIMUS_DISPATCH(dy, linear_backward_input, dy, w, dx, accumulate, s);
 }
 
-void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s) {
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s,
+                            bool accumulate) {
   check_same_device("linear_backward_weight", dy.device(), {&dy, &x, &dw, dbias});
-  PRIMUS_DISPATCH(dy, linear_backward_weight, dy, x, dw, dbias, s);
+  PRIMUS_DISPATCH(dy, linear_backward_weight, dy, x, dw, dbias, s, accumulate);
 }
 
 }  // namespace primus::ops

@@ -18,6 +18,9 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
 // dx[M, K] = dy[M, N] @ w[N, K]  (dx += ... when accumulate)
 void linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, bool accumulate, const Stream& s);
 // dw[N, K] += dy^T @ x ; dbias[N] += column sums of dy (when dbias is given). dw/dbias are f32 on CUDA.
-void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s);
+// accumulate = false overwrites dw and dbias instead (beta = 0): the first write of a step needs no zeroed
+// gradient buffer, which saves the memset and the GEMM's read of C.
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s,
+                            bool accumulate = true);
 
 }  // namespace primus::ops

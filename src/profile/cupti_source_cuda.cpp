@@ -1,5 +1,6 @@
 // GPU activity for traces through CUPTI's activity API, with libcupti loaded by dlopen so that the binary has
 // no link dependency on it (the GPU machine may lack the library; the trace then holds CPU ranges only).
+#include <cuda_runtime.h>
 #include <cupti_activity.h>
 #include <dlfcn.h>
 
@@ -87,6 +88,12 @@ class CuptiSource : public GpuActivitySource {
   }
 
   void stop_and_collect(int rank, std::vector<TraceEvent>& out) override {
+    // The trainer returns from a step with its optimizer update still running; a forced flush would then
+    // hand over records of unfinished kernels with no timestamps. Wait for the device first.
+    const cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess)
+      log::warn("profile: waiting for the GPU before collecting the trace failed: {}",
+                cudaGetErrorString(err));
     api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     api_.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     api_.disable(CUPTI_ACTIVITY_KIND_MEMCPY);
@@ -109,8 +116,11 @@ class CuptiSource : public GpuActivitySource {
  private:
   void convert(int rank, const CUpti_Activity* rec, std::vector<TraceEvent>& out) const {
     auto host = [&](uint64_t ns) { return static_cast<double>(ns) / 1e3 + offset_us_; };
+    // An activity that had not finished when collected carries zero timestamps: not an interval, skip it.
+    auto unfinished = [](uint64_t start, uint64_t end) { return start == 0 || end < start; };
     if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      if (unfinished(k->start, k->end)) return;
       const char* name = k->name ? k->name : "kernel";
       const bool comm = is_comm_kernel(name);
       TraceEvent e{name,
@@ -129,6 +139,7 @@ class CuptiSource : public GpuActivitySource {
       out.push_back(std::move(e));
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+      if (unfinished(m->start, m->end)) return;
       TraceEvent e{memcpy_kind(m->copyKind),
                    "gpu_memcpy",
                    'X',
@@ -141,6 +152,7 @@ class CuptiSource : public GpuActivitySource {
       out.push_back(std::move(e));
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+      if (unfinished(m->start, m->end)) return;
       TraceEvent e{
           "Memset", "gpu_memset", 'X',    host(m->start), static_cast<double>(m->end - m->start) / 1e3,
           rank,     kTidMemcpy,   nullptr};

@@ -1,6 +1,7 @@
 #include "profile/timeline.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -178,7 +179,8 @@ std::vector<OpRow> kernel_summary(const std::vector<GpuEvent>& events, size_t to
 }
 
 std::map<int, std::vector<GpuEvent>> extract_events(const nlohmann::json& trace, const std::string& what,
-                                                    bool* cpu_fallback) {
+                                                    bool* cpu_fallback,
+                                                    std::map<int, std::vector<GpuEvent>>* cpu_ranges) {
   const nlohmann::json* evs = &trace;
   if (trace.is_object()) {
     if (!trace.contains("traceEvents") || !trace["traceEvents"].is_array())
@@ -204,12 +206,14 @@ std::map<int, std::vector<GpuEvent>> extract_events(const nlohmann::json& trace,
     (is_gpu ? gpu : cpu)[pid].push_back(std::move(g));
   }
   if (cpu_fallback) *cpu_fallback = gpu.empty();
+  if (cpu_ranges) *cpu_ranges = cpu;
   return gpu.empty() ? cpu : gpu;
 }
 
 std::vector<TimelineReport> analyse_trace(const nlohmann::json& trace, const std::string& what) {
   bool cpu = false;
-  auto by_pid = extract_events(trace, what, &cpu);
+  std::map<int, std::vector<GpuEvent>> ranges;
+  auto by_pid = extract_events(trace, what, &cpu, &ranges);
   std::vector<TimelineReport> out;
   for (auto& [pid, evs] : by_pid) {
     TimelineReport r;
@@ -220,9 +224,49 @@ std::vector<TimelineReport> analyse_trace(const nlohmann::json& trace, const std
     r.timeline = analyse_timeline(evs);
     r.ops = op_summary(evs);
     r.kernels = kernel_summary(evs, 15);
+    if (!cpu) r.gaps = idle_gaps(evs, ranges[pid], 5);
     out.push_back(std::move(r));
   }
   return out;
+}
+
+std::vector<IdleGap> idle_gaps(const std::vector<GpuEvent>& gpu, const std::vector<GpuEvent>& cpu,
+                               size_t top) {
+  std::vector<Interval> all;
+  for (const GpuEvent& e : gpu) all.push_back({e.ts_us, e.ts_us + e.dur_us});
+  const std::vector<Interval> busy = interval_union(all);
+  if (busy.size() < 2) return {};
+  std::vector<IdleGap> gaps;
+  for (size_t i = 1; i < busy.size(); ++i) {
+    const double b = busy[i - 1].end, e = busy[i].begin;
+    IdleGap g;
+    g.start_ms = (b - busy.front().begin) / 1e3;
+    g.ms = (e - b) / 1e3;
+    double before_end = -1e300, after_start = 1e300;
+    for (const GpuEvent& ev : gpu) {
+      const double end = ev.ts_us + ev.dur_us;
+      if (end <= b && end > before_end) {
+        before_end = end;
+        g.before = ev.name;
+      }
+      if (ev.ts_us >= e && ev.ts_us < after_start) {
+        after_start = ev.ts_us;
+        g.after = ev.name;
+      }
+    }
+    std::vector<const GpuEvent*> over;
+    for (const GpuEvent& r : cpu)
+      if (r.ts_us < e && r.ts_us + r.dur_us > b) over.push_back(&r);
+    // Outermost first: earlier start, then longer.
+    std::sort(over.begin(), over.end(), [](const GpuEvent* x, const GpuEvent* y) {
+      return x->ts_us != y->ts_us ? x->ts_us < y->ts_us : x->dur_us > y->dur_us;
+    });
+    for (const GpuEvent* r : over) g.host.push_back(r->name);
+    gaps.push_back(std::move(g));
+  }
+  std::stable_sort(gaps.begin(), gaps.end(), [](const IdleGap& x, const IdleGap& y) { return x.ms > y.ms; });
+  if (gaps.size() > top) gaps.resize(top);
+  return gaps;
 }
 
 std::vector<TimelineReport> analyse_trace_file(const std::string& path) {
@@ -270,6 +314,12 @@ std::string format_timeline_text(const TimelineReport& r) {
   s += "Top kernels\n";
   for (const OpRow& o : r.kernels)
     s += fmt::format("  {:>8} {:>12.3f} {:>7.2f}%  {}\n", o.count, o.total_ms, o.pct, shorten(o.family, 90));
+  if (!r.gaps.empty())
+    s += "Longest idle gaps (at ms from the first GPU event: length; GPU before -> after; host)\n";
+  for (const IdleGap& g : r.gaps)
+    s += fmt::format("  at {:>10.3f}: {:>8.3f} ms; {} -> {}; host: {}\n", g.start_ms, g.ms,
+                     shorten(g.before, 40), shorten(g.after, 40),
+                     g.host.empty() ? std::string("-") : fmt::format("{}", fmt::join(g.host, " > ")));
   return s;
 }
 
@@ -308,6 +358,11 @@ nlohmann::json timeline_to_json(const TimelineReport& r) {
   };
   j["ops_summary_by_family"] = rows(r.ops);
   j["top_kernels"] = rows(r.kernels);
+  nlohmann::json gaps = nlohmann::json::array();
+  for (const IdleGap& g : r.gaps)
+    gaps.push_back(
+        {{"start_ms", g.start_ms}, {"ms", g.ms}, {"before", g.before}, {"after", g.after}, {"host", g.host}});
+  j["idle_gaps"] = gaps;
   return j;
 }
 

@@ -48,6 +48,17 @@ TimelineBreakdown analyse_timeline(const std::vector<GpuEvent>& events);
 // The rows of the timeline table, in TraceLens's order (name, ms), for every printed or rendered form.
 std::vector<std::pair<std::string, double>> timeline_rows(const TimelineBreakdown& t);
 
+// Where the GPU waits: the longest stretches with no GPU event, each with the GPU events on either side and
+// the CPU ranges (cat cpu_op, e.g. our "optimizer", "data") that overlap it -- what the host was doing.
+struct IdleGap {
+  double start_ms = 0;  // from the first GPU event
+  double ms = 0;
+  std::string before, after;      // names of the GPU events ending / starting at the gap's edges
+  std::vector<std::string> host;  // CPU ranges overlapping the gap, outermost first
+};
+std::vector<IdleGap> idle_gaps(const std::vector<GpuEvent>& gpu, const std::vector<GpuEvent>& cpu,
+                               size_t top);
+
 struct OpRow {
   std::string family;
   int64_t count = 0;
@@ -65,11 +76,13 @@ struct TimelineReport {
   TimelineBreakdown timeline;
   std::vector<OpRow> ops;
   std::vector<OpRow> kernels;
+  std::vector<IdleGap> gaps;  // the 5 longest (GPU basis only)
 };
 // The GPU events of a Chrome trace (object with traceEvents, or a bare array), per pid; CPU ranges when the
 // trace has no GPU events. Throws primus::Error naming `what` for malformed JSON.
-std::map<int, std::vector<GpuEvent>> extract_events(const nlohmann::json& trace, const std::string& what,
-                                                    bool* cpu_fallback);
+std::map<int, std::vector<GpuEvent>> extract_events(
+    const nlohmann::json& trace, const std::string& what, bool* cpu_fallback,
+    std::map<int, std::vector<GpuEvent>>* cpu_ranges = nullptr);
 std::vector<TimelineReport> analyse_trace(const nlohmann::json& trace, const std::string& what);
 std::vector<TimelineReport> analyse_trace_file(const std::string& path);
 

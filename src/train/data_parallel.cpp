@@ -91,7 +91,7 @@ void DataParallel::begin_step() {
     stream_wait(comm_, StreamEvent::record(compute_));
     params_.grad_flat().zero_(comm_);
   } else {
-    params_.grad_flat().zero_(compute_);
+    params_.begin_grad_step(compute_);  // zeroes what the step's GEMMs will not overwrite
   }
 }
 
@@ -123,6 +123,7 @@ void DataParallel::reduce_region(int r) {
 void DataParallel::finish_grads() {
   if (cfg_.emulate) return;
   if (!cfg_.fsdp()) {
+    params_.end_grad_step(compute_);
     // Buckets not launched during backward (overlap off, or a region never reached), in backward order.
     for (int r = last_region(); r >= 0; --r) reduce_region(r);
   } else if (cfg_.dp_replicate > 1) {

@@ -12,6 +12,7 @@
 #include "checkpoint/state.h"
 #include "checkpoint/writer.h"
 #include "config/train_config.h"
+#include "core/timer.h"
 #include "data/data_loader.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
@@ -83,8 +84,9 @@ class Trainer {
   // What one step did.
   struct StepOutcome {
     double loss = 0, grad_norm = 0, lr = 0;
-    bool applied = true;  // the optimizer update ran
-    bool halt = false;    // a guard stops the run
+    bool applied = true;   // the optimizer update ran
+    bool halt = false;     // a guard stops the run
+    int stop_request = 0;  // several ranks: the largest stop_request() over ranks, exchanged with the losses
   };
   double evaluate();
   StepOutcome train_step(int64_t iter);
@@ -102,7 +104,10 @@ class Trainer {
   StepOutcome train_step_dp(int64_t iter);
   int64_t consumed_samples() const;
   // Stop code agreed by all ranks (the maximum), so that every rank leaves the loop at the same iteration.
-  int agree_stop(int code);
+  // A stop this process was asked for: 5 SIGTERM, 4 SIGINT, 3 another signal, 2 exit_duration_in_mins
+  // reached, else 0. Ranks agree on it through the step's loss exchange (not a collective of its own, which
+  // would make every step end with a wait for the GPU).
+  int stop_request() const;
   // Checkpoint parameters: whole-model loads and saves in every mode (sharded state is gathered to rank 0).
   ckpt::LoadReport load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt);
   void load_hf_params(const ckpt::HfCheckpoint& hf);
@@ -121,6 +126,7 @@ class Trainer {
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallel> dp_;
+  Stopwatch run_clock_;  // since train() began: exit_duration_in_mins
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<DataLoader> loader_;

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
+#include "profile/trace.h"
 #include "train/data_parallel.h"
 #include "train/trainer.h"
 
@@ -24,15 +25,18 @@ std::optional<std::string> env_str(const char* name) {
 
 // PRIMUS_INJECT_KILL="<iteration>:<rank>": that rank SIGKILLs itself in the middle of that iteration (after
 // its first micro-batch's backward, before the gradient reduction) — the fault test of the DP trainer.
-struct KillInjection {
+// PRIMUS_INJECT_KILL / PRIMUS_INJECT_SIGTERM=<iteration>:<rank>: that rank SIGKILLs itself in the middle of
+// the iteration, or sends itself SIGTERM as the iteration starts (only that rank sees the signal; the stop
+// agreement must carry it to the others).
+struct RankInjection {
   int64_t iter = -1;
   int rank = -1;
-  static KillInjection from_env() {
-    KillInjection k;
-    if (auto v = env_str("PRIMUS_INJECT_KILL")) {
+  static RankInjection from_env(const char* var) {
+    RankInjection k;
+    if (auto v = env_str(var)) {
       const auto colon = v->find(':');
       if (colon == std::string::npos)
-        throw ConfigError(fmt::format("PRIMUS_INJECT_KILL='{}' (expected <iteration>:<rank>)", *v));
+        throw ConfigError(fmt::format("{}='{}' (expected <iteration>:<rank>)", var, *v));
       k.iter = std::stoll(v->substr(0, colon));
       k.rank = std::stoi(v->substr(colon + 1));
     }
@@ -144,15 +148,13 @@ int64_t Trainer::consumed_samples() const {
   return loader_ ? loader_->consumed_samples() : consumed_;
 }
 
-int Trainer::agree_stop(int code) {
-  Tensor t = Tensor::from_vector(std::vector<int32_t>{code}, {1});
-  if (stream_.device.is_cuda()) t = t.to(stream_);
-  world_->comm->all_reduce(t, comm::ReduceOp::kMax, stream_, "stop decision");
-  return t.to_vector<int32_t>()[0];
-}
-
 Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
-  static const KillInjection kill = KillInjection::from_env();
+  static const RankInjection kill = RankInjection::from_env("PRIMUS_INJECT_KILL");
+  static const RankInjection term = RankInjection::from_env("PRIMUS_INJECT_SIGTERM");
+  if (iter == term.iter && world_rank_ == term.rank) {
+    log::warn("PRIMUS_INJECT_SIGTERM: rank {} sends itself SIGTERM in iteration {}", world_rank_, iter);
+    ::raise(SIGTERM);
+  }
   const DpConfig& c = dp_->config();
   const int D = c.dp;
   const int64_t A = micro_batches_;  // per rank
@@ -171,6 +173,7 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
     const float scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
+    PRIMUS_TRACE_RANGE("forward_backward");
     loss_t[k] = model_->forward_backward(tokens, targets, scale);
     valid[k] = b.valid_tokens;
     if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {
@@ -180,6 +183,7 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
   };
 
   std::vector<double> micro(static_cast<size_t>(A * D), 0.0);
+  int stop_any = 0;
   auto micro_loss = [&](int64_t k) {
     std::vector<double> l = loss_t[k].to_vector<double>();
     double sum = 0;
@@ -195,27 +199,42 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
       dp_->begin_micro(a == A - 1);
       run_micro(a, dp_rank_);
     }
-    dp_->finish_grads();
-    // Every rank's micro-batch losses, in global order.
-    std::vector<double> mine(static_cast<size_t>(A));
+    {
+      PRIMUS_TRACE_RANGE("finish_grads");
+      dp_->finish_grads();
+    }
+    PRIMUS_TRACE_RANGE("loss exchange");
+    // Every rank's micro-batch losses, in global order, and after them its stop request (signals and
+    // time can differ between ranks; all must stop at the same step).
+    std::vector<double> mine(static_cast<size_t>(A + 1));
     for (int64_t a = 0; a < A; ++a) mine[a] = micro_loss(a * D + dp_rank_);
-    Tensor in = Tensor::from_vector(mine, {A});
-    Tensor out = Tensor::empty({A * D}, DType::kF64, stream_);
+    mine[A] = stop_request();
+    Tensor in = Tensor::from_vector(mine, {A + 1});
+    Tensor out = Tensor::empty({(A + 1) * D}, DType::kF64, stream_);
     if (stream_.device.is_cuda()) in = in.to(stream_);
     groups_->get("dp").all_gather(in, out, stream_, "micro-batch losses");
-    const std::vector<double> all = out.to_vector<double>();  // [d][a]
-    for (int d = 0; d < D; ++d)
-      for (int64_t a = 0; a < A; ++a) micro[a * D + d] = all[d * A + a];
+    const std::vector<double> all = out.to_vector<double>();  // [d][a], then d's stop request
+    for (int d = 0; d < D; ++d) {
+      for (int64_t a = 0; a < A; ++a) micro[a * D + d] = all[d * (A + 1) + a];
+      stop_any = std::max(stop_any, static_cast<int>(all[d * (A + 1) + A]));
+    }
   }
   if (params_->shard_mode() != ShardMode::kFull) inject_.maybe_poison_grad(iter, *params_, stream_);
   StepOutcome o;
-  o.grad_norm = dp_->grad_norm();
+  o.stop_request = c.emulate ? stop_request() : stop_any;
+  {
+    PRIMUS_TRACE_RANGE("grad_norm");
+    o.grad_norm = dp_->grad_norm();
+  }
   o.lr = schedule_->at(iter);
   for (double m : micro) o.loss += m;
   o.loss /= static_cast<double>(micro.size());
   if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
   run_guards(iter, o, micro);
-  if (o.applied) dp_->step(*optim_, o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad));
+  if (o.applied) {
+    PRIMUS_TRACE_RANGE("optimizer");
+    dp_->step(*optim_, o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad));
+  }
   consumed_ += cfg_.global_batch_size;
   return o;
 }

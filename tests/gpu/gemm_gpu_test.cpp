@@ -361,6 +361,18 @@ void small_linear_cases(Context& ctx) {
                 gather_rows(ctx, gdw, all_rows(outf)),
                 ref_gemm(dy, true, x, false, all_rows(outf), {&dw0, 1.0, nullptr, 1.0}), kTolF32FromBF16);
     }
+    {  // accumulate = false (the step's first write): dw and dbias overwritten, poisoned (NaN) before
+      Tensor gdw = ctx.poisoned({outf, in}, DType::kF32), gdb = ctx.poisoned({outf}, DType::kF32);
+      ops::cuda::linear_backward_weight(gdy, gx, gdw, &gdb, ctx.stream, /*accumulate=*/false);
+      ctx.check(kFam, fmt::format("linear_wgrad {} dw = (overwrite)", tag),
+                gather_rows(ctx, gdw, all_rows(outf)), ref_gemm(dy, true, x, false, all_rows(outf), {}),
+                kTolF32FromBF16);
+      Mat ones = random_mat(ctx, 1, t, DType::kF32);
+      std::fill(ones.v.begin(), ones.v.end(), 1.0f);
+      ctx.check(kFam, fmt::format("linear_wgrad {} dbias = (overwrite)", tag),
+                gather_rows(ctx, gdb.view({1, outf}), {0}), ref_gemm(ones, false, dy, false, {0}, {}),
+                kTolF32FromBF16);
+    }
   }
 }
 

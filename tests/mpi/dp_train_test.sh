@@ -9,6 +9,8 @@
 #        emulated single process doing the same (10 steps as NP1, resume, 10 steps as NP2)
 #   kill NP: rank 2 SIGKILLs itself in the middle of iteration 3: the job exits non-zero within 30 s and the
 #        output names the dead rank
+#   sigterm NP: DDP; rank 1 alone gets SIGTERM as iteration 3 starts: the job saves iteration 3 and every rank
+#        stops there with exit code 0, rank 0 saying "received SIGTERM" (the request travels with the losses)
 #   launch_<mode>: the same with ranks started by `primus launch` (tcp backend) instead of mpirun
 # Usage: dp_train_test.sh MODE MPIRUN PRIMUS NP [NP2]
 set -u
@@ -88,6 +90,7 @@ case "$mode" in
   fsdp | resume) keys=(--use_torch_fsdp2 true) ;;
   hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2) ;;
   kill) keys=() ;;
+  sigterm) keys=(--overlap_grad_reduce true) ;;
   *) fail "unknown mode $mode" ;;
 esac
 
@@ -125,6 +128,18 @@ sys.exit(0 if abs(per * k - whole) <= 0.02 * whole else 1)' "$shards" || fail "p
     compare dist emulated 0
     run single 0 -- "${keys[@]}"
     compare dist single 1e-5
+    ;;
+  sigterm)
+    run dist "$np" PRIMUS_INJECT_SIGTERM=3:1 -- "${keys[@]}" --save "$work/ckpt" --save_interval 100
+    # run() already required exit code 0 from every rank: had rank 1 stopped alone, the others would have
+    # failed in the next step's collectives. Rank 0 (the one that logs) must name rank 1's signal.
+    grep -q "rank 1 sends itself SIGTERM in iteration 3" "$work/dist.log" || fail "the injection did not fire"
+    grep -q "stopping after iteration 3: received SIGTERM (checkpoint saved)" "$work/dist.log" ||
+      { tail -20 "$work/dist.log"; fail "rank 0 did not stop after iteration 3 on rank 1's SIGTERM"; }
+    [ "$(cat "$work/ckpt/latest" 2>/dev/null)" = iter_0000003 ] ||
+      fail "the latest checkpoint is not iteration 3: $(ls "$work/ckpt")"
+    steps=$(grep -c '"loss"' "$work/dist.jsonl")
+    [ "$steps" -eq 3 ] || fail "$steps steps recorded, expected 3"
     ;;
   kill)
     start=$(date +%s%N)

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "op_test_util.h"
+#include "ops/elementwise.h"
 
 namespace primus::test {
 namespace {
@@ -186,7 +187,7 @@ TEST(Linear, BackwardAccumulationContract) {
     std::vector<double> expect = host(start);
     for (size_t i = 0; i < expect.size(); ++i) expect[i] += once[i];
     EXPECT_LT(rel_err(dx2, expect), fwd_tol(dt));
-    // dw and dbias always accumulate.
+    // dw and dbias accumulate by default.
     Tensor dw0 = rand_tensor(rng, {n, k}, dt), db0 = rand_tensor(rng, {n}, dt);
     Tensor dw = clone(dw0), db = clone(db0);
     ops::linear_backward_weight(dy, x, dw, &db, Stream::cpu());
@@ -198,6 +199,17 @@ TEST(Linear, BackwardAccumulationContract) {
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) db_ref[j] += 2.0 * hdy[i * n + j];
     EXPECT_LT(rel_err(db, db_ref), fwd_tol(dt));
+    // accumulate = false overwrites dw and dbias whatever they held (NaN here).
+    Tensor dw_nan = clone(dw0), db_nan = clone(db0);
+    ops::fill_(dw_nan, std::numeric_limits<float>::quiet_NaN(), Stream::cpu());
+    ops::fill_(db_nan, std::numeric_limits<float>::quiet_NaN(), Stream::cpu());
+    ops::linear_backward_weight(dy, x, dw_nan, &db_nan, Stream::cpu(), /*accumulate=*/false);
+    EXPECT_LT(rel_err(dw_nan, naive_gemm(host(dy), true, host(x), false, {}, n, k, m, 1.0, 0.0)),
+              fwd_tol(dt));
+    std::vector<double> db_once(n, 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) db_once[j] += hdy[i * n + j];
+    EXPECT_LT(rel_err(db_nan, db_once), fwd_tol(dt));
   }
 }
 

@@ -2,10 +2,14 @@
 // embedding) against central finite differences of the loss, all in f64 on the CPU reference ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "model/llama_model.h"
+#include "ops/elementwise.h"
 
 using namespace primus;
 
@@ -147,4 +151,53 @@ TEST(ModelGradient, RecomputePlanFollowsMegatronKeys) {
   EXPECT_EQ(recompute_plan(rc, 2), std::vector<RecomputeMode>(2, RecomputeMode::kSelective));
   rc.granularity = "sometimes";
   EXPECT_THROW(recompute_plan(rc, 2), Error);
+}
+
+// ParamStore::set_overwritten_grads: the projections' first weight-gradient GEMM of a step overwrites
+// (beta = 0) instead of adding into a zeroed buffer. Whatever the buffer held before the step (here NaN
+// everywhere), two micro-batches must give bitwise the gradients of zero-then-accumulate.
+TEST(ModelGradient, OverwrittenFirstGradientWriteEqualsZeroThenAccumulate) {
+  for (const bool tied : {false, true}) {
+    ModelConfig c = tiny_model(true, true, tied);  // qk-norm and qkv bias: every kind of entry
+    auto grads = [&](bool overwrite) {
+      Fixture f(c, {}, 11);
+      if (overwrite) {
+        f.params.set_overwritten_grads(f.model.gemm_written_grad_entries());
+        ops::fill_(f.params.grad_flat(), std::numeric_limits<float>::quiet_NaN(), Stream::cpu());
+      }
+      f.params.begin_grad_step(Stream::cpu());
+      f.model.forward_backward(f.tokens, f.targets, 0.5f);
+      f.model.forward_backward(f.tokens, f.targets, 0.25f);
+      f.params.end_grad_step(Stream::cpu());
+      return f.params.grad_flat().to_vector<double>();
+    };
+    const std::vector<double> base = grads(false), over = grads(true);
+    ASSERT_EQ(base.size(), over.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < base.size(); ++i) differ += std::memcmp(&base[i], &over[i], sizeof(double)) != 0;
+    EXPECT_EQ(differ, 0) << (tied ? "tied" : "untied") << " embeddings";
+  }
+}
+
+// A listed entry that no GEMM wrote in the step (its layer skipped) is zeroed by end_grad_step, not left
+// stale.
+TEST(ModelGradient, EndGradStepZeroesListedEntriesNotWritten) {
+  Fixture f(tiny_model(false, false, false), {}, 12);
+  const std::vector<int> listed = f.model.gemm_written_grad_entries();
+  f.params.set_overwritten_grads(listed);
+  ops::fill_(f.params.grad_flat(), 7.0f, Stream::cpu());
+  f.params.begin_grad_step(Stream::cpu());
+  EXPECT_FALSE(f.params.grad_accumulate(listed[0]));  // the first write of the step overwrites ...
+  EXPECT_TRUE(f.params.grad_accumulate(listed[0]));   // ... later ones add
+  f.params.end_grad_step(Stream::cpu());
+  for (size_t k = 1; k < listed.size(); ++k)
+    for (double v : f.params.grad(listed[k]).to_vector<double>()) ASSERT_EQ(v, 0.0) << k;
+  // entry listed[0] was "written" (by nobody here): it keeps its value
+  EXPECT_EQ(f.params.grad(listed[0]).to_vector<double>()[0], 7.0);
+  // and everything not listed was zeroed at the start of the step
+  for (const auto& e : f.params.entries()) {
+    const int i = f.params.find(e.name);
+    if (std::find(listed.begin(), listed.end(), i) != listed.end()) continue;
+    for (double v : f.params.grad(i).to_vector<double>()) ASSERT_EQ(v, 0.0) << e.name;
+  }
 }

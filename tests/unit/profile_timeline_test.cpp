@@ -156,3 +156,27 @@ TEST(ProfileTimeline, MalformedTracesNameTheProblem) {
     EXPECT_NE(std::string(e.what()).find("traceEvents[0]"), std::string::npos);
   }
 }
+
+TEST(ProfileTimeline, IdleGapsNameTheirNeighboursAndTheHost) {
+  // GPU: [0,10] gemm, [12,20] adam (gap 2 ms), [20.5,30] gemm2 (gap 0.5 ms), [35,36] norm (gap 5 ms).
+  std::vector<GpuEvent> gpu = {kernel("gemm", 0, 10), kernel("adamw_kernel", 12, 20),
+                               kernel("gemm2", 20.5, 30), kernel("rmsnorm", 35, 36)};
+  std::vector<GpuEvent> cpu = {kernel("forward_backward", 29, 40, "cpu_op"), kernel("data", 31, 34, "cpu_op"),
+                               kernel("optimizer", 9, 11, "cpu_op")};
+  const std::vector<IdleGap> g = idle_gaps(gpu, cpu, 2);
+  ASSERT_EQ(g.size(), 2u);  // the two longest of three
+  EXPECT_NEAR(g[0].ms, 5, 1e-9);
+  EXPECT_NEAR(g[0].start_ms, 30, 1e-9);
+  EXPECT_EQ(g[0].before, "gemm2");
+  EXPECT_EQ(g[0].after, "rmsnorm");
+  EXPECT_EQ(g[0].host, (std::vector<std::string>{"forward_backward", "data"}));
+  EXPECT_NEAR(g[1].ms, 2, 1e-9);
+  EXPECT_EQ(g[1].before, "gemm");
+  EXPECT_EQ(g[1].after, "adamw_kernel");
+  EXPECT_EQ(g[1].host, (std::vector<std::string>{"optimizer"}));
+  // Overlapping GPU events leave no gap; the gaps add up to the breakdown's idle time.
+  EXPECT_TRUE(idle_gaps({kernel("a", 0, 5), kernel("b", 4, 9)}, {}, 5).empty());
+  double sum = 0;
+  for (const IdleGap& x : idle_gaps(gpu, cpu, 10)) sum += x.ms;
+  EXPECT_NEAR(sum, analyse_timeline(gpu).idle_ms, 1e-9);
+}

@@ -149,7 +149,8 @@ void linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, bool a
   });
 }
 
-void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s) {
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s,
+                            bool accumulate) {
   constexpr const char* op = "linear_backward_weight";
   const DType dt = check_float(op, "dy", dy);
   check_ndim(op, "dy", dy, 2);
@@ -163,7 +164,8 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
   check_blas_size(op, m, n, k);
   with_float_type(dt, [&](auto tag) {
     using T = decltype(tag);
-    blas_gemm<T>(true, false, n, k, m, T(1), dy.data<T>(), x.data<T>(), T(1), dw.data<T>());
+    blas_gemm<T>(true, false, n, k, m, T(1), dy.data<T>(), x.data<T>(), accumulate ? T(1) : T(0),
+                 dw.data<T>());
     if (dbias == nullptr) return;
     // Column sums in double, one column block per task: race-free and independent of the thread count.
     const T* dyp = dy.data<T>();
@@ -178,7 +180,8 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
         const T* row = dyp + i * n;
         for (int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<double>(row[j]);
       }
-      for (int64_t j = j0; j < j1; ++j) db[j] = static_cast<T>(static_cast<double>(db[j]) + acc[j - j0]);
+      for (int64_t j = j0; j < j1; ++j)
+        db[j] = static_cast<T>((accumulate ? static_cast<double>(db[j]) : 0.0) + acc[j - j0]);
     }
   });
 }

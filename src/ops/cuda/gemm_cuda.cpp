@@ -197,7 +197,8 @@ void linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, bool a
   lt::matmul(problem(m, k, n, false, false, dy, w, dx, lt::Epilogue::kNone), o, s);
 }
 
-void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s) {
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s,
+                            bool accumulate) {
   constexpr const char* op = "linear_backward_weight";
   check_gpu_tensor(op, "dy", dy, s);
   check_gpu_tensor(op, "x", x, s);
@@ -217,12 +218,19 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
     PRIMUS_CHECK(dbias->dtype() == DType::kF32 && dbias->ndim() == 1 && dbias->numel() == n,
                  "linear_backward_weight: dbias must be f32[{}], got {}", n, dbias->describe());
   }
-  if (m == 0 || n == 0) return;
+  if (n == 0) return;
+  if (!accumulate) {
+    // The bias-gradient paths below add into dbias; it is tiny, so it is cleared here. dw is cleared only
+    // where no GEMM will overwrite it (no rows, or no columns).
+    if (dbias) device_memset(dbias->data_ptr(), 0, dbias->nbytes(), s);
+    if (m == 0 && k > 0) device_memset(dw.data_ptr(), 0, dw.nbytes(), s);
+  }
+  if (m == 0) return;
   lt::Operands o;
   o.a = dy.data_ptr();
   o.b = x.data_ptr();
   o.c = o.d = dw.data_ptr();
-  o.beta = 1.0f;
+  o.beta = accumulate ? 1.0f : 0.0f;
   if (k == 0) {
     if (dbias) bias_grad_accumulate(dy, m, n, *dbias, s);
     return;
