@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch FSDP2 reference for tools/device/ddp-check.sh: Llama-3.1-8B (T 8192, micro-batch 1), every block
-wrapped with fully_shard and full activation checkpointing, bf16 parameters / f32 reduction, fused AdamW.
+wrapped with fully_shard and full activation checkpointing (CKPT=none: none), bf16 parameters / f32 reduction,
+fused AdamW.
 Run with torchrun --nproc-per-node N. Prints one JSON line (rank 0): tokens/s/GPU, TFLOP/s, MFU and peak memory,
 with the FLOPs convention of primus (6 N' + 6 L T d, N' = parameters except the input embedding)."""
 import json
@@ -16,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 V, D, L, H, KV, FFN = 128256, 4096, int(os.environ.get("LAYERS", "32")), 32, 8, 14336
 T, B, STEPS, WARM = int(os.environ.get("SEQ", "8192")), 1, int(os.environ.get("STEPS", "10")), 3
+CKPT = os.environ.get("CKPT", "full")  # "full": every block checkpointed; "none": no recompute
 
 
 class Norm(nn.Module):
@@ -54,6 +56,8 @@ class Layer(nn.Module):
         return x + self.down(F.silu(g) * u)
 
     def forward(self, x, cos, sin):
+        if CKPT == "none":
+            return self.block(x, cos, sin)
         return checkpoint(self.block, x, cos, sin, use_reentrant=False)
 
 
@@ -124,7 +128,7 @@ def main():
     peaks = [torch.zeros(1, device="cuda") for _ in range(world)]
     dist.all_gather(peaks, torch.tensor([peak], device="cuda"))
     if rank == 0:
-        r = dict(impl="torch FSDP2", torch=torch.__version__, world=world, layers=L, seq=T, params=n_params,
+        r = dict(impl="torch FSDP2", torch=torch.__version__, world=world, checkpointing=CKPT, layers=L, seq=T, params=n_params,
                  step_s=sec, tokens_per_s_per_gpu=tok_gpu, tflops_per_gpu=tflops, mfu=tflops / 989,
                  peak_mem_gb=[round(float(p), 2) for p in peaks], loss=float(loss.item()))
         print(json.dumps(r), flush=True)

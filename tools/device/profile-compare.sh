@@ -8,19 +8,7 @@ set -uo pipefail
 bin=${1:-build-safe-cuda/primus}
 out=${OUT:-/tmp/stability-out}/profile
 mkdir -p "$out"
-# CUPTI for the GPU kernels of the trace: the toolkit's, or the one the torch wheel ships.
-if [ -z "${PRIMUS_CUPTI_LIB:-}" ]; then
-  lib=$(ls /usr/local/cuda*/lib64/libcupti.so.13* /usr/local/cuda*/extras/CUPTI/lib64/libcupti.so.13* 2>/dev/null | head -1)
-  [ -z "$lib" ] && lib=$(python3 - <<'PY' 2>/dev/null
-import glob, site, os
-for d in site.getsitepackages():
-    for f in glob.glob(os.path.join(d, "nvidia", "**", "libcupti.so*"), recursive=True):
-        print(f); raise SystemExit
-PY
-)
-  [ -n "$lib" ] && export PRIMUS_CUPTI_LIB=$lib
-fi
-echo "== CUPTI: ${PRIMUS_CUPTI_LIB:-(loader path)}"
+source "$(dirname "$0")/find-cupti.sh"
 export PRIMUS_WORKSPACE=/tmp/primus-prof PRIMUS_USER=dev PRIMUS_EXP_NAME=prof8b4l PRIMUS_HOME=$PWD
 rm -rf /tmp/primus-prof
 "$bin" train pretrain --config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters 12 \
