@@ -333,6 +333,12 @@ std::string format_timeline_markdown(const TimelineReport& r) {
   for (const OpRow& o : r.ops)
     s += fmt::format("| {} | {} | {:.3f} | {:.2f} | {:.2f} |\n", o.family, o.count, o.total_ms, o.pct,
                      o.cum_pct);
+  if (!r.gaps.empty())
+    s += "\n| idle gap at ms | length ms | GPU before | GPU after | host |\n|---:|---:|---|---|---|\n";
+  for (const IdleGap& g : r.gaps)
+    s += fmt::format("| {:.3f} | {:.3f} | {} | {} | {} |\n", g.start_ms, g.ms, shorten(g.before, 60),
+                     shorten(g.after, 60),
+                     g.host.empty() ? std::string("-") : fmt::format("{}", fmt::join(g.host, " > ")));
   return s;
 }
 

@@ -230,6 +230,20 @@ std::string render_html(const RunData& run) {
           html_escape(o.family.size() > 120 ? o.family.substr(0, 117) + "..." : o.family), o.count,
           o.total_ms, o.pct);
     h += "</table></details>\n";
+    if (r.gaps.empty()) continue;
+    h +=
+        "<details><summary>Longest idle gaps (what the GPU waited for)</summary><table><tr><th>at ms</th><th>"
+        "length ms</th><th>GPU before</th><th>GPU after</th><th>host</th></tr>\n";
+    auto cut = [](const std::string& s) { return s.size() > 60 ? s.substr(0, 57) + "..." : s; };
+    for (const profile::IdleGap& g : r.gaps) {
+      std::string host;
+      for (const std::string& x : g.host) host += (host.empty() ? "" : " &gt; ") + html_escape(x);
+      h += fmt::format(
+          "<tr><td class=\"n\">{:.3f}</td><td "
+          "class=\"n\">{:.3f}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+          g.start_ms, g.ms, html_escape(cut(g.before)), html_escape(cut(g.after)), host.empty() ? "-" : host);
+    }
+    h += "</table></details>\n";
   }
 
   // Last steps and configuration.

@@ -43,7 +43,9 @@ std::string make_run(const char* name) {
   std::ofstream(d + "/config.yaml") << "train_iters: 20\nseq_length: <128>\n";
   std::ofstream(d + "/trace/rank0.json")
       << R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"sm90_xmma_gemm","ts":0,"dur":700,"pid":0,"tid":10},)"
-         R"({"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce","ts":600,"dur":300,"pid":0,"tid":1}]})";
+         R"({"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce","ts":600,"dur":300,"pid":0,"tid":1},)"
+         R"({"ph":"X","cat":"cpu_op","name":"waiting_for_norm","ts":950,"dur":400,"pid":0,"tid":0},)"
+         R"({"ph":"X","cat":"kernel","name":"adamw_kernel","ts":1500,"dur":100,"pid":0,"tid":10}]})";
   return d;
 }
 
@@ -62,9 +64,26 @@ TEST(ReportHtml, RendersEverySection) {
   EXPECT_EQ(path, d + "/report.html");
   std::ifstream f(path);
   const std::string html((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  for (const char* s : {"<!DOCTYPE html>", "<svg", "Loss", "Throughput", "MFU", "Memory", "validation loss",
-                        "Guard events", "nan_skip", "straggler", "exposed communication", "op family", "gemm",
-                        "nccl", "Last steps", "&lt;128&gt;", "</html>"})
+  for (const char* s : {"<!DOCTYPE html>",
+                        "<svg",
+                        "Loss",
+                        "Throughput",
+                        "MFU",
+                        "Memory",
+                        "validation loss",
+                        "Guard events",
+                        "nan_skip",
+                        "straggler",
+                        "exposed communication",
+                        "op family",
+                        "gemm",
+                        "nccl",
+                        "Longest idle gaps",
+                        "waiting_for_norm",
+                        "adamw_kernel",
+                        "Last steps",
+                        "&lt;128&gt;",
+                        "</html>"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
   EXPECT_EQ(html.find("<script"), std::string::npos);  // nothing to fetch, nothing to run
   std::filesystem::remove_all(d);
