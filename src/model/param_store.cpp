@@ -239,8 +239,6 @@ void ParamStore::sync_compute_copy(const Stream& s) {
 namespace primus {
 
 void ParamStore::set_overwritten_grads(const std::vector<int>& entries) {
-  PRIMUS_CHECK(shard_mode_ != ShardMode::kFull,
-               "set_overwritten_grads: needs whole-model gradients (not FSDP)");
   overwritten_.assign(entries_.size(), 0);
   written_.assign(entries_.size(), 0);
   for (int i : entries) {
@@ -259,6 +257,37 @@ void ParamStore::set_overwritten_grads(const std::vector<int>& entries) {
     at = std::max(at, e);
   }
   if (at < total_) zero_spans_.emplace_back(at, total_);
+  // Per region, relative to its start (FSDP's region buffers).
+  region_zero_spans_.assign(regions_.size(), {});
+  for (size_t r = 0; r < regions_.size(); ++r) {
+    const int64_t rb = regions_[r].begin, re = regions_[r].end;
+    for (const auto& [b, e] : zero_spans_) {
+      const int64_t lo = std::max(b, rb), hi = std::min(e, re);
+      if (lo < hi) region_zero_spans_[r].emplace_back(lo - rb, hi - rb);
+    }
+  }
+}
+
+void ParamStore::begin_region_grads(int r, Tensor& region_grads, const Stream& s) {
+  if (overwritten_.empty()) {
+    region_grads.zero_(s);
+    return;
+  }
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].region == r) written_[i] = 0;
+  for (const auto& [b, e] : region_zero_spans_[r]) {
+    Tensor span = region_grads.slice(b, e);
+    span.zero_(s);
+  }
+}
+
+void ParamStore::end_region_grads(int r, const Stream& s) {
+  for (size_t i = 0; i < overwritten_.size(); ++i)
+    if (overwritten_[i] && !written_[i] && entries_[i].region == r) {
+      Tensor g = grad(static_cast<int>(i));
+      if (g.defined()) g.zero_(s);
+      written_[i] = 1;
+    }
 }
 
 void ParamStore::begin_grad_step(const Stream& s) {

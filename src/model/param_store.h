@@ -96,17 +96,20 @@ class ParamStore {
   Tensor& adam_v_flat() { return adam_v_; }
   bool compute_aliases_master() const { return compute_aliases_master_; }
 
-  // Gradient zeroing of a step (whole-model gradient buffers: kNone, kOptimizer). By default begin_grad_step
-  // zeroes the whole gradient buffer and every write accumulates. With set_overwritten_grads(entries) --
-  // entries whose first gradient write of a step is a whole-tensor GEMM (linear_backward_weight) -- that
-  // first write overwrites instead (grad_accumulate(i) answers false once per step), and begin_grad_step
-  // zeroes only the rest: a 1.5 B parameter model saves a 6 GB memset and the GEMMs' read of C every step.
-  // end_grad_step zeroes a listed entry that no GEMM wrote (never in a full step; it keeps the buffer right
-  // if one is skipped).
+  // Gradient zeroing. By default begin_grad_step zeroes the whole gradient buffer and every write
+  // accumulates. With set_overwritten_grads(entries) -- entries whose first gradient write is a whole-tensor
+  // GEMM (linear_backward_weight) -- that first write overwrites instead (grad_accumulate(i) answers false
+  // once), and only the rest of the buffer is zeroed: a 1.5 B parameter model saves a 6 GB memset and the
+  // GEMMs' read of C every step. "Once" is per step for whole-model gradients (begin_grad_step /
+  // end_grad_step) and per micro-batch for FSDP's per-region buffers (begin_region_grads when a region's
+  // buffer is created, end_region_grads before it is reduced). The end calls zero a listed entry that no GEMM
+  // wrote (never in a full step; it keeps the buffer right if one is skipped).
   void set_overwritten_grads(const std::vector<int>& entries);
   void begin_grad_step(const Stream& s);
   bool grad_accumulate(int i);
   void end_grad_step(const Stream& s);
+  void begin_region_grads(int r, Tensor& region_grads, const Stream& s);  // region_grads: region r, whole
+  void end_region_grads(int r, const Stream& s);                          // while region r is attached
 
  private:
   int require(const std::string& name) const;
@@ -126,6 +129,7 @@ class ParamStore {
   std::vector<Tensor> attached_compute_, attached_grad_;
   std::vector<char> overwritten_, written_;              // per entry
   std::vector<std::pair<int64_t, int64_t>> zero_spans_;  // [begin, end) of the buffer begin_grad_step zeroes
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> region_zero_spans_;  // the same per region, relative
 };
 
 }  // namespace primus

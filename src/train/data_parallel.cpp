@@ -306,7 +306,7 @@ void DataParallel::use(int r, bool with_grad) {
   Gathered& g = gathered_[r];
   if (with_grad && !g.grads.defined()) {
     g.grads = Tensor::empty({params_.region_len(r)}, DType::kF32, comm_);
-    g.grads.zero_(comm_);
+    params_.begin_region_grads(r, g.grads, comm_);  // zeroes what the region's GEMMs will not overwrite
     g.ready = StreamEvent::record(comm_);
   }
   if (g.attached && (!with_grad || g.grads.defined())) {
@@ -376,6 +376,7 @@ void DataParallel::before_backward(int r) {
 void DataParallel::after_backward(int r) {
   if (cfg_.emulate) return;
   if (cfg_.fsdp()) {
+    params_.end_region_grads(r, compute_);
     reduce_scatter_fsdp(r);
     release(r);
     return;

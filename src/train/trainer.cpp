@@ -51,12 +51,10 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   ModelSpec spec = ModelSpec::from_config(cfg.model);
   // Data parallelism shards the flat buffers (regions padded to divide) and hooks into the model.
   init_data_parallel();
-  // The projections' first weight-gradient GEMM of a step overwrites, so only norms, biases and an untied
-  // embedding need zeroing -- wherever the gradient buffer is whole (one process, DDP, ZeRO-1). On the H100
-  // the accumulating (beta = 1) weight-gradient GEMMs of the 1B shape also ran ~25% slower. FSDP
-  // accumulates into per-region buffers and emulation replays each rank's sum; both keep zeroing.
-  if (!dp_ || (!dp_cfg_->fsdp() && !dp_cfg_->emulate))
-    params_->set_overwritten_grads(model_->gemm_written_grad_entries());
+  // The projections' first weight-gradient GEMM of a step (FSDP: of a micro-batch) overwrites, so only norms,
+  // biases and an untied embedding need zeroing. On the H100 the accumulating (beta = 1) weight-gradient
+  // GEMMs of the 1B shape also ran ~25% slower. Emulation replays each rank's sum and keeps zeroing.
+  if (!dp_ || !dp_cfg_->emulate) params_->set_overwritten_grads(model_->gemm_written_grad_entries());
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,

@@ -5,7 +5,7 @@
 #   (b) FSDP on full Llama-3.1-8B, T 8192, micro-batch 1 per GPU, with recompute full / selective / none:
 #       tokens/s/GPU, MFU and peak memory per GPU;
 #   (c) PyTorch FSDP2 on the same model and GPUs, with and without activation checkpointing.
-#   PARTS="ddp fsdp torch" (the default) selects the parts. The DDP part also runs with PRIMUS_NCCL_BLOCKING=1
+#   PARTS="ddp fsdp torch" (the default) selects the parts; FSDP_RECOMPUTE="full selective null" the FSDP runs. The DDP part also runs with PRIMUS_NCCL_BLOCKING=1
 #   (blocking communicators) to price the non-blocking mode's host-side settle polling.
 # Usage (repo root on the GPU machine): tools/device/x2-fsdp-ddp.sh BIN_DIR
 set -uo pipefail
@@ -66,7 +66,7 @@ PY
 fi
 
 # (b) FSDP, Llama-3.1-8B, T 8192
-[[ " ${PARTS:-ddp fsdp torch} " == *" fsdp "* ]] && for rc in full selective null; do  # null: no recompute (Megatron's default)
+[[ " ${PARTS:-ddp fsdp torch} " == *" fsdp "* ]] && for rc in ${FSDP_RECOMPUTE:-full selective null}; do  # null: none
   launch "fsdp8b_$rc" 2 240 --config configs/examples/megatron/llama3.1_8B-pretrain.yaml --train_iters 10 \
     --micro_batch_size 1 --global_batch_size 2 --use_torch_fsdp2 true --recompute_granularity "$rc" \
     $([ "$rc" != full ] && echo --recompute_method null --recompute_num_layers null)
