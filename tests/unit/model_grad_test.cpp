@@ -201,3 +201,31 @@ TEST(ModelGradient, EndGradStepZeroesListedEntriesNotWritten) {
     for (double v : f.params.grad(i).to_vector<double>()) ASSERT_EQ(v, 0.0) << e.name;
   }
 }
+
+// FSDP's per-region buffers: begin_region_grads zeroes exactly the parts of region r that no GEMM overwrites
+// (norms, biases, an untied embedding, padding) and leaves the GEMM-written entries alone.
+TEST(ModelGradient, RegionGradBuffersZeroOnlyWhatNoGemmOverwrites) {
+  Fixture f(tiny_model(true, true, false), {}, 13);
+  const std::vector<int> listed = f.model.gemm_written_grad_entries();
+  f.params.set_overwritten_grads(listed);
+  for (size_t r = 0; r < f.params.regions().size(); ++r) {
+    const ParamRegion& reg = f.params.regions()[r];
+    Tensor buf = Tensor::empty({reg.end - reg.begin}, DType::kF64);
+    ops::fill_(buf, std::numeric_limits<float>::quiet_NaN(), Stream::cpu());
+    f.params.begin_region_grads(static_cast<int>(r), buf, Stream::cpu());
+    const std::vector<double> v = buf.to_vector<double>();
+    std::vector<char> gemm(v.size(), 0);
+    for (int i : listed) {
+      const ParamEntry& e = f.params.entry(i);
+      if (e.region != static_cast<int>(r)) continue;
+      for (int64_t j = 0; j < e.numel; ++j) gemm[e.offset - reg.begin + j] = 1;
+    }
+    for (size_t j = 0; j < v.size(); ++j) {
+      if (gemm[j])
+        ASSERT_TRUE(std::isnan(v[j]))
+            << "region " << r << " element " << j << " (a GEMM writes it: untouched)";
+      else
+        ASSERT_EQ(v[j], 0.0) << "region " << r << " element " << j;
+    }
+  }
+}
