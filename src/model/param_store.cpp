@@ -268,27 +268,14 @@ void ParamStore::set_overwritten_grads(const std::vector<int>& entries) {
   }
 }
 
-void ParamStore::begin_region_grads(int r, Tensor& region_grads, const Stream& s) {
-  if (overwritten_.empty()) {
-    region_grads.zero_(s);
-    return;
-  }
-  for (size_t i = 0; i < entries_.size(); ++i)
-    if (entries_[i].region == r) written_[i] = 0;
-  for (const auto& [b, e] : region_zero_spans_[r]) {
-    Tensor span = region_grads.slice(b, e);
+namespace {
+void zero_spans(const Tensor& buf, const std::vector<std::pair<int64_t, int64_t>>& spans, const Stream& s) {
+  for (const auto& [b, e] : spans) {
+    Tensor span = buf.slice(b, e);
     span.zero_(s);
   }
 }
-
-void ParamStore::end_region_grads(int r, const Stream& s) {
-  for (size_t i = 0; i < overwritten_.size(); ++i)
-    if (overwritten_[i] && !written_[i] && entries_[i].region == r) {
-      Tensor g = grad(static_cast<int>(i));
-      if (g.defined()) g.zero_(s);
-      written_[i] = 1;
-    }
-}
+}  // namespace
 
 void ParamStore::begin_grad_step(const Stream& s) {
   std::fill(written_.begin(), written_.end(), 0);
@@ -296,10 +283,17 @@ void ParamStore::begin_grad_step(const Stream& s) {
     grad_.zero_(s);
     return;
   }
-  for (const auto& [b, e] : zero_spans_) {
-    Tensor span = grad_.slice(b, e);
-    span.zero_(s);
+  zero_spans(grad_, zero_spans_, s);
+}
+
+void ParamStore::begin_region_grads(int r, Tensor& region_grads, const Stream& s) {
+  if (overwritten_.empty()) {
+    region_grads.zero_(s);
+    return;
   }
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].region == r) written_[i] = 0;
+  zero_spans(region_grads, region_zero_spans_[r], s);
 }
 
 bool ParamStore::grad_accumulate(int i) {
@@ -308,11 +302,11 @@ bool ParamStore::grad_accumulate(int i) {
   return false;
 }
 
-void ParamStore::end_grad_step(const Stream& s) {
+void ParamStore::zero_unwritten(int region, const Stream& s) {
   for (size_t i = 0; i < overwritten_.size(); ++i)
-    if (overwritten_[i] && !written_[i]) {
-      Tensor g = view(grad_, static_cast<int>(i));
-      g.zero_(s);
+    if (overwritten_[i] && !written_[i] && (region < 0 || entries_[i].region == region)) {
+      Tensor g = grad(static_cast<int>(i));  // the attached region buffer under FSDP
+      if (g.defined()) g.zero_(s);
       written_[i] = 1;
     }
 }

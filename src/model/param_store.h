@@ -107,12 +107,13 @@ class ParamStore {
   void set_overwritten_grads(const std::vector<int>& entries);
   void begin_grad_step(const Stream& s);
   bool grad_accumulate(int i);
-  void end_grad_step(const Stream& s);
-  void begin_region_grads(int r, Tensor& region_grads, const Stream& s);  // region_grads: region r, whole
-  void end_region_grads(int r, const Stream& s);                          // while region r is attached
+  void end_grad_step(const Stream& s) { zero_unwritten(-1, s); }
+  void begin_region_grads(int r, Tensor& region_grads, const Stream& s);   // region_grads: region r, whole
+  void end_region_grads(int r, const Stream& s) { zero_unwritten(r, s); }  // while region r is attached
 
  private:
   int require(const std::string& name) const;
+  void zero_unwritten(int region, const Stream& s);  // listed entries no GEMM wrote; region -1 = all
   Tensor view(const Tensor& flat, int i) const;
   void add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std);
   Tensor region_view(const Tensor& flat, bool compute, int i) const;

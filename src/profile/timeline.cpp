@@ -236,9 +236,15 @@ std::vector<IdleGap> idle_gaps(const std::vector<GpuEvent>& gpu, const std::vect
   for (const GpuEvent& e : gpu) all.push_back({e.ts_us, e.ts_us + e.dur_us});
   const std::vector<Interval> busy = interval_union(all);
   if (busy.size() < 2) return {};
+  // Every gap between busy intervals, the longest `top` kept (stable: earlier first among equals); only those
+  // are described, so a trace with 10^5 kernels costs O(top x events), not O(gaps x events).
+  std::vector<Interval> holes;
+  for (size_t i = 1; i < busy.size(); ++i) holes.push_back({busy[i - 1].end, busy[i].begin});
+  std::stable_sort(holes.begin(), holes.end(),
+                   [](const Interval& x, const Interval& y) { return x.end - x.begin > y.end - y.begin; });
+  if (holes.size() > top) holes.resize(top);
   std::vector<IdleGap> gaps;
-  for (size_t i = 1; i < busy.size(); ++i) {
-    const double b = busy[i - 1].end, e = busy[i].begin;
+  for (const auto& [b, e] : holes) {
     IdleGap g;
     g.start_ms = (b - busy.front().begin) / 1e3;
     g.ms = (e - b) / 1e3;
@@ -264,8 +270,6 @@ std::vector<IdleGap> idle_gaps(const std::vector<GpuEvent>& gpu, const std::vect
     for (const GpuEvent* r : over) g.host.push_back(r->name);
     gaps.push_back(std::move(g));
   }
-  std::stable_sort(gaps.begin(), gaps.end(), [](const IdleGap& x, const IdleGap& y) { return x.ms > y.ms; });
-  if (gaps.size() > top) gaps.resize(top);
   return gaps;
 }
 

@@ -126,6 +126,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     PRIMUS_TRACE_RANGE("optimizer");
     optim_->step(o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad), stream_);
   }
+  o.stop_request = stop_request();
   return o;
 }
 
@@ -230,12 +231,11 @@ TrainResult Trainer::train() {
   Stopwatch& total = run_clock_;
   total.reset();
   Stopwatch window;
-  // A single-process step returns with its optimizer update still queued on the GPU, so the host logs and
-  // prepares the next step while the GPU works (no idle gap between steps); the step time is then taken
-  // between successive points where the host waited for a step's gradient norm -- the step period. Phases
-  // that are not training (evaluation, checkpoints) wait for the GPU and are left out of that period.
-  // Data-parallel steps order their communication streams with events, so they overlap the same way.
-  const bool overlap_steps = true;
+  // A step returns with its optimizer update still queued on the GPU, so the host logs and prepares the next
+  // step while the GPU works (no idle gap between steps); the step time is then taken between successive
+  // points where the host waited for a step's gradient norm -- the step period. Phases that are not training
+  // (evaluation, checkpoints) wait for the GPU and are left out of that period. Data-parallel steps order
+  // their communication streams with events, so they overlap the same way.
   Stopwatch period;
   double excluded_ms = 0;
   int64_t window_steps = 0;
@@ -246,11 +246,9 @@ TrainResult Trainer::train() {
               cfg_.train_iters);
   res.last_iteration = start_iter_;
   for (int64_t iter = start_iter_ + 1; iter <= cfg_.train_iters; ++iter) {
-    Stopwatch sw;
     monitor_->step_begin(iter);
     const StepOutcome o = train_step(iter);
-    if (!overlap_steps) stream_sync(stream_);
-    const double ms = overlap_steps ? period.ms() - excluded_ms : sw.ms();
+    const double ms = period.ms() - excluded_ms;
     period.reset();
     excluded_ms = 0;
     monitor_->step_end(iter, ms);
@@ -328,7 +326,7 @@ TrainResult Trainer::train() {
     // Ranks agree on the reason (the highest code), so that all of them save and stop together: requests
     // that can differ between ranks (signals, time) were exchanged with the step's losses; exit_interval is
     // the same on every rank.
-    int code = world_size_ > 1 ? o.stop_request : stop_request();
+    int code = o.stop_request;
     if (ck.exit_interval > 0 && iter % ck.exit_interval == 0) code = std::max(code, 1);
     std::string stop;
     if (code == 5) stop = "received SIGTERM";

@@ -86,7 +86,7 @@ class Trainer {
     double loss = 0, grad_norm = 0, lr = 0;
     bool applied = true;   // the optimizer update ran
     bool halt = false;     // a guard stops the run
-    int stop_request = 0;  // several ranks: the largest stop_request() over ranks, exchanged with the losses
+    int stop_request = 0;  // stop_request() of this process; with several ranks the largest over ranks
   };
   double evaluate();
   StepOutcome train_step(int64_t iter);

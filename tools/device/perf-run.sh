@@ -64,9 +64,8 @@ if [ "${PROFILE:-0}" = 1 ]; then  # where the time goes, same binary and workloa
 fi
 # ... and after tuning every GEMM shape of both steps (primus benchmark gemm-dense --tune), loaded by the
 # trainer through PRIMUS_GEMM_TUNING_FILE. The tuning reports (uplift per shape) come back in the logs.
-[ "${TUNE:-1}" = 1 ] || SKIP_TUNE=1
 tune=$out/gemm_tuning.json
-if [ -z "${SKIP_TUNE:-}" ]; then
+if [ "${TUNE:-1}" = 1 ]; then
 "$build/primus" benchmark gemm-dense --model llama3.2_1B --mbs 8 --seqlen 2048 --vocab-size 128256 --tune \
   --tuning-file "$tune" --output-file "$out/tune_1b.md" > "$out/tune_1b.log" 2>&1
 echo "== tune 1b rc=$?"; tail -4 "$out/tune_1b.log"

@@ -31,17 +31,7 @@ scale ddp1b_f32 2 --global_batch_size 16 --overlap_grad_reduce true
 scale ddp1b_bf16 2 --global_batch_size 16 --overlap_grad_reduce true --grad_reduce_in_bf16 true
 scale ddp1b_zero1 2 --global_batch_size 16 --overlap_grad_reduce true --use_distributed_optimizer true \
   --overlap_param_gather true
-python3 - "$work" <<'EOF' | tee -a "$summary"
-import re, sys
-d = sys.argv[1]
-def tok(name):
-    m = re.findall(r"median (\d+) ms/step, ([\d.]+)k tok/s", open(f"{d}/{name}.log").read())
-    return float(m[-1][1]) * 1e3 if m else None
-base = tok("ddp1b_1gpu")
-for n in ("ddp1b_f32", "ddp1b_bf16", "ddp1b_zero1"):
-    t = tok(n)
-    print(f"  {n}: {t} tok/s vs 1 GPU {base} -> {t / base:.3f}x" if t and base else f"  {n}: no result")
-EOF
+python3 tools/device/scaling_ratio.py "$work" ddp1b_1gpu ddp1b_f32 ddp1b_bf16 ddp1b_zero1 | tee -a "$summary"
 
 echo "== presets on one GPU" | tee -a "$summary"
 PRESETS="qwen2.5_72B qwen3_0.6B qwen3_8B" timeout 150 bash tools/device/presets-smoke.sh "$bin" 2>&1 | tee -a "$summary"

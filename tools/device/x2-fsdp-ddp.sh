@@ -49,20 +49,7 @@ for v in nonblocking blocking; do
   echo "== DDP 2-GPU timeline ($v NCCL), rank 0, 2 steps" | tee -a "$summary"
   sed -n '1,10p;/Longest idle/,$p' "$work/$name.timeline.txt" 2>/dev/null | tee -a "$summary"
 done
-python3 - "$work" <<'PY' | tee -a "$summary"
-import re, sys
-d = sys.argv[1]
-def tok(name):
-    try:
-        m = re.findall(r"median (\d+) ms/step, ([\d.]+)k tok/s", open(f"{d}/{name}.log").read())
-    except OSError:
-        return None
-    return float(m[-1][1]) * 1e3 if m else None
-base = tok("ddp1b_1gpu")
-for n in ("ddp1b_f32", "ddp1b_f32_blocking", "ddp1b_zero1"):
-    t = tok(n)
-    print(f"  {n}: {t} tok/s vs 1 GPU {base} -> {t / base:.3f}x" if t and base else f"  {n}: no result")
-PY
+python3 tools/device/scaling_ratio.py "$work" ddp1b_1gpu ddp1b_f32 ddp1b_f32_blocking ddp1b_zero1 | tee -a "$summary"
 fi
 
 # (b) FSDP, Llama-3.1-8B, T 8192
