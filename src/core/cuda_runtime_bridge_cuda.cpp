@@ -59,7 +59,12 @@ Stream compute_stream(int index) {
   if (!g_streams[index]) {
     PRIMUS_CUDA_CHECK(cudaSetDevice(index));
     prepare_pool(index);
-    PRIMUS_CUDA_CHECK(cudaStreamCreateWithFlags(&g_streams[index], cudaStreamNonBlocking));
+    // One step above the lowest priority, so that a background stream (the overlapped optimizer update,
+    // train/overlapped_update.h) only takes SMs this stream's kernels leave free.
+    int least = 0, greatest = 0;
+    PRIMUS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    const int priority = greatest < least ? least - 1 : least;
+    PRIMUS_CUDA_CHECK(cudaStreamCreateWithPriority(&g_streams[index], cudaStreamNonBlocking, priority));
   }
   return Stream{Device::cuda(index), g_streams[index]};
 }

@@ -62,4 +62,18 @@ Stream make_comm_stream(const Stream& compute) {
 #endif
 }
 
+Stream make_background_stream(const Stream& compute) {
+  if (!compute.device.is_cuda()) return compute;
+#ifdef PRIMUS_WITH_CUDA
+  PRIMUS_CUDA_CHECK(cudaSetDevice(compute.device.index));
+  int least = 0, greatest = 0;
+  PRIMUS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t st;
+  PRIMUS_CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, least));
+  return Stream{compute.device, st};  // lives as long as the process (one per trainer)
+#else
+  throw Error(ErrorKind::kRuntime, "CUDA stream in a build without CUDA");
+#endif
+}
+
 }  // namespace primus

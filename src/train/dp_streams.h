@@ -31,5 +31,8 @@ inline void stream_wait(const Stream& s, const std::shared_ptr<StreamEvent>& e) 
 
 // A new non-blocking stream on the compute stream's device (the CPU stream on the CPU).
 Stream make_comm_stream(const Stream& compute);
+// A new non-blocking stream at the lowest priority (below the compute stream's): its blocks take only SMs
+// that the compute stream leaves free (the CPU stream on the CPU).
+Stream make_background_stream(const Stream& compute);
 
 }  // namespace primus

@@ -14,30 +14,45 @@ double AdamW::grad_norm(const Stream& s) {
   return std::sqrt(out.to_vector<double>()[0]);
 }
 
-void AdamW::step(double lr, float grad_scale, const Stream& s) {
+std::vector<AdamSpan> AdamW::region_spans(const ParamRegion& r) const {
   const bool separate_copy = !params_.compute_aliases_master();
   std::vector<AdamSpan> spans;
-  for (const ParamRegion& r : params_.regions()) {
-    // Two spans per region: [begin, decay_end) with weight decay, [decay_end, end) without.
-    for (int span = 0; span < 2; ++span) {
-      const int64_t b = span == 0 ? r.begin : r.decay_end;
-      const int64_t e = span == 0 ? r.decay_end : r.end;
-      if (e <= b) continue;
-      AdamSpan a;
-      a.decay = span == 0;
-      a.master = params_.master_flat().slice(b, e);
-      a.grad = params_.grad_flat().slice(b, e);
-      a.m = params_.adam_m_flat().slice(b, e);
-      a.v = params_.adam_v_flat().slice(b, e);
-      if (separate_copy) a.copy = params_.compute_flat().slice(b, e);
-      spans.push_back(std::move(a));
-    }
+  for (int span = 0; span < 2; ++span) {
+    const int64_t b = span == 0 ? r.begin : r.decay_end;
+    const int64_t e = span == 0 ? r.decay_end : r.end;
+    if (e <= b) continue;
+    AdamSpan a;
+    a.decay = span == 0;
+    a.master = params_.master_flat().slice(b, e);
+    a.grad = params_.grad_flat().slice(b, e);
+    a.m = params_.adam_m_flat().slice(b, e);
+    a.v = params_.adam_v_flat().slice(b, e);
+    if (separate_copy) a.copy = params_.compute_flat().slice(b, e);
+    spans.push_back(std::move(a));
   }
-  step_spans(lr, grad_scale, spans, s);
+  return spans;
+}
+
+void AdamW::step(double lr, float grad_scale, const Stream& s) {
+  step_regions(lr, grad_scale, s, nullptr);
+}
+
+void AdamW::step_regions(double lr, float grad_scale, const Stream& s,
+                         const std::function<void(int)>& after_region) {
+  ++step_;
+  const std::vector<ParamRegion>& regions = params_.regions();
+  for (size_t r = 0; r < regions.size(); ++r) {
+    launch(region_spans(regions[r]), lr, grad_scale, s);
+    if (after_region) after_region(static_cast<int>(r));
+  }
 }
 
 void AdamW::step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s) {
   ++step_;
+  launch(spans, lr, grad_scale, s);
+}
+
+void AdamW::launch(const std::vector<AdamSpan>& spans, double lr, float grad_scale, const Stream& s) const {
   ops::AdamWParams p;
   p.lr = static_cast<float>(lr);
   p.beta1 = static_cast<float>(cfg_.adam_beta1);

@@ -1,6 +1,7 @@
 #pragma once
 // AdamW over a ParamStore's flat buffers: the global gradient norm (for clipping and the log), then one fused
 // update per contiguous span of parameters that share a weight-decay setting.
+#include <functional>
 #include <vector>
 
 #include "config/train_config.h"
@@ -22,6 +23,10 @@ class AdamW {
   double grad_norm(const Stream& s);
   // Applies one update with learning rate `lr`; gradients are first multiplied by `grad_scale` (clipping).
   void step(double lr, float grad_scale, const Stream& s);
+  // The same update, enqueued region by region in region order (embedding, layers, head); after_region(r)
+  // runs once region r's kernels are on `s` (OverlappedUpdate records an event there for the next forward).
+  void step_regions(double lr, float grad_scale, const Stream& s,
+                    const std::function<void(int)>& after_region);
   // The same update over explicit spans (data-parallel shards: src/train/data_parallel.cpp).
   void step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s);
   int64_t steps_taken() const { return step_; }
@@ -31,6 +36,10 @@ class AdamW {
   OptimConfig cfg_;
   ParamStore& params_;
   int64_t step_ = 0;
+
+  // The two spans of region r: [begin, decay_end) with weight decay, [decay_end, end) without.
+  std::vector<AdamSpan> region_spans(const ParamRegion& r) const;
+  void launch(const std::vector<AdamSpan>& spans, double lr, float grad_scale, const Stream& s) const;
 };
 
 // Clip coefficient for a gradient norm: min(1, clip / norm); 1 when clip <= 0.

@@ -56,6 +56,10 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // GEMMs of the 1B shape also ran ~25% slower. Emulation replays each rank's sum and keeps zeroing.
   if (!dp_ || !dp_cfg_->emulate) params_->set_overwritten_grads(model_->gemm_written_grad_entries());
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
+  if (stream_.device.is_cuda() && !dp_ && overlap_update_enabled()) {
+    overlap_ = std::make_unique<OverlappedUpdate>(*params_, *optim_, stream_, update_sm_reserve());
+    model_->set_hooks(overlap_.get());
+  }
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,
                                            decay_iters, cfg.optim.lr_decay_style);
@@ -88,7 +92,10 @@ Trainer::~Trainer() = default;
 
 Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   if (dp_) return train_step_dp(iter);
-  params_->begin_grad_step(stream_);
+  if (overlap_ && overlap_->grads_prepared())
+    overlap_->consume_grads_prepared();  // the last update zeroed them on its stream
+  else
+    params_->begin_grad_step(stream_);
   std::vector<Tensor> losses;
   std::vector<int64_t> valid;
   for (int64_t mb = 0; mb < micro_batches_; ++mb) {
@@ -124,10 +131,19 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   run_guards(iter, o, micro);
   if (o.applied) {
     PRIMUS_TRACE_RANGE("optimizer");
-    optim_->step(o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad), stream_);
+    const float clip = clip_coefficient(o.grad_norm, cfg_.optim.clip_grad);
+    if (overlap_)
+      overlap_->launch(o.lr, clip);
+    else
+      optim_->step(o.lr, clip, stream_);
   }
   o.stop_request = stop_request();
   return o;
+}
+
+void Trainer::settle() {
+  if (overlap_) overlap_->finish();
+  stream_sync(stream_);
 }
 
 int Trainer::stop_request() const {
@@ -307,7 +323,7 @@ TrainResult Trainer::train() {
     const bool eval_now = cfg_.logging.eval_interval > 0 &&
                           (iter % cfg_.logging.eval_interval == 0 || iter == cfg_.train_iters);
     if (eval_now) {
-      stream_sync(stream_);  // the step's update finishes inside the step's period
+      settle();  // the step's update finishes inside the step's period
       Stopwatch ev;
       monitor_->set_phase(fmt::format("evaluation after step {}", iter));
       const double vl = evaluate();
@@ -337,7 +353,7 @@ TrainResult Trainer::train() {
     const bool periodic = ck.save_interval > 0 && iter % ck.save_interval == 0;
     const bool last = iter == cfg_.train_iters && !ck.disable_last_saving;
     if (!ck.save.empty() && (periodic || last || !stop.empty())) {  // a collective when sharded
-      stream_sync(stream_);
+      settle();
       Stopwatch save_time;
       save_checkpoint(iter);
       window.reset();  // checkpoint time is not training time
@@ -351,7 +367,7 @@ TrainResult Trainer::train() {
       break;
     }
   }
-  stream_sync(stream_);  // the last update
+  settle();  // the last update
   monitor_->finish();
   if (writer_) writer_->wait();  // an async write finishes (or fails) before the process exits
   res.steps = static_cast<int64_t>(res.losses.size());

@@ -20,6 +20,7 @@
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
+#include "train/overlapped_update.h"
 
 namespace primus::comm {
 struct World;
@@ -128,6 +129,10 @@ class Trainer {
   std::unique_ptr<DataParallel> dp_;
   Stopwatch run_clock_;  // since train() began: exit_duration_in_mins
   std::unique_ptr<AdamW> optim_;
+  // One CUDA process: the update runs under the next forward (train/overlapped_update.h); null otherwise.
+  std::unique_ptr<OverlappedUpdate> overlap_;
+  // Waits until the GPU finished every queued step, the overlapped update included (evaluation, checkpoints).
+  void settle();
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<DataLoader> loader_;
   std::vector<std::unique_ptr<MetricsSink>> sinks_;

@@ -89,6 +89,11 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 // Runs the problem with the cached plan for its (problem, alignment, device) key. Throws primus::Error naming
 // the problem when cuBLASLt offers no algorithm for it.
 void matmul(const Problem& p, const Operands& ops, const Stream& s);
+// GEMMs launched from now on target `sms` SMs (cuBLASLt's SM_COUNT_TARGET: its persistent kernels size their
+// grid by it), leaving the rest to work on another stream; 0 restores all SMs. Process-wide; plans are cached
+// per target, and a target > 0 bypasses tuned algorithms (they were timed on every SM).
+void set_sm_count_target(int sms);
+int sm_count_target();
 // As matmul(), but returns false (running nothing) when cuBLASLt has no algorithm for the problem.
 bool try_matmul(const Problem& p, const Operands& ops, const Stream& s);
 // Runs with an explicit algorithm (tuner, benchmarks). The algorithm must fit in kWorkspaceBytes.

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -51,12 +52,17 @@ uint16_t alignment_of(const void* p) {
   return static_cast<uint16_t>(low >= 256 ? 256 : low);
 }
 
+// SMs the GEMMs should leave to a concurrent stream (0 = all SMs); see set_sm_count_target.
+std::atomic<int> g_sm_count_target{0};
+
 struct PlanKey {
   Problem p;
   uint16_t align[5] = {0, 0, 0, 0, 0};  // a, b, c, d, bias/bgrad
   int device = 0;
+  int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, 0 = unset
   bool operator==(const PlanKey& o) const {
-    return p == o.p && device == o.device && std::memcmp(align, o.align, sizeof(align)) == 0;
+    return p == o.p && device == o.device && sm_target == o.sm_target &&
+           std::memcmp(align, o.align, sizeof(align)) == 0;
   }
 };
 
@@ -79,6 +85,7 @@ struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     size_t h = ProblemHash()(k.p);
     for (uint16_t a : k.align) h = hash_mix(h, a);
+    h = hash_mix(h, static_cast<uint64_t>(k.sm_target));
     return hash_mix(h, static_cast<uint64_t>(k.device));
   }
 };
@@ -152,6 +159,7 @@ PlanKey make_key(const Problem& p, const Operands& o, int device) {
   PlanKey k;
   k.p = p;
   k.device = device;
+  k.sm_target = g_sm_count_target.load(std::memory_order_relaxed);
   k.align[0] = alignment_of(o.a);
   k.align[1] = alignment_of(o.b);
   k.align[2] = alignment_of(o.c ? o.c : o.d);
@@ -169,7 +177,7 @@ void set_epilogue_pointer(Plan& plan, const Problem& p, const Operands& o) {
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
 }
 
-void build_descriptors(Plan& plan, const Problem& p) {
+void build_descriptors(Plan& plan, const Problem& p, int sm_target = 0) {
   const cublasOperation_t op_la = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const cublasOperation_t op_lb = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -177,6 +185,11 @@ void build_descriptors(Plan& plan, const Problem& p) {
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_la, sizeof(op_la)));
   PRIMUS_CUBLASLT_CHECK(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lb, sizeof(op_lb)));
+  if (sm_target > 0) {
+    const int32_t sms = sm_target;
+    PRIMUS_CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
+  }
   if (p.epilogue != Epilogue::kNone) {
     cublasLtEpilogue_t epi =
         p.epilogue == Epilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
@@ -279,9 +292,10 @@ Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHand
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
-  build_descriptors(*plan, key.p);
+  build_descriptors(*plan, key.p, key.sm_target);
   set_epilogue_pointer(*plan, key.p, o);  // the heuristic reads the pointer's alignment
-  auto tuned = st.tuned.find(key.p);
+  // A tuned algorithm was timed on every SM; with fewer SMs targeted the heuristic chooses.
+  auto tuned = key.sm_target > 0 ? st.tuned.end() : st.tuned.find(key.p);
   size_t ws = 0;
   // AlgoCheck sees descriptors, not pointers: the algorithm's own minimum alignments are compared with these
   // operands' so that a tuned kernel never meets a pointer it cannot load from.
@@ -380,6 +394,13 @@ bool try_matmul(const Problem& p, const Operands& o, const Stream& s) {
                                  p.str() + " [" + plan.info.description + "]");
   plan.verified = true;
   return true;
+}
+
+void set_sm_count_target(int sms) {
+  g_sm_count_target.store(sms > 0 ? sms : 0, std::memory_order_relaxed);
+}
+int sm_count_target() {
+  return g_sm_count_target.load(std::memory_order_relaxed);
 }
 
 void matmul(const Problem& p, const Operands& o, const Stream& s) {

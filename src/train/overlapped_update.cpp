@@ -1,0 +1,94 @@
+#include "train/overlapped_update.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "ops/gemm.h"
+#include "profile/trace.h"
+
+namespace primus {
+
+namespace {
+// Measured on the H100 (docs/performance.md, "overlapped optimizer update"): the SMs the forward GEMMs leave
+// to the update while it runs.
+constexpr int kDefaultSmReserve = 0;
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < lo || x > hi)
+    throw ConfigError(std::string(name) + "='" + v + "' (expected an integer from " + std::to_string(lo) +
+                      " to " + std::to_string(hi) + ")");
+  return static_cast<int>(x);
+}
+}  // namespace
+
+bool overlap_update_enabled() {
+  return env_int("PRIMUS_OVERLAP_UPDATE", 1, 0, 1) == 1;
+}
+int update_sm_reserve() {
+  return env_int("PRIMUS_UPDATE_SM_RESERVE", kDefaultSmReserve, 0, 64);
+}
+
+OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, const Stream& compute, int sm_reserve)
+    : params_(params),
+      optim_(optim),
+      compute_(compute),
+      update_(make_background_stream(compute)),
+      sm_reserve_(sm_reserve),
+      pending_(params.regions().size()) {
+  PRIMUS_CHECK(compute.device.is_cuda(), "the overlapped optimizer update needs a CUDA stream, got {}",
+               compute.device.str());
+}
+
+OverlappedUpdate::~OverlappedUpdate() {
+  // The GEMM SM target is process-wide: never leave it reduced behind.
+  if (sms_reserved_) ops::reserve_gemm_sms(compute_, 0);
+}
+
+void OverlappedUpdate::launch(double lr, float grad_scale) {
+  finish();  // a previous update not yet waited for (a step without forward) comes first
+  // The update reads what the compute stream wrote: gradients, and the gradient norm before them.
+  stream_wait(update_, StreamEvent::record(compute_));
+  PRIMUS_TRACE_RANGE("optimizer (overlapped)");
+  const int last = static_cast<int>(pending_.size()) - 1;
+  optim_.step_regions(lr, grad_scale, update_, [&](int r) {
+    if (r == last) {
+      // Every region read its gradients: the next step's accumulated ones (norms, biases, an untied
+      // embedding) are zeroed here, before the last event, so the next backward cannot write them early.
+      params_.begin_grad_step(update_);
+      grads_prepared_ = true;
+    }
+    pending_[r] = StreamEvent::record(update_);
+  });
+  if (sm_reserve_ > 0) {
+    ops::reserve_gemm_sms(compute_, sm_reserve_);
+    sms_reserved_ = true;
+  }
+}
+
+void OverlappedUpdate::before_forward(int region) {
+  if (region < 0 || region >= static_cast<int>(pending_.size()) || !pending_[region]) return;
+  stream_wait(compute_, pending_[region]);
+  pending_[region] = nullptr;
+  if (region == static_cast<int>(pending_.size()) - 1) release_sms();  // the head comes after every update
+}
+
+void OverlappedUpdate::finish() {
+  for (auto& e : pending_) {
+    stream_wait(compute_, e);
+    e = nullptr;
+  }
+  release_sms();
+}
+
+void OverlappedUpdate::release_sms() {
+  if (!sms_reserved_) return;
+  ops::reserve_gemm_sms(compute_, 0);
+  sms_reserved_ = false;
+}
+
+}  // namespace primus

@@ -1,0 +1,68 @@
+#pragma once
+// The optimizer update of step n running under the forward of step n + 1 (one GPU).
+//
+// Why: AdamW is memory-bound (30 bytes per parameter: 17 ms per step on the llama3.2-1B shape, 7% of it) and
+// the forward is mostly compute-bound GEMMs. The update is enqueued on a low-priority stream region by region
+// (embedding, layer 1 .. L, head), an event after each; the next forward waits for region r's event just
+// before it uses region r (ParamHooks::before_forward), so layer r's GEMMs run while the update of layers
+// r + 1 .. L and the head goes on beside them. While updates are in flight the GEMMs may leave `sm_reserve`
+// SMs to the update stream (cuBLASLt's SM count target); the head's forward, which comes after every update,
+// gets all SMs again.
+//
+// The same kernels run in the same order on the same data, so results are bitwise those of the serial update.
+// The next step's gradient zeroing (ParamStore::begin_grad_step) runs on the update stream after the last
+// update reads the gradients, before the head's event, so nothing of the next step writes a gradient early.
+// Anything else that reads parameters or optimizer state (evaluation, checkpoints, the end of training) calls
+// finish() first.
+#include <memory>
+#include <vector>
+
+#include "model/llama_model.h"
+#include "model/param_store.h"
+#include "train/dp_streams.h"
+#include "train/optimizer.h"
+
+namespace primus {
+
+class OverlappedUpdate : public ParamHooks {
+ public:
+  // compute: the trainer's stream (the model runs on it). sm_reserve: SMs the forward GEMMs leave to the
+  // update while it runs (0 = none).
+  OverlappedUpdate(ParamStore& params, AdamW& optim, const Stream& compute, int sm_reserve);
+  ~OverlappedUpdate() override;
+
+  // Enqueues the update of the step whose gradients `compute` has just finished, and the zeroing of the next
+  // step's accumulated gradients. Returns at once.
+  void launch(double lr, float grad_scale);
+  // True when launch() also prepared the next step's gradients (the trainer skips begin_grad_step then).
+  bool grads_prepared() const { return grads_prepared_; }
+  void consume_grads_prepared() { grads_prepared_ = false; }
+  // `compute` waits for every pending region (before evaluation, checkpoints, parameter reads).
+  void finish();
+
+  void before_forward(int region) override;
+  void after_forward(int) override {}
+  void before_backward(int) override {}
+  void after_backward(int) override {}
+
+  const Stream& update_stream() const { return update_; }
+
+ private:
+  void release_sms();
+
+  ParamStore& params_;
+  AdamW& optim_;
+  Stream compute_;
+  Stream update_;
+  int sm_reserve_;
+  bool sms_reserved_ = false;
+  bool grads_prepared_ = false;
+  std::vector<std::shared_ptr<StreamEvent>> pending_;  // per region; null once the compute stream waited
+};
+
+// PRIMUS_OVERLAP_UPDATE (default on for one CUDA process) and PRIMUS_UPDATE_SM_RESERVE (default below): the
+// A/B switches of docs/performance.md.
+bool overlap_update_enabled();
+int update_sm_reserve();
+
+}  // namespace primus
