@@ -1,5 +1,7 @@
 #include "train/dp_streams.h"
 
+#include <limits>
+
 #include "core/error.h"
 
 #ifdef PRIMUS_WITH_CUDA
@@ -14,12 +16,12 @@ StreamEvent::~StreamEvent() {
 #endif
 }
 
-std::shared_ptr<StreamEvent> StreamEvent::record(const Stream& s) {
+std::shared_ptr<StreamEvent> StreamEvent::record(const Stream& s, bool timed) {
   if (!s.device.is_cuda()) return nullptr;
 #ifdef PRIMUS_WITH_CUDA
   std::shared_ptr<StreamEvent> e(new StreamEvent());
   cudaEvent_t ev;
-  PRIMUS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  PRIMUS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, timed ? cudaEventDefault : cudaEventDisableTiming));
   e->event_ = ev;
   PRIMUS_CUDA_CHECK(cudaEventRecord(ev, cuda_stream(s)));
   return e;
@@ -34,6 +36,19 @@ void StreamEvent::wait_on(const Stream& s) const {
     PRIMUS_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s), static_cast<cudaEvent_t>(event_), 0));
 #else
   (void)s;
+#endif
+}
+
+double StreamEvent::elapsed_ms(const StreamEvent* from, const StreamEvent* to) {
+  if (!from || !to || !from->event_ || !to->event_ || !from->done() || !to->done())
+    return std::numeric_limits<double>::quiet_NaN();
+#ifdef PRIMUS_WITH_CUDA
+  float ms = 0;
+  PRIMUS_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from->event_),
+                                         static_cast<cudaEvent_t>(to->event_)));
+  return ms;
+#else
+  return std::numeric_limits<double>::quiet_NaN();
 #endif
 }
 

@@ -13,8 +13,11 @@ class StreamEvent {
   ~StreamEvent();
   StreamEvent(const StreamEvent&) = delete;
   StreamEvent& operator=(const StreamEvent&) = delete;
-  // Records an event on `s` (nullptr on the CPU).
-  static std::shared_ptr<StreamEvent> record(const Stream& s);
+  // Records an event on `s` (nullptr on the CPU). A timed event can be measured with elapsed_ms.
+  static std::shared_ptr<StreamEvent> record(const Stream& s, bool timed = false);
+  // Milliseconds from `from` to `to` (both timed and complete; negative when `to` came first). NaN when
+  // either is null or not complete yet.
+  static double elapsed_ms(const StreamEvent* from, const StreamEvent* to);
   // Makes `s` wait for the event (nothing on the host).
   void wait_on(const Stream& s) const;
   bool done() const;

@@ -6,8 +6,10 @@
 // (embedding, layer 1 .. L, head), an event after each; the next forward waits for region r's event just
 // before it uses region r (ParamHooks::before_forward), so layer r's GEMMs run while the update of layers
 // r + 1 .. L and the head goes on beside them. While updates are in flight the GEMMs may leave `sm_reserve`
-// SMs to the update stream (cuBLASLt's SM count target); the head's forward, which comes after every update,
-// gets all SMs again.
+// SMs to the update stream (cuBLASLt's SM count target). Each step measures (timed events) during which
+// layer's forward the update ended, and the next step gives the GEMMs every SM again from the layer after
+// that one (at the latest for the head, which comes after every update): reserved SMs that no update uses are
+// lost.
 //
 // The same kernels run in the same order on the same data, so results are bitwise those of the serial update.
 // The next step's gradient zeroing (ParamStore::begin_grad_step) runs on the update stream after the last
@@ -46,9 +48,14 @@ class OverlappedUpdate : public ParamHooks {
   void after_backward(int) override {}
 
   const Stream& update_stream() const { return update_; }
+  // The region from which the GEMMs get every SM again (adapted each step; regions().size() - 1 = the head).
+  int release_region() const { return release_at_; }
 
  private:
   void release_sms();
+  // From the last step's timed events: the update ended during the forward of region r - 1, where r is the
+  // first region that started after it; the reservation then ends one region later, r + 1.
+  void adapt_release();
 
   ParamStore& params_;
   AdamW& optim_;
@@ -58,6 +65,10 @@ class OverlappedUpdate : public ParamHooks {
   bool sms_reserved_ = false;
   bool grads_prepared_ = false;
   std::vector<std::shared_ptr<StreamEvent>> pending_;  // per region; null once the compute stream waited
+  int release_at_;                                     // see release_region()
+  bool timing_ = false;                                // the forward after launch() records its region starts
+  std::vector<std::shared_ptr<StreamEvent>> starts_;   // timed, per region, on the compute stream
+  std::shared_ptr<StreamEvent> update_end_;            // timed, on the update stream
 };
 
 // PRIMUS_OVERLAP_UPDATE (default on for one CUDA process) and PRIMUS_UPDATE_SM_RESERVE (default below): the

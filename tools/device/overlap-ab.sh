@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The overlapped optimizer update (src/train/overlapped_update.h), A/B on one GPU in one call:
 #   (a) primus_gpu_tests --quick overlap optimizer (bitwise equality with the serial update);
-#   (b) the quickstart model 30 steps with the update serial and overlapped: losses must be identical;
-#   (c) both anchor workloads with PRIMUS_OVERLAP_UPDATE=0, then overlapped with PRIMUS_UPDATE_SM_RESERVE in
-#       RESERVES (default "0 8 16 32"), ROUNDS times (default 1; A B C ... A B C ... shows clock drift);
+#   (b) the quickstart model 50 steps with the update serial and overlapped: losses must be identical;
+#   (c) both anchor workloads under each of VARIANTS (';'-separated environment settings; default: serial
+#       update, overlapped with 0 / 16 / 24 SMs reserved, and 16 with the GEMM heuristic re-asked under the
+#       SM target), ROUNDS times (default 1; A B C ... A B C ... shows clock drift);
 #   (d) PROFILE=1: a profiled overlapped run of the 1B shape (steps 9-10) and its timeline.
 # Usage (repo root on the GPU machine): tools/device/overlap-ab.sh BIN_DIR
 set -uo pipefail
@@ -23,7 +24,7 @@ if [ -x "$bin/primus_gpu_tests" ]; then
   grep -E "overlap|FAIL|passed|failed" "$work/gpu_tests.txt" | tail -14 | tee -a "$summary"
 fi
 
-tiny=(--config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml --train_iters 30 --eval_interval 0 --device cuda)
+tiny=(--config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml --train_iters 50 --eval_interval 0 --device cuda)
 for v in 0 1; do
   PRIMUS_OVERLAP_UPDATE=$v PRIMUS_EXP_NAME=tiny_ov$v timeout 120 "$bin/primus" train pretrain "${tiny[@]}" \
     > "$work/tiny_ov$v.log" 2>&1
@@ -47,11 +48,14 @@ ab() {  # name config env...
     --device cuda > "$work/$name.log" 2>&1
   echo "== $name ($*) rc=$?: $(grep -E "done:" "$work/$name.log" | tail -1)" | tee -a "$summary"
 }
+IFS=';' read -r -a variants <<< "${VARIANTS:-PRIMUS_OVERLAP_UPDATE=0;PRIMUS_UPDATE_SM_RESERVE=0;PRIMUS_UPDATE_SM_RESERVE=16;PRIMUS_UPDATE_SM_RESERVE=24;PRIMUS_UPDATE_SM_RESERVE=16 PRIMUS_GEMM_SM_TARGET_REPLAN=1}"
 for round in $(seq 1 "${ROUNDS:-1}"); do
   for w in bench_llama3.2-1B-shape bench_llama3-8B-4L; do
-    ab "${w}_serial_$round" $w PRIMUS_OVERLAP_UPDATE=0
-    for r in ${RESERVES:-0 8 16 32}; do
-      ab "${w}_ov_r${r}_$round" $w PRIMUS_OVERLAP_UPDATE=1 PRIMUS_UPDATE_SM_RESERVE=$r
+    i=0
+    for v in "${variants[@]}"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      ab "${w}_v${i}_$round" $w $v
     done
   done
 done

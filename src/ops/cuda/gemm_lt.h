@@ -90,8 +90,8 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 // the problem when cuBLASLt offers no algorithm for it.
 void matmul(const Problem& p, const Operands& ops, const Stream& s);
 // GEMMs launched from now on target `sms` SMs (cuBLASLt's SM_COUNT_TARGET: its persistent kernels size their
-// grid by it), leaving the rest to work on another stream; 0 restores all SMs. Process-wide; plans are cached
-// per target, and a target > 0 bypasses tuned algorithms (they were timed on every SM).
+// grid by it), leaving the rest to work on another stream; 0 restores all SMs. Process-wide. Each plan keeps
+// its algorithm (heuristic or tuned), so results do not change with the target (gemm_lt_cuda.cpp).
 void set_sm_count_target(int sms);
 int sm_count_target();
 // As matmul(), but returns false (running nothing) when cuBLASLt has no algorithm for the problem.

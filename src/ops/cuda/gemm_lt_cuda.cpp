@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -55,6 +56,18 @@ uint16_t alignment_of(const void* p) {
 // SMs the GEMMs should leave to a concurrent stream (0 = all SMs); see set_sm_count_target.
 std::atomic<int> g_sm_count_target{0};
 
+// How the target applies. Default: the plan keeps the algorithm chosen for every SM and the target is set on
+// its descriptor at launch (the persistent kernels size their grid by it): the same kernel, tile and
+// summation order, so results do not depend on the target. PRIMUS_GEMM_SM_TARGET_REPLAN=1 (diagnostic) asks
+// the heuristic again under the target instead (plans per target; another kernel may win).
+bool sm_target_replans() {
+  static const bool on = [] {
+    const char* v = std::getenv("PRIMUS_GEMM_SM_TARGET_REPLAN");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
 struct PlanKey {
   Problem p;
   uint16_t align[5] = {0, 0, 0, 0, 0};  // a, b, c, d, bias/bgrad
@@ -95,7 +108,8 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
   PlanInfo info;
-  bool verified = false;  // ran once successfully (a tuned algo that fails on first use falls back)
+  bool verified = false;         // ran once successfully (a tuned algo that fails on first use falls back)
+  int32_t launch_sm_target = 0;  // SM_COUNT_TARGET now set on desc by launch() (0 = unset)
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -159,7 +173,7 @@ PlanKey make_key(const Problem& p, const Operands& o, int device) {
   PlanKey k;
   k.p = p;
   k.device = device;
-  k.sm_target = g_sm_count_target.load(std::memory_order_relaxed);
+  k.sm_target = sm_target_replans() ? g_sm_count_target.load(std::memory_order_relaxed) : 0;
   k.align[0] = alignment_of(o.a);
   k.align[1] = alignment_of(o.b);
   k.align[2] = alignment_of(o.c ? o.c : o.d);
@@ -321,6 +335,14 @@ Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHand
 
 cublasStatus_t launch(cublasLtHandle_t h, Plan& plan, const Operands& o, const cublasLtMatmulAlgo_t& algo,
                       void* ws, const Stream& s) {
+  if (!sm_target_replans()) {
+    const int32_t target = g_sm_count_target.load(std::memory_order_relaxed);
+    if (target != plan.launch_sm_target) {
+      PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                           &target, sizeof(target)));
+      plan.launch_sm_target = target;
+    }
+  }
   const void* c = o.c ? o.c : o.d;
   return cublasLtMatmul(h, plan.desc, &o.alpha, o.b, plan.la, o.a, plan.lb, &o.beta, c, plan.lc, o.d, plan.ld,
                         &algo, ws, kWorkspaceBytes, cuda_stream(s));
