@@ -16,9 +16,9 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   PRIMUS_DISPATCH(master, adamw_step, master, grad, m, v, p, param_copy, s);
 }
 
-void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s) {
-  check_same_device("sum_squares", x.device(), {&x, &out});
-  PRIMUS_DISPATCH(x, sum_squares, x, out, accumulate, s);
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* scratch) {
+  check_same_device("sum_squares", x.device(), {&x, &out, scratch});
+  PRIMUS_DISPATCH(x, sum_squares, x, out, accumulate, s, scratch);
 }
 
 }  // namespace primus::ops

@@ -19,8 +19,11 @@ struct AdamWParams {
 void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
                 Tensor* param_copy, const Stream& s);
 
-// out[0] (+)= sum(x^2) over a flat f32 tensor, accumulated in f64 on the CPU and f32 per block on CUDA with a
-// fixed reduction order (deterministic). out is f32 [1] (f64 [1] for f64 x) on x's device.
-void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s);
+// out[0] (+)= sum(x^2) over a flat f32 tensor, accumulated in f64 with a fixed reduction order
+// (deterministic). out is f32 [1] (f64 [1] for f64 x) on x's device. CUDA: `scratch` (f64, at least
+// kSumSquaresScratch elements, on x's device) holds the per-block partials instead of a temporary allocated
+// on s -- a stream that must not allocate (the overlapped update's) passes one; the CPU ignores it.
+constexpr int64_t kSumSquaresScratch = 1024;
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* scratch = nullptr);
 
 }  // namespace primus::ops

@@ -52,6 +52,7 @@ struct FaultInjection {
   // PRIMUS_INJECT_NAN="<iteration>:<parameter name>[:<element>]": NaN into that gradient element after
   // backward.
   std::optional<int64_t> nan_iter;
+  bool poisons_grad(int64_t iter) const { return nan_iter && *nan_iter == iter; }
   std::string nan_param;
   int64_t nan_index = 0;
   // PRIMUS_INJECT_LOSS_SPIKE="<iteration>:<factor>": the step's loss is reported multiplied by factor.

@@ -36,15 +36,18 @@ int update_sm_reserve() {
   return env_int("PRIMUS_UPDATE_SM_RESERVE", kDefaultSmReserve, 0, 64);
 }
 
-OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, const Stream& compute, int sm_reserve)
+OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGradNorm& norm,
+                                   const Stream& compute, int sm_reserve)
     : params_(params),
       optim_(optim),
+      norm_(norm),
       compute_(compute),
       update_(make_background_stream(compute)),
       sm_reserve_(sm_reserve),
       pending_(params.regions().size()),
       release_at_(static_cast<int>(params.regions().size()) - 1),
-      starts_(params.regions().size()) {
+      starts_(params.regions().size()),
+      norm_launched_(params.regions().size(), 0) {
   PRIMUS_CHECK(compute.device.is_cuda(), "the overlapped optimizer update needs a CUDA stream, got {}",
                compute.device.str());
 }
@@ -106,6 +109,31 @@ void OverlappedUpdate::before_forward(int region) {
     if (region == head) timing_ = false;
   }
   if (region >= release_at_ || region == head) release_sms();  // the head comes after every update
+}
+
+void OverlappedUpdate::arm_norm() {
+  norm_armed_ = true;
+  std::fill(norm_launched_.begin(), norm_launched_.end(), 0);
+}
+
+bool OverlappedUpdate::norm_complete() const {
+  return norm_armed_ &&
+         std::all_of(norm_launched_.begin(), norm_launched_.end(), [](char c) { return c != 0; });
+}
+
+void OverlappedUpdate::join_norm() {
+  if (norm_armed_) stream_wait(compute_, StreamEvent::record(update_));
+  norm_armed_ = false;
+}
+
+void OverlappedUpdate::after_backward(int region) {
+  if (!norm_armed_ || region < 0 || region >= static_cast<int>(norm_launched_.size())) return;
+  // Region r's gradients are final: a listed entry no GEMM wrote is zeroed now (end_grad_step would do it
+  // later), then the background sums the squares while the compute stream goes on with the backward.
+  params_.end_region_grads(region, compute_);
+  stream_wait(update_, StreamEvent::record(compute_));
+  norm_.launch_region(region, update_);
+  norm_launched_[region] = 1;
 }
 
 void OverlappedUpdate::finish() {

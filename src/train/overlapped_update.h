@@ -12,6 +12,9 @@
 // lost.
 //
 // The same kernels run in the same order on the same data, so results are bitwise those of the serial update.
+// The gradient norm moves to the background too: armed for a step's last micro-batch, each region's squares
+// are summed (ChunkedGradNorm) as soon as its backward is over, so the step's end waits only for the input
+// embedding's share.
 // The next step's gradient zeroing (ParamStore::begin_grad_step) runs on the update stream after the last
 // update reads the gradients, before the head's event, so nothing of the next step writes a gradient early.
 // Anything else that reads parameters or optimizer state (evaluation, checkpoints, the end of training) calls
@@ -22,6 +25,7 @@
 #include "model/llama_model.h"
 #include "model/param_store.h"
 #include "train/dp_streams.h"
+#include "train/grad_norm.h"
 #include "train/optimizer.h"
 
 namespace primus {
@@ -30,7 +34,8 @@ class OverlappedUpdate : public ParamHooks {
  public:
   // compute: the trainer's stream (the model runs on it). sm_reserve: SMs the forward GEMMs leave to the
   // update while it runs (0 = none).
-  OverlappedUpdate(ParamStore& params, AdamW& optim, const Stream& compute, int sm_reserve);
+  OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGradNorm& norm, const Stream& compute,
+                   int sm_reserve);
   ~OverlappedUpdate() override;
 
   // Enqueues the update of the step whose gradients `compute` has just finished, and the zeroing of the next
@@ -42,10 +47,17 @@ class OverlappedUpdate : public ParamHooks {
   // `compute` waits for every pending region (before evaluation, checkpoints, parameter reads).
   void finish();
 
+  // The next backward is the step's last: sum each region's squares when its backward ends.
+  void arm_norm();
+  // True when every region's squares were launched since arm_norm().
+  bool norm_complete() const;
+  // The compute stream waits for the background's norm work, and the arming ends.
+  void join_norm();
+
   void before_forward(int region) override;
   void after_forward(int) override {}
   void before_backward(int) override {}
-  void after_backward(int) override {}
+  void after_backward(int region) override;
 
   const Stream& update_stream() const { return update_; }
   // The region from which the GEMMs get every SM again (adapted each step; regions().size() - 1 = the head).
@@ -59,6 +71,7 @@ class OverlappedUpdate : public ParamHooks {
 
   ParamStore& params_;
   AdamW& optim_;
+  ChunkedGradNorm& norm_;
   Stream compute_;
   Stream update_;
   int sm_reserve_;
@@ -69,6 +82,8 @@ class OverlappedUpdate : public ParamHooks {
   bool timing_ = false;                                // the forward after launch() records its region starts
   std::vector<std::shared_ptr<StreamEvent>> starts_;   // timed, per region, on the compute stream
   std::shared_ptr<StreamEvent> update_end_;            // timed, on the update stream
+  bool norm_armed_ = false;
+  std::vector<char> norm_launched_;  // per region, since arm_norm()
 };
 
 // PRIMUS_OVERLAP_UPDATE (default on for one CUDA process) and PRIMUS_UPDATE_SM_RESERVE (default below): the

@@ -56,9 +56,12 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // GEMMs of the 1B shape also ran ~25% slower. Emulation replays each rank's sum and keeps zeroing.
   if (!dp_ || !dp_cfg_->emulate) params_->set_overwritten_grads(model_->gemm_written_grad_entries());
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
-  if (stream_.device.is_cuda() && !dp_ && overlap_update_enabled()) {
-    overlap_ = std::make_unique<OverlappedUpdate>(*params_, *optim_, stream_, update_sm_reserve());
-    model_->set_hooks(overlap_.get());
+  if (stream_.device.is_cuda() && !dp_) {
+    norm_ = std::make_unique<ChunkedGradNorm>(*params_, stream_);
+    if (overlap_update_enabled()) {
+      overlap_ = std::make_unique<OverlappedUpdate>(*params_, *optim_, *norm_, stream_, update_sm_reserve());
+      model_->set_hooks(overlap_.get());
+    }
   }
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,
@@ -110,13 +113,14 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     const float scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(micro_batches_));
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
+    if (overlap_ && mb == micro_batches_ - 1) overlap_->arm_norm();
     losses.push_back(model_->forward_backward(tokens, targets, scale));
     valid.push_back(b.valid_tokens);
   }
   params_->end_grad_step(stream_);
   inject_.maybe_poison_grad(iter, *params_, stream_);
   StepOutcome o;
-  o.grad_norm = optim_->grad_norm(stream_);
+  o.grad_norm = step_grad_norm(iter);
   o.lr = schedule_->at(iter);
   std::vector<double> micro(losses.size());
   for (size_t i = 0; i < losses.size(); ++i) {
@@ -139,6 +143,15 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   }
   o.stop_request = stop_request();
   return o;
+}
+
+double Trainer::step_grad_norm(int64_t iter) {
+  if (!norm_) return optim_->grad_norm(stream_);
+  // The background summed every region during the backward, unless a fault was injected after it.
+  const bool early = overlap_ && overlap_->norm_complete() && !inject_.poisons_grad(iter);
+  if (overlap_) overlap_->join_norm();
+  if (!early) norm_->launch_all(stream_);
+  return norm_->read();
 }
 
 void Trainer::settle() {

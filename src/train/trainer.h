@@ -129,8 +129,11 @@ class Trainer {
   std::unique_ptr<DataParallel> dp_;
   Stopwatch run_clock_;  // since train() began: exit_duration_in_mins
   std::unique_ptr<AdamW> optim_;
-  // One CUDA process: the update runs under the next forward (train/overlapped_update.h); null otherwise.
+  // One CUDA process: the gradient norm in fixed chunks (train/grad_norm.h) and the update under the next
+  // forward (train/overlapped_update.h); null otherwise.
+  std::unique_ptr<ChunkedGradNorm> norm_;
   std::unique_ptr<OverlappedUpdate> overlap_;
+  double step_grad_norm(int64_t iter);
   // Waits until the GPU finished every queued step, the overlapped update included (evaluation, checkpoints).
   void settle();
   std::unique_ptr<LrSchedule> schedule_;

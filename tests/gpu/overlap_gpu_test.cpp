@@ -1,17 +1,21 @@
 // The overlapped optimizer update (train/overlapped_update.h) against the serial update on the GPU: the same
-// model, initialisation and data, five steps each. With every SM left to the GEMMs the two runs execute the
-// same kernels on the same data, so losses, master weights, moments and the bf16 compute copy must be
-// bitwise equal; a forward that read a region before its update finished would differ. With SMs reserved for
-// the update the GEMMs keep their algorithms (only the grid shrinks), so that case must be bitwise equal too:
-// results may not depend on how many SMs the update took, or a resumed run would not repeat its original.
+// model, initialisation and data, five steps each; the overlapped run sums the gradient norm's chunks on the
+// background stream during the backward, the serial one after it. With every SM left to the GEMMs the two
+// runs execute the same kernels on the same data, so losses, master weights, moments and the bf16 compute
+// copy must be bitwise equal; a forward that read a region before its update finished would differ. With SMs
+// reserved for the update the GEMMs keep their algorithms (only the grid shrinks), so that case must be
+// bitwise equal too: results may not depend on how many SMs the update took, or a resumed run would not
+// repeat its original.
 #include <fmt/format.h>
 
 #include <random>
 
+#include "core/error.h"
 #include "gpu/gpu_test.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
 #include "ops/gemm.h"
+#include "train/grad_norm.h"
 #include "train/optimizer.h"
 #include "train/overlapped_update.h"
 
@@ -40,16 +44,18 @@ struct Run {
   ParamStore params;
   LlamaModel model;
   AdamW optim;
+  ChunkedGradNorm norm;
   std::unique_ptr<OverlappedUpdate> overlap;
-  std::vector<double> losses;
+  std::vector<double> losses, norms;
 
   Run(Context& ctx, const ModelConfig& m, const OptimConfig& oc, int sm_reserve, bool overlapped)
       : params(ModelSpec::from_config(m)),
         model(m, RecomputeConfig{}, alloc(params, ctx.stream), ctx.stream, 512),
-        optim(oc, params) {
+        optim(oc, params),
+        norm(params, ctx.stream) {
     params.set_overwritten_grads(model.gemm_written_grad_entries());
     if (overlapped) {
-      overlap = std::make_unique<OverlappedUpdate>(params, optim, ctx.stream, sm_reserve);
+      overlap = std::make_unique<OverlappedUpdate>(params, optim, norm, ctx.stream, sm_reserve);
       model.set_hooks(overlap.get());
     }
   }
@@ -64,13 +70,21 @@ struct Run {
     else
       params.begin_grad_step(s);
     const float scale = 1.0f / static_cast<float>(tokens.numel());
+    if (overlap) overlap->arm_norm();
     Tensor l = model.forward_backward(tokens, targets, scale);
     params.end_grad_step(s);
-    const double norm = optim.grad_norm(s);
+    if (overlap) {
+      PRIMUS_CHECK(overlap->norm_complete(), "the backward did not sum every region's squares");
+      overlap->join_norm();  // summed on the background stream during the backward
+    } else {
+      norm.launch_all(s);
+    }
+    const double n = norm.read();
+    norms.push_back(n);
     double sum = 0;
     for (double v : l.to_vector<double>()) sum += v;
     losses.push_back(sum);
-    const float clip = clip_coefficient(norm, 1.0);
+    const float clip = clip_coefficient(n, 1.0);
     if (overlap)
       overlap->launch(lr, clip);
     else
@@ -108,6 +122,12 @@ void overlap_case(Context& ctx, int sm_reserve) {
                                                         sm_reserve, overlapped.overlap->release_region());
   ctx.check("overlap", fmt::format("losses, 5 steps ({})", tag), Tensor::from_vector(overlapped.losses, {5}),
             Tensor::from_vector(serial.losses, {5}), tol);
+  ctx.check("overlap", fmt::format("gradient norms, 5 steps ({})", tag),
+            Tensor::from_vector(overlapped.norms, {5}), Tensor::from_vector(serial.norms, {5}), tol);
+  // The chunked norm against the whole-buffer one (another summation order): f32 partials, so ~1e-7.
+  ctx.check("overlap", "chunked gradient norm vs one sum_squares",
+            Tensor::from_vector(std::vector<double>{serial.norms.back()}, {1}),
+            Tensor::from_vector(std::vector<double>{serial.optim.grad_norm(ctx.stream)}, {1}), 1e-6);
   ctx.check("overlap", fmt::format("master weights ({})", tag), overlapped.params.master_flat(),
             serial.params.master_flat(), tol);
   const double moment_tol = 0.0;

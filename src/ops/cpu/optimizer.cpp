@@ -91,7 +91,7 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   });
 }
 
-void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s) {
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* /*scratch*/) {
   constexpr const char* op = "sum_squares";
   const DType dt = check_float(op, "x", x);
   check_tensor(op, "out", out, dt, {1});

@@ -191,7 +191,7 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   }
 }
 
-void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s) {
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* scratch) {
   constexpr const char* op = "sum_squares";
   detail::check_cuda_tensor(op, "x", x, DType::kF32);
   detail::check_cuda_tensor(op, "out", out, DType::kF32);
@@ -205,7 +205,17 @@ void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s)
   // The grid depends on n only, so the reduction tree (and the result) is the same on every run.
   const int nblocks = static_cast<int>(
       std::clamp<int64_t>(ceil_div<int64_t>(n, int64_t{kSumBlock} * per_thread), 1, kSumMaxBlocks));
-  Tensor partial = Tensor::empty({nblocks}, DType::kF64, s);
+  static_assert(kSumMaxBlocks <= ops::kSumSquaresScratch, "scratch must hold every block's partial");
+  Tensor partial;
+  if (scratch) {
+    detail::check_cuda_tensor(op, "scratch", *scratch, DType::kF64);
+    detail::check_same_cuda_device(op, x, *scratch);
+    PRIMUS_CHECK(scratch->numel() >= nblocks, "{}: scratch holds {} partials, {} needed", op,
+                 scratch->numel(), nblocks);
+    partial = *scratch;
+  } else {
+    partial = Tensor::empty({nblocks}, DType::kF64, s);
+  }
   if (vec) {
     sum_squares_partial_kernel<4><<<nblocks, kSumBlock, 0, cs>>>(x.data<float>(), n, partial.data<double>());
   } else {

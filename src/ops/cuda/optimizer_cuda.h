@@ -8,6 +8,6 @@ namespace primus::ops::cuda {
 
 void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
                 Tensor* param_copy, const Stream& s);
-void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s);
+void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* scratch = nullptr);
 
 }  // namespace primus::ops::cuda
