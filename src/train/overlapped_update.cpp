@@ -13,9 +13,10 @@ namespace primus {
 
 namespace {
 // The SMs the forward GEMMs leave to the update while it runs. Measured on the H100 (docs/performance.md,
-// "Overlapped optimizer update", 07:12Z): 0 / 8 / 16 / 32 SMs gave 238 / 237 / 235 / 244 ms on the 1B shape
-// (serial update 240) and 141 / 138 / 137 / 138 ms on 8B-4L (serial 143).
-constexpr int kDefaultSmReserve = 16;
+// "Overlapped optimizer update", 07:28Z, adaptive release and background norm in): 16 / 24 / 32 / 40 SMs gave
+// 235 / 234 / 237 / 238 ms on the 1B shape (serial update 239) and 137 / 135 / 135 / 140 ms on 8B-4L
+// (serial 142).
+constexpr int kDefaultSmReserve = 24;
 
 int env_int(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
