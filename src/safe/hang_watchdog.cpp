@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -113,7 +114,10 @@ void HangWatchdog::progress(int64_t step, double step_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   beat_.step = step;
   window_.add(step_ms);
-  compute_window_.add(first_collective_ >= 0 ? (first_collective_ - step_start_) * 1e3 : step_ms);
+  const double device_own = marks_ && first_collective_ >= 0 ? marks_->own_ms() : std::nan("");
+  compute_window_.add(std::isfinite(device_own) ? device_own
+                      : first_collective_ >= 0  ? (first_collective_ - step_start_) * 1e3
+                                                : step_ms);
   first_collective_ = -1;
   beat_.window_ms = compute_window_.median();
   last_progress_ = steady_s();
@@ -129,6 +133,7 @@ void HangWatchdog::set_phase(const std::string& phase, bool in_step) {
   if (in_step && !in_step_) {
     last_progress_ = step_start_ = steady_s();
     first_collective_ = -1;
+    if (marks_) marks_->step_start();
   }
   in_step_ = in_step;
   dirty_ = true;
@@ -138,8 +143,16 @@ void HangWatchdog::collective(const std::string& description) {
   std::lock_guard<std::mutex> lock(mu_);
   beat_.last_collective = description;
   ++beat_.collectives;
-  if (in_step_ && first_collective_ < 0) first_collective_ = steady_s();
+  if (in_step_ && first_collective_ < 0) {
+    first_collective_ = steady_s();
+    if (marks_) marks_->first_collective();
+  }
   dirty_ = true;
+}
+
+void HangWatchdog::set_step_marks(StepMarks* marks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  marks_ = marks;
 }
 
 double HangWatchdog::timeout_s() const {

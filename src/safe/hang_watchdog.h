@@ -49,6 +49,18 @@ struct Heartbeat {
 std::vector<int> stuck_ranks(const std::vector<Heartbeat>& beats);
 std::string describe_hang(const std::vector<Heartbeat>& beats, const std::vector<int>& stuck);
 
+// Device-side marks of a step, for the straggler measure: a rank's own GPU work from the step's start to its
+// first collective. The host reaches its first collective long before its GPU does (steps are enqueued
+// ahead), so host times cannot tell a slow GPU; the trainer supplies CUDA events (train/step_marks.h).
+// Without marks (CPU runs) the host times are used.
+class StepMarks {
+ public:
+  virtual ~StepMarks() = default;
+  virtual void step_start() = 0;        // the step's work begins (host enqueue position)
+  virtual void first_collective() = 0;  // the step's first collective is being enqueued
+  virtual double own_ms() = 0;          // start -> first collective on the device; NaN when not measured
+};
+
 struct WatchdogOptions {
   std::string dir;  // heartbeat directory (shared by the ranks)
   int rank = 0, world = 1;
@@ -73,6 +85,7 @@ class HangWatchdog {
   // between steps (evaluation, checkpointing) with the longer limit.
   void set_phase(const std::string& phase, bool in_step = true);
   void collective(const std::string& description);  // entering a collective
+  void set_step_marks(StepMarks* marks);            // not owned; nullptr = host times
   double timeout_s() const;
   std::vector<Heartbeat> read_all() const;
   const StepWindow& window() const { return window_; }
@@ -95,6 +108,7 @@ class HangWatchdog {
   double last_progress_ = 0;       // steady seconds
   bool stepped_ = false;
   bool in_step_ = false;
+  StepMarks* marks_ = nullptr;
 };
 
 // The process's watchdog that comm::set_op_observer feeds (the last one started; null when none).

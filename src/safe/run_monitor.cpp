@@ -73,6 +73,10 @@ std::string RunMonitor::trace_path() const {
   return fmt::format("{}/trace/rank{}.json", ctx_.run_dir, ctx_.rank);
 }
 
+void RunMonitor::set_step_marks(StepMarks* marks) {
+  if (watchdog_) watchdog_->set_step_marks(marks);
+}
+
 void RunMonitor::set_phase(const std::string& phase, bool in_step) {
   if (watchdog_) watchdog_->set_phase(phase, in_step);
 }

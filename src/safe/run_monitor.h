@@ -40,6 +40,8 @@ class RunMonitor {
   ~RunMonitor();
   void step_begin(int64_t iter);
   void step_end(int64_t iter, double ms);
+  // Device marks for the straggler measure (see HangWatchdog); nothing without a watchdog (one process).
+  void set_step_marks(StepMarks* marks);
   void set_phase(const std::string& phase, bool in_step = false);  // a phase between steps by default
   void event(int64_t iter, const std::string& kind, const std::string& detail, double value = 0);
   // Ends the trace early (the run stops inside the profiled window).

@@ -13,7 +13,8 @@ double median_of(std::vector<double> v) {
 }
 }  // namespace
 
-std::vector<StragglerFinding> find_stragglers(const std::vector<double>& per_rank_ms, double factor) {
+std::vector<StragglerFinding> find_stragglers(const std::vector<double>& per_rank_ms, double factor,
+                                              double min_excess_ms) {
   std::vector<double> present;
   for (double v : per_rank_ms)
     if (v > 0) present.push_back(v);
@@ -22,7 +23,8 @@ std::vector<StragglerFinding> find_stragglers(const std::vector<double>& per_ran
   const double med = median_of(present);
   for (size_t r = 0; r < per_rank_ms.size(); ++r) {
     const double v = per_rank_ms[r];
-    if (v > 0 && v >= factor * med) out.push_back({static_cast<int>(r), v, med, med / v});
+    if (v > 0 && v >= factor * med && v - med >= min_excess_ms)
+      out.push_back({static_cast<int>(r), v, med, med / v});
   }
   return out;
 }

@@ -84,6 +84,10 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   flops_per_token_ = config::flops_per_token(cfg.model, cfg.data.seq_length).causal;
 
   monitor_ = std::make_unique<safe::RunMonitor>(cfg.stability, safe::monitor_context(run_dir, stream_));
+  if (stream_.device.is_cuda()) {
+    step_marks_ = std::make_unique<CudaStepMarks>(stream_);
+    monitor_->set_step_marks(step_marks_.get());
+  }
   log::info("model: {} ({:.2f}M parameters, {:.2f} GFLOP/token)", spec.describe(),
             params_->parameter_count() / 1e6, flops_per_token_ / 1e9);
   log::info("data: {}", data_.summary);

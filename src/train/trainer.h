@@ -21,6 +21,7 @@
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/overlapped_update.h"
+#include "train/step_marks.h"
 
 namespace primus::comm {
 struct World;
@@ -150,6 +151,8 @@ class Trainer {
   int64_t last_saved_iter_ = -1;
   bool resumed_ = false;   // continuing a run (not a fresh start or a weights-only load)
   std::string hf_config_;  // carried into checkpoints for `convert primus-to-hf`
+  // CUDA: device times for the straggler measure (declared first: it outlives the monitor that calls it).
+  std::unique_ptr<CudaStepMarks> step_marks_;
   std::unique_ptr<safe::RunMonitor> monitor_;
 };
 

@@ -19,6 +19,10 @@ TEST(SafeStraggler, NoFalsePositivesOnHealthyNoise) {
   EXPECT_TRUE(find_stragglers({100}, 1.2).empty());           // one rank: nothing to compare
   EXPECT_TRUE(find_stragglers({100, 0, 0}, 1.2).empty());     // missing ranks are ignored
   EXPECT_EQ(find_stragglers({100, 0, 250}, 1.2).size(), 1u);  // median of present ranks 175
+  // Sub-millisecond differences are noise however large their ratio (seen on four H200s: 2.9 vs 2.3 ms).
+  EXPECT_TRUE(find_stragglers({2.3, 2.3, 2.2, 2.9}, 1.2).empty());
+  EXPECT_EQ(find_stragglers({2.3, 2.3, 2.2, 2.9}, 1.2, /*min_excess_ms=*/0.5).size(), 1u);
+  EXPECT_EQ(find_stragglers({2.3, 2.3, 2.2, 4.0}, 1.2).size(), 1u);
 }
 
 TEST(SafeStraggler, StepWindow) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -92,4 +93,64 @@ TEST(SafeWatchdog, DetectsAStallWithinTheTimeout) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/rank-0.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/hang-rank-0.json"));
   std::filesystem::remove_all(dir);
+}
+
+// The straggler measure takes the device's own-work time when the trainer supplies marks (host times cannot
+// tell a slow GPU: the host enqueues ahead), and falls back to host times when a mark is missing.
+TEST(SafeWatchdog, StragglerMeasureUsesDeviceMarks) {
+  struct FakeMarks : StepMarks {
+    int starts = 0, firsts = 0;
+    double own = 42.0;
+    void step_start() override { ++starts; }
+    void first_collective() override { ++firsts; }
+    double own_ms() override { return own; }
+  };
+  WatchdogOptions o;
+  o.dir =
+      (std::filesystem::temp_directory_path() / (std::string("primus-wd-marks-") + std::to_string(getpid())))
+          .string();
+  o.poll_s = 0.01;
+  o.hang_timeout_s = 1000;
+  o.on_hang = [](const std::vector<int>&, const std::string&) {};
+  auto window_ms = [&](HangWatchdog& w) {
+    for (int i = 0; i < 200; ++i) {  // the watchdog thread writes the heartbeat within a poll
+      std::vector<Heartbeat> b = w.read_all();
+      if (!b.empty() && !b[0].missing && b[0].step == 3) return b[0].window_ms;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1.0;
+  };
+  FakeMarks m;
+  {
+    HangWatchdog w(o);
+    w.set_step_marks(&m);
+    w.start();
+    for (int i = 1; i <= 3; ++i) {
+      w.set_phase("step", true);
+      w.collective("grads bucket 1");
+      w.collective("grads bucket 2");
+      w.progress(i, 500);
+    }
+    EXPECT_EQ(m.starts, 3);
+    EXPECT_EQ(m.firsts, 3);  // only each step's first collective
+    EXPECT_DOUBLE_EQ(window_ms(w), 42.0);
+    w.stop();
+  }
+  std::filesystem::remove_all(o.dir);
+  m.own = std::nan("");  // not measured: the host's own time (microseconds here), not 42
+  {
+    HangWatchdog w(o);
+    w.set_step_marks(&m);
+    w.start();
+    for (int i = 1; i <= 3; ++i) {
+      w.set_phase("step", true);
+      w.collective("grads");
+      w.progress(i, 500);
+    }
+    const double ms = window_ms(w);
+    EXPECT_GE(ms, 0.0);
+    EXPECT_LT(ms, 42.0);
+    w.stop();
+  }
+  std::filesystem::remove_all(o.dir);
 }
