@@ -75,7 +75,8 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   Tensor flat_tokens = tokens.view({n});
   Tensor x = ctx.act({n, spec_.hidden});
   hook(&ParamHooks::before_forward, 0);
-  ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
+  if (!(hooks_ && hooks_->embedding_forward(flat_tokens, x)))
+    ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
   hook(&ParamHooks::after_forward, 0);
 
   std::vector<LayerActivations> slots(layers_.size());
@@ -119,7 +120,8 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets) {
   Tensor flat_tokens = tokens.view({n});
   Tensor x = ctx.act({n, spec_.hidden});
   if (hooks_) hooks_->before_forward(0);
-  ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
+  if (!(hooks_ && hooks_->embedding_forward(flat_tokens, x)))
+    ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
   if (hooks_) hooks_->after_forward(0);
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (hooks_) hooks_->before_forward(static_cast<int>(l) + 1);

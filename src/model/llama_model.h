@@ -28,6 +28,10 @@ class ParamHooks {
   virtual void after_forward(int region) = 0;
   virtual void before_backward(int region) = 0;
   virtual void after_backward(int region) = 0;
+  // May compute the input embedding's lookup itself (out [N, D]) and return true: the overlapped update looks
+  // rows up as its pending update will leave them (ops::embedding_forward_updated). Called after
+  // before_forward(0).
+  virtual bool embedding_forward(const Tensor& tokens, Tensor& out) { return false; }
 };
 
 class LlamaModel {

@@ -13,6 +13,13 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   PRIMUS_DISPATCH(table, embedding_forward, tokens, table, out, s);
 }
 
+void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
+                               const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
+                               const Stream& s) {
+  check_same_device("embedding_forward_updated", master.device(), {&tokens, &master, &grad, &m, &v, &out});
+  PRIMUS_DISPATCH(master, embedding_forward_updated, tokens, master, grad, m, v, p, out, s);
+}
+
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
   check_same_device("embedding_backward", dtable.device(), {&tokens, &dout, &dtable});
   PRIMUS_DISPATCH(dtable, embedding_backward, tokens, dout, dtable, s);

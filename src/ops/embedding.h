@@ -1,5 +1,6 @@
 #pragma once
 #include "core/tensor.h"
+#include "ops/optimizer.h"
 
 namespace primus::ops {
 
@@ -9,5 +10,13 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
 // dtable[V, D] += scatter of dout rows by token id. Deterministic: the same inputs give bitwise the same
 // result.
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s);
+// out[N, D] = rows tokens[n] of the table as one AdamW step with `p` would leave them: computed from the f32
+// master rows, their gradients and moments (all [V, D]) without storing anything, and cast to out's dtype.
+// The first forward op can then run before the table's update has (train/overlapped_update.h); on CUDA the
+// rows are bitwise those adamw_step writes to the bf16 copy (one shared element update). Forward only: the
+// gradient flows through embedding_backward as for a plain lookup.
+void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
+                               const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
+                               const Stream& s);
 
 }  // namespace primus::ops

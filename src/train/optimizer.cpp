@@ -39,12 +39,27 @@ void AdamW::step(double lr, float grad_scale, const Stream& s) {
 
 void AdamW::step_regions(double lr, float grad_scale, const Stream& s,
                          const std::function<void(int)>& after_region) {
-  ++step_;
-  const std::vector<ParamRegion>& regions = params_.regions();
-  for (size_t r = 0; r < regions.size(); ++r) {
-    launch(region_spans(regions[r]), lr, grad_scale, s);
-    if (after_region) after_region(static_cast<int>(r));
+  begin_step();
+  for (int r = 0; r < static_cast<int>(params_.regions().size()); ++r) {
+    launch_region(r, lr, grad_scale, s);
+    if (after_region) after_region(r);
   }
+}
+
+void AdamW::launch_region(int r, double lr, float grad_scale, const Stream& s) {
+  launch(region_spans(params_.regions().at(r)), lr, grad_scale, s);
+}
+
+ops::AdamWParams AdamW::kernel_params(double lr, float grad_scale, bool decay) const {
+  ops::AdamWParams p;
+  p.lr = static_cast<float>(lr);
+  p.beta1 = static_cast<float>(cfg_.adam_beta1);
+  p.beta2 = static_cast<float>(cfg_.adam_beta2);
+  p.eps = static_cast<float>(cfg_.adam_eps);
+  p.step = step_;
+  p.grad_scale = grad_scale;
+  p.weight_decay = decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+  return p;
 }
 
 void AdamW::step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s) {
@@ -53,16 +68,9 @@ void AdamW::step_spans(double lr, float grad_scale, const std::vector<AdamSpan>&
 }
 
 void AdamW::launch(const std::vector<AdamSpan>& spans, double lr, float grad_scale, const Stream& s) const {
-  ops::AdamWParams p;
-  p.lr = static_cast<float>(lr);
-  p.beta1 = static_cast<float>(cfg_.adam_beta1);
-  p.beta2 = static_cast<float>(cfg_.adam_beta2);
-  p.eps = static_cast<float>(cfg_.adam_eps);
-  p.step = step_;
-  p.grad_scale = grad_scale;
   for (const AdamSpan& a : spans) {
     if (a.master.numel() == 0) continue;
-    p.weight_decay = a.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    const ops::AdamWParams p = kernel_params(lr, grad_scale, a.decay);
     Tensor master = a.master, m = a.m, v = a.v, copy = a.copy;
     ops::adamw_step(master, a.grad, m, v, p, copy.defined() ? &copy : nullptr, s);
   }

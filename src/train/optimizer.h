@@ -6,6 +6,7 @@
 
 #include "config/train_config.h"
 #include "model/param_store.h"
+#include "ops/optimizer.h"
 
 namespace primus {
 
@@ -27,6 +28,12 @@ class AdamW {
   // runs once region r's kernels are on `s` (OverlappedUpdate records an event there for the next forward).
   void step_regions(double lr, float grad_scale, const Stream& s,
                     const std::function<void(int)>& after_region);
+  // The pieces of step_regions, for an update whose regions are enqueued at different times
+  // (OverlappedUpdate): begin_step() once, then launch_region(r) for every region.
+  void begin_step() { ++step_; }
+  void launch_region(int r, double lr, float grad_scale, const Stream& s);
+  // The kernel parameters of the current step for a span with or without weight decay.
+  ops::AdamWParams kernel_params(double lr, float grad_scale, bool decay) const;
   // The same update over explicit spans (data-parallel shards: src/train/data_parallel.cpp).
   void step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s);
   int64_t steps_taken() const { return step_; }

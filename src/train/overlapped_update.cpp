@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ops/embedding.h"
 #include "ops/gemm.h"
 #include "profile/trace.h"
 
@@ -51,6 +52,12 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
       norm_launched_(params.regions().size(), 0) {
   PRIMUS_CHECK(compute.device.is_cuda(), "the overlapped optimizer update needs a CUDA stream, got {}",
                compute.device.str());
+  // Deferrable when region 0 is the input embedding alone (its decaying span) and the head does not use it.
+  const int e = params.find("embed_tokens.weight");
+  const ParamRegion& r0 = params.regions().front();
+  if (e >= 0 && params.find("lm_head.weight") >= 0 && !params.compute_aliases_master() &&
+      params.entry(e).offset == r0.begin && params.entry(e).offset + params.entry(e).numel == r0.decay_end)
+    embed_entry_ = e;
 }
 
 OverlappedUpdate::~OverlappedUpdate() {
@@ -64,16 +71,13 @@ void OverlappedUpdate::launch(double lr, float grad_scale) {
   // The update reads what the compute stream wrote: gradients, and the gradient norm before them.
   stream_wait(update_, StreamEvent::record(compute_));
   PRIMUS_TRACE_RANGE("optimizer (overlapped)");
-  const int last = static_cast<int>(pending_.size()) - 1;
-  optim_.step_regions(lr, grad_scale, update_, [&](int r) {
-    if (r == last) {
-      // Every region read its gradients: the next step's accumulated ones (norms, biases, an untied
-      // embedding) are zeroed here, before the last event, so the next backward cannot write them early.
-      params_.begin_grad_step(update_);
-      grads_prepared_ = true;
-    }
-    pending_[r] = StreamEvent::record(update_);
-  });
+  lr_ = lr;
+  grad_scale_ = grad_scale;
+  optim_.begin_step();
+  const int regions = static_cast<int>(pending_.size());
+  embedding_deferred_ = embed_entry_ >= 0;
+  for (int r = embedding_deferred_ ? 1 : 0; r < regions; ++r) update_region(r);
+  grads_prepared_ = true;
   if (sm_reserve_ > 0) {
     update_end_ = StreamEvent::record(update_, /*timed=*/true);
     std::fill(starts_.begin(), starts_.end(), nullptr);
@@ -82,6 +86,39 @@ void OverlappedUpdate::launch(double lr, float grad_scale) {
       ops::reserve_gemm_sms(compute_, sm_reserve_);
       sms_reserved_ = true;
     }
+  }
+}
+
+void OverlappedUpdate::update_region(int r) {
+  optim_.launch_region(r, lr_, grad_scale_, update_);
+  // Region r's gradients were read: its accumulated ones (norms, biases, an untied embedding) are zeroed for
+  // the next step before r's event, so the next backward cannot write them early.
+  const ParamRegion& reg = params_.regions()[r];
+  Tensor grads = params_.grad_flat().slice(reg.begin, reg.end);
+  params_.begin_region_grads(r, grads, update_);
+  pending_[r] = StreamEvent::record(update_);
+}
+
+bool OverlappedUpdate::embedding_forward(const Tensor& tokens, Tensor& out) {
+  if (!embedding_deferred_) return false;
+  const ParamEntry& e = params_.entry(embed_entry_);
+  const int64_t b = e.offset, end = e.offset + e.numel;
+  auto table = [&](Tensor& flat) { return flat.slice(b, end).view(e.shape); };
+  ops::embedding_forward_updated(tokens, table(params_.master_flat()), table(params_.grad_flat()),
+                                 table(params_.adam_m_flat()), table(params_.adam_v_flat()),
+                                 optim_.kernel_params(lr_, grad_scale_, e.decay), out, compute_);
+  // The table's update may overwrite what the lookup read only after the lookup.
+  stream_wait(update_, StreamEvent::record(compute_));
+  update_region(0);
+  embedding_deferred_ = false;
+  return true;
+}
+
+void OverlappedUpdate::before_backward(int region) {
+  // The embedding's backward writes the gradients its deferred update reads and zeroes.
+  if (region == 0 && pending_[0]) {
+    stream_wait(compute_, pending_[0]);
+    pending_[0] = nullptr;
   }
 }
 
@@ -138,6 +175,10 @@ void OverlappedUpdate::after_backward(int region) {
 }
 
 void OverlappedUpdate::finish() {
+  if (embedding_deferred_) {  // no forward came: the embedding's update goes after the others
+    update_region(0);
+    embedding_deferred_ = false;
+  }
   for (auto& e : pending_) {
     stream_wait(compute_, e);
     e = nullptr;

@@ -11,6 +11,12 @@
 // that one (at the latest for the head, which comes after every update): reserved SMs that no update uses are
 // lost.
 //
+// With untied embeddings the input embedding's update (the first region the forward needs: 262 M of the 1B
+// shape's 1.5 G parameters) is not waited for at all: the forward's lookup computes its rows as the pending
+// update will leave them (ops::embedding_forward_updated, the optimizer's own element update), and the
+// table's update is enqueued on the update stream right after that lookup, to finish before the embedding's
+// backward (before_backward(0) waits for it).
+//
 // The same kernels run in the same order on the same data, so results are bitwise those of the serial update.
 // The gradient norm moves to the background too: armed for a step's last micro-batch, each region's squares
 // are summed (ChunkedGradNorm) as soon as its backward is over, so the step's end waits only for the input
@@ -56,8 +62,9 @@ class OverlappedUpdate : public ParamHooks {
 
   void before_forward(int region) override;
   void after_forward(int) override {}
-  void before_backward(int) override {}
+  void before_backward(int region) override;
   void after_backward(int region) override;
+  bool embedding_forward(const Tensor& tokens, Tensor& out) override;
 
   const Stream& update_stream() const { return update_; }
   // The region from which the GEMMs get every SM again (adapted each step; regions().size() - 1 = the head).
@@ -65,6 +72,8 @@ class OverlappedUpdate : public ParamHooks {
 
  private:
   void release_sms();
+  // Region r's update and the zeroing of its accumulated gradients for the next step, then r's event.
+  void update_region(int r);
   // From the last step's timed events: the update ended during the forward of region r - 1, where r is the
   // first region that started after it; the reservation then ends one region later, r + 1.
   void adapt_release();
@@ -82,6 +91,10 @@ class OverlappedUpdate : public ParamHooks {
   bool timing_ = false;                                // the forward after launch() records its region starts
   std::vector<std::shared_ptr<StreamEvent>> starts_;   // timed, per region, on the compute stream
   std::shared_ptr<StreamEvent> update_end_;            // timed, on the update stream
+  int embed_entry_ = -1;             // the input embedding, when its update can be deferred (untied)
+  bool embedding_deferred_ = false;  // region 0's update is not enqueued yet
+  double lr_ = 0;
+  float grad_scale_ = 1;
   bool norm_armed_ = false;
   std::vector<char> norm_launched_;  // per region, since arm_norm()
 };

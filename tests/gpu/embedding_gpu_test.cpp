@@ -1,14 +1,17 @@
 // Token embedding forward (gather) and deterministic backward (scatter-add) on the GPU against the CPU
-// reference.
+// reference, and the lookup of rows as a pending AdamW step will leave them (embedding_forward_updated).
 #include <fmt/format.h>
 
 #include <cmath>
 #include <random>
 #include <set>
+#include <span>
 
 #include "gpu/fused_test_util.h"
 #include "ops/cpu/embedding_cpu.h"
+#include "ops/cpu/optimizer_cpu.h"
 #include "ops/cuda/embedding_cuda.h"
+#include "ops/cuda/optimizer_cuda.h"
 
 namespace primus::gputest {
 namespace {
@@ -113,9 +116,45 @@ void bad_id_case(Context& ctx) {
   fused::check_true(ctx, "embedding", "embedding_fwd out-of-range id reported", threw && clean);
 }
 
+// embedding_forward_updated: against the CPU reference (f64 AdamW on the gathered rows), and bitwise against
+// what it stands in for on the GPU -- adamw_step writing the bf16 copy, then the plain lookup of that copy.
+void updated_case(Context& ctx, int64_t n, int64_t v, int64_t d) {
+  const std::string sz = fmt::format("N={} V={} D={}", n, v, d);
+  Tensor tokens = make_tokens(ctx, n, v, Dist::kUniform);
+  Tensor tokens_g = tokens.to(ctx.stream);
+  Tensor master_c = ctx.randn_cpu({v, d}, DType::kF32), grad_c = ctx.randn_cpu({v, d}, DType::kF32, 0.1);
+  Tensor m_c = ctx.randn_cpu({v, d}, DType::kF32, 0.01), v_c = ctx.randn_cpu({v, d}, DType::kF32, 1e-4);
+  for (float& x : std::span(v_c.data<float>(), static_cast<size_t>(v * d))) x = std::fabs(x);
+  ops::AdamWParams p;
+  p.lr = 3e-3f;
+  p.beta1 = 0.9f;
+  p.beta2 = 0.95f;
+  p.eps = 1e-8f;
+  p.weight_decay = 0.1f;
+  p.grad_scale = 0.7f;
+  p.step = 3;
+  Tensor master = ctx.to_gpu(master_c, DType::kF32), grad = ctx.to_gpu(grad_c, DType::kF32);
+  Tensor m = ctx.to_gpu(m_c, DType::kF32), vv = ctx.to_gpu(v_c, DType::kF32);
+  Tensor out = ctx.poisoned({n, d}, DType::kBF16);
+  ops::cuda::embedding_forward_updated(tokens_g, master, grad, m, vv, p, out, ctx.stream);
+  Tensor ref = Tensor::empty({n, d}, DType::kF32);
+  ops::cpu::embedding_forward_updated(tokens, master_c, grad_c, m_c, v_c, p, ref, Stream::cpu());
+  ctx.check("embedding", "embedding_fwd_updated " + sz, out, ref, kTolBF16, "vs f64 AdamW rows");
+  // What it replaces: the optimizer's pass over the whole table, then the lookup of the bf16 copy.
+  Tensor copy = ctx.poisoned({v, d}, DType::kBF16);
+  ops::cuda::adamw_step(master, grad, m, vv, p, &copy, ctx.stream);
+  Tensor looked_up = ctx.poisoned({n, d}, DType::kBF16);
+  ops::cuda::embedding_forward(tokens_g, copy, looked_up, ctx.stream);
+  ctx.check("embedding", "embedding_fwd_updated " + sz + " vs adamw_step + lookup", out,
+            fused::host_f32(ctx, looked_up), 0.0, "bitwise");
+}
+
 }  // namespace
 
 PRIMUS_GPU_TEST(embedding) {
+  updated_case(ctx, 127, 31, 33);
+  updated_case(ctx, 1000, 127, 64);
+  updated_case(ctx, 33, 1000, 127);
   embedding_case(ctx, 127, 1000, 33, Dist::kUniform, false);  // odd D: scalar path
   embedding_case(ctx, 1000, 50, 64, Dist::kUniform, false);   // many repeats per id
   embedding_case(ctx, 1000, 31, 31, Dist::kOne, false);       // one run over every chunk

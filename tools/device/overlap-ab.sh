@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The overlapped optimizer update (src/train/overlapped_update.h), A/B on one GPU in one call:
-#   (a) primus_gpu_tests --quick overlap optimizer (bitwise equality with the serial update);
+#   (a) primus_gpu_tests --quick GPU_TESTS (default: overlap optimizer embedding);
 #   (b) the quickstart model 50 steps with the update serial and overlapped: losses must be identical;
 #   (c) both anchor workloads under each of VARIANTS (';'-separated environment settings; default: serial
 #       update, overlapped with 0 / 16 / 24 SMs reserved, and 16 with the GEMM heuristic re-asked under the
@@ -19,9 +19,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a "$summary"
 
 if [ -x "$bin/primus_gpu_tests" ]; then
-  "$bin/primus_gpu_tests" --quick overlap optimizer > "$work/gpu_tests.txt" 2>&1
+  # shellcheck disable=SC2086
+  "$bin/primus_gpu_tests" --quick ${GPU_TESTS:-overlap optimizer embedding} > "$work/gpu_tests.txt" 2>&1
   echo "== gpu_tests rc=$?" | tee -a "$summary"
-  grep -E "overlap|FAIL|passed|failed" "$work/gpu_tests.txt" | tail -14 | tee -a "$summary"
+  grep -E "overlap|updated|FAIL|passed|failed" "$work/gpu_tests.txt" | tail -24 | tee -a "$summary"
 fi
 
 tiny=(--config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml --train_iters 50 --eval_interval 0 --device cuda)

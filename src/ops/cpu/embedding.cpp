@@ -5,6 +5,7 @@
 
 #include "ops/cpu/cpu_common.h"
 #include "ops/cpu/embedding_cpu.h"
+#include "ops/cpu/optimizer_cpu.h"
 
 namespace primus::ops::cpu {
 
@@ -41,6 +42,25 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   char* dst = static_cast<char*>(out.data_ptr());
 #pragma omp parallel for schedule(static) if (n * d > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row_bytes, src + ids[i] * row_bytes, row_bytes);
+}
+
+void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
+                               const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
+                               const Stream& s) {
+  constexpr const char* op = "embedding_forward_updated";
+  const DType dt = check_float(op, "master", master);
+  check_ndim(op, "master", master, 2);
+  const int64_t vocab = master.size(0), d = master.size(1);
+  for (const Tensor* t : {&grad, &m, &v}) check_tensor(op, "grad/m/v", *t, dt, {vocab, d});
+  check_tokens(op, tokens, vocab);
+  const int64_t n = tokens.numel();
+  check_tensor(op, "out", out, out.dtype(), {n, d});
+  // The truth: gather the rows, apply the reference AdamW to the copies, let it write out's dtype.
+  Tensor rows[4] = {Tensor::empty({n, d}, dt), Tensor::empty({n, d}, dt), Tensor::empty({n, d}, dt),
+                    Tensor::empty({n, d}, dt)};
+  const Tensor* src[4] = {&master, &grad, &m, &v};
+  for (int k = 0; k < 4; ++k) embedding_forward(tokens, *src[k], rows[k], s);
+  cpu::adamw_step(rows[0], rows[1], rows[2], rows[3], p, &out, s);
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {

@@ -11,6 +11,7 @@
 //
 // Out-of-range ids: the kernels cannot throw, so they record the id in a small pinned, host-mapped word and
 // skip it (forward writes NaN to that row). The next embedding call on the host sees the word and throws.
+#include "ops/cuda/adam_math.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -55,6 +56,28 @@ __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const b
     if (c == 0) report_bad_id(flag, t);
   }
   store_vec<bf16, E>(out + idx * E, r);
+}
+
+// The rows adamw_step would write to the bf16 copy, computed on the fly (adam_math.cuh: the same element
+// update), one element per thread.
+__global__ void embedding_fwd_updated_kernel(const int32_t* __restrict__ tokens,
+                                             const float* __restrict__ master, const float* __restrict__ grad,
+                                             const float* __restrict__ m, const float* __restrict__ v,
+                                             bf16* __restrict__ out, int64_t total, int64_t d, int64_t vocab,
+                                             detail::AdamCoeffs c, int* flag) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int64_t n = idx / d, col = idx % d;
+  const int32_t t = __ldg(tokens + n);
+  if (t >= 0 && t < vocab) {
+    const int64_t i = static_cast<int64_t>(t) * d + col;
+    float w = master[i], mi = m[i], vi = v[i];
+    detail::adam_update(w, grad[i], mi, vi, c);
+    out[idx] = detail::from_f32<bf16>(w);
+  } else {
+    out[idx] = __float2bfloat16_rn(__int_as_float(0x7fc00000));
+    if (col == 0) report_bad_id(flag, t);
+  }
 }
 
 // keys = token id (out-of-range ids become v, which sorts last and is skipped), vals = position.
@@ -271,6 +294,37 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
     embedding_fwd_kernel<1><<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(tp, tab, o, total, d, v,
                                                                                      error_word_device());
   }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
+                               const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
+                               const Stream& s) {
+  constexpr const char* op = "embedding_forward_updated";
+  detail::check_cuda_tensor(op, "tokens", tokens, DType::kI32);
+  detail::check_cuda_tensor(op, "master", master, DType::kF32);
+  detail::check_cuda_tensor(op, "out", out, DType::kBF16);
+  PRIMUS_CHECK(master.ndim() == 2, "{}: master must be [V, D], got {}", op, master.describe());
+  const int64_t vocab = master.size(0), d = master.size(1), n = tokens.numel();
+  for (const Tensor* t : {&grad, &m, &v}) {
+    detail::check_cuda_tensor(op, "grad/m/v", *t, DType::kF32);
+    detail::check_same_cuda_device(op, master, *t);
+    PRIMUS_CHECK(t->numel() == vocab * d, "{}: {} must have {} x {} elements like master", op, t->describe(),
+                 vocab, d);
+  }
+  detail::check_same_cuda_device(op, tokens, master);
+  detail::check_same_cuda_device(op, tokens, out);
+  PRIMUS_CHECK(out.numel() == n * d && out.size(-1) == d, "{}: out must be [{}, {}], got {}", op, n, d,
+               out.describe());
+  PRIMUS_CHECK(p.step >= 1, "{}: step is 1-based, got {}", op, p.step);
+  raise_pending_error(op, vocab);
+  const int64_t total = n * d;
+  if (total == 0) return;
+  const int64_t grid = ceil_div<int64_t>(total, 256);
+  PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} elements)", op, total);
+  embedding_fwd_updated_kernel<<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(
+      tokens.data<int32_t>(), master.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
+      static_cast<bf16*>(out.data_ptr()), total, d, vocab, detail::adam_coeffs(p), error_word_device());
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 // fixed grid (a function of n only) of per-thread f64 accumulators and fixed-order block trees, then one
 // block sums the per-block partials in block order: bitwise reproducible, no float atomics. f64 costs nothing
 // here (the kernel is bound by reading x) and keeps 1e9-element sums accurate to f32 rounding.
+#include "ops/cuda/adam_math.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
 #include <algorithm>
@@ -23,17 +24,9 @@ using detail::load_vec;
 using detail::store_vec;
 using detail::Vec;
 
-struct AdamCoeffs {
-  float lr, b1, one_minus_b1, b2, one_minus_b2, inv_bc1, inv_bc2, eps, wd, grad_scale;
-};
-
-__device__ __forceinline__ void adam_update(float& w, float g, float& m, float& v, const AdamCoeffs& c) {
-  g *= c.grad_scale;
-  m = c.b1 * m + c.one_minus_b1 * g;
-  v = c.b2 * v + c.one_minus_b2 * g * g;
-  const float upd = (m * c.inv_bc1) / (sqrtf(v * c.inv_bc2) + c.eps) + c.wd * w;
-  w -= c.lr * upd;
-}
+using detail::adam_coeffs;
+using detail::adam_update;
+using detail::AdamCoeffs;
 
 // P = the param_copy element type (bf16 or float), or void for none. N = elements per thread (4, or 1 when a
 // pointer is not 16-byte aligned); the last thread handles a partial group element by element.
@@ -148,18 +141,7 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
                  "{}: param_copy must be master itself or not overlap master, grad, m, v", op);
   }
   if (n == 0) return;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
-  const AdamCoeffs c{p.lr,
-                     p.beta1,
-                     static_cast<float>(1.0 - p.beta1),
-                     p.beta2,
-                     static_cast<float>(1.0 - p.beta2),
-                     static_cast<float>(1.0 / bc1),
-                     static_cast<float>(1.0 / bc2),
-                     p.eps,
-                     p.weight_decay,
-                     p.grad_scale};
+  const AdamCoeffs c = adam_coeffs(p);
   bool vec = detail::aligned16(master.data_ptr()) && detail::aligned16(grad.data_ptr()) &&
              detail::aligned16(m.data_ptr()) && detail::aligned16(v.data_ptr());
   if (write_copy)
