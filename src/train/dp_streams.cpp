@@ -60,35 +60,34 @@ bool StreamEvent::done() const {
 #endif
 }
 
-Stream make_comm_stream(const Stream& compute) {
+namespace {
+// A non-blocking stream on compute's device at the highest (or lowest) priority the device offers; it lives
+// as long as the process (one or two per trainer). The CPU stream on the CPU.
+Stream make_stream_at_priority(const Stream& compute, bool highest) {
   if (!compute.device.is_cuda()) return compute;
 #ifdef PRIMUS_WITH_CUDA
   PRIMUS_CUDA_CHECK(cudaSetDevice(compute.device.index));
-  // The highest priority, so that a gradient bucket's NCCL kernel is scheduled ahead of queued backward GEMM
-  // blocks. Measured on 2 H200s (docs/performance.md, 04:28Z): within run-to-run noise (+0.5% on the 1B
-  // shape); kept because a late bucket can only delay the step.
   int least = 0, greatest = 0;
   PRIMUS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   cudaStream_t st;
-  PRIMUS_CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, greatest));
-  return Stream{compute.device, st};  // lives as long as the process (one per trainer)
+  PRIMUS_CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, highest ? greatest : least));
+  return Stream{compute.device, st};
 #else
+  (void)highest;
   throw Error(ErrorKind::kRuntime, "CUDA stream in a build without CUDA");
 #endif
 }
+}  // namespace
+
+Stream make_comm_stream(const Stream& compute) {
+  // The highest priority, so that a gradient bucket's NCCL kernel is scheduled ahead of queued backward GEMM
+  // blocks. Measured on 2 H200s (docs/performance.md, 04:28Z): within run-to-run noise (+0.5% on the 1B
+  // shape); kept because a late bucket can only delay the step.
+  return make_stream_at_priority(compute, /*highest=*/true);
+}
 
 Stream make_background_stream(const Stream& compute) {
-  if (!compute.device.is_cuda()) return compute;
-#ifdef PRIMUS_WITH_CUDA
-  PRIMUS_CUDA_CHECK(cudaSetDevice(compute.device.index));
-  int least = 0, greatest = 0;
-  PRIMUS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  cudaStream_t st;
-  PRIMUS_CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, least));
-  return Stream{compute.device, st};  // lives as long as the process (one per trainer)
-#else
-  throw Error(ErrorKind::kRuntime, "CUDA stream in a build without CUDA");
-#endif
+  return make_stream_at_priority(compute, /*highest=*/false);
 }
 
 }  // namespace primus

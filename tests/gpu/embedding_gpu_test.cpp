@@ -125,14 +125,7 @@ void updated_case(Context& ctx, int64_t n, int64_t v, int64_t d) {
   Tensor master_c = ctx.randn_cpu({v, d}, DType::kF32), grad_c = ctx.randn_cpu({v, d}, DType::kF32, 0.1);
   Tensor m_c = ctx.randn_cpu({v, d}, DType::kF32, 0.01), v_c = ctx.randn_cpu({v, d}, DType::kF32, 1e-4);
   for (float& x : std::span(v_c.data<float>(), static_cast<size_t>(v * d))) x = std::fabs(x);
-  ops::AdamWParams p;
-  p.lr = 3e-3f;
-  p.beta1 = 0.9f;
-  p.beta2 = 0.95f;
-  p.eps = 1e-8f;
-  p.weight_decay = 0.1f;
-  p.grad_scale = 0.7f;
-  p.step = 3;
+  const ops::AdamWParams p = fused::adamw_test_params(3, 0.7f);
   Tensor master = ctx.to_gpu(master_c, DType::kF32), grad = ctx.to_gpu(grad_c, DType::kF32);
   Tensor m = ctx.to_gpu(m_c, DType::kF32), vv = ctx.to_gpu(v_c, DType::kF32);
   Tensor out = ctx.poisoned({n, d}, DType::kBF16);

@@ -12,6 +12,7 @@
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "gpu/gpu_test.h"
+#include "ops/optimizer.h"
 
 namespace primus::gputest::fused {
 
@@ -32,6 +33,19 @@ inline Tensor gpu_randn(Context& ctx, const Shape& shape, DType dtype, double sc
   }
   stream_sync(ctx.stream);
   return t;
+}
+
+// AdamW settings of the optimizer-related cases: weight decay on, gradients scaled as by clipping.
+inline ops::AdamWParams adamw_test_params(int64_t step, float grad_scale = 0.5f) {
+  ops::AdamWParams p;
+  p.lr = 3e-3f;
+  p.beta1 = 0.9f;
+  p.beta2 = 0.95f;
+  p.eps = 1e-8f;
+  p.weight_decay = 0.1f;
+  p.grad_scale = grad_scale;
+  p.step = step;
+  return p;
 }
 
 // A CPU f32 copy of a GPU tensor, after the stream's work on it is done.

@@ -36,13 +36,7 @@ Tensor abs_randn(Context& ctx, int64_t n, double scale) {
 void adamw_case(Context& ctx, int64_t n, int64_t offset, bool with_copy, int steps) {
   const std::string sz =
       fmt::format("n={}{}{}", n, offset ? " unaligned" : "", with_copy ? " +bf16 copy" : "");
-  ops::AdamWParams p;
-  p.lr = 3e-3f;
-  p.beta1 = 0.9f;
-  p.beta2 = 0.95f;
-  p.eps = 1e-8f;
-  p.weight_decay = 0.1f;
-  p.grad_scale = 0.5f;
+  ops::AdamWParams p = fused::adamw_test_params(1);
   Tensor w_ref = ctx.randn_cpu({n}, DType::kF32), m_ref = ctx.randn_cpu({n}, DType::kF32, 0.01);
   Tensor v_ref = abs_randn(ctx, n, 1e-4);
   Tensor w = gpu_vec(ctx, w_ref, offset), m = gpu_vec(ctx, m_ref, offset), v = gpu_vec(ctx, v_ref, offset);
