@@ -234,10 +234,6 @@ void ParamStore::sync_compute_copy(const Stream& s) {
   ops::cast(master_, compute_, s);
 }
 
-}  // namespace primus
-
-namespace primus {
-
 void ParamStore::set_overwritten_grads(const std::vector<int>& entries) {
   overwritten_.assign(entries_.size(), 0);
   written_.assign(entries_.size(), 0);

@@ -34,16 +34,8 @@ std::vector<AdamSpan> AdamW::region_spans(const ParamRegion& r) const {
 }
 
 void AdamW::step(double lr, float grad_scale, const Stream& s) {
-  step_regions(lr, grad_scale, s, nullptr);
-}
-
-void AdamW::step_regions(double lr, float grad_scale, const Stream& s,
-                         const std::function<void(int)>& after_region) {
   begin_step();
-  for (int r = 0; r < static_cast<int>(params_.regions().size()); ++r) {
-    launch_region(r, lr, grad_scale, s);
-    if (after_region) after_region(r);
-  }
+  for (int r = 0; r < static_cast<int>(params_.regions().size()); ++r) launch_region(r, lr, grad_scale, s);
 }
 
 void AdamW::launch_region(int r, double lr, float grad_scale, const Stream& s) {

@@ -1,7 +1,6 @@
 #pragma once
 // AdamW over a ParamStore's flat buffers: the global gradient norm (for clipping and the log), then one fused
 // update per contiguous span of parameters that share a weight-decay setting.
-#include <functional>
 #include <vector>
 
 #include "config/train_config.h"
@@ -24,12 +23,8 @@ class AdamW {
   double grad_norm(const Stream& s);
   // Applies one update with learning rate `lr`; gradients are first multiplied by `grad_scale` (clipping).
   void step(double lr, float grad_scale, const Stream& s);
-  // The same update, enqueued region by region in region order (embedding, layers, head); after_region(r)
-  // runs once region r's kernels are on `s` (OverlappedUpdate records an event there for the next forward).
-  void step_regions(double lr, float grad_scale, const Stream& s,
-                    const std::function<void(int)>& after_region);
-  // The pieces of step_regions, for an update whose regions are enqueued at different times
-  // (OverlappedUpdate): begin_step() once, then launch_region(r) for every region.
+  // The pieces of step(), for an update whose regions are enqueued at different times (OverlappedUpdate):
+  // begin_step() once, then launch_region(r) for every region.
   void begin_step() { ++step_; }
   void launch_region(int r, double lr, float grad_scale, const Stream& s);
   // The kernel parameters of the current step for a span with or without weight decay.

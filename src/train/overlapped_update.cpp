@@ -82,10 +82,8 @@ void OverlappedUpdate::launch(double lr, float grad_scale) {
     update_end_ = StreamEvent::record(update_, /*timed=*/true);
     std::fill(starts_.begin(), starts_.end(), nullptr);
     timing_ = true;
-    if (release_at_ > 0) {
-      ops::reserve_gemm_sms(compute_, sm_reserve_);
-      sms_reserved_ = true;
-    }
+    ops::reserve_gemm_sms(compute_, sm_reserve_);
+    sms_reserved_ = true;
   }
 }
 
@@ -146,7 +144,7 @@ void OverlappedUpdate::before_forward(int region) {
     starts_[region] = StreamEvent::record(compute_, /*timed=*/true);
     if (region == head) timing_ = false;
   }
-  if (region >= release_at_ || region == head) release_sms();  // the head comes after every update
+  if (region >= release_at_) release_sms();  // release_at_ <= head, which comes after every update
 }
 
 void OverlappedUpdate::arm_norm() {

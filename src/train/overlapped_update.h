@@ -21,11 +21,12 @@
 // The gradient norm moves to the background too: armed for a step's last micro-batch, each region's squares
 // are summed (ChunkedGradNorm) as soon as its backward is over, so the step's end waits only for the input
 // embedding's share.
-// The next step's gradient zeroing (ParamStore::begin_grad_step) runs on the update stream after the last
-// update reads the gradients, before the head's event, so nothing of the next step writes a gradient early.
+// The next step's gradient zeroing runs on the update stream too, region by region right after the region's
+// update read its gradients and before the region's event, so nothing of the next step writes one early.
 // Anything else that reads parameters or optimizer state (evaluation, checkpoints, the end of training) calls
 // finish() first.
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/llama_model.h"
@@ -47,9 +48,9 @@ class OverlappedUpdate : public ParamHooks {
   // Enqueues the update of the step whose gradients `compute` has just finished, and the zeroing of the next
   // step's accumulated gradients. Returns at once.
   void launch(double lr, float grad_scale);
-  // True when launch() also prepared the next step's gradients (the trainer skips begin_grad_step then).
-  bool grads_prepared() const { return grads_prepared_; }
-  void consume_grads_prepared() { grads_prepared_ = false; }
+  // True once after a launch(): it also zeroed the next step's accumulated gradients (the trainer then skips
+  // ParamStore::begin_grad_step).
+  bool take_grads_prepared() { return std::exchange(grads_prepared_, false); }
   // `compute` waits for every pending region (before evaluation, checkpoints, parameter reads).
   void finish();
 
@@ -66,7 +67,6 @@ class OverlappedUpdate : public ParamHooks {
   void after_backward(int region) override;
   bool embedding_forward(const Tensor& tokens, Tensor& out) override;
 
-  const Stream& update_stream() const { return update_; }
   // The region from which the GEMMs get every SM again (adapted each step; regions().size() - 1 = the head).
   int release_region() const { return release_at_; }
 

@@ -99,9 +99,7 @@ Trainer::~Trainer() = default;
 
 Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   if (dp_) return train_step_dp(iter);
-  if (overlap_ && overlap_->grads_prepared())
-    overlap_->consume_grads_prepared();  // the last update zeroed them on its stream
-  else
+  if (!(overlap_ && overlap_->take_grads_prepared()))  // else the last update zeroed them on its stream
     params_->begin_grad_step(stream_);
   std::vector<Tensor> losses;
   std::vector<int64_t> valid;

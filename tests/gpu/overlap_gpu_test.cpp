@@ -65,10 +65,7 @@ struct Run {
     return p;
   }
   void step(const Stream& s, const Tensor& tokens, const Tensor& targets, double lr) {
-    if (overlap && overlap->grads_prepared())
-      overlap->consume_grads_prepared();
-    else
-      params.begin_grad_step(s);
+    if (!(overlap && overlap->take_grads_prepared())) params.begin_grad_step(s);
     const float scale = 1.0f / static_cast<float>(tokens.numel());
     if (overlap) overlap->arm_norm();
     Tensor l = model.forward_backward(tokens, targets, scale);

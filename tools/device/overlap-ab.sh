@@ -3,8 +3,7 @@
 #   (a) primus_gpu_tests --quick GPU_TESTS (default: overlap optimizer embedding);
 #   (b) the quickstart model 50 steps with the update serial and overlapped: losses must be identical;
 #   (c) both anchor workloads under each of VARIANTS (';'-separated environment settings; default: serial
-#       update, overlapped with 0 / 16 / 24 SMs reserved, and 16 with the GEMM heuristic re-asked under the
-#       SM target), ROUNDS times (default 1; A B C ... A B C ... shows clock drift);
+#       update, overlapped with 0 / 24 / 32 SMs reserved), ROUNDS times (default 1; A B C ... A B C ... shows clock drift);
 #   (d) PROFILE=1: a profiled overlapped run of the 1B shape (steps 9-10) and its timeline.
 # Usage (repo root on the GPU machine): tools/device/overlap-ab.sh BIN_DIR
 set -uo pipefail
@@ -49,7 +48,7 @@ ab() {  # name config env...
     --device cuda > "$work/$name.log" 2>&1
   echo "== $name ($*) rc=$?: $(grep -E "done:" "$work/$name.log" | tail -1)" | tee -a "$summary"
 }
-IFS=';' read -r -a variants <<< "${VARIANTS:-PRIMUS_OVERLAP_UPDATE=0;PRIMUS_UPDATE_SM_RESERVE=0;PRIMUS_UPDATE_SM_RESERVE=16;PRIMUS_UPDATE_SM_RESERVE=24;PRIMUS_UPDATE_SM_RESERVE=16 PRIMUS_GEMM_SM_TARGET_REPLAN=1}"
+IFS=';' read -r -a variants <<< "${VARIANTS:-PRIMUS_OVERLAP_UPDATE=0;PRIMUS_UPDATE_SM_RESERVE=0;PRIMUS_UPDATE_SM_RESERVE=24;PRIMUS_UPDATE_SM_RESERVE=32}"
 for round in $(seq 1 "${ROUNDS:-1}"); do
   for w in bench_llama3.2-1B-shape bench_llama3-8B-4L; do
     i=0

@@ -93,7 +93,6 @@ void matmul(const Problem& p, const Operands& ops, const Stream& s);
 // grid by it), leaving the rest to work on another stream; 0 restores all SMs. Process-wide. Each plan keeps
 // its algorithm (heuristic or tuned), so results do not change with the target (gemm_lt_cuda.cpp).
 void set_sm_count_target(int sms);
-int sm_count_target();
 // As matmul(), but returns false (running nothing) when cuBLASLt has no algorithm for the problem.
 bool try_matmul(const Problem& p, const Operands& ops, const Stream& s);
 // Runs with an explicit algorithm (tuner, benchmarks). The algorithm must fit in kWorkspaceBytes.

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -53,29 +52,18 @@ uint16_t alignment_of(const void* p) {
   return static_cast<uint16_t>(low >= 256 ? 256 : low);
 }
 
-// SMs the GEMMs should leave to a concurrent stream (0 = all SMs); see set_sm_count_target.
+// SMs the GEMMs should leave to a concurrent stream (0 = all SMs); see set_sm_count_target. It is set on a
+// plan's descriptor at launch and never changes the plan's algorithm: the persistent kernels size their grid
+// by it, with the same tile and summation order, so results do not depend on it. (Asking the heuristic again
+// under the target picked other kernels and changed results: docs/performance.md, 07:12Z.)
 std::atomic<int> g_sm_count_target{0};
-
-// How the target applies. Default: the plan keeps the algorithm chosen for every SM and the target is set on
-// its descriptor at launch (the persistent kernels size their grid by it): the same kernel, tile and
-// summation order, so results do not depend on the target. PRIMUS_GEMM_SM_TARGET_REPLAN=1 (diagnostic) asks
-// the heuristic again under the target instead (plans per target; another kernel may win).
-bool sm_target_replans() {
-  static const bool on = [] {
-    const char* v = std::getenv("PRIMUS_GEMM_SM_TARGET_REPLAN");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
 
 struct PlanKey {
   Problem p;
   uint16_t align[5] = {0, 0, 0, 0, 0};  // a, b, c, d, bias/bgrad
   int device = 0;
-  int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, 0 = unset
   bool operator==(const PlanKey& o) const {
-    return p == o.p && device == o.device && sm_target == o.sm_target &&
-           std::memcmp(align, o.align, sizeof(align)) == 0;
+    return p == o.p && device == o.device && std::memcmp(align, o.align, sizeof(align)) == 0;
   }
 };
 
@@ -98,7 +86,6 @@ struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     size_t h = ProblemHash()(k.p);
     for (uint16_t a : k.align) h = hash_mix(h, a);
-    h = hash_mix(h, static_cast<uint64_t>(k.sm_target));
     return hash_mix(h, static_cast<uint64_t>(k.device));
   }
 };
@@ -173,7 +160,6 @@ PlanKey make_key(const Problem& p, const Operands& o, int device) {
   PlanKey k;
   k.p = p;
   k.device = device;
-  k.sm_target = sm_target_replans() ? g_sm_count_target.load(std::memory_order_relaxed) : 0;
   k.align[0] = alignment_of(o.a);
   k.align[1] = alignment_of(o.b);
   k.align[2] = alignment_of(o.c ? o.c : o.d);
@@ -191,7 +177,7 @@ void set_epilogue_pointer(Plan& plan, const Problem& p, const Operands& o) {
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
 }
 
-void build_descriptors(Plan& plan, const Problem& p, int sm_target = 0) {
+void build_descriptors(Plan& plan, const Problem& p) {
   const cublasOperation_t op_la = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const cublasOperation_t op_lb = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -199,11 +185,6 @@ void build_descriptors(Plan& plan, const Problem& p, int sm_target = 0) {
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_la, sizeof(op_la)));
   PRIMUS_CUBLASLT_CHECK(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lb, sizeof(op_lb)));
-  if (sm_target > 0) {
-    const int32_t sms = sm_target;
-    PRIMUS_CUBLASLT_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
-  }
   if (p.epilogue != Epilogue::kNone) {
     cublasLtEpilogue_t epi =
         p.epilogue == Epilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
@@ -306,10 +287,9 @@ Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHand
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
-  build_descriptors(*plan, key.p, key.sm_target);
+  build_descriptors(*plan, key.p);
   set_epilogue_pointer(*plan, key.p, o);  // the heuristic reads the pointer's alignment
-  // A tuned algorithm was timed on every SM; with fewer SMs targeted the heuristic chooses.
-  auto tuned = key.sm_target > 0 ? st.tuned.end() : st.tuned.find(key.p);
+  auto tuned = st.tuned.find(key.p);
   size_t ws = 0;
   // AlgoCheck sees descriptors, not pointers: the algorithm's own minimum alignments are compared with these
   // operands' so that a tuned kernel never meets a pointer it cannot load from.
@@ -335,13 +315,11 @@ Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHand
 
 cublasStatus_t launch(cublasLtHandle_t h, Plan& plan, const Operands& o, const cublasLtMatmulAlgo_t& algo,
                       void* ws, const Stream& s) {
-  if (!sm_target_replans()) {
-    const int32_t target = g_sm_count_target.load(std::memory_order_relaxed);
-    if (target != plan.launch_sm_target) {
-      PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-                                                           &target, sizeof(target)));
-      plan.launch_sm_target = target;
-    }
+  const int32_t target = g_sm_count_target.load(std::memory_order_relaxed);
+  if (target != plan.launch_sm_target) {
+    PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                         &target, sizeof(target)));
+    plan.launch_sm_target = target;
   }
   const void* c = o.c ? o.c : o.d;
   return cublasLtMatmul(h, plan.desc, &o.alpha, o.b, plan.la, o.a, plan.lb, &o.beta, c, plan.lc, o.d, plan.ld,
@@ -420,9 +398,6 @@ bool try_matmul(const Problem& p, const Operands& o, const Stream& s) {
 
 void set_sm_count_target(int sms) {
   g_sm_count_target.store(sms > 0 ? sms : 0, std::memory_order_relaxed);
-}
-int sm_count_target() {
-  return g_sm_count_target.load(std::memory_order_relaxed);
 }
 
 void matmul(const Problem& p, const Operands& o, const Stream& s) {
