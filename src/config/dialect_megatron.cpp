@@ -164,6 +164,7 @@ void map_megatron(ResolvedConfig& rc) {
   t.bf16 = k.b("bf16");
   t.device = k.s("device");
   t.gemm_tuning_file = k.s("gemm_tuning_file");
+  t.deterministic = k.b("deterministic_mode");
 
   OptimConfig& o = t.optim;
   o.optimizer = k.s("optimizer");

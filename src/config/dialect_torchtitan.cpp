@@ -76,6 +76,7 @@ void map_torchtitan(ResolvedConfig& rc) {
   t.seed = k.is_null("debug.seed") ? 1234 : k.i("debug.seed");
   t.device = k.s("device");
   t.gemm_tuning_file = k.s("gemm_tuning_file");
+  t.deterministic = k.b("debug.deterministic");
 
   // Data.
   DataConfig& d = t.data;

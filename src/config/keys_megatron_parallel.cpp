@@ -125,7 +125,6 @@ void add_megatron_parallel_keys(KeyTable& t) {
   add_all(t, kWhyTorch,
           {{"init_model_with_meta_device", kB, "false", "build the model on the meta device"},
            {"empty_unused_memory_level", kI, "0", "torch.cuda.empty_cache() frequency"},
-           {"deterministic_mode", kB, "false", "PyTorch/NCCL deterministic algorithms"},
            {"train_sync_interval", kI, "null", "CPU-GPU synchronisation interval"},
            {"manual_gc", kB, "false", "Python garbage collection by hand"},
            {"manual_gc_interval", kI, "1", "manual GC interval"},

@@ -30,6 +30,8 @@ void add_megatron_training_keys(KeyTable& t) {
   t.add(noeff("decoder_seq_length", kI, "null", kWhyOtherModel, "decoder sequence length"));
   t.add(
       impl("seed", kI, "1234", "random seed (initialisation, data order)").non_null().check(non_negative()));
+  t.add(impl("deterministic_mode", kB, "false",
+             "bitwise reproducible GPU runs (cuDNN's deterministic attention backward; slower)"));
   t.add(impl("make_vocab_size_divisible_by", kI, "128", "pad the vocabulary to a multiple of this (x TP)")
             .non_null()
             .check(positive()));

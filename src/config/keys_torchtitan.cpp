@@ -84,7 +84,8 @@ void add_torchtitan_keys(KeyTable& t) {
   t.group("debug");
   t.add(section("debug", "debugging and reproducibility"));
   t.add(impl("debug.seed", kI, "null", "random seed (null: 1234)").check(non_negative()));
-  t.add(noeff("debug.deterministic", kB, "false", kWhyTorch, "deterministic PyTorch algorithms"));
+  t.add(impl("debug.deterministic", kB, "false",
+             "bitwise reproducible GPU runs (cuDNN's deterministic attention backward; slower)"));
   t.add(noeff("debug.deterministic_warn_only", kB, "false", kWhyTorch, "warn instead of failing"));
   t.add(noeff("debug.moe_force_load_balance", kB, "false", kWhyMoE, "uniform expert routing"));
 

@@ -169,6 +169,8 @@ struct TrainConfig {
   bool bf16 = true;              // GPU compute precision; the CPU backend always computes in f32
   std::string device = "auto";   // auto | cpu | cuda  (primus extension key `device`)
   std::string gemm_tuning_file;  // GEMM tuning cache (kernel issue)
+  // deterministic_mode (Megatron) / debug.deterministic (TorchTitan): bitwise reproducible GPU runs.
+  bool deterministic = false;
 };
 
 }  // namespace primus

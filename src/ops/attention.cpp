@@ -1,5 +1,7 @@
 #include "ops/attention.h"
 
+#include <atomic>
+
 #include "ops/cpu/attention_cpu.h"
 #include "ops/op_dispatch.h"
 #ifdef PRIMUS_WITH_CUDA
@@ -7,6 +9,21 @@
 #endif
 
 namespace primus::ops {
+
+namespace {
+std::atomic<bool>& deterministic_flag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+}  // namespace
+
+void set_deterministic_attention(bool on) {
+  deterministic_flag().store(on);
+}
+
+bool deterministic_attention() {
+  return deterministic_flag().load();
+}
 
 void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
                        const Stream& s) {

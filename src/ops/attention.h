@@ -24,4 +24,13 @@ void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& o
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);
 
+// Deterministic mode (config `deterministic_mode`; off by default, as in Megatron). cuDNN's default fused
+// backward accumulates dQ in f32 from many thread blocks at once, so the order of the additions, and with it
+// the last bits of dQ, can change from run to run. On, the GPU backward is bitwise reproducible: cuDNN's
+// dP-workspace variant (no cross-block dQ accumulation) or, where cuDNN refuses it, our flash backward. The
+// CPU reference is deterministic either way. Process-wide; set it before the first attention call of a shape
+// (plans are cached per shape and mode).
+void set_deterministic_attention(bool on);
+bool deterministic_attention();
+
 }  // namespace primus::ops

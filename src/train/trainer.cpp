@@ -10,6 +10,7 @@
 #include "config/plan.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
@@ -44,6 +45,11 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
     const int tuned = bench::load_gemm_tuning(cfg.gemm_tuning_file, stream_.device.index);
     if (tuned > 0) log::info("gemm tuning: {} tuned shapes loaded", tuned);
   }
+  // Every other GPU op is bitwise reproducible already; attention's backward needs its slower variant.
+  ops::set_deterministic_attention(cfg.deterministic);
+  if (cfg.deterministic && stream_.device.is_cuda())
+    log::info(
+        "deterministic mode: attention backward without cross-block dQ accumulation (bitwise reproducible)");
   data_ = build_data_sources(cfg);
   const config::BatchLayout layout = config::batch_layout(cfg);
   micro_batches_ = layout.micro_batches;

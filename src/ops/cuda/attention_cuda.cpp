@@ -42,9 +42,11 @@ struct ChoiceKey {
   bool causal;
   float scale;
   AttentionBackend mode;
+  bool deterministic;  // backward only: cuDNN's deterministic variant may be refused where the default is not
   bool operator<(const ChoiceKey& o) const {
-    return std::tie(device, backward, b, t, h, kv, d, causal, scale, mode) <
-           std::tie(o.device, o.backward, o.b, o.t, o.h, o.kv, o.d, o.causal, o.scale, o.mode);
+    return std::tie(device, backward, b, t, h, kv, d, causal, scale, mode, deterministic) <
+           std::tie(o.device, o.backward, o.b, o.t, o.h, o.kv, o.d, o.causal, o.scale, o.mode,
+                    o.deterministic);
   }
 };
 
@@ -57,8 +59,17 @@ std::string shape_str(const AttentionShape& s) {
 bool choose(const AttentionShape& s, bool backward, int device) {
   const AttentionBackend mode = attention_backend();
   static std::map<ChoiceKey, bool> memo;
-  const ChoiceKey key{device,     backward,   s.batch,  s.seq,   s.heads,
-                      s.kv_heads, s.head_dim, s.causal, s.scale, mode};
+  const ChoiceKey key{device,
+                      backward,
+                      s.batch,
+                      s.seq,
+                      s.heads,
+                      s.kv_heads,
+                      s.head_dim,
+                      s.causal,
+                      s.scale,
+                      mode,
+                      backward && deterministic_attention()};
   {
     std::lock_guard<std::mutex> lock(mu());
     auto it = memo.find(key);

@@ -135,7 +135,10 @@ void build_forward(cd::GraphBuilder& g, const Dims& dm, bool causal) {
 
 // Backward (FA2 style, recomputing P from Stats): dV = P^T dO, dP = dO V^T, dS = P (dP - sum(dO O)) scale,
 // dK = dS^T Q, dQ = dS K. For GQA the full-head dK/dV are reduced over each group's heads inside the graph.
-void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal) {
+// A non-virtual f32 dQ accumulator is how the graph asks for the default engine, whose thread blocks add
+// their dQ contributions into it concurrently (fast, not bitwise reproducible). Without it (`deterministic`)
+// the engine runs its dP-workspace variant, which writes dQ without cross-block accumulation.
+void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal, bool deterministic) {
   const bool gqa = dm.h != dm.kv;
   g.tensor(kQ, dm.q_dims(), dm.packed_strides(), CUDNN_DATA_BFLOAT16);
   g.tensor(kK, dm.kvt_dims(), dm.packed_t_strides(), CUDNN_DATA_BFLOAT16);
@@ -151,7 +154,7 @@ void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal) {
   if (causal) g.scalar(kNegInf);
   // Workspace tensors of the graph (ours, not cuDNN's): sum(dO * O) per row and the f32 dQ accumulator.
   g.tensor(kSoftmaxSum, dm.row_dims(), dm.row_strides(), CUDNN_DATA_FLOAT);
-  g.tensor(kDQAccum, dm.q_dims(), dm.bhsd_strides(), CUDNN_DATA_FLOAT);
+  if (!deterministic) g.tensor(kDQAccum, dm.q_dims(), dm.bhsd_strides(), CUDNN_DATA_FLOAT);
 
   // softmax_sum = sum_d(dO * O) * 1
   const int64_t dOO =
@@ -204,9 +207,13 @@ void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal) {
     g.matmul(dst, kQ, kDK, "matmul_dST_Q");
   }
 
-  // dQ = dS K, accumulated in f32 then cast
+  // dQ = dS K: accumulated in f32 then cast, or (deterministic) written directly
   const int64_t k = g.virt(dm.kv_dims(), dm.packed_strides(), CUDNN_DATA_FLOAT);
   g.reshape(kK, k, "reshape_k");
+  if (deterministic) {
+    g.matmul(ds, k, kDQ, "matmul_dS_K");
+    return;
+  }
   g.matmul(ds, k, kDQAccum, "matmul_dS_K");
   g.pointwise(CUDNN_POINTWISE_IDENTITY, kDQAccum, -1, kDQ, "identity_dQ");
 }
@@ -217,11 +224,13 @@ struct Key {
   int64_t b, t, h, kv, d;
   bool causal;
   uint32_t scale_bits;
-  auto tie() const { return std::tie(device, backward, b, t, h, kv, d, causal, scale_bits); }
+  bool deterministic;  // backward only (the forward has no cross-block accumulation)
+  auto tie() const { return std::tie(device, backward, b, t, h, kv, d, causal, scale_bits, deterministic); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
   std::string str() const {
-    return fmt::format("{} B={} T={} H={} KV={} D={} causal={} scale={}", backward ? "bwd" : "fwd", b, t, h,
-                       kv, d, causal, std::bit_cast<float>(scale_bits));
+    return fmt::format("{} B={} T={} H={} KV={} D={} causal={} scale={}{}", backward ? "bwd" : "fwd", b, t, h,
+                       kv, d, causal, std::bit_cast<float>(scale_bits),
+                       deterministic ? " deterministic" : "");
   }
 };
 
@@ -246,7 +255,8 @@ std::map<Key, std::shared_ptr<Entry>>& cache() {
 Key make_key(const AttentionShape& s, bool backward, int device) {
   uint32_t bits;
   std::memcpy(&bits, &s.scale, 4);
-  return Key{device, backward, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.causal, bits};
+  return Key{device,     backward,   s.batch,  s.seq, s.heads,
+             s.kv_heads, s.head_dim, s.causal, bits,  backward && deterministic_attention()};
 }
 
 // PRIMUS_CUDNN_AUTOTUNE: 0/unset = the heuristic's first plan; 1 = time the heuristic's plans on the first
@@ -263,7 +273,7 @@ std::shared_ptr<Entry> build_entry(const Key& key, const AttentionShape& s) {
   cd::GraphBuilder g(fmt::format("sdpa_{}", key.str()));
   try {
     if (key.backward)
-      build_backward(g, dm, s.causal);
+      build_backward(g, dm, s.causal, key.deterministic);
     else
       build_forward(g, dm, s.causal);
     e->graph = g.build(h);
@@ -294,8 +304,10 @@ std::shared_ptr<Entry> build_entry(const Key& key, const AttentionShape& s) {
   if (key.backward) {
     e->softmax_sum_off = off;
     off = align_up(off + dm.b * dm.h * dm.t * 4);
-    e->dq_accum_off = off;
-    off = align_up(off + dm.b * dm.h * dm.t * dm.d * 4);
+    if (!key.deterministic) {
+      e->dq_accum_off = off;
+      off = align_up(off + dm.b * dm.h * dm.t * dm.d * 4);
+    }
   }
   e->cudnn_ws_off = off;
   int64_t max_ws = 0;
@@ -325,8 +337,12 @@ void run(Entry& e, const Key& key, std::vector<int64_t> uids, std::vector<void*>
   PRIMUS_CUDNN_CHECK(cudnnSetStream(h, cuda_stream(st)));
   char* ws = e.ws_bytes > 0 ? static_cast<char*>(device_alloc(static_cast<size_t>(e.ws_bytes), st)) : nullptr;
   if (key.backward) {  // the backward graph's own workspace tensors (the forward has none)
-    uids.insert(uids.end(), {kSoftmaxSum, kDQAccum});
-    ptrs.insert(ptrs.end(), {ws + e.softmax_sum_off, ws + e.dq_accum_off});
+    uids.push_back(kSoftmaxSum);
+    ptrs.push_back(ws + e.softmax_sum_off);
+    if (!key.deterministic) {
+      uids.push_back(kDQAccum);
+      ptrs.push_back(ws + e.dq_accum_off);
+    }
   }
   void* cudnn_ws = ws ? ws + e.cudnn_ws_off : nullptr;
   if (!e.tuned && e.plans.size() > 1) {

@@ -1,0 +1,156 @@
+// Deterministic mode of the attention backward (ops::set_deterministic_attention, config
+// `deterministic_mode`): repeated backward calls on the same inputs must give bitwise the same dqkv, the
+// result must still match the reference, and the table shows what the mode costs against the default
+// cuDNN backward (whose repeated calls may differ in the last bits: reported, not failed).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test.h"
+#include "ops/attention.h"
+#include "ops/cpu/attention_cpu.h"
+#include "ops/cuda/attention_backend.h"
+#include "ops/cuda/attention_cuda.h"
+
+namespace primus::gputest {
+namespace {
+
+using ops::AttentionShape;
+
+constexpr const char* kFamily = "attn_determinism";
+
+struct Case {
+  int64_t b, t, h, kv, d;
+  bool reference;  // also against the CPU reference (small shapes only)
+};
+
+AttentionShape shape_of(const Case& c) {
+  AttentionShape s;
+  s.batch = c.b;
+  s.seq = c.t;
+  s.heads = c.h;
+  s.kv_heads = c.kv;
+  s.head_dim = c.d;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  s.causal = true;
+  return s;
+}
+
+void record(Context& ctx, const std::string& name, double rel_err, double tol, const std::string& note = {}) {
+  CaseResult r;
+  r.family = kFamily;
+  r.name = name;
+  r.rel_err = rel_err;
+  r.tol = tol;
+  r.note = note;
+  ctx.results.push_back(r);
+}
+
+std::vector<uint16_t> raw_bits(Context& ctx, const Tensor& bf16) {
+  stream_sync(ctx.stream);
+  Tensor host = bf16.to(Stream::cpu());
+  std::vector<uint16_t> v(static_cast<size_t>(host.numel()));
+  std::memcpy(v.data(), host.data_ptr(), v.size() * sizeof(uint16_t));
+  return v;
+}
+
+// Runs the backward `runs` times; returns how many results differ bitwise from the first, and the first.
+int differing_runs(Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                   const AttentionShape& s, int runs, Tensor* first) {
+  const int64_t w = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  std::vector<uint16_t> ref;
+  int differ = 0;
+  for (int i = 0; i < runs; ++i) {
+    Tensor dqkv = ctx.poisoned({s.batch, s.seq, w}, DType::kBF16);
+    ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream);
+    std::vector<uint16_t> bits = raw_bits(ctx, dqkv);
+    if (i == 0) {
+      ref = std::move(bits);
+      *first = dqkv;
+    } else if (bits != ref) {
+      ++differ;
+    }
+  }
+  return differ;
+}
+
+void run_case(Context& ctx, const Case& c) {
+  const AttentionShape s = shape_of(c);
+  const int64_t w = (c.h + 2 * c.kv) * c.d;
+  const std::string tag = fmt::format("B{} T{} H{} KV{} D{}", c.b, c.t, c.h, c.kv, c.d);
+  Tensor qkv_bf = ctx.randn_cpu({c.b, c.t, w}, DType::kBF16);
+  Tensor dout_bf = ctx.randn_cpu({c.b, c.t, c.h * c.d}, DType::kBF16);
+  Tensor qkv = ctx.to_gpu(qkv_bf, DType::kBF16), dout = ctx.to_gpu(dout_bf, DType::kBF16);
+  Tensor out = ctx.poisoned({c.b, c.t, c.h * c.d}, DType::kBF16);
+  Tensor lse = ctx.poisoned({c.b, c.h, c.t}, DType::kF32);
+  ops::set_deterministic_attention(false);
+  ops::cuda::attention_forward(qkv, s, out, lse, ctx.stream);
+
+  constexpr int kRuns = 5;
+  Tensor fast, det;
+  const std::string fast_backend = ops::cuda::attention_backend_for(s, true);
+  const int fast_differ = differing_runs(ctx, dout, qkv, out, lse, s, kRuns, &fast);
+  // Information, not a requirement: the default backward is allowed to differ run to run.
+  record(ctx, fmt::format("default bwd ({}) {}", fast_backend, tag), 0, 1,
+         fmt::format("{} of {} repeats differ bitwise from the first", fast_differ, kRuns - 1));
+
+  ops::set_deterministic_attention(true);
+  const std::string det_backend = ops::cuda::attention_backend_for(s, true);
+  const int det_differ = differing_runs(ctx, dout, qkv, out, lse, s, kRuns, &det);
+  record(ctx, fmt::format("deterministic bwd ({}) repeats {}", det_backend, tag),
+         det_differ == 0 ? 0 : INFINITY, 0, fmt::format("{} of {} repeats differ", det_differ, kRuns - 1));
+  // Both compute the same gradient; they differ only in summation order.
+  ctx.check(kFamily, "deterministic ~ default dqkv " + tag, det, ctx.to_cpu_f32(fast), kTolBF16);
+  if (c.reference) {
+    Tensor qkv_f = ctx.to_cpu_f32(qkv_bf), dout_f = ctx.to_cpu_f32(dout_bf);
+    Tensor out_ref = Tensor::empty({c.b, c.t, c.h * c.d}, DType::kF32);
+    Tensor lse_ref = Tensor::empty({c.b, c.h, c.t}, DType::kF32);
+    ops::cpu::attention_forward(qkv_f, s, out_ref, lse_ref, Stream::cpu());
+    Tensor dqkv_ref = Tensor::empty({c.b, c.t, w}, DType::kF32);
+    ops::cpu::attention_backward(dout_f, qkv_f, out_ref, lse_ref, s, dqkv_ref, Stream::cpu());
+    ctx.check(kFamily, "deterministic dqkv vs reference " + tag, det, dqkv_ref, kTolBF16);
+  }
+
+  // What the mode costs: both backwards timed on the same inputs.
+  const double flop = 2.5 * 2.0 * c.b * c.h * static_cast<double>(c.t) * c.t * c.d;
+  for (bool on : {false, true}) {
+    ops::set_deterministic_attention(on);
+    Tensor dqkv = ctx.poisoned({c.b, c.t, w}, DType::kBF16);
+    CaseResult r;
+    r.family = kFamily;
+    r.name = fmt::format("perf bwd {} {}", on ? "deterministic" : "default", tag);
+    r.tol = 1;
+    r.gpu_ms =
+        ctx.time_ms([&] { ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream); }, 3, 10);
+    r.gbps_or_tflops = flop / (r.gpu_ms * 1e-3) / 1e12;
+    r.rate_unit = "TFLOP/s";
+    r.note = ops::cuda::attention_backend_for(s, true);
+    ctx.results.push_back(r);
+  }
+  ops::set_deterministic_attention(false);
+}
+
+}  // namespace
+}  // namespace primus::gputest
+
+PRIMUS_GPU_TEST(attn_determinism) {
+  using primus::gputest::Case;
+  const std::vector<Case> cases = {
+      {2, 256, 8, 2, 64, true},
+      {1, 384, 4, 4, 128, true},     // cuDNN shapes small enough for the reference
+      {8, 2048, 32, 8, 64, false},   // llama3.2-1B attention
+      {1, 8192, 32, 8, 128, false},  // Llama-3-8B, T 8192
+  };
+  for (const Case& c : cases) {
+    try {
+      primus::gputest::run_case(ctx, c);
+    } catch (const std::exception& e) {
+      primus::ops::set_deterministic_attention(false);
+      primus::gputest::record(ctx, fmt::format("B{} T{} D{} (exception)", c.b, c.t, c.d), INFINITY, 0,
+                              e.what());
+    }
+  }
+}

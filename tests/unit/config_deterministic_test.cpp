@@ -1,0 +1,49 @@
+// deterministic_mode (Megatron) and debug.deterministic (TorchTitan) reach TrainConfig::deterministic, from
+// the experiment file and from the command line; both default to off.
+#include <gtest/gtest.h>
+
+#include "config/load_config.h"
+#include "config_test_util.h"
+
+namespace primus::config {
+namespace {
+
+bool deterministic(const std::string& exp, std::vector<std::string> cli = {}) {
+  ResolveOptions o;
+  o.env = testing::fake_env();
+  o.roots = std::vector<std::string>{testing::project_configs()};
+  o.cli_overrides = std::move(cli);
+  return load_config(exp, o).train.deterministic;
+}
+
+TEST(ConfigDeterministic, MegatronDeterministicModeFromFileAndCli) {
+  testing::TempDir dir;
+  auto exp = [&](const std::string& name, const std::string& extra) {
+    return dir.write(name,
+                     "work_group: g\nuser_name: u\nexp_name: e\nworkspace: w\nmodules:\n  pre_trainer:\n"
+                     "    framework: megatron\n    config: pre_trainer.yaml\n    model: micro_llama.yaml\n"
+                     "    overrides:\n      mock_data: true\n" +
+                         extra);
+  };
+  const std::string plain = exp("plain.yaml", "");
+  EXPECT_FALSE(deterministic(plain));
+  EXPECT_TRUE(deterministic(exp("on.yaml", "      deterministic_mode: true\n")));
+  EXPECT_TRUE(deterministic(plain, {"--deterministic_mode", "true"}));
+  EXPECT_THROW(deterministic(plain, {"--deterministic_mode", "sometimes"}), ConfigError);
+}
+
+TEST(ConfigDeterministic, TorchTitanDebugDeterministic) {
+  testing::TempDir dir;
+  auto exp = [&](const std::string& name, const std::string& extra) {
+    return dir.write(name,
+                     "work_group: g\nuser_name: u\nexp_name: e\nworkspace: w\nmodules:\n  pre_trainer:\n"
+                     "    framework: torchtitan\n    config: pre_trainer.yaml\n    model: micro_llama.yaml\n"
+                     "    overrides:\n      training:\n        mock_data: true\n" +
+                         extra);
+  };
+  EXPECT_FALSE(deterministic(exp("plain.yaml", "")));
+  EXPECT_TRUE(deterministic(exp("on.yaml", "      debug:\n        deterministic: true\n")));
+}
+
+}  // namespace
+}  // namespace primus::config
