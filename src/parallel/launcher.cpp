@@ -190,8 +190,26 @@ int run_launcher(const LaunchOptions& o) {
   std::fflush(stdout);
 
   using Clock = std::chrono::steady_clock;
-  int first_failed = -1;  // local index
-  int first_status = 0;
+  // Ranks that failed on their own, in the order they were reaped. When one rank dies, its peers usually fail
+  // a moment later on the broken connection; under load one sweep can reap them together, the peers first.
+  // So the launcher waits kSettle after the first failure, then names the root cause: a rank killed by a
+  // signal (nobody here sent one yet) before ranks that exited with an error, else the first reaped.
+  struct Failure {
+    int index;
+    int status;
+  };
+  std::vector<Failure> failures;
+  constexpr auto kSettle = std::chrono::milliseconds(500);
+  std::optional<Clock::time_point> stop_at;
+  int culprit = -1;  // index into failures, once named
+  auto name_culprit = [&] {
+    culprit = 0;
+    for (size_t f = 0; f < failures.size(); ++f)
+      if (WIFSIGNALED(failures[f].status)) {
+        culprit = static_cast<int>(f);
+        break;
+      }
+  };
   int forwarded_signal = 0;
   std::optional<Clock::time_point> kill_at;
   std::optional<Clock::time_point> drain_until;
@@ -262,14 +280,22 @@ int run_launcher(const LaunchOptions& o) {
       r.running = false;
       r.status = status;
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && first_failed < 0 && forwarded_signal == 0) {
-        first_failed = i;
-        first_status = status;
-        std::fprintf(stderr, "primus launch: rank %d %s; stopping the other ranks\n", r.global,
-                     describe_status(status).c_str());
-        signal_running(SIGTERM);
-        kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
+      if (failed && culprit < 0 && forwarded_signal == 0) {
+        failures.push_back({i, status});
+        if (!stop_at) stop_at = Clock::now() + kSettle;
       }
+    }
+    if (stop_at && culprit < 0 && (Clock::now() >= *stop_at || !any_running())) {
+      name_culprit();
+      const Failure& c = failures[static_cast<size_t>(culprit)];
+      std::fprintf(stderr, "primus launch: rank %d %s; stopping the other ranks\n", ranks[c.index].global,
+                   describe_status(c.status).c_str());
+      for (const Failure& f : failures)
+        if (&f != &c)
+          std::fprintf(stderr, "primus launch: rank %d %s too\n", ranks[f.index].global,
+                       describe_status(f.status).c_str());
+      signal_running(SIGTERM);
+      kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
     }
     if (kill_at && Clock::now() >= *kill_at && any_running()) {
       std::fprintf(stderr, "primus launch: ranks still running %g s after SIGTERM: sending SIGKILL\n",
@@ -293,10 +319,11 @@ int run_launcher(const LaunchOptions& o) {
   close(g_signal_pipe[0]);
   close(g_signal_pipe[1]);
 
-  if (first_failed >= 0) {
-    std::fprintf(stderr, "primus launch: failed: rank %d %s\n", ranks[first_failed].global,
-                 describe_status(first_status).c_str());
-    int code = exit_code_of(first_status);
+  if (culprit >= 0) {
+    const Failure& c = failures[static_cast<size_t>(culprit)];
+    std::fprintf(stderr, "primus launch: failed: rank %d %s\n", ranks[c.index].global,
+                 describe_status(c.status).c_str());
+    int code = exit_code_of(c.status);
     return code == 0 ? 1 : code;
   }
   if (forwarded_signal != 0) {

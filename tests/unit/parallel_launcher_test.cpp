@@ -52,6 +52,18 @@ TEST(ParallelLauncher, AKilledRankIsNamedAndTheOthersGetSigkillAfterTheGrace) {
   EXPECT_LT(r.seconds, 20);
 }
 
+TEST(ParallelLauncher, NamesTheKilledRankNotThePeersThatFailedAroundIt) {
+  // Under load the peers of a killed rank (failing on the broken connection) can be reaped before it. Here
+  // they are, on purpose: ranks 0 and 1 exit 1 at once, rank 2 is killed 0.15 s later. Within the launcher's
+  // settle window the rank killed by a signal is the root cause and must be the one named.
+  CliResult r = run_primus(launch(
+      4, {"/bin/sh", "-c", "case $RANK in 2) sleep 0.15; kill -9 $$ ;; 0|1) exit 1 ;; esac; sleep 60"}));
+  EXPECT_EQ(r.exit_code, 128 + 9);
+  EXPECT_NE(r.err.find("primus launch: failed: rank 2 was killed by SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("primus launch: rank 0 exited with code 1 too"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20);
+}
+
 TEST(ParallelLauncher, ForwardsSigterm) {
   std::string dir = (std::filesystem::temp_directory_path() / "primus-launch-XXXXXX").string();
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
