@@ -5,7 +5,8 @@
 # Switches (environment): GPU_TESTS="gemm ..." limits primus_gpu_tests to those families (empty: all);
 # TRACK_WARMUPS="default 5" the tracking runs; TUNE=0 skips the GEMM tuning pass; PROFILE=1 adds a profiled
 # run of both workloads (steps 9-10) and prints its GPU timeline and op summary; SERIAL_UPDATE=1 also runs both
-# workloads with the optimizer update after the step instead of under the next forward (PRIMUS_OVERLAP_UPDATE=0).
+# workloads with the optimizer update after the step instead of under the next forward (PRIMUS_OVERLAP_UPDATE=0);
+# DETERMINISTIC=1 also runs both with deterministic_mode (bitwise reproducible attention backward).
 set -uo pipefail
 build=${1:-build-cuda}
 torch=1
@@ -54,6 +55,10 @@ run bench_8b4l --config configs/examples/megatron/bench_llama3-8B-4L.yaml
 if [ "${SERIAL_UPDATE:-0}" = 1 ]; then
   PRIMUS_OVERLAP_UPDATE=0 run bench_1b_serial_update --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml
   PRIMUS_OVERLAP_UPDATE=0 run bench_8b4l_serial_update --config configs/examples/megatron/bench_llama3-8B-4L.yaml
+fi
+if [ "${DETERMINISTIC:-0}" = 1 ]; then  # bitwise reproducible mode (docs/performance.md, "Reproducibility")
+  run bench_1b_deterministic --config configs/examples/megatron/bench_llama3.2-1B-shape.yaml --deterministic_mode true
+  run bench_8b4l_deterministic --config configs/examples/megatron/bench_llama3-8B-4L.yaml --deterministic_mode true
 fi
 if [ "${PROFILE:-0}" = 1 ]; then  # where the time goes, same binary and workloads
   source "$(dirname "$0")/find-cupti.sh"
