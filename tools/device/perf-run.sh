@@ -68,6 +68,7 @@ if [ "${PROFILE:-0}" = 1 ]; then  # where the time goes, same binary and workloa
       --profile_step_start 9 --profile_step_end 10
     tr=$(ls /tmp/primus-ws/bench/dev/prof_$w/trace/rank0.json 2>/dev/null)
     [ -n "$tr" ] && "$build/primus" report timeline "$tr" > "$out/prof_$w.timeline.txt" 2>&1
+    [ -n "$tr" ] && cp "$tr" "$out/prof_$w.trace.json"  # every kernel, for reading beyond the summary
     echo "== timeline $w (2 steps)"; head -45 "$out/prof_$w.timeline.txt"
     unset PRIMUS_EXP_NAME
   done
