@@ -78,7 +78,10 @@ std::string op_family(const GpuEvent& e) {
   if (e.cat == "cpu_op") return e.name;
   const std::string n = lower(e.name);
   if (has(n, "nccl")) return "nccl";
-  if (has(n, "flash") || has(n, "fmha") || has(n, "sdpa") || has(n, "attention") || has(n, "attn"))
+  // cuDNN's fused attention backward runs two helper kernels beside the flash kernel: the row sums of dO * O
+  // before it and the f32 -> bf16 conversion of the dQ accumulator after it.
+  if (has(n, "flash") || has(n, "fmha") || has(n, "sdpa") || has(n, "attention") || has(n, "attn") ||
+      has(n, "dot_do_o") || has(n, "convert_dq"))
     return "attention";
   if (has(n, "gemm") || has(n, "xmma") || has(n, "cutlass") || has(n, "nvjet") || has(n, "cublas") ||
       has(n, "matmul") || has(n, "wgmma") || has(n, "sm90_") || has(n, "gemv"))

@@ -64,6 +64,8 @@ TEST(ProfileTimeline, OpFamilies) {
   EXPECT_EQ(fam("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64"), "gemm");
   EXPECT_EQ(fam("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT"), "gemm");
   EXPECT_EQ(fam("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3"), "attention");
+  EXPECT_EQ(fam("_ZN5cudnn6fusion28compute_dot_do_o_specializedILb1ELi64EEEvPKvS3_PvS4_"), "attention");
+  EXPECT_EQ(fam("_ZN5cudnn6fusion20convert_dq_to_16bitsILb1EEEvPKvPvjjjj"), "attention");
   EXPECT_EQ(fam("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL"), "nccl");
   EXPECT_EQ(fam("void primus::ops::cuda::rmsnorm_forward_kernel<256>"), "norm");
   EXPECT_EQ(fam("multi_tensor_apply_kernel<AdamFunctor>"), "optimizer");
