@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "gpu/attention_test_util.h"
 #include "gpu/gpu_test.h"
 #include "ops/attention.h"
-#include "ops/cpu/attention_cpu.h"
 #include "ops/cuda/attention_backend.h"
 #include "ops/cuda/attention_cuda.h"
 
@@ -26,18 +26,6 @@ struct Case {
   int64_t b, t, h, kv, d;
   bool reference;  // also against the CPU reference (small shapes only)
 };
-
-AttentionShape shape_of(const Case& c) {
-  AttentionShape s;
-  s.batch = c.b;
-  s.seq = c.t;
-  s.heads = c.h;
-  s.kv_heads = c.kv;
-  s.head_dim = c.d;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  s.causal = true;
-  return s;
-}
 
 void record(Context& ctx, const std::string& name, double rel_err, double tol, const std::string& note = {}) {
   CaseResult r;
@@ -78,7 +66,7 @@ int differing_runs(Context& ctx, const Tensor& dout, const Tensor& qkv, const Te
 }
 
 void run_case(Context& ctx, const Case& c) {
-  const AttentionShape s = shape_of(c);
+  const AttentionShape s = attention_shape(c.b, c.t, c.h, c.kv, c.d, /*causal=*/true);
   const int64_t w = (c.h + 2 * c.kv) * c.d;
   const std::string tag = fmt::format("B{} T{} H{} KV{} D{}", c.b, c.t, c.h, c.kv, c.d);
   Tensor qkv_bf = ctx.randn_cpu({c.b, c.t, w}, DType::kBF16);
@@ -104,15 +92,9 @@ void run_case(Context& ctx, const Case& c) {
          det_differ == 0 ? 0 : INFINITY, 0, fmt::format("{} of {} repeats differ", det_differ, kRuns - 1));
   // Both compute the same gradient; they differ only in summation order.
   ctx.check(kFamily, "deterministic ~ default dqkv " + tag, det, ctx.to_cpu_f32(fast), kTolBF16);
-  if (c.reference) {
-    Tensor qkv_f = ctx.to_cpu_f32(qkv_bf), dout_f = ctx.to_cpu_f32(dout_bf);
-    Tensor out_ref = Tensor::empty({c.b, c.t, c.h * c.d}, DType::kF32);
-    Tensor lse_ref = Tensor::empty({c.b, c.h, c.t}, DType::kF32);
-    ops::cpu::attention_forward(qkv_f, s, out_ref, lse_ref, Stream::cpu());
-    Tensor dqkv_ref = Tensor::empty({c.b, c.t, w}, DType::kF32);
-    ops::cpu::attention_backward(dout_f, qkv_f, out_ref, lse_ref, s, dqkv_ref, Stream::cpu());
-    ctx.check(kFamily, "deterministic dqkv vs reference " + tag, det, dqkv_ref, kTolBF16);
-  }
+  if (c.reference)
+    ctx.check(kFamily, "deterministic dqkv vs reference " + tag, det,
+              attention_reference(ctx, qkv_bf, dout_bf, s).dqkv, kTolBF16);
 
   // What the mode costs: both backwards timed on the same inputs.
   const double flop = 2.5 * 2.0 * c.b * c.h * static_cast<double>(c.t) * c.t * c.d;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/attention_bench.h"
+#include "gpu/attention_test_util.h"
 #include "gpu/gpu_test.h"
 #include "ops/cpu/attention_cpu.h"
 #include "ops/cuda/attention_backend.h"
@@ -34,15 +35,7 @@ std::string case_name(const Case& c) {
 }
 
 AttentionShape make_shape(const Case& c) {
-  AttentionShape s;
-  s.batch = c.b;
-  s.seq = c.t;
-  s.heads = c.h;
-  s.kv_heads = c.kv;
-  s.head_dim = c.d;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  s.causal = c.causal;
-  return s;
+  return attention_shape(c.b, c.t, c.h, c.kv, c.d, c.causal);
 }
 
 // Columns [c0, c1) of a [rows, w] f32 host tensor, as a new [rows, c1 - c0] tensor.
@@ -126,12 +119,8 @@ void run_case(Context& ctx, const Case& c) {
   // Fresh inputs, rounded to bf16 once; the reference sees exactly the values the GPU sees.
   Tensor qkv_bf = ctx.randn_cpu({c.b, c.t, w}, DType::kBF16);
   Tensor dout_bf = ctx.randn_cpu({c.b, c.t, c.h * c.d}, DType::kBF16);
-  Tensor qkv_f = ctx.to_cpu_f32(qkv_bf), dout_f = ctx.to_cpu_f32(dout_bf);
-  Tensor out_ref = Tensor::empty({c.b, c.t, c.h * c.d}, DType::kF32);
-  Tensor lse_ref = Tensor::empty({c.b, c.h, c.t}, DType::kF32);
-  ops::cpu::attention_forward(qkv_f, s, out_ref, lse_ref, Stream::cpu());
-  Tensor dqkv_ref = Tensor::empty({c.b, c.t, w}, DType::kF32);
-  ops::cpu::attention_backward(dout_f, qkv_f, out_ref, lse_ref, s, dqkv_ref, Stream::cpu());
+  const AttentionReference ref = attention_reference(ctx, qkv_bf, dout_bf, s);
+  const Tensor &out_ref = ref.out, &lse_ref = ref.lse, &dqkv_ref = ref.dqkv;
 
   Tensor qkv = ctx.to_gpu(qkv_bf, DType::kBF16);
   Tensor dout = ctx.to_gpu(dout_bf, DType::kBF16);
