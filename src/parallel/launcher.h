@@ -3,10 +3,9 @@
 // the torchrun variables set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
 // ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), prefixes every line the ranks print with "[rank N] ", forwards
 // SIGINT/SIGTERM to them, and when one rank fails stops the others (SIGTERM, then SIGKILL after the grace
-// period) and exits non-zero naming the rank. Peers of a dead rank fail on the broken connection a moment later,
-// so the launcher waits half a second after the first failure and names a rank killed by a signal before ranks
-// that exited with an error. CUDA_VISIBLE_DEVICES is left alone: rank r uses GPU
-// local_rank.
+// period) and exits non-zero naming the rank. Peers of a dead rank fail on the broken connection a moment
+// later, so the launcher waits half a second after the first failure and names a rank killed by a signal
+// before ranks that exited with an error. CUDA_VISIBLE_DEVICES is left alone: rank r uses GPU local_rank.
 #include <string>
 #include <vector>
 
