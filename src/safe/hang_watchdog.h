@@ -37,9 +37,10 @@ struct Heartbeat {
   std::string phase;            // what the rank is doing ("step 12", "evaluation", ...)
   std::string last_collective;  // "group dp, op all_reduce 'grads' (seq 41)"
   uint64_t collectives = 0;     // collectives entered so far
-  // Median over recent steps of the time from the step's start to its first collective (the whole step when
-  // it has none): a rank's own work, before it waits for its peers (a synchronous step's wall time is the
-  // same on every rank, so the straggler check compares this instead).
+  // Median over recent steps of a rank's own work per step: on the GPU its device compute without the waits
+  // for collectives (StepMarks), on the host the time from the step's start to its first collective (the
+  // whole step when it has none). A synchronous step's wall time is the same on every rank, so the straggler
+  // check compares this instead.
   double window_ms = 0;
   double updated_unix = 0;  // wall clock of the write
   bool missing = false;     // no heartbeat file
@@ -49,16 +50,16 @@ struct Heartbeat {
 std::vector<int> stuck_ranks(const std::vector<Heartbeat>& beats);
 std::string describe_hang(const std::vector<Heartbeat>& beats, const std::vector<int>& stuck);
 
-// Device-side marks of a step, for the straggler measure: a rank's own GPU work from the step's start to its
-// first collective. The host reaches its first collective long before its GPU does (steps are enqueued
-// ahead), so host times cannot tell a slow GPU; the trainer supplies CUDA events (train/step_marks.h).
-// Without marks (CPU runs) the host times are used.
+// Device-side marks of a step, for the straggler measure: a rank's own GPU work in the step, without the time
+// its compute waited for collectives. The host reaches its first collective long before its GPU does (steps
+// are enqueued ahead), so host times cannot tell a slow GPU; the trainer supplies CUDA events
+// (train/step_marks.h). Without marks (CPU runs) the host times up to the first collective are used.
 class StepMarks {
  public:
   virtual ~StepMarks() = default;
   virtual void step_start() = 0;        // the step's work begins (host enqueue position)
   virtual void first_collective() = 0;  // the step's first collective is being enqueued
-  virtual double own_ms() = 0;          // start -> first collective on the device; NaN when not measured
+  virtual double own_ms() = 0;          // the step's own device work (train/step_marks.h); NaN: not measured
 };
 
 struct WatchdogOptions {

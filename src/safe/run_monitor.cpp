@@ -124,12 +124,13 @@ void RunMonitor::check_stragglers(int64_t iter) {
   std::vector<double> per_rank;
   for (const Heartbeat& b : watchdog_->read_all()) per_rank.push_back(b.missing ? 0 : b.window_ms);
   for (const StragglerFinding& f : find_stragglers(per_rank, cfg_.straggler_factor))
-    event(iter, "straggler",
-          fmt::format(
-              "rank {}: {:.1f} ms of own work per step (to its first collective) vs median {:.1f} ms (score "
-              "{:.2f})",
-              f.rank, f.step_ms, f.median_ms, f.score),
-          f.score);
+    event(
+        iter, "straggler",
+        fmt::format(
+            "rank {}: {:.1f} ms of own work per step (its compute, not its waits for collectives) vs median "
+            "{:.1f} ms (score {:.2f})",
+            f.rank, f.step_ms, f.median_ms, f.score),
+        f.score);
 }
 
 void RunMonitor::event(int64_t iter, const std::string& kind, const std::string& detail, double value) {

@@ -120,6 +120,13 @@ void DataParallel::reduce_region(int r) {
   }
 }
 
+void DataParallel::compute_waits_for(const std::shared_ptr<StreamEvent>& e) {
+  if (marks_ && e)
+    marks_->wait(e);
+  else
+    stream_wait(compute_, e);
+}
+
 void DataParallel::finish_grads() {
   if (cfg_.emulate) return;
   if (!cfg_.fsdp()) {
@@ -129,7 +136,7 @@ void DataParallel::finish_grads() {
   } else if (cfg_.dp_replicate > 1) {
     group("dp_replicate").all_reduce(params_.grad_flat(), ReduceOp::kSum, comm_, "hsdp grad shards");
   }
-  stream_wait(compute_, StreamEvent::record(comm_));
+  compute_waits_for(StreamEvent::record(comm_));
 }
 
 double DataParallel::grad_norm() {
@@ -212,7 +219,7 @@ void DataParallel::step(AdamW& opt, double lr, float grad_scale) {
     pending_[r] = StreamEvent::record(comm_);
   }
   if (!cfg_.overlap_param_gather) {
-    stream_wait(compute_, StreamEvent::record(comm_));
+    compute_waits_for(StreamEvent::record(comm_));
     std::fill(pending_.begin(), pending_.end(), nullptr);
   }
 }
@@ -313,7 +320,7 @@ void DataParallel::use(int r, bool with_grad) {
     params_.attach_region(r, g.params, g.grads);
     return;
   }
-  stream_wait(compute_, g.ready);
+  compute_waits_for(g.ready);
   params_.attach_region(r, g.params, g.grads);
   g.attached = true;
 }
@@ -343,7 +350,7 @@ void DataParallel::before_forward(int r) {
   if (cfg_.emulate) return;
   if (cfg_.zero1()) {
     if (pending_[r]) {
-      stream_wait(compute_, pending_[r]);
+      compute_waits_for(pending_[r]);
       pending_[r] = nullptr;
     }
     return;

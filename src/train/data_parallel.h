@@ -23,6 +23,7 @@
 #include "parallel/process_groups.h"
 #include "train/dp_streams.h"
 #include "train/optimizer.h"
+#include "train/step_marks.h"
 
 namespace primus {
 
@@ -58,6 +59,9 @@ class DataParallel : public ParamHooks {
 
   const DpConfig& config() const { return cfg_; }
   const Stream& comm_stream() const { return comm_; }
+  // The compute stream's waits for collectives go through `marks` (timed, for the straggler measure);
+  // nullptr = plain waits. Not owned.
+  void set_step_marks(CudaStepMarks* marks) { marks_ = marks; }
 
   // Training step protocol: begin_step, per micro-batch begin_micro + forward_backward, finish_grads,
   // grad_norm, step.
@@ -101,6 +105,8 @@ class DataParallel : public ParamHooks {
   ParamStore& params_;
   const parallel::ProcessGroups* groups_;
   Stream compute_, comm_;
+  CudaStepMarks* marks_ = nullptr;
+  void compute_waits_for(const std::shared_ptr<StreamEvent>& e);  // through marks_ when set
   bool training_ = true;
   bool last_micro_ = true;
   std::vector<bool> reduced_;                          // DDP/ZeRO: region reduced this step

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -85,6 +86,14 @@ FaultInjection FaultInjection::from_env() {
     f.spike_factor = std::stod(s.substr(a + 1));
     log::warn("test hook: PRIMUS_INJECT_LOSS_SPIKE multiplies the loss of iteration {} by {}", *f.spike_iter,
               f.spike_factor);
+  }
+  if (const char* v = std::getenv("PRIMUS_INJECT_SLOW_GPU"); v && *v) {
+    if (std::sscanf(v, "%ld:%d", &f.slow_gpu_rank, &f.slow_gpu_sms) != 2 || f.slow_gpu_rank < 0 ||
+        f.slow_gpu_sms < 1)
+      throw ConfigError(
+          fmt::format("environment: PRIMUS_INJECT_SLOW_GPU='{}' (expected <rank>:<SMs>, SMs >= 1)", v));
+    log::warn("test hook: PRIMUS_INJECT_SLOW_GPU leaves {} SMs idle in rank {}'s GEMMs", f.slow_gpu_sms,
+              f.slow_gpu_rank);
   }
   return f;
 }

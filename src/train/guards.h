@@ -58,6 +58,11 @@ struct FaultInjection {
   // PRIMUS_INJECT_LOSS_SPIKE="<iteration>:<factor>": the step's loss is reported multiplied by factor.
   std::optional<int64_t> spike_iter;
   double spike_factor = 1;
+  // PRIMUS_INJECT_SLOW_GPU="<rank>:<SMs>": that rank's GEMMs leave <SMs> SMs idle for the whole run
+  // (cuBLASLt's SM count target), a GPU that computes slower than its peers (straggler drills on GPUs;
+  // data-parallel runs, where no overlapped update sets the target).
+  int64_t slow_gpu_rank = -1;
+  int slow_gpu_sms = 0;
   static FaultInjection from_env();
   // Writes the NaN when `iter` is the injection iteration.
   void maybe_poison_grad(int64_t iter, ParamStore& params, const Stream& s) const;

@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
+#include "ops/gemm.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
 #include "safe/run_monitor.h"
@@ -73,6 +74,8 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,
                                            decay_iters, cfg.optim.lr_decay_style);
   inject_ = FaultInjection::from_env();
+  if (inject_.slow_gpu_rank == world_rank_ && stream_.device.is_cuda())
+    ops::reserve_gemm_sms(stream_, inject_.slow_gpu_sms);
   // Checkpoint or HF weights (auto_continue_train / load): sets the start iteration and data position.
   resume_or_start();
   consumed_ = start_consumed_;
@@ -93,6 +96,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   if (stream_.device.is_cuda()) {
     step_marks_ = std::make_unique<CudaStepMarks>(stream_);
     monitor_->set_step_marks(step_marks_.get());
+    if (dp_) dp_->set_step_marks(step_marks_.get());
   }
   log::info("model: {} ({:.2f}M parameters, {:.2f} GFLOP/token)", spec.describe(),
             params_->parameter_count() / 1e6, flops_per_token_ / 1e9);
