@@ -1,8 +1,8 @@
 #pragma once
-// Straggler detection: each rank's recent step time against the median over ranks. A rank is a straggler
-// when its time >= factor x the median (its score, median / time, is then <= 1 / factor; NVRx's convention:
-// 0.5 = twice as slow). Step times are medians over a window, so one slow step (a checkpoint, a GC pause)
-// does not flag a rank.
+// Straggler detection: each rank's recent step time against the median over the other ranks. A rank is a
+// straggler when its time >= factor x that median (its score, median / time, is then <= 1 / factor; NVRx's
+// convention: 0.5 = twice as slow). Step times are medians over a window, so one slow step (a checkpoint, a
+// GC pause) does not flag a rank.
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -16,9 +16,9 @@ struct StragglerFinding {
   double score = 1;  // median / step_ms
 };
 
-// Ranks whose time is >= factor x the median of `per_rank_ms` and at least min_excess_ms above it (entries <=
-// 0 are missing ranks, ignored). The floor keeps a ratio of tiny times from flagging noise: 2.9 vs 2.3 ms
-// (score 0.78) was flagged on four H200s in a 237 ms step.
+// Ranks whose time is >= factor x the median of the other ranks' times and at least min_excess_ms above it
+// (entries <= 0 are missing ranks, ignored). The floor keeps a ratio of tiny times from flagging noise: 2.9
+// vs 2.3 ms (score 0.78) was flagged on four H200s in a 237 ms step.
 constexpr double kStragglerMinExcessMs = 1.0;
 std::vector<StragglerFinding> find_stragglers(const std::vector<double>& per_rank_ms, double factor,
                                               double min_excess_ms = kStragglerMinExcessMs);
