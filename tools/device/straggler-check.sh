@@ -35,6 +35,9 @@ for mode in ddp fsdp; do
     echo "== $name rc=$?: $(grep -E "done:" "$work/$name.log" | tail -1)" | tee -a "$summary"
     grep -E "straggler" "$work/$name.log" | tail -4 | tee -a "$summary"
     cp "/tmp/st-ws/bench/dev/$name/events.jsonl" "$work/$name.events.jsonl" 2>/dev/null
+    for hb in /tmp/st-ws/bench/dev/$name/heartbeat/*; do  # each rank's own-work median at the end
+      echo "   $(basename "$hb"): $(python3 -c 'import json,sys; b=json.load(open(sys.argv[1])); print("own work", round(b.get("window_ms", 0), 1), "ms")' "$hb" 2>/dev/null)" | tee -a "$summary"
+    done
     n=$(grep -c '"straggler"' "$work/$name.events.jsonl" 2>/dev/null)
     echo "   straggler events: ${n:-0}" | tee -a "$summary"
   done
