@@ -103,7 +103,7 @@ class HangWatchdog {
   Heartbeat beat_;
   bool dirty_ = true;
   StepWindow window_{20};          // step wall times (the timeout)
-  StepWindow compute_window_{20};  // time to the first collective (stragglers)
+  StepWindow compute_window_{20};  // own work per step (stragglers): device marks, else host times
   double step_start_ = 0;          // steady seconds
   double first_collective_ = -1;   // steady seconds of the step's first collective, -1 none yet
   double last_progress_ = 0;       // steady seconds
