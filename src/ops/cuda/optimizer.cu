@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <initializer_list>
 #include <type_traits>
 
@@ -32,9 +31,11 @@ using detail::AdamCoeffs;
 // P = the param_copy element type (bf16 or float), or void for none. N = elements per thread (4, or 1 when a
 // pointer is not 16-byte aligned); the last thread handles a partial group element by element.
 template <int N, typename P>
-__device__ __forceinline__ void adamw_group(float* __restrict__ master, const float* __restrict__ grad,
-                                            float* __restrict__ m, float* __restrict__ v,
-                                            P* __restrict__ copy, int64_t n, AdamCoeffs c, int64_t i0) {
+__global__ void adamw_kernel(float* __restrict__ master, const float* __restrict__ grad,
+                             float* __restrict__ m, float* __restrict__ v, P* __restrict__ copy, int64_t n,
+                             AdamCoeffs c) {
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+  if (i0 >= n) return;
   if (i0 + N <= n) {
     Vec<float, N> w = load_vec<float, N>(master + i0), g = load_vec<float, N>(grad + i0);
     Vec<float, N> mv = load_vec<float, N>(m + i0), vv = load_vec<float, N>(v + i0);
@@ -59,31 +60,6 @@ __device__ __forceinline__ void adamw_group(float* __restrict__ master, const fl
       if constexpr (!std::is_void_v<P>) copy[i] = detail::from_f32<P>(w);
     }
   }
-}
-
-// Each block covers `groups` consecutive runs of blockDim x N elements (thread t takes group t of each run,
-// so every load stays coalesced).
-template <int N, typename P>
-__global__ void adamw_kernel(float* __restrict__ master, const float* __restrict__ grad,
-                             float* __restrict__ m, float* __restrict__ v, P* __restrict__ copy, int64_t n,
-                             AdamCoeffs c, int groups) {
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x * N * groups;
-  for (int k = 0; k < groups; ++k) {
-    const int64_t i0 = base + (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * N;
-    if (i0 >= n) return;
-    adamw_group<N, P>(master, grad, m, v, copy, n, c, i0);
-  }
-}
-
-// Element groups per thread of the AdamW kernel (PRIMUS_ADAMW_GROUPS, default 1). Longer blocks spend less of
-// their life being scheduled, which matters when the update runs on the few SMs the forward leaves it.
-int adamw_groups_per_thread() {
-  static const int g = [] {
-    const char* e = std::getenv("PRIMUS_ADAMW_GROUPS");
-    const int v = e && *e ? std::atoi(e) : 1;
-    return std::clamp(v, 1, 64);
-  }();
-  return g;
 }
 
 constexpr int kSumBlock = 256;
@@ -173,8 +149,7 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
           (reinterpret_cast<uintptr_t>(param_copy->data_ptr()) % (4 * dtype_size(param_copy->dtype())) == 0);
   constexpr int kBlock = 256;
   const int per_thread = vec ? 4 : 1;
-  const int groups = adamw_groups_per_thread();
-  const int64_t grid = ceil_div<int64_t>(ceil_div<int64_t>(n, per_thread), int64_t{kBlock} * groups);
+  const int64_t grid = ceil_div<int64_t>(ceil_div<int64_t>(n, per_thread), kBlock);
   PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} elements)", op, n);
   const dim3 g(static_cast<unsigned>(grid));
   cudaStream_t cs = cuda_stream(s);
@@ -182,12 +157,12 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   const float* gp = grad.data<float>();
   auto run = [&]<int N>() {
     if (!write_copy) {
-      adamw_kernel<N, void><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, nullptr, n, c, groups);
+      adamw_kernel<N, void><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, nullptr, n, c);
     } else if (param_copy->dtype() == DType::kBF16) {
       adamw_kernel<N, bf16>
-          <<<g, kBlock, 0, cs>>>(w, gp, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c, groups);
+          <<<g, kBlock, 0, cs>>>(w, gp, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
     } else {
-      adamw_kernel<N, float><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, param_copy->data<float>(), n, c, groups);
+      adamw_kernel<N, float><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, param_copy->data<float>(), n, c);
     }
     PRIMUS_CUDA_CHECK_LAUNCH();
   };
