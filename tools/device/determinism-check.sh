@@ -5,7 +5,7 @@
 #   (b) each anchor workload (20 steps) twice with the default settings and twice with deterministic_mode:
 #       per-step loss and gradient norm compared between the two runs of each pair (bitwise, from
 #       metrics.jsonl), and the median step time of each run.
-# Usage (repo root on the GPU machine): tools/device/determinism-check.sh BIN_DIR
+# Usage (repo root on the GPU machine): [NPROC=2 EXTRA="..."] [WORKLOADS="..."] tools/device/determinism-check.sh BIN_DIR
 set -uo pipefail
 bin=${1:?usage: determinism-check.sh BIN_DIR}
 final=${OUT:-/tmp/determinism}
@@ -24,11 +24,17 @@ if [ -x "$bin/primus_gpu_tests" ]; then
   grep -E "attn_determ|FAIL|passed|failed" "$work/gpu_tests.txt" | tail -30 | tee -a "$summary"
 fi
 
+# NPROC=2 runs every workload on two GPUs through `primus launch` (EXTRA: more arguments for every run, e.g.
+# "--num_layers 4 --global_batch_size 16 --overlap_grad_reduce true").
+launcher=()
+[ "${NPROC:-1}" -gt 1 ] && launcher=(launch --nproc-per-node "$NPROC" --master-port 0 --)
+export NCCL_NVLS_ENABLE=0
 run() {  # name workload extra-args...
   local name=$1 w=$2
   shift 2
-  PRIMUS_EXP_NAME=$name timeout 150 "$bin/primus" train pretrain --config "configs/examples/megatron/$w.yaml" \
-    --device cuda "$@" > "$work/$name.log" 2>&1
+  # shellcheck disable=SC2086
+  PRIMUS_EXP_NAME=$name timeout 150 "$bin/primus" "${launcher[@]}" train pretrain \
+    --config "configs/examples/megatron/$w.yaml" --device cuda ${EXTRA:-} "$@" > "$work/$name.log" 2>&1
   echo "== $name ($*) rc=$?: $(grep -E "done:" "$work/$name.log" | tail -1)" | tee -a "$summary"
   cp "/tmp/det-ws/bench/dev/$name/metrics.jsonl" "$work/$name.jsonl" 2>/dev/null
 }
