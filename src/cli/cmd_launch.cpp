@@ -6,23 +6,11 @@
 
 #include "cli/cli_context.h"
 #include "core/device.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "parallel/launcher.h"
 
 namespace primus::cli {
-
-namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end != '\0') throw ConfigError(fmt::format("environment: {}='{}' is not an integer", name, v));
-  return static_cast<int>(x);
-}
-
-}  // namespace
 
 void attach_launch(CLI::App& root, CliContext& ctx) {
   auto o = std::make_shared<parallel::LaunchOptions>();

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
@@ -18,17 +17,6 @@ namespace {
 // 235 / 234 / 237 / 238 ms on the 1B shape (serial update 239) and 137 / 135 / 135 / 140 ms on 8B-4L
 // (serial 142).
 constexpr int kDefaultSmReserve = 24;
-
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi)
-    throw ConfigError(std::string(name) + "='" + v + "' (expected an integer from " + std::to_string(lo) +
-                      " to " + std::to_string(hi) + ")");
-  return static_cast<int>(x);
-}
 }  // namespace
 
 bool overlap_update_enabled() {

@@ -28,6 +28,7 @@
 
 #include "core/cuda_check.h"
 #include "core/device.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/cudnn_backend.h"
@@ -262,8 +263,7 @@ Key make_key(const AttentionShape& s, bool backward, int device) {
 // PRIMUS_CUDNN_AUTOTUNE: 0/unset = the heuristic's first plan; 1 = time the heuristic's plans on the first
 // call; 2 = also time knob variants of the best heuristic engine (one knob at a time).
 int autotune_level() {
-  const char* e = std::getenv("PRIMUS_CUDNN_AUTOTUNE");
-  return e && *e ? std::atoi(e) : 0;
+  return env_int("PRIMUS_CUDNN_AUTOTUNE", 0, 0, 2);
 }
 
 std::shared_ptr<Entry> build_entry(const Key& key, const AttentionShape& s) {
