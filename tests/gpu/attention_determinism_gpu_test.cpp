@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "gpu/attention_test_util.h"
+#include "gpu/fused_test_util.h"
 #include "gpu/gpu_test.h"
 #include "ops/attention.h"
 #include "ops/cuda/attention_backend.h"
@@ -27,40 +27,19 @@ struct Case {
   bool reference;  // also against the CPU reference (small shapes only)
 };
 
-void record(Context& ctx, const std::string& name, double rel_err, double tol, const std::string& note = {}) {
-  CaseResult r;
-  r.family = kFamily;
-  r.name = name;
-  r.rel_err = rel_err;
-  r.tol = tol;
-  r.note = note;
-  ctx.results.push_back(r);
-}
-
-std::vector<uint16_t> raw_bits(Context& ctx, const Tensor& bf16) {
-  stream_sync(ctx.stream);
-  Tensor host = bf16.to(Stream::cpu());
-  std::vector<uint16_t> v(static_cast<size_t>(host.numel()));
-  std::memcpy(v.data(), host.data_ptr(), v.size() * sizeof(uint16_t));
-  return v;
-}
-
 // Runs the backward `runs` times; returns how many results differ bitwise from the first, and the first.
 int differing_runs(Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                    const AttentionShape& s, int runs, Tensor* first) {
   const int64_t w = (s.heads + 2 * s.kv_heads) * s.head_dim;
-  std::vector<uint16_t> ref;
   int differ = 0;
   for (int i = 0; i < runs; ++i) {
     Tensor dqkv = ctx.poisoned({s.batch, s.seq, w}, DType::kBF16);
     ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream);
-    std::vector<uint16_t> bits = raw_bits(ctx, dqkv);
-    if (i == 0) {
-      ref = std::move(bits);
+    stream_sync(ctx.stream);
+    if (i == 0)
       *first = dqkv;
-    } else if (bits != ref) {
+    else if (!fused::bitwise_equal(*first, dqkv))
       ++differ;
-    }
   }
   return differ;
 }
@@ -82,14 +61,15 @@ void run_case(Context& ctx, const Case& c) {
   const std::string fast_backend = ops::cuda::attention_backend_for(s, true);
   const int fast_differ = differing_runs(ctx, dout, qkv, out, lse, s, kRuns, &fast);
   // Information, not a requirement: the default backward is allowed to differ run to run.
-  record(ctx, fmt::format("default bwd ({}) {}", fast_backend, tag), 0, 1,
-         fmt::format("{} of {} repeats differ bitwise from the first", fast_differ, kRuns - 1));
+  ctx.record(kFamily, fmt::format("default bwd ({}) {}", fast_backend, tag), 0, 1,
+             fmt::format("{} of {} repeats differ bitwise from the first", fast_differ, kRuns - 1));
 
   ops::set_deterministic_attention(true);
   const std::string det_backend = ops::cuda::attention_backend_for(s, true);
   const int det_differ = differing_runs(ctx, dout, qkv, out, lse, s, kRuns, &det);
-  record(ctx, fmt::format("deterministic bwd ({}) repeats {}", det_backend, tag),
-         det_differ == 0 ? 0 : INFINITY, 0, fmt::format("{} of {} repeats differ", det_differ, kRuns - 1));
+  ctx.record(kFamily, fmt::format("deterministic bwd ({}) repeats {}", det_backend, tag),
+             det_differ == 0 ? 0 : INFINITY, 0,
+             fmt::format("{} of {} repeats differ", det_differ, kRuns - 1));
   // Both compute the same gradient; they differ only in summation order.
   ctx.check(kFamily, "deterministic ~ default dqkv " + tag, det, ctx.to_cpu_f32(fast), kTolBF16);
   if (c.reference)
@@ -131,8 +111,8 @@ PRIMUS_GPU_TEST(attn_determinism) {
       primus::gputest::run_case(ctx, c);
     } catch (const std::exception& e) {
       primus::ops::set_deterministic_attention(false);
-      primus::gputest::record(ctx, fmt::format("B{} T{} D{} (exception)", c.b, c.t, c.d), INFINITY, 0,
-                              e.what());
+      ctx.record(primus::gputest::kFamily, fmt::format("B{} T{} D{} (exception)", c.b, c.t, c.d), INFINITY, 0,
+                 e.what());
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include "bench/attention_bench.h"
 #include "gpu/attention_test_util.h"
+#include "gpu/fused_test_util.h"
 #include "gpu/gpu_test.h"
 #include "ops/cpu/attention_cpu.h"
 #include "ops/cuda/attention_backend.h"
@@ -56,23 +57,11 @@ bool cudnn_expected(const Case& c, bool backward) {
 }
 
 void record_skip(Context& ctx, const std::string& name, const std::string& why) {
-  CaseResult r;
-  r.family = "attention";
-  r.name = name;
-  r.rel_err = 0;
-  r.tol = 1;
-  r.note = "skipped: " + why;
-  ctx.results.push_back(r);
+  ctx.record("attention", name, 0, 1, "skipped: " + why);
 }
 
 void record_fail(Context& ctx, const std::string& name, const std::string& why) {
-  CaseResult r;
-  r.family = "attention";
-  r.name = name;
-  r.rel_err = INFINITY;
-  r.tol = kTolBF16;
-  r.note = why;
-  ctx.results.push_back(r);
+  ctx.record("attention", name, INFINITY, kTolBF16, why);
 }
 
 // Gradient check with a floor under the reference norm: ||gpu - ref|| / max(||ref||, 1e-3 sqrt(n)). Some
@@ -150,13 +139,7 @@ void run_case(Context& ctx, const Case& c) {
       Tensor again = ctx.poisoned({c.b, c.t, w}, DType::kBF16);
       ops::cuda::attention_backward(dout, qkv, out, lse, s, again, ctx.stream);
       stream_sync(ctx.stream);
-      std::vector<float> a = got.to_vector<float>(), b2 = ctx.to_cpu_f32(again).to_vector<float>();
-      CaseResult r;
-      r.family = "attention";
-      r.name = "bwd determinism " + tag;
-      r.tol = 0;
-      r.rel_err = std::memcmp(a.data(), b2.data(), a.size() * sizeof(float)) == 0 ? 0.0 : INFINITY;
-      ctx.results.push_back(r);
+      fused::check_true(ctx, "attention", "bwd determinism " + tag, fused::bitwise_equal(dqkv, again));
     }
   }
   ops::cuda::set_attention_backend(AttentionBackend::kAuto);

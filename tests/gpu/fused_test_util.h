@@ -65,13 +65,7 @@ inline void set_rate(Context& ctx, double ms, double bytes) {
 // Records a pass/fail case with no numeric error (0 when ok, +inf when not).
 inline void check_true(Context& ctx, const std::string& family, const std::string& name, bool ok,
                        const std::string& note = {}) {
-  CaseResult r;
-  r.family = family;
-  r.name = name;
-  r.tol = 0;
-  r.rel_err = ok ? 0.0 : INFINITY;
-  r.note = note;
-  ctx.results.push_back(r);
+  ctx.record(family, name, ok ? 0.0 : INFINITY, 0, note);
 }
 
 // Bitwise equality of two tensors (any devices; the caller synchronises the stream that wrote them).

@@ -43,6 +43,9 @@ struct Context {
   // Records ||gpu - ref|| / ||ref|| (both converted to f64 on the host). Returns the relative error.
   double check(const std::string& family, const std::string& name, const Tensor& gpu, const Tensor& ref,
                double tol, const std::string& note = {});
+  // Records a case whose error the caller computed (a scalar check, a pass/fail as 0 / +inf, a skip).
+  void record(const std::string& family, const std::string& name, double rel_err, double tol,
+              const std::string& note = {});
   // Times fn (already warmed up once by the caller or not) with CUDA events: median of `iters` runs, in ms.
   double time_ms(const std::function<void()>& fn, int warmup = 3, int iters = 10);
 };

@@ -94,6 +94,17 @@ double Context::check(const std::string& family, const std::string& name, const 
   return r.rel_err;
 }
 
+void Context::record(const std::string& family, const std::string& name, double rel_err, double tol,
+                     const std::string& note) {
+  CaseResult r;
+  r.family = family;
+  r.name = name;
+  r.rel_err = rel_err;
+  r.tol = tol;
+  r.note = note;
+  results.push_back(r);
+}
+
 double Context::time_ms(const std::function<void()>& fn, int warmup, int iters) {
   return bench::time_runs([&](int) { fn(); }, warmup, iters, stream).median_ms;
 }

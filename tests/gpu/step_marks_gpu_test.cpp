@@ -16,16 +16,6 @@ namespace {
 
 constexpr const char* kFamily = "step_marks";
 
-void record(Context& ctx, const std::string& name, double rel_err, double tol, const std::string& note) {
-  CaseResult r;
-  r.family = kFamily;
-  r.name = name;
-  r.rel_err = rel_err;
-  r.tol = tol;
-  r.note = note;
-  ctx.results.push_back(r);
-}
-
 void run(Context& ctx) {
   const int64_t n = 4096;
   Tensor a = ctx.to_gpu(ctx.randn_cpu({n, n}, DType::kBF16), DType::kBF16);
@@ -58,11 +48,12 @@ void run(Context& ctx) {
   const double own = marks.own_ms();
   const double span = StreamEvent::elapsed_ms(t0.get(), end.get());
   const double rel = std::fabs(own - alone_ms) / alone_ms;
-  record(ctx, "own work excludes the wait", std::isfinite(own) ? rel : INFINITY, 0.25,
-         fmt::format("own {:.3f} ms, compute alone {:.3f} ms", own, alone_ms));
+  ctx.record(kFamily, "own work excludes the wait", std::isfinite(own) ? rel : INFINITY, 0.25,
+             fmt::format("own {:.3f} ms, compute alone {:.3f} ms", own, alone_ms));
   // The wait was real: the step's whole span holds the other stream's longer work too.
-  record(ctx, "the step's span includes the wait", std::isfinite(span) && span > 2 * own ? 0 : INFINITY, 0,
-         fmt::format("span {:.3f} ms vs own {:.3f} ms", span, own));
+  ctx.record(kFamily, "the step's span includes the wait",
+             std::isfinite(span) && span > 2 * own ? 0 : INFINITY, 0,
+             fmt::format("span {:.3f} ms vs own {:.3f} ms", span, own));
 
   // No wait went through the marks: the measure is the span from the start to the first collective.
   CudaStepMarks plain(ctx.stream);
@@ -72,9 +63,9 @@ void run(Context& ctx) {
   stream_sync(ctx.stream);
   const double first_only = plain.own_ms();
   const double expect = alone_ms * kBefore / (kBefore + kAfter);
-  record(ctx, "no wait: start to first collective",
-         std::isfinite(first_only) ? std::fabs(first_only - expect) / expect : INFINITY, 0.25,
-         fmt::format("{:.3f} ms, expected ~{:.3f}", first_only, expect));
+  ctx.record(kFamily, "no wait: start to first collective",
+             std::isfinite(first_only) ? std::fabs(first_only - expect) / expect : INFINITY, 0.25,
+             fmt::format("{:.3f} ms, expected ~{:.3f}", first_only, expect));
 }
 
 }  // namespace
