@@ -12,6 +12,7 @@ packages=(
   python3 python3-numpy
   sentencepiece
   clang-format
+  ccache
 )
 
 # node + npm run the tokenizer reference test (tools/tokenizer_ref); a machine with NodeSource's nodejs (which
