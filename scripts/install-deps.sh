@@ -13,6 +13,7 @@ packages=(
   sentencepiece
   clang-format
   ccache
+  clang libclang-rt-14-dev
 )
 
 # node + npm run the tokenizer reference test (tools/tokenizer_ref); a machine with NodeSource's nodejs (which
