@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "config/dialect_tensorboard.h"
 #include "config/load_config.h"
 #include "config/vocab.h"
 #include "core/error.h"
@@ -320,7 +321,7 @@ void map_megatron(ResolvedConfig& rc) {
   l.log_avg_reset_interval = k.i("log_avg_reset_interval");
   l.eval_interval = k.is_null("eval_interval") ? 0 : k.i("eval_interval");
   l.eval_iters = k.i("eval_iters");
-  l.tensorboard = !k.b("disable_tensorboard");
+  map_tensorboard_megatron(k, l.tensorboard);
 }
 
 }  // namespace primus::config

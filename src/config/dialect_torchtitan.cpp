@@ -4,8 +4,10 @@
 
 #include <type_traits>
 
+#include "config/dialect_tensorboard.h"
 #include "config/did_you_mean.h"
 #include "config/load_config.h"
+#include "config/not_supported.h"
 #include "config/torchtitan_flavors.h"
 #include "config/vocab.h"
 #include "core/error.h"
@@ -196,7 +198,7 @@ void map_torchtitan(ResolvedConfig& rc) {
 
   // Logging.
   t.logging.log_interval = k.i("metrics.log_freq");
-  t.logging.tensorboard = k.b("metrics.enable_tensorboard");
+  map_tensorboard_torchtitan(k, t.logging.tensorboard);
   t.logging.eval_interval = 0;
   t.logging.eval_iters = 0;
 }

@@ -75,22 +75,31 @@ void add_megatron_logging_keys(KeyTable& t) {
   t.add(impl("log_avg_reset_interval", kI, "10", "Primus: restart the timing average every this many lines")
             .non_null()
             .check(positive()));
-  t.add(impl("disable_tensorboard", kB, "true", "Primus: no TensorBoard event files"));
-  t.add(noeff("tensorboard_dir", kS, "null", "TensorBoard files always go to the run directory",
-              "TensorBoard directory"));
+  // TensorBoard (docs/metrics.md; src/config/dialect_tensorboard.cpp, src/train/tensorboard_sink.cpp).
+  t.add(impl("disable_tensorboard", kB, "true",
+             "Primus: no TensorBoard event files (false: {run directory}/tensorboard)"));
+  t.add(
+      impl("tensorboard_dir", kS, "null", "TensorBoard directory (set: event files go there, as Megatron)"));
+  t.add(impl("tensorboard_log_interval", kI, "1", "TensorBoard step scalars every this many iterations")
+            .non_null()
+            .check(positive()));
+  t.add(
+      impl("tensorboard_queue_size", kI, "1000", "TensorBoard records held before a write (and every 120 s)")
+          .non_null()
+          .check(positive()));
+  t.add(impl("log_timers_to_tensorboard", kB, "false", "iteration-time (and throughput) to TensorBoard"));
+  t.add(impl("log_batch_size_to_tensorboard", kB, "false", "batch size to TensorBoard"));
+  t.add(impl("log_learning_rate_to_tensorboard", kB, "true", "learning rate to TensorBoard"));
+  t.add(impl("log_validation_ppl_to_tensorboard", kB, "false", "validation perplexity to TensorBoard"));
+  t.add(impl("log_memory_to_tensorboard", kB, "false", "peak device memory to TensorBoard"));
+  t.add(impl("log_world_size_to_tensorboard", kB, "false", "world size to TensorBoard"));
+  t.add(impl("log_loss_scale_to_tensorboard", kB, "true", "loss scale to TensorBoard (BF16: 1)"));
+  t.add(impl("log_throughput", kB, "false",
+             "TFLOP/s, tokens/s and MFU to TensorBoard with log_timers_to_tensorboard (the log line always "
+             "shows them)"));
   add_all(t, kWhyLogExtra,
-          {{"tensorboard_log_interval", kI, "1", "TensorBoard write interval"},
-           {"tensorboard_queue_size", kI, "1000", "TensorBoard queue"},
-           {"log_timers_to_tensorboard", kB, "false", "timers to TensorBoard"},
-           {"log_batch_size_to_tensorboard", kB, "false", "batch size to TensorBoard"},
-           {"log_learning_rate_to_tensorboard", kB, "true", "learning rate to TensorBoard"},
-           {"log_validation_ppl_to_tensorboard", kB, "false", "validation perplexity to TensorBoard"},
-           {"log_memory_to_tensorboard", kB, "false", "memory to TensorBoard"},
-           {"log_world_size_to_tensorboard", kB, "false", "world size to TensorBoard"},
-           {"log_loss_scale_to_tensorboard", kB, "true", "loss scale to TensorBoard"},
-           {"log_params_norm", kB, "false", "log the parameter norm"},
+          {{"log_params_norm", kB, "false", "log the parameter norm"},
            {"log_num_zeros_in_grad", kB, "false", "log zero gradients"},
-           {"log_throughput", kB, "false", "log throughput"},
            {"wall_clock_step_timer", kB, "false", "wall-clock step timer"},
            {"log_progress", kB, "false", "write progress.txt"},
            {"timing_log_level", kI, "0", "timer detail level"},

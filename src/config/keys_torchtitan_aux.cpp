@@ -17,9 +17,9 @@ void add_torchtitan_aux_keys(KeyTable& t) {
   t.add(impl("metrics.log_freq", kI, "10", "print a log line every this many steps")
             .non_null()
             .check(positive()));
-  t.add(impl("metrics.enable_tensorboard", kB, "false", "write TensorBoard event files"));
-  t.add(noeff("metrics.save_tb_folder", kS, "tb", "TensorBoard files always go to the run directory",
-              "TB folder"));
+  t.add(impl("metrics.enable_tensorboard", kB, "false",
+             "write TensorBoard event files (every log_freq steps)"));
+  t.add(impl("metrics.save_tb_folder", kS, "tb", "TensorBoard folder inside the run directory"));
   t.add(noeff("metrics.enable_wandb", kB, "false", kWhyTracking, "W&B logging"));
   t.add(noeff("metrics.disable_color_printing", kB, "false", "log lines are plain text", "no colours"));
   t.add(noeff("metrics.save_for_all_ranks", kB, "false", kWhyLogExtra, "metrics from every rank"));

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "config/run_names.h"
 #include "config/yaml_scalar.h"
 #include "core/error.h"
 
@@ -62,6 +63,10 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
   t.run.user_name = rc.info.user_name;
   t.run.exp_name = rc.info.exp_name;
   t.run.workspace = rc.info.workspace;
+  check_workspace(rc.info.workspace, rc.info.workspace_origin.str());
+  check_run_name("work_group", rc.info.work_group, rc.info.work_group_origin.str());
+  check_run_name("user_name", rc.info.user_name, rc.info.user_name_origin.str());
+  check_run_name("exp_name", rc.info.exp_name, rc.info.exp_name_origin.str());
   t.run.framework = rc.info.framework;
   t.run.config_file = rc.info.path;
 

@@ -120,13 +120,31 @@ struct GuardConfig {
   double spiky_loss_factor = 10.0;         // spike: loss >= factor x the max of the last 100 accepted losses
 };
 
+// TensorBoard event files (src/train/tensorboard_sink.h, docs/metrics.md).
+struct TensorBoardConfig {
+  bool enabled = false;
+  std::string dir;                     // tensorboard_dir; "" = {run directory}/{subdir}
+  std::string subdir = "tensorboard";  // Primus's layout; TorchTitan: metrics.save_tb_folder
+  std::string tags = "megatron";       // tag names: megatron | torchtitan
+  int64_t log_interval = 1;            // step scalars every this many iterations
+  int64_t queue_size = 1000;           // records held before a write (also written every 120 s and at exit)
+  bool learning_rate = true;           // log_learning_rate_to_tensorboard
+  bool loss_scale = true;              // log_loss_scale_to_tensorboard (BF16: always 1)
+  bool batch_size = false;             // log_batch_size_to_tensorboard
+  bool world_size = false;             // log_world_size_to_tensorboard
+  bool memory = false;                 // log_memory_to_tensorboard
+  bool timers = false;                 // log_timers_to_tensorboard: iteration-time
+  bool throughput = false;             // log_throughput: TFLOP/s, tokens/s, MFU (with timers, as Megatron)
+  bool validation_ppl = false;         // log_validation_ppl_to_tensorboard
+};
+
 struct LoggingConfig {
   int64_t log_interval = 1;
   int64_t log_avg_skip_iterations = 2;
   int64_t log_avg_reset_interval = 50;
   int64_t eval_interval = 0;  // 0 = no evaluation
   int64_t eval_iters = 0;
-  bool tensorboard = false;
+  TensorBoardConfig tensorboard;
 };
 
 // Profiling and in-flight monitors (src/profile, src/safe; docs/stability.md).

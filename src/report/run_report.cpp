@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "report/svg_plot.h"
+#include "train/metrics.h"
 
 namespace primus::report {
 
@@ -17,20 +18,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Records of a JSONL file (train/metrics.h): an unterminated last line (a run still writing it, or torn by a
+// kill) is left out silently; a malformed complete line is skipped with a warning.
 void read_jsonl(const std::string& path, RunData& run, std::vector<nlohmann::json>* all) {
-  std::ifstream f(path);
-  std::string line;
-  int64_t n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      run.warnings.push_back(fmt::format("{} line {}: not a JSON object (skipped)", path, n));
-      continue;
-    }
-    all->push_back(std::move(j));
-  }
+  for (nlohmann::json& j : read_jsonl_records(path, &run.warnings)) all->push_back(std::move(j));
 }
 
 double num(const nlohmann::json& j, const char* key) {

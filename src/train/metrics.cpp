@@ -2,11 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <nlohmann/json.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
 
 namespace primus {
@@ -35,9 +43,22 @@ std::string format_log_line(const StepMetrics& m, bool on_gpu) {
   return s;
 }
 
-JsonlSink::JsonlSink(const std::string& path, bool append)
-    : out_(path, append ? std::ios::app : std::ios::trunc), path_(path) {
-  if (!out_) throw Error(ErrorKind::kRuntime, fmt::format("cannot open metrics file {}", path));
+JsonlSink::JsonlSink(const std::string& path, bool append) : path_(path) {
+  // O_APPEND: every write lands at the end, whole, even if another process truncated or repaired the file.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+  if (fd_ < 0)
+    throw Error(ErrorKind::kRuntime,
+                fmt::format("cannot open metrics file {}: {}", path, std::strerror(errno)));
+}
+
+JsonlSink::~JsonlSink() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void JsonlSink::write_line(const nlohmann::json& j) {
+  std::string line = j.dump();
+  line += '\n';
+  write_whole(fd_, line, path_);
 }
 
 void JsonlSink::write_step(const StepMetrics& m) {
@@ -54,41 +75,92 @@ void JsonlSink::write_step(const StepMetrics& m) {
   j["mem_gb"] = m.mem_gb;
   j["consumed_samples"] = m.consumed_samples;
   if (m.skipped) j["skipped"] = true;
-  out_ << j.dump() << '\n';
-  out_.flush();
+  write_line(j);
 }
 
 void JsonlSink::write_scalar(int64_t step, const std::string& name, double value) {
   nlohmann::json j;
   j["step"] = step;
   j[name] = value;
-  out_ << j.dump() << '\n';
-  out_.flush();
+  write_line(j);
+}
+
+void write_whole(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error(ErrorKind::kRuntime, fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::vector<nlohmann::json> read_jsonl_records(const std::string& path, std::vector<std::string>* skipped) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return out;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int64_t line_no = 0;
+  for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    ++line_no;
+    const std::string_view line(text.data() + pos, nl - pos);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      std::string what = fmt::format("{} line {}: not a JSON object: {:.80}", path, line_no, line);
+      if (skipped == nullptr) throw Error(ErrorKind::kRuntime, what);
+      skipped->push_back(std::move(what));
+      continue;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;  // text after the last '\n' is a line still being written (or torn): not a record yet
+}
+
+int64_t repair_torn_tail(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size == 0) return 0;
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t last_nl = text.rfind('\n');
+  const size_t keep = last_nl == std::string::npos ? 0 : last_nl + 1;
+  if (keep == text.size()) return 0;
+  if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0)
+    throw Error(ErrorKind::kRuntime,
+                fmt::format("cannot cut the torn last line of {}: {}", path, std::strerror(errno)));
+  return static_cast<int64_t>(text.size() - keep);
 }
 
 int64_t truncate_metrics_after(const std::string& path, int64_t iteration) {
+  const int64_t torn = repair_torn_tail(path) > 0 ? 1 : 0;
   std::ifstream in(path);
   if (!in) return 0;
+  // Kept lines are copied as they are (byte-identical).
   std::string line, kept;
-  int64_t dropped = 0;
+  int64_t dropped = 0, line_no = 0;
   while (std::getline(in, line)) {
+    ++line_no;
     if (line.empty()) continue;
-    bool keep = true;
+    nlohmann::json j;
     try {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      keep = !j.contains("step") || j["step"].get<int64_t>() <= iteration;
+      j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception&) {
-      keep = false;  // a torn last line of a killed run
+      // Not a record (a torn line that an older writer continued): dropped, so the resumed file is clean.
+      log::warn("{}:{}: dropped a line that is not a JSON record: {:.80}", path, line_no, line);
+      ++dropped;
+      continue;
     }
-    if (keep) {
+    if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > iteration) {
+      ++dropped;
+    } else {
       kept += line;
       kept += '\n';
-    } else {
-      ++dropped;
     }
   }
   in.close();
-  if (dropped == 0) return 0;
+  if (dropped == 0) return torn;
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -97,7 +169,7 @@ int64_t truncate_metrics_after(const std::string& path, int64_t iteration) {
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error(ErrorKind::kRuntime, fmt::format("cannot replace {}", path));
-  return dropped;
+  return dropped + torn;
 }
 
 }  // namespace primus

@@ -5,7 +5,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace primus {
@@ -25,7 +27,8 @@ struct StepMetrics {
   double mem_total_gb = 0;
   double eta_s = -1;
   int64_t consumed_samples = 0;
-  bool skipped = false;  // a guard did not apply this step's update
+  bool skipped = false;       // a guard did not apply this step's update
+  int64_t skipped_total = 0;  // updates skipped so far in the job (a resumed run counts those before it)
 };
 
 // "iter 120/1000 | loss 3.214 | lr 2.9e-4 | grad-norm 0.83 | 412 ms | 39.8k tok/s/GPU | 487 TFLOP/s/GPU |
@@ -39,21 +42,42 @@ class MetricsSink {
   virtual void write_scalar(int64_t step, const std::string& name, double value) = 0;
 };
 
-// One JSON object per line in `path`, flushed per line so a killed run keeps every finished step. A fresh run
-// truncates the file; a resumed run appends.
+// One JSON object per line in `path`. Each line, its '\n' included, goes to the file with a single write()
+// on an O_APPEND descriptor, so a reader polling the file (or a killed run) sees whole lines plus at most one
+// unterminated last line. A fresh run truncates the file; a resumed run appends.
 class JsonlSink : public MetricsSink {
  public:
   JsonlSink(const std::string& path, bool append);
+  ~JsonlSink() override;
+  JsonlSink(const JsonlSink&) = delete;
+  JsonlSink& operator=(const JsonlSink&) = delete;
   void write_step(const StepMetrics& m) override;
   void write_scalar(int64_t step, const std::string& name, double value) override;
 
  private:
-  std::ofstream out_;
+  void write_line(const nlohmann::json& j);
+  int fd_ = -1;
   std::string path_;
 };
 
+// write() of all of `data` to `fd` (retried on EINTR and short writes); throws naming `path`.
+void write_whole(int fd, std::string_view data, const std::string& path);
+
+// The records (JSON objects) of a JSONL file: a line counts once its '\n' is written, so an unterminated last
+// line (still being written, or torn by a kill) is left out. A complete line that is not a JSON object is an
+// Error naming file and line, or, with `skipped`, is left out and described there. A missing file gives no
+// records.
+std::vector<nlohmann::json> read_jsonl_records(const std::string& path,
+                                               std::vector<std::string>* skipped = nullptr);
+
+// Cuts an unterminated last line (a torn write of a killed run) so that appending continues on a line of its
+// own. Returns the bytes removed (0: the file ends with '\n', is empty or missing).
+int64_t repair_torn_tail(const std::string& path);
+
 // Keeps the records of iterations <= `iteration` (a resumed run recomputes the later ones); rewrites the file
-// through a temporary and a rename. Returns the number of records dropped. A missing file is fine (0).
+// through a temporary and a rename. A torn last line is cut, and a line that is not JSON (left by writers
+// before one-write-per-line) is dropped with a warning. Returns the number of lines dropped. A missing file
+// is fine (0).
 int64_t truncate_metrics_after(const std::string& path, int64_t iteration);
 
 // Short human numbers: 39.8k, 1.2M.

@@ -4,12 +4,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "config/run_names.h"
 #include "core/log.h"
 #include "train/trainer.h"
 
 namespace primus {
 
 int run_pretrain(const TrainConfig& cfg, const std::string& resolved_yaml) {
+  config::check_run_names(cfg.run);  // also for configurations built in code, not only loaded ones
   const std::string run_dir = cfg.run.run_dir();
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);

@@ -18,6 +18,7 @@
 #include "safe/run_monitor.h"
 #include "train/data_parallel.h"
 #include "train/stop_signal.h"
+#include "train/tensorboard_sink.h"
 
 namespace primus {
 
@@ -86,6 +87,13 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // A resumed run appends, after dropping records of iterations past the checkpoint (they run again).
   if (resumed_ && is_rank0()) truncate_metrics_after(metrics_path, start_iter_);
   if (is_rank0()) sinks_.push_back(std::make_unique<JsonlSink>(metrics_path, /*append=*/resumed_));
+  if (is_rank0() && cfg.logging.tensorboard.enabled) {
+    const TensorBoardConfig& tb = cfg.logging.tensorboard;
+    auto sink = std::make_unique<TensorBoardSink>(tb, tensorboard_dir(tb, run_dir), cfg.global_batch_size,
+                                                  world_size_);
+    log::info("TensorBoard: {}", sink->path());
+    sinks_.push_back(std::move(sink));
+  }
   if (!cfg.checkpoint.save.empty() && is_rank0())
     writer_ = std::make_unique<ckpt::CheckpointWriter>(cfg.checkpoint.save, cfg.checkpoint.keep_latest_k,
                                                        cfg.checkpoint.async_save);
@@ -330,6 +338,7 @@ TrainResult Trainer::train() {
     }
     m.consumed_samples = consumed_samples();
     m.skipped = !o.applied;
+    m.skipped_total = skipped_total_;
     for (auto& sink : sinks_) sink->write_step(m);
     if (log_now) {
       // Averages over the log window smooth out single-step noise in the printed line.

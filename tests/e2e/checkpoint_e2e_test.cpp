@@ -20,6 +20,7 @@
 #include "checkpoint/publish.h"
 #include "checkpoint/safetensors.h"
 #include "cli_process.h"
+#include "train/metrics.h"
 
 namespace fs = std::filesystem;
 using namespace primus::cli_test;
@@ -62,14 +63,10 @@ struct Job {
     return run_primus(args(overrides), env(extra_env));
   }
   std::vector<nlohmann::json> steps() const {
+    // A line counts once its '\n' is written: polling a running job never sees a half-written record.
     std::vector<nlohmann::json> out;
-    std::istringstream lines(slurp(run_dir() + "/metrics.jsonl"));
-    std::string line;
-    while (std::getline(lines, line))
-      if (!line.empty()) {
-        auto j = nlohmann::json::parse(line);
-        if (j.contains("loss")) out.push_back(j);
-      }
+    for (nlohmann::json& j : read_jsonl_records(run_dir() + "/metrics.jsonl"))
+      if (j.contains("loss")) out.push_back(std::move(j));
     return out;
   }
   std::string ckpt(int64_t iter) const { return save + "/" + ckpt::iter_dir_name(iter); }
@@ -117,13 +114,16 @@ pid_t spawn_primus(const std::vector<std::string>& args,
   return pid;
 }
 
-// Waits until metrics.jsonl holds `lines` records (or the process ended); true when it got there.
+// Waits until metrics.jsonl holds `lines` records (or the process ended); true when it got there. The limit
+// is wall-clock time sized for a loaded 2-core machine (ctest -j2 beside other builds): 100 micro steps take
+// ~10 s alone; 10 minutes only catches a run that stopped making progress.
 bool wait_for_steps(const Job& job, pid_t pid, size_t lines) {
-  for (int i = 0; i < 6000; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (std::chrono::steady_clock::now() < deadline) {
     if (job.steps().size() >= lines) return true;
     int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;  // it ended before getting there
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
+#include "train/metrics.h"
 
 using namespace primus::cli_test;
 
@@ -61,12 +62,8 @@ class TrainDataE2E : public ::testing::Test {
                               {"PRIMUS_E2E_CACHE", dir_ + "/cache"},
                               {"PRIMUS_E2E_TOKENIZER", dir_ + "/tok"}});
     const std::string metrics = workspace + "/e2e/ci/" + name + "/metrics.jsonl";
-    std::istringstream lines(slurp(metrics));
-    std::string line;
-    while (std::getline(lines, line)) {
-      auto j = nlohmann::json::parse(line);
+    for (nlohmann::json& j : primus::read_jsonl_records(metrics))
       (j.contains("loss") ? r.steps : r.evals).push_back(j);
-    }
     return r;
   }
   static std::string prefix() { return dir_ + "/fortunes_text_document"; }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
+#include "train/metrics.h"
 
 using namespace primus::cli_test;
 
@@ -53,12 +54,8 @@ RunOutput train(const std::string& experiment, const std::string& exp_name,
     if (std::filesystem::exists(dir / "metrics.jsonl")) r.run_dir = dir.string();
   }
   if (r.run_dir.empty()) return r;
-  std::istringstream lines(slurp(r.run_dir + "/metrics.jsonl"));
-  std::string line;
-  while (std::getline(lines, line)) {
-    auto j = nlohmann::json::parse(line);
+  for (nlohmann::json& j : primus::read_jsonl_records(r.run_dir + "/metrics.jsonl"))
     (j.contains("loss") ? r.steps : r.evals).push_back(j);
-  }
   return r;
 }
 

@@ -61,8 +61,8 @@ void run_case(Context& ctx, const Case& c) {
   const std::string fast_backend = ops::cuda::attention_backend_for(s, true);
   const int fast_differ = differing_runs(ctx, dout, qkv, out, lse, s, kRuns, &fast);
   // Information, not a requirement: the default backward is allowed to differ run to run.
-  ctx.record(kFamily, fmt::format("default bwd ({}) {}", fast_backend, tag), 0, 1,
-             fmt::format("{} of {} repeats differ bitwise from the first", fast_differ, kRuns - 1));
+  ctx.info(kFamily, fmt::format("default bwd ({}) {}", fast_backend, tag),
+           fmt::format("{} of {} repeats differ bitwise from the first", fast_differ, kRuns - 1));
 
   ops::set_deterministic_attention(true);
   const std::string det_backend = ops::cuda::attention_backend_for(s, true);
@@ -81,16 +81,10 @@ void run_case(Context& ctx, const Case& c) {
   for (bool on : {false, true}) {
     ops::set_deterministic_attention(on);
     Tensor dqkv = ctx.poisoned({c.b, c.t, w}, DType::kBF16);
-    CaseResult r;
-    r.family = kFamily;
-    r.name = fmt::format("perf bwd {} {}", on ? "deterministic" : "default", tag);
-    r.tol = 1;
-    r.gpu_ms =
+    const double ms =
         ctx.time_ms([&] { ops::cuda::attention_backward(dout, qkv, out, lse, s, dqkv, ctx.stream); }, 3, 10);
-    r.gbps_or_tflops = flop / (r.gpu_ms * 1e-3) / 1e12;
-    r.rate_unit = "TFLOP/s";
-    r.note = ops::cuda::attention_backend_for(s, true);
-    ctx.results.push_back(r);
+    ctx.timing(kFamily, fmt::format("perf bwd {} {}", on ? "deterministic" : "default", tag), ms,
+               flop / (ms * 1e-3) / 1e12, "TFLOP/s", ops::cuda::attention_backend_for(s, true));
   }
   ops::set_deterministic_attention(false);
 }

@@ -57,7 +57,7 @@ bool cudnn_expected(const Case& c, bool backward) {
 }
 
 void record_skip(Context& ctx, const std::string& name, const std::string& why) {
-  ctx.record("attention", name, 0, 1, "skipped: " + why);
+  ctx.skip("attention", name, why);
 }
 
 void record_fail(Context& ctx, const std::string& name, const std::string& why) {
@@ -184,15 +184,10 @@ void run_perf(Context& ctx, const Case& c) {
                                 1, 5) /
                             10;
     for (int dir = 0; dir < 4; ++dir) {
-      CaseResult r;
-      r.family = "attention";
-      r.name = fmt::format("perf {}{} {}", dir % 2 == 0 ? "fwd" : "bwd", dir >= 2 ? "x10" : "", tag);
-      r.tol = 1;
       const double ms[4] = {fwd_ms, bwd_ms, fwd10_ms, bwd10_ms};
-      r.gpu_ms = ms[dir];
-      r.gbps_or_tflops = (dir % 2 == 0 ? fwd_flop : bwd_flop) / (r.gpu_ms * 1e-3) / 1e12;
-      r.rate_unit = "TFLOP/s";
-      ctx.results.push_back(r);
+      ctx.timing("attention",
+                 fmt::format("perf {}{} {}", dir % 2 == 0 ? "fwd" : "bwd", dir >= 2 ? "x10" : "", tag),
+                 ms[dir], (dir % 2 == 0 ? fwd_flop : bwd_flop) / (ms[dir] * 1e-3) / 1e12, "TFLOP/s");
     }
     outs.push_back(out);
     dqkvs.push_back(dqkv);

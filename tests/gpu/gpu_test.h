@@ -13,7 +13,12 @@
 
 namespace primus::gputest {
 
+// What a row of the table is. Only checked cases count as tests in the summary; timing rows, information
+// rows and skips are listed (and counted) apart, so a run cannot look bigger than what it verified.
+enum class RowKind { kChecked, kTiming, kInfo, kSkipped };
+
 struct CaseResult {
+  RowKind kind = RowKind::kChecked;
   std::string family;
   std::string name;    // e.g. "rmsnorm_fwd R=127 D=33"
   double rel_err = 0;  // ||gpu - ref|| / ||ref|| (NaN/Inf anywhere => +inf)
@@ -22,7 +27,7 @@ struct CaseResult {
   double gbps_or_tflops = 0;  // optional napkin rate (bandwidth or TFLOP/s); 0 = none
   std::string rate_unit;      // "GB/s" or "TFLOP/s"
   std::string note;
-  bool pass() const;
+  bool pass() const;  // timing, information and skipped rows always pass
 };
 
 struct Context {
@@ -46,6 +51,11 @@ struct Context {
   // Records a case whose error the caller computed (a scalar check, a pass/fail as 0 / +inf, a skip).
   void record(const std::string& family, const std::string& name, double rel_err, double tol,
               const std::string& note = {});
+  // A row that checks nothing: a measurement worth printing, a skipped case (`why`), or a plain fact.
+  void timing(const std::string& family, const std::string& name, double gpu_ms, double rate = 0,
+              const std::string& rate_unit = {}, const std::string& note = {});
+  void skip(const std::string& family, const std::string& name, const std::string& why);
+  void info(const std::string& family, const std::string& name, const std::string& note);
   // Times fn (already warmed up once by the caller or not) with CUDA events: median of `iters` runs, in ms.
   double time_ms(const std::function<void()>& fn, int warmup = 3, int iters = 10);
 };

@@ -30,7 +30,7 @@ int register_family(const char* family, CaseFn fn) {
 }
 
 bool CaseResult::pass() const {
-  return std::isfinite(rel_err) && rel_err <= tol;
+  return kind != RowKind::kChecked || (std::isfinite(rel_err) && rel_err <= tol);
 }
 
 Tensor Context::randn_cpu(const Shape& shape, DType dtype, double scale) {
@@ -105,6 +105,37 @@ void Context::record(const std::string& family, const std::string& name, double 
   results.push_back(r);
 }
 
+void Context::timing(const std::string& family, const std::string& name, double gpu_ms, double rate,
+                     const std::string& rate_unit, const std::string& note) {
+  CaseResult r;
+  r.kind = RowKind::kTiming;
+  r.family = family;
+  r.name = name;
+  r.gpu_ms = gpu_ms;
+  r.gbps_or_tflops = rate;
+  r.rate_unit = rate_unit;
+  r.note = note;
+  results.push_back(r);
+}
+
+void Context::skip(const std::string& family, const std::string& name, const std::string& why) {
+  CaseResult r;
+  r.kind = RowKind::kSkipped;
+  r.family = family;
+  r.name = name;
+  r.note = "skipped: " + why;
+  results.push_back(r);
+}
+
+void Context::info(const std::string& family, const std::string& name, const std::string& note) {
+  CaseResult r;
+  r.kind = RowKind::kInfo;
+  r.family = family;
+  r.name = name;
+  r.note = note;
+  results.push_back(r);
+}
+
 double Context::time_ms(const std::function<void()>& fn, int warmup, int iters) {
   return bench::time_runs([&](int) { fn(); }, warmup, iters, stream).median_ms;
 }
@@ -150,17 +181,28 @@ int main(int argc, char** argv) {
     }
   }
   int failed = 0;
+  std::map<RowKind, int> rows;
   fmt::print("\n{:<12} {:<48} {:>10} {:>8} {:>9} {:>12}  {}\n", "family", "case", "rel_err", "tol", "ms",
              "rate", "result");
   for (const auto& r : ctx.results) {
-    bool ok = r.pass();
+    ++rows[r.kind];
+    const bool checked = r.kind == RowKind::kChecked;
+    const bool ok = r.pass();
     failed += !ok;
     std::string rate = r.gbps_or_tflops > 0 ? fmt::format("{:.1f} {}", r.gbps_or_tflops, r.rate_unit) : "";
     std::string ms = r.gpu_ms > 0 ? fmt::format("{:.3f}", r.gpu_ms) : "";
-    fmt::print("{:<12} {:<48} {:>10.2e} {:>8.0e} {:>9} {:>12}  {}{}\n", r.family, r.name, r.rel_err, r.tol,
-               ms, rate, ok ? "ok" : "FAIL", r.note.empty() ? "" : "  (" + r.note + ")");
+    const char* result = !checked ? (r.kind == RowKind::kTiming ? "timing"
+                                     : r.kind == RowKind::kInfo ? "info"
+                                                                : "skipped")
+                                  : (ok ? "ok" : "FAIL");
+    fmt::print("{:<12} {:<48} {:>10} {:>8} {:>9} {:>12}  {}{}\n", r.family, r.name,
+               checked ? fmt::format("{:.2e}", r.rel_err) : "", checked ? fmt::format("{:.0e}", r.tol) : "",
+               ms, rate, result, r.note.empty() ? "" : "  (" + r.note + ")");
   }
-  fmt::print("\n{} cases, {} failed, {} families crashed (seed {})\n", ctx.results.size(), failed, crashed,
-             seed);
+  // Only checked cases are counted as tests; the other rows are reported apart.
+  fmt::print(
+      "\n{} checked cases, {} failed, {} families crashed; {} timing, {} info, {} skipped rows (seed {})\n",
+      rows[RowKind::kChecked], failed, crashed, rows[RowKind::kTiming], rows[RowKind::kInfo],
+      rows[RowKind::kSkipped], seed);
   return failed || crashed ? 1 : 0;
 }

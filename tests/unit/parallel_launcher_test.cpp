@@ -74,7 +74,7 @@ TEST(ParallelLauncher, ForwardsSigterm) {
     int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
     std::vector<std::string> args = launch(2, {"/bin/sh", "-c",
-                                               "trap 'echo got-term; exit 0' TERM; "
+                                               "trap 'echo got-term; exit 0' TERM; echo ready; "
                                                "while true; do sleep 0.1; done"});
     std::string bin = PRIMUS_BINARY;
     std::vector<char*> argv = {bin.data()};
@@ -83,7 +83,13 @@ TEST(ParallelLauncher, ForwardsSigterm) {
     execv(bin.c_str(), argv.data());
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // SIGTERM once both ranks have set their trap (a fixed sleep lost that race on a loaded 2-core machine).
+  const auto ready_by = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (std::chrono::steady_clock::now() < ready_by) {
+    const std::string o = slurp(dir + "/out");
+    if (o.find("[rank 0] ready") != std::string::npos && o.find("[rank 1] ready") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   kill(pid, SIGTERM);
   int status = 0;
   auto start = std::chrono::steady_clock::now();

@@ -83,12 +83,15 @@ TEST(SafeWatchdog, DetectsAStallWithinTheTimeout) {
     w.progress(i, 20);
   }
   w.set_phase("step 6", true);  // progress stops inside step 6
-  while (fired.load() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+  while (fired.load() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   w.stop();
   ASSERT_GE(fired.load(), 1);
-  EXPECT_LT(s, 1.0 + 0.1 + 2.0);  // timeout + the last steps + the decision delay
+  EXPECT_GE(s, 1.0);  // never before the timeout
+  // Timeout + the last steps + the decision delay (one 50 ms poll when idle); the rest is room for a loaded
+  // 2-core machine (ctest -j2 beside builds), where the watchdog thread can wait seconds for a core.
+  EXPECT_LT(s, 1.0 + 0.1 + 10.0);
   EXPECT_EQ(who, std::vector<int>({0}));
   EXPECT_TRUE(std::filesystem::exists(dir + "/rank-0.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/hang-rank-0.json"));
