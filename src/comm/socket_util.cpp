@@ -44,24 +44,53 @@ void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
-int listen_on(int port, int* bound_port) {
+namespace {
+
+// The IPv4 address of `host` ("" and "0.0.0.0": INADDR_ANY).
+in_addr_t resolve_ipv4(const std::string& host) {
+  if (host.empty() || host == "0.0.0.0") return htonl(INADDR_ANY);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr)
+    throw Error(ErrorKind::kRuntime, fmt::format("cannot resolve host '{}': {}", host, gai_strerror(rc)), {},
+                "check MASTER_ADDR / --master-addr (or PRIMUS_BIND_ADDR)");
+  const in_addr_t a = reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr.s_addr;
+  freeaddrinfo(res);
+  return a;
+}
+
+}  // namespace
+
+int listen_on(const std::string& host, int port, int* bound_port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = resolve_ipv4(host);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) sys_fail("socket", errno);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const std::string where = host.empty() ? fmt::format("port {}", port) : fmt::format("{}:{}", host, port);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int e = errno;
     ::close(fd);
-    throw Error(ErrorKind::kRuntime, fmt::format("cannot listen on port {}: {}", port, std::strerror(e)), {},
-                e == EADDRINUSE
-                    ? "another job (or a previous run still exiting) holds the port: pick another "
-                      "MASTER_PORT / --master-port"
-                    : "");
+    std::string hint;
+    if (e == EADDRINUSE)
+      hint =
+          "another job (or a previous run still exiting) holds the port: pick another MASTER_PORT / "
+          "--master-port";
+    if (e == EADDRNOTAVAIL)
+      hint = fmt::format(
+          "'{}' is not an address of this host: name this host in MASTER_ADDR / --master-addr, "
+          "or set PRIMUS_BIND_ADDR (0.0.0.0 listens on every interface)",
+          host);
+    throw Error(ErrorKind::kRuntime, fmt::format("cannot listen on {}: {}", where, std::strerror(e)), {},
+                hint);
   }
+  // The backlog holds connections not yet accepted; strangers beyond it wait in the kernel, not in memory.
   if (::listen(fd, 1024) != 0) sys_fail("listen", errno);
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -97,25 +126,6 @@ int connect_to(const std::string& host, int port, Clock::time_point deadline) {
   throw Error(ErrorKind::kRuntime,
               fmt::format("cannot connect to {}:{}: {}", host, port, std::strerror(last_err)), {},
               "is rank 0 running, and do MASTER_ADDR/MASTER_PORT name it?");
-}
-
-int accept_one(int listen_fd, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{listen_fd, POLLIN, 0};
-    int rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc < 0 && errno != EINTR) sys_fail("poll", errno);
-    if (rc > 0) {
-      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
-        sys_fail("accept", errno);
-      }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      return fd;
-    }
-    if (Clock::now() >= deadline) throw Error(ErrorKind::kRuntime, "timed out waiting for a connection");
-  }
 }
 
 std::string local_address(int fd) {
@@ -170,7 +180,7 @@ bool recv_exact(int fd, void* buf, size_t n, Clock::time_point deadline, const s
 
 int pick_free_port() {
   int port = 0;
-  int fd = listen_on(0, &port);
+  int fd = listen_on("", 0, &port);
   ::close(fd);
   return port;
 }

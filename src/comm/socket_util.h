@@ -12,12 +12,11 @@ using Clock = std::chrono::steady_clock;
 // Clock::time_point for `seconds` from now.
 Clock::time_point deadline_in(double seconds);
 
-// Listens on all interfaces; port 0 picks a free port. Returns the fd; *bound_port gets the port.
-int listen_on(int port, int* bound_port);
+// Listens on `host` (an IPv4 address or a name resolving to one; "" or "0.0.0.0": every interface); port 0
+// picks a free port. Returns the fd; *bound_port gets the port. Errors name the address and port.
+int listen_on(const std::string& host, int port, int* bound_port);
 // Connects to host:port, retrying refused connections until the deadline (the listener may start later).
 int connect_to(const std::string& host, int port, Clock::time_point deadline);
-// Accepts one connection; throws on timeout.
-int accept_one(int listen_fd, Clock::time_point deadline);
 // The local address of a connected socket ("10.0.0.3"): the interface peers can reach us on.
 std::string local_address(int fd);
 

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
+#include "comm/job_auth.h"
 #include "comm/socket_util.h"
 
 namespace primus::comm {
@@ -54,33 +56,64 @@ std::string TcpCommunicator::peer_name(int peer) const {
   return fmt::format("rank {}", world_ranks_[peer]);
 }
 
-// Rank i listens, publishes ip:port in the store, connects to every lower rank and accepts every higher one;
-// a 4-byte hello names the connecting rank.
+// Rank i listens on the address it reaches the store from, publishes ip:port in the store, connects to every
+// lower rank and accepts every higher one. Each connection first proves the job token (comm/job_auth.h) with
+// the connecting rank bound into the proof; only then is its claimed rank believed, and a rank out of range
+// or already connected is refused. Strangers on the port are logged and dropped without disturbing the mesh.
 void TcpCommunicator::connect_mesh() {
   if (size() == 1) return;
   const auto deadline = net::deadline_in(timeout_s());
-  int port = 0;
-  int lfd = net::listen_on(0, &port);
+  const RendezvousOptions& opt = store_->options();
+  const std::string local = store_->local_address();
+  const std::string bind = opt.bind_addr == "0.0.0.0" ? opt.bind_addr : local;
+  const std::string label = "primus-mesh/" + prefix_;
+  require_token_beyond_loopback(opt, bind, "the tcp data plane listening");  // a ConfigError, not wrapped
+  int lfd = -1;
   try {
-    const std::string addr = fmt::format("{}:{}", store_->local_address(), port);
-    store_->set(fmt::format("{}/addr/{}", prefix_, rank()), addr);
+    int port = 0;
+    lfd = net::listen_on(bind, 0, &port);
+    net::set_nonblocking(lfd, true);
+    store_->set(fmt::format("{}/addr/{}", prefix_, rank()), fmt::format("{}:{}", local, port));
     for (int j = 0; j < rank(); ++j) {
-      std::string peer = store_->get(fmt::format("{}/addr/{}", prefix_, j));
-      auto colon = peer.rfind(':');
-      int fd = net::connect_to(peer.substr(0, colon), std::stoi(peer.substr(colon + 1)), deadline);
-      int32_t me = rank();
-      net::send_all(fd, &me, 4, deadline, peer_name(j));
+      const std::string peer = store_->get(fmt::format("{}/addr/{}", prefix_, j));
+      const auto colon = peer.rfind(':');
+      const int peer_port = colon == std::string::npos ? -1 : std::atoi(peer.c_str() + colon + 1);
+      if (peer_port <= 0 || peer_port > 65535)
+        throw Error(ErrorKind::kRuntime, fmt::format("{} published a bad address '{}'", peer_name(j), peer));
+      const int fd = net::connect_to(peer.substr(0, colon), peer_port, deadline);
       fds_[j] = fd;
+      client_handshake(fd, opt.token, label, static_cast<uint64_t>(rank()), static_cast<uint64_t>(j),
+                       deadline, fmt::format("{} at {}", peer_name(j), peer));
     }
-    for (int k = rank() + 1; k < size(); ++k) {
-      int fd = net::accept_one(lfd, deadline);
-      int32_t who = -1;
-      net::recv_exact(fd, &who, 4, deadline, "a connecting rank");
-      if (who <= rank() || who >= size() || fds_[who] != -1) {
-        net::close_fd(fd);
-        throw Error(ErrorKind::kRuntime, fmt::format("unexpected hello from group rank {}", who));
+    AuthGate gate(opt.token, label, static_cast<uint64_t>(rank()), opt.auth,
+                  fmt::format("tcp data plane of rank {} (group {})", world_rank(), name()));
+    int missing = size() - rank() - 1;
+    while (missing > 0) {
+      if (net::Clock::now() >= deadline) {
+        std::string who;
+        for (int k = rank() + 1; k < size(); ++k)
+          if (fds_[k] < 0) who += (who.empty() ? "" : ", ") + peer_name(k);
+        throw Error(ErrorKind::kRuntime,
+                    fmt::format("timed out after {:g} s waiting for {} to connect", timeout_s(), who));
       }
-      fds_[who] = fd;
+      std::vector<pollfd> pfs{{lfd, POLLIN, 0}};
+      gate.add_pollfds(pfs);
+      if (::poll(pfs.data(), pfs.size(), 250) < 0 && errno != EINTR)
+        throw Error(ErrorKind::kRuntime, fmt::format("poll: {}", std::strerror(errno)));
+      for (const AuthGate::Admitted& a : gate.service(pfs, 1)) {
+        const int64_t who = a.claim > static_cast<uint64_t>(size()) ? -1 : static_cast<int64_t>(a.claim);
+        if (who <= rank() || who >= size()) {
+          gate.refuse(a.fd, a.peer,
+                      fmt::format("claims group rank {}, but only ranks {}..{} connect to this rank", a.claim,
+                                  rank() + 1, size() - 1));
+        } else if (fds_[who] >= 0) {
+          gate.refuse(a.fd, a.peer, fmt::format("claims group rank {}, which is already connected", who));
+        } else {
+          fds_[who] = a.fd;
+          --missing;
+        }
+      }
+      if (pfs[0].revents & POLLIN) gate.accept_all(lfd);
     }
   } catch (const Error& e) {
     net::close_fd(lfd);

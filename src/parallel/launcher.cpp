@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/job_auth.h"
 #include "comm/socket_util.h"
 #include "core/error.h"
 
@@ -115,6 +116,22 @@ int run_launcher(const LaunchOptions& o) {
     throw ConfigError(fmt::format("--master-port {} is not a TCP port", o.master_port));
   if (o.master_port == 0 && o.nnodes > 1)
     throw ConfigError("--master-port 0 (pick a free port) works only with --nnodes 1: every node must agree");
+  // The job's secret (comm/job_auth.h): the user's PRIMUS_JOB_TOKEN (the children inherit it), else a fresh
+  // random one for a single-node job. Nodes of a multi-node job cannot agree on a generated one.
+  const comm::RendezvousOptions rdzv = comm::RendezvousOptions::from_env();  // validates the variables now
+  std::string new_token;
+  if (rdzv.token.empty()) {
+    if (o.nnodes == 1) {
+      new_token = comm::generate_job_token();
+    } else if (!comm::is_loopback_host(o.master_addr)) {
+      throw ConfigError(
+          fmt::format("--nnodes {}: PRIMUS_JOB_TOKEN is not set; every node's ranks must prove the same "
+                      "secret to the rendezvous at {}",
+                      o.nnodes, o.master_addr),
+          "export the same random value on every node before `primus launch`, e.g. "
+          "PRIMUS_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')");
+    }
+  }
   const int port = o.master_port == 0 ? comm::net::pick_free_port() : o.master_port;
   const int world = o.nnodes * o.nproc_per_node;
 
@@ -170,6 +187,7 @@ int run_launcher(const LaunchOptions& o) {
       set("ROLE_WORLD_SIZE", std::to_string(world));
       set("MASTER_ADDR", o.master_addr);
       set("MASTER_PORT", std::to_string(port));
+      if (!new_token.empty()) set("PRIMUS_JOB_TOKEN", new_token);  // never printed
       set("PRIMUS_LAUNCHER", "1");  // the ranks leave the [rank N] prefix to the launcher
       setenv("OMP_NUM_THREADS", omp_threads.c_str(), 0);  // only when unset, as torchrun (which sets 1)
       std::vector<char*> argv;

@@ -6,6 +6,8 @@
 // period) and exits non-zero naming the rank. Peers of a dead rank fail on the broken connection a moment
 // later, so the launcher waits half a second after the first failure and names a rank killed by a signal
 // before ranks that exited with an error. CUDA_VISIBLE_DEVICES is left alone: rank r uses GPU local_rank.
+// PRIMUS_JOB_TOKEN: passed on when set, else generated (getrandom) for a single-node job; a multi-node job
+// beyond loopback must set it (the same on every node). The store binds MASTER_ADDR (127.0.0.1 by default).
 #include <string>
 #include <vector>
 

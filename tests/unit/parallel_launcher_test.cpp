@@ -114,6 +114,76 @@ TEST(ParallelLauncher, BadArguments) {
   EXPECT_NE(r.err.find("--master-port 0"), std::string::npos) << r.err;
 }
 
+TEST(ParallelLauncher, GivesEveryRankTheSameFreshTokenAndNeverPrintsIt) {
+  // ${#PRIMUS_JOB_TOKEN} and a hash of it: the ranks agree, runs differ, and the value is not in the output.
+  const std::vector<std::string> cmd = {"/bin/sh", "-c",
+                                        "echo T=${#PRIMUS_JOB_TOKEN} H=$(printf %s \"$PRIMUS_JOB_TOKEN\" | "
+                                        "cksum | cut -d' ' -f1)"};
+  CliResult a = run_primus(launch(2, cmd), {{"PRIMUS_JOB_TOKEN", std::nullopt}});
+  CliResult b = run_primus(launch(2, cmd), {{"PRIMUS_JOB_TOKEN", std::nullopt}});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto hash_of = [](const std::string& out, int rank) {
+    const std::string tag = fmt::format("[rank {}] T=64 H=", rank);
+    const auto at = out.find(tag);
+    return at == std::string::npos ? std::string("none")
+                                   : out.substr(at + tag.size(), out.find('\n', at) - at - tag.size());
+  };
+  EXPECT_NE(hash_of(a.out, 0), "none") << a.out;
+  EXPECT_EQ(hash_of(a.out, 0), hash_of(a.out, 1)) << a.out;
+  EXPECT_NE(hash_of(a.out, 0), hash_of(b.out, 0)) << a.out << b.out;
+  // A token the user set is passed on unchanged.
+  CliResult c = run_primus(
+      launch(1, {"/bin/sh", "-c", "test \"$PRIMUS_JOB_TOKEN\" = user-token-0123456789 && echo same"}),
+      {{"PRIMUS_JOB_TOKEN", "user-token-0123456789"}});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("[rank 0] same"), std::string::npos) << c.out;
+}
+
+TEST(ParallelLauncher, TokenErrors) {
+  // Nodes cannot agree on a generated token: a multi-node job beyond loopback must set one.
+  CliResult r = run_primus({"launch", "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.255.255.1",
+                            "--master-port", "29999", "--", "/bin/true"},
+                           {{"PRIMUS_JOB_TOKEN", std::nullopt}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--nnodes 2: PRIMUS_JOB_TOKEN is not set"), std::string::npos) << r.err;
+  // A short token is refused by its length; its value is not printed.
+  r = run_primus(launch(1, {"/bin/true"}), {{"PRIMUS_JOB_TOKEN", "shortsecret"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("PRIMUS_JOB_TOKEN has 11 characters (at least 16 needed)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("shortsecret"), std::string::npos) << r.err;
+}
+
+TEST(CommTcpProcesses, ARankWithTheWrongTokenIsRefusedAndRankZeroNamesIt) {
+  // As under srun with a per-rank mistake: rank 1 has a different token. Its store connection is refused (it
+  // fails, naming the store), rank 0 logs the refused address and, with nobody to pair with, times out.
+  const std::string port = std::to_string(comm::net::pick_free_port());
+  std::vector<CliResult> results(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      results[r] = run_primus(
+          {"comm", "selftest", "--sizes", "1"},
+          {{"RANK", std::to_string(r)},
+           {"WORLD_SIZE", "2"},
+           {"LOCAL_RANK", std::to_string(r)},
+           {"LOCAL_WORLD_SIZE", "2"},
+           {"MASTER_ADDR", "127.0.0.1"},
+           {"MASTER_PORT", port},
+           {"PRIMUS_COMM_TIMEOUT_S", "8"},
+           {"PRIMUS_JOB_TOKEN", r == 0 ? "the-right-token-0123456789" : "a-wrong-token-0123456789"}});
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_NE(results[1].exit_code, 0);
+  EXPECT_NE(results[1].err.find("refused this rank's job token"), std::string::npos) << results[1].err;
+  EXPECT_NE(results[0].exit_code, 0);
+  EXPECT_NE((results[0].out + results[0].err).find("tcp store: refused a connection from 127.0.0.1:"),
+            std::string::npos)
+      << results[0].out << results[0].err;
+  for (const CliResult& r : results) EXPECT_EQ((r.out + r.err).find("0123456789"), std::string::npos);
+}
+
 TEST(CommTcpProcesses, SelftestOverFourRanks) {
   CliResult r = run_primus(launch(4, {"comm", "selftest", "--backend", "tcp", "--sizes", "1,31,1000"}));
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
