@@ -15,12 +15,22 @@ constexpr const char* kZeroHash = "0000000000000000";
   throw Error(ErrorKind::kRuntime, fmt::format("{}: {}", what, msg));
 }
 
+// Shapes and offsets are element counts. Each must fit, with the product of its entries (and so any offset +
+// extent the loader adds up), well inside int64: a damaged manifest must not overflow the block copy's
+// arithmetic (signed overflow), only fail here.
+constexpr uint64_t kMaxElements = uint64_t(1) << 61;
+
 Shape shape_of(const nlohmann::json& j, const std::string& what, const std::string& field) {
   if (!j.is_array()) bad(what, field + " is not a list");
   Shape s;
+  uint64_t product = 1;
   for (const auto& d : j) {
     if (!d.is_number_unsigned()) bad(what, field + " holds a non-integer");
-    s.push_back(d.get<int64_t>());
+    const uint64_t v = d.get<uint64_t>();
+    if (v > kMaxElements || (v > 0 && __builtin_mul_overflow(product, v, &product)) ||
+        (v > 0 && product > kMaxElements))
+      bad(what, fmt::format("{} holds {}: more elements than any tensor can have", field, d.dump()));
+    s.push_back(static_cast<int64_t>(v));
   }
   return s;
 }

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/hf_pipeline.h"
 #include "data/hf_tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "data/unicode.h"
 
 namespace primus {
@@ -160,6 +161,13 @@ void read_post_processor(const json& j, const std::string& source, const HfPipel
       if (p.id_to_token[i] == tok) return static_cast<int32_t>(i);
     throw ConfigError(fmt::format("{}: post-processor token '{}' is not in the vocabulary", source, tok));
   };
+  // Ids the template inserts go straight into the encoded output: they must index the vocabulary too.
+  auto vocab_id = [&](const json& v, const std::string& tok) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= p.vocab_size)
+      throw ConfigError(fmt::format("{}: post-processor token '{}' has id {}, outside the vocabulary [0, {})",
+                                    source, tok, v.dump(), p.vocab_size));
+    return static_cast<int32_t>(v.get<int64_t>());
+  };
   if (type == "Sequence") {
     for (const json& n : j.at("processors")) read_post_processor(n, source, p, out);
   } else if (type == "ByteLevel") {
@@ -173,7 +181,7 @@ void read_post_processor(const json& j, const std::string& source, const HfPipel
         const std::string id = piece["SpecialToken"].at("id").get<std::string>();
         const json& st = j.at("special_tokens").at(id);
         PostItem item;
-        for (const json& v : st.at("ids")) item.ids.push_back(v.get<int32_t>());
+        for (const json& v : st.at("ids")) item.ids.push_back(vocab_id(v, id));
         items.push_back(std::move(item));
       } else {
         throw unsupported(source, "a TemplateProcessing piece other than Sequence / SpecialToken");
@@ -184,10 +192,11 @@ void read_post_processor(const json& j, const std::string& source, const HfPipel
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
     const json& cls = j.at("cls");
     const json& sep = j.at("sep");
-    *out = {
-        PostItem{false, {cls[1].is_number() ? cls[1].get<int32_t>() : token_id(cls[0].get<std::string>())}},
-        PostItem{true, {}},
-        PostItem{false, {sep[1].is_number() ? sep[1].get<int32_t>() : token_id(sep[0].get<std::string>())}}};
+    auto pair_id = [&](const json& pair) {
+      const std::string name = pair.at(0).get<std::string>();
+      return pair.at(1).is_number() ? vocab_id(pair.at(1), name) : token_id(name);
+    };
+    *out = {PostItem{false, {pair_id(cls)}}, PostItem{true, {}}, PostItem{false, {pair_id(sep)}}};
   } else {
     throw unsupported(source, fmt::format("post-processor '{}'", type));
   }
@@ -240,11 +249,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const json* c
 
     // Vocabulary.
     const json& vocab = model.at("vocab");
-    int64_t max_id = -1;
-    for (auto it = vocab.begin(); it != vocab.end(); ++it)
-      max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
-    for (const json& a : j.value("added_tokens", json::array()))
-      max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
+    // Every id is checked before any table is sized or indexed by one.
+    const int64_t max_id = checked_tokenizer_json_vocab_size(j, source) - 1;
     p.id_to_token.assign(static_cast<size_t>(max_id + 1), std::string());
     p.is_special.assign(static_cast<size_t>(max_id + 1), 0);
     p.vocab_size = max_id + 1;

@@ -1,7 +1,6 @@
 #include "data/indexed_dataset.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,43 +81,75 @@ TokenDType optimal_token_dtype(int64_t vocab_size) {
   return vocab_size < 65500 ? TokenDType::kU16 : TokenDType::kI32;
 }
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+DataFile::DataFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0)
     throw Error(ErrorKind::kRuntime, fmt::format("cannot open {}: {}", path, std::strerror(errno)), {},
                 "check data_path (a Megatron dataset is given by its prefix, without .bin/.idx)");
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
     throw Error(ErrorKind::kRuntime, fmt::format("{} is not a regular file", path));
   }
   size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      throw Error(ErrorKind::kRuntime, fmt::format("cannot memory-map {}: {}", path, std::strerror(errno)));
-    }
-    data_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
+  mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+DataFile::~DataFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void DataFile::read_at(uint64_t offset, void* dst, size_t bytes) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t r = ::pread(fd_, out + done, bytes - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      throw Error(ErrorKind::kRuntime, fmt::format("{}: reading bytes [{}, {}) failed: {}", path_, offset,
+                                                   offset + bytes, std::strerror(errno)));
+    if (r == 0) {
+      struct stat st {};
+      const std::string now =
+          ::fstat(fd_, &st) == 0 ? fmt::format("has {} now", st.st_size) : "cannot be stat'ed now";
+      throw Error(
+          ErrorKind::kRuntime,
+          fmt::format("{}: reading bytes [{}, {}) came back short at byte {}: the file had {} bytes when "
+                      "opened and {}; it was truncated or rewritten while in use",
+                      path_, offset, offset + bytes, offset + done, size_, now),
+          {}, "a dataset must not change while a job reads it: write a new one under another name");
+    }
+    done += static_cast<size_t>(r);
+  }
+  // A file rewritten in place to the same size reads without error but holds other tokens: its
+  // modification time says so.
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 &&
+      (static_cast<size_t>(st.st_size) != size_ ||
+       static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec != mtime_ns_)) {
+    throw Error(
+        ErrorKind::kRuntime,
+        fmt::format("{}: the file changed while in use ({} bytes when opened, {} now; modified since)", path_,
+                    size_, st.st_size),
+        {}, "a dataset must not change while a job reads it: write a new one under another name");
+  }
 }
 
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  idx_ = std::make_unique<MappedFile>(idx_path);
-  bin_ = std::make_unique<MappedFile>(bin_path);
-  const uint8_t* p = idx_->data();
-  const uint64_t n = idx_->size();
+  // The index is read into memory section by section (never mapped), then validated against the .bin's size.
+  const DataFile idx(idx_path);
+  bin_ = std::make_unique<DataFile>(bin_path);
+  idx_bytes_ = idx.size();
+  const uint64_t n = idx.size();
   if (n < kIndexHeaderBytes)
     throw data_error(
         idx_path, n,
         fmt::format("truncated header: the file has {} bytes, the header needs {}", n, kIndexHeaderBytes),
         kRebuildHint);
+  uint8_t header[kIndexHeaderBytes];
+  idx.read_at(0, header, sizeof(header));
+  const uint8_t* p = header;
   if (std::memcmp(p, kIndexMagic, sizeof(kIndexMagic)) != 0) {
     std::string found;
     for (size_t i = 0; i < sizeof(kIndexMagic); ++i) found += fmt::format("{:02x}", p[i]);
@@ -157,31 +188,36 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   }
   if (d < 1) throw data_error(idx_path, 26, "document count is 0 (document_indices always starts with 0)");
 
+  // The arrays are little-endian, as is every host primus runs on: read straight into the vectors.
+  lengths_.resize(s);
+  pointers_.resize(s);
+  doc_idx_.resize(d);
+  const uint64_t lengths_off = kIndexHeaderBytes, pointers_off = lengths_off + 4 * s,
+                 doc_off = pointers_off + 8 * s;
+  idx.read_at(lengths_off, lengths_.data(), 4 * s);
+  idx.read_at(pointers_off, pointers_.data(), 8 * s);
+  idx.read_at(doc_off, doc_idx_.data(), 8 * d);
+
   const size_t item = token_dtype_size(dtype_);
   const uint64_t bin_size = bin_->size();
-  lengths_.resize(s);
-  pointers_offset_ = kIndexHeaderBytes + 4 * s;
   for (uint64_t i = 0; i < s; ++i) {
-    const uint64_t off_len = kIndexHeaderBytes + 4 * i, off_ptr = pointers_offset_ + 8 * i;
-    const int32_t len = load<int32_t>(p + off_len);
-    const int64_t ptr = load<int64_t>(p + off_ptr);
+    const int32_t len = lengths_[i];
+    const int64_t ptr = pointers_[i];
     if (len < 0)
-      throw data_error(idx_path, off_len, fmt::format("sequence {} has negative length {}", i, len));
+      throw data_error(idx_path, lengths_off + 4 * i,
+                       fmt::format("sequence {} has negative length {}", i, len));
     if (ptr < 0 || static_cast<uint64_t>(ptr) % item != 0 ||
         static_cast<uint64_t>(ptr) + static_cast<uint64_t>(len) * item > bin_size) {
       throw data_error(
-          idx_path, off_ptr,
+          idx_path, pointers_off + 8 * i,
           fmt::format("sequence {}: pointer {} with {} tokens of {} bytes is outside {} ({} bytes)", i, ptr,
                       len, item, bin_path, bin_size),
           "the .bin and .idx files do not belong together, or one of them is truncated");
     }
-    lengths_[i] = len;
     total_tokens_ += len;
   }
-  const uint64_t doc_off = pointers_offset_ + 8 * s;
-  doc_idx_.resize(d);
   for (uint64_t i = 0; i < d; ++i) {
-    const int64_t v = load<int64_t>(p + doc_off + 8 * i);
+    const int64_t v = doc_idx_[i];
     const int64_t prev = i == 0 ? 0 : doc_idx_[i - 1];
     if ((i == 0 && v != 0) || v < prev || v > static_cast<int64_t>(s)) {
       throw data_error(idx_path, doc_off + 8 * i,
@@ -190,7 +226,6 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                                    i, v, s),
                        kRebuildHint);
     }
-    doc_idx_[i] = v;
   }
   if (doc_idx_.back() != static_cast<int64_t>(s)) {
     throw data_error(
@@ -201,7 +236,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
 }
 
 int64_t IndexedDataset::sequence_pointer(int64_t i) const {
-  return load<int64_t>(idx_->data() + pointers_offset_ + 8 * static_cast<size_t>(i));
+  return pointers_[static_cast<size_t>(i)];
 }
 
 namespace {
@@ -234,7 +269,9 @@ void IndexedDataset::read(int64_t seq, int64_t offset, int64_t length, int32_t* 
                lengths_[seq], prefix_);
   const size_t item = token_dtype_size(dtype_);
   const uint64_t base = static_cast<uint64_t>(sequence_pointer(seq)) + static_cast<uint64_t>(offset) * item;
-  const uint8_t* src = bin_->data() + base;
+  std::vector<uint8_t> bytes(static_cast<size_t>(length) * item);
+  bin_->read_at(base, bytes.data(), bytes.size());
+  const uint8_t* src = bytes.data();
   const std::string& f = bin_->path();
   switch (dtype_) {
     case TokenDType::kU8:

@@ -1,11 +1,11 @@
 #pragma once
 // Megatron-LM's indexed dataset, byte for byte: `<prefix>.bin` holds the tokens of every sequence back to
-// back,
-// `<prefix>.idx` the header (magic "MMIDIDX\0\0", version 1, dtype code), the sequence lengths, the byte
-// pointers of each sequence into .bin and the document boundaries (reference.md §1.1). Both files are
-// memory-mapped and validated when opened: every defect (truncation, wrong magic or version, unknown dtype, a
-// pointer outside .bin, bad document indices) is a primus::Error that names the file and the byte offset,
-// never a crash or garbage tokens later.
+// back, `<prefix>.idx` the header (magic "MMIDIDX\0\0", version 1, dtype code), the sequence lengths, the
+// byte pointers of each sequence into .bin and the document boundaries (reference.md §1.1). The .idx is read
+// whole and validated when opened, against the .bin's size: every defect (truncation, wrong magic or version,
+// unknown dtype, a pointer outside .bin, bad document indices) is a primus::Error that names the file and the
+// byte offset, never a crash or garbage tokens later. Tokens are read from .bin with pread, so a .bin that is
+// truncated or rewritten while a job reads it is an error naming the file, not SIGBUS.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -37,21 +37,26 @@ TokenDType optimal_token_dtype(int64_t vocab_size);
 inline constexpr char kIndexMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 inline constexpr size_t kIndexHeaderBytes = 34;
 
-// A read-only memory map of a whole file (empty files map to nothing).
-class MappedFile {
+// A file opened for positioned reads. The .bin is read with pread, not memory-mapped: a mapped file that
+// is truncated under a running job (a dataset rewritten or a network mount cut short) turns the next access
+// into SIGBUS; a read instead comes back short, and read_at names the file and what happened to it.
+class DataFile {
  public:
-  explicit MappedFile(const std::string& path);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
+  explicit DataFile(const std::string& path);
+  ~DataFile();
+  DataFile(const DataFile&) = delete;
+  DataFile& operator=(const DataFile&) = delete;
+  size_t size() const { return size_; }  // at open
   const std::string& path() const { return path_; }
+  // Reads exactly `bytes` at `offset`; throws naming the file when it has shrunk, changed or failed since
+  // open.
+  void read_at(uint64_t offset, void* dst, size_t bytes) const;
 
  private:
   std::string path_;
-  const uint8_t* data_ = nullptr;
+  int fd_ = -1;
   size_t size_ = 0;
+  int64_t mtime_ns_ = 0;
 };
 
 class IndexedDataset {
@@ -69,7 +74,7 @@ class IndexedDataset {
   int64_t sequence_pointer(int64_t i) const;  // byte offset of sequence i in .bin
   bool multimodal() const { return multimodal_; }
   int64_t total_tokens() const { return total_tokens_; }
-  size_t idx_bytes() const { return idx_->size(); }
+  size_t idx_bytes() const { return idx_bytes_; }
   size_t bin_bytes() const { return bin_->size(); }
 
   // Copies `length` tokens of sequence `seq` starting at token `offset` into `out`, converted to int32.
@@ -80,11 +85,12 @@ class IndexedDataset {
 
  private:
   std::string prefix_;
-  std::unique_ptr<MappedFile> idx_, bin_;
+  std::unique_ptr<DataFile> bin_;
+  size_t idx_bytes_ = 0;
   TokenDType dtype_ = TokenDType::kU16;
   std::vector<int32_t> lengths_;
+  std::vector<int64_t> pointers_;
   std::vector<int64_t> doc_idx_;
-  size_t pointers_offset_ = 0;  // byte offset of the pointer array in .idx
   int64_t total_tokens_ = 0;
   bool multimodal_ = false;
 };

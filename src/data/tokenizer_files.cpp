@@ -103,6 +103,45 @@ TokenizerFiles find_tokenizer_files(const std::string& model) {
   return f;
 }
 
+int64_t checked_tokenizer_json_vocab_size(const nlohmann::json& j, const std::string& source) {
+  using nlohmann::json;
+  const json* vocab = nullptr;
+  if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("vocab"))
+    vocab = &j["model"]["vocab"];
+  if (vocab == nullptr || !vocab->is_object())
+    throw ConfigError(
+        fmt::format("{}: malformed tokenizer.json: model.vocab is not an object of token: id", source));
+  const json none = json::array();
+  const json& added = j.contains("added_tokens") && !j["added_tokens"].is_null() ? j["added_tokens"] : none;
+  if (!added.is_array())
+    throw ConfigError(fmt::format("{}: malformed tokenizer.json: added_tokens is not a list", source));
+  // Added tokens usually repeat or extend the model's ids; together they bound the id space.
+  const int64_t entries = static_cast<int64_t>(vocab->size() + added.size());
+  int64_t max_id = -1;
+  auto check = [&](const json& id, const std::string& token, const char* where) {
+    if (!id.is_number_integer())
+      throw ConfigError(fmt::format("{}: {} token '{}' has id {}, which is not an integer", source, where,
+                                    token, id.dump()));
+    const bool negative = id.is_number_integer() && !id.is_number_unsigned() && id.get<int64_t>() < 0;
+    if (negative || id.get<uint64_t>() >= static_cast<uint64_t>(entries))
+      throw ConfigError(
+          fmt::format(
+              "{}: {} token '{}' has id {}, outside [0, {}): the file holds {} vocabulary entries and "
+              "{} added tokens",
+              source, where, token, id.dump(), entries, vocab->size(), added.size()),
+          "token ids index the embedding table; the tokenizer.json is damaged or hand-edited");
+    max_id = std::max(max_id, id.get<int64_t>());
+  };
+  for (auto it = vocab->begin(); it != vocab->end(); ++it) check(it.value(), it.key(), "vocabulary");
+  for (const json& a : added) {
+    if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
+      throw ConfigError(fmt::format("{}: malformed tokenizer.json: an added token without id and content: {}",
+                                    source, a.dump().substr(0, 200)));
+    check(a["id"], a["content"].get<std::string>(), "added");
+  }
+  return max_id + 1;
+}
+
 int64_t sentencepiece_piece_count(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("tokenizer_model: cannot read {}", path));
@@ -175,19 +214,8 @@ std::optional<int64_t> tokenizer_file_vocab_size(const std::string& type, const 
       return sentencepiece_piece_count(f.path);
     case TokenizerFiles::kGpt2VocabMerges:
       return static_cast<int64_t>(read_json(f.path).size());
-    case TokenizerFiles::kHfJson: {
-      const json j = read_json(f.path);
-      int64_t max_id = -1;
-      try {
-        for (const auto& [k, v] : j.at("model").at("vocab").items())
-          max_id = std::max<int64_t>(max_id, v.get<int64_t>());
-        for (const json& a : j.value("added_tokens", json::array()))
-          max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
-      } catch (const json::exception& e) {
-        throw ConfigError(fmt::format("tokenizer_model: {} has no model.vocab: {}", f.path, e.what()));
-      }
-      return max_id + 1;
-    }
+    case TokenizerFiles::kHfJson:
+      return checked_tokenizer_json_vocab_size(read_json(f.path), f.path);
   }
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 // This machine never downloads. Self-contained (no config types), so the config layer can ask for a
 // vocabulary size.
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,12 @@ TokenizerFiles find_tokenizer_files(const std::string& model);
 // read.
 std::optional<int64_t> tokenizer_file_vocab_size(const std::string& tokenizer_type, const std::string& model,
                                                  const std::string& vocab_file);
+
+// Checks every id of a tokenizer.json (model.vocab values and added_tokens[].id) and returns the largest + 1.
+// An id must be an integer in [0, vocab entries + added tokens): ids index the embedding table, so a
+// negative one, or one far past the number of tokens (2^31 - 1, 3,000,000 in a 2,048-token file), is a
+// damaged file, not a vocabulary to allocate. Throws ConfigError naming `source`, the token and its id.
+int64_t checked_tokenizer_json_vocab_size(const nlohmann::json& tokenizer, const std::string& source);
 
 // Counts the pieces of a SentencePiece ModelProto (field 1) without libsentencepiece.
 int64_t sentencepiece_piece_count(const std::string& path);

@@ -288,6 +288,35 @@ TEST_F(CheckpointIntegrity, ManifestSelfHashAndStructure) {
   EXPECT_THROW(ckpt::parse_manifest(ckpt::manifest_to_text(evil), "m"), Error);
 }
 
+TEST_F(CheckpointIntegrity, ManifestShapesTooLargeForInt64ArithmeticAreRefused) {
+  // With a correct self-hash, dimensions whose sums or products overflow int64 (the loader adds offset +
+  // extent and multiplies extents) are refused by the parser, naming the field.
+  ckpt::Manifest m;
+  m.files.push_back({"model.safetensors", 10, 0x1234, {0x1234}});
+  ckpt::TensorIndexEntry e;
+  e.dtype = "F32";
+  e.global_shape = {4, 4};
+  e.shards.push_back({"model.safetensors", "w", {0, 0}, {4, 4}});
+  m.tensors["model"]["w"] = e;
+  EXPECT_NO_THROW(ckpt::parse_manifest(ckpt::manifest_to_text(m), "m"));
+  const int64_t huge = (int64_t(1) << 62) + 1;
+  for (int which = 0; which < 3; ++which) {
+    ckpt::Manifest bad = m;
+    ckpt::TensorIndexEntry& b = bad.tensors["model"]["w"];
+    if (which == 0) b.global_shape = {huge, 1};
+    if (which == 1) b.shards[0].offset = {0, huge};
+    if (which == 2) b.global_shape = {int64_t(1) << 31, int64_t(1) << 31};  // 2^62 elements
+    std::string msg;
+    try {
+      ckpt::parse_manifest(ckpt::manifest_to_text(bad), "ckpt/manifest.json");
+    } catch (const Error& err) {
+      msg = err.what();
+    }
+    EXPECT_NE(msg.find("ckpt/manifest.json: w."), std::string::npos) << which << ": " << msg;
+    EXPECT_NE(msg.find("more elements than any tensor can have"), std::string::npos) << which << ": " << msg;
+  }
+}
+
 TEST_F(CheckpointIntegrity, SafetensorsHeaderRules) {
   auto header = [](const std::string& json, uint64_t data) {
     return ckpt::parse_safetensors_header(json, 8 + json.size() + data, "t.safetensors");

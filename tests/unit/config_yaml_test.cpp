@@ -1,6 +1,8 @@
 // YAML reading with PyYAML's typing and file:line:col origins.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "config/yaml_reader.h"
 #include "config/yaml_scalar.h"
 #include "config_test_util.h"
@@ -67,6 +69,63 @@ TEST(ConfigYaml, DuplicateKeysAndSyntaxErrorsAreReportedWithPosition) {
   EXPECT_NE(bad.find("YAML syntax error"), std::string::npos) << bad;
   std::string missing = config_error_of([] { read_yaml_file("/nonexistent/x.yaml"); });
   EXPECT_NE(missing.find("/nonexistent/x.yaml"), std::string::npos) << missing;
+}
+
+// Aliases: yaml-cpp shares the anchored node, so an anchor containing its own alias is a cycle (it once
+// crashed the loader with SIGSEGV: unbounded recursion) and nested aliases expand exponentially (1 KB of
+// "billion laughs" once made --dry-run allocate until it died). Both are ConfigErrors naming file:line.
+TEST(ConfigYaml, AliasCyclesAreRejected) {
+  std::string msg =
+      config_error_of([] { read_yaml_text("lr: 1.0e-4\nwarmup_steps: &a [*a]\n", "cyc.yaml"); });
+  EXPECT_NE(
+      msg.find("cyc.yaml:2:1 (item 0): an alias refers to the anchored value it is part of, which starts "
+               "at cyc.yaml:2:15"),
+      std::string::npos)
+      << msg;
+  msg = config_error_of([] { read_yaml_text("model: &m\n  layers: 2\n  self: *m\n", "map.yaml"); });
+  EXPECT_NE(msg.find("map.yaml:3:3: an alias refers to the anchored value it is part of"), std::string::npos)
+      << msg;
+  msg = config_error_of([] { read_yaml_text("a: &x [1, [2, [3, *x]]]\n", "deep.yaml"); });
+  EXPECT_NE(msg.find("deep.yaml:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cyclic YAML structure"), std::string::npos) << msg;
+}
+
+TEST(ConfigYaml, AliasExpansionIsBounded) {
+  // Nine levels of ten aliases of the level below: 10^9 values from under 1 KB of YAML.
+  std::string yaml = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    yaml += fmt::format("l{}: &l{} [", i, i);
+    for (int k = 0; k < 10; ++k) yaml += fmt::format("{}*l{}", k ? ", " : "", i - 1);
+    yaml += "]\n";
+  }
+  ASSERT_LT(yaml.size(), 1024u);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string msg = config_error_of([&] { read_yaml_text(yaml, "laughs.yaml"); });
+  EXPECT_NE(msg.find("laughs.yaml:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the YAML expands to more than 100000 values through its aliases"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("billion laughs"), std::string::npos) << msg;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  // Aliased text counts too: a 1 MB scalar repeated 10^4 times is 10 GB.
+  std::string big =
+      "s: &s " + std::string(1 << 20, 'a') + "\nl1: &l1 [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]\n";
+  for (int i = 2; i <= 4; ++i)
+    big += fmt::format("l{}: &l{} [*l{}, *l{}, *l{}, *l{}, *l{}, *l{}, *l{}, *l{}, *l{}, *l{}]\n", i, i,
+                       i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
+  const std::string text = config_error_of([&] { read_yaml_text(big, "text.yaml"); });
+  EXPECT_NE(text.find("text.yaml:"), std::string::npos) << text;
+  EXPECT_NE(text.find("more than 64 MiB of text"), std::string::npos) << text;
+}
+
+TEST(ConfigYaml, OrdinaryAliasesStillWork) {
+  Value v = read_yaml_text("base: &b {x: 1, y: [2, 3]}\nother: *b\nagain: [*b, *b]\n", "ok.yaml");
+  EXPECT_EQ(v.entries()[1].second, v.entries()[0].second);
+  EXPECT_EQ(v.entries()[2].second.items().size(), 2u);
+}
+
+TEST(ConfigYaml, ConfigFileMustBeARegularFile) {
+  const std::string msg = config_error_of([] { read_yaml_file("/dev/zero"); });
+  EXPECT_NE(msg.find("config file '/dev/zero' is not a regular file"), std::string::npos) << msg;
 }
 
 TEST(ConfigYaml, ReprQuotesStringsThatWouldRetype) {

@@ -2,7 +2,11 @@
 // byte layout of reference.md §1.1, and one named error (file + byte offset) for each kind of damage.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <thread>
 
 #include "data/indexed_dataset.h"
 #include "data_test_util.h"
@@ -279,6 +283,62 @@ TEST_F(IndexedDatasetDamage, MissingFilesAreNamed) {
   std::filesystem::remove(prefix_ + ".bin");
   const std::string msg = error_of([&] { IndexedDataset ds(prefix_); });
   EXPECT_NE(msg.find("cannot open " + prefix_ + ".bin"), std::string::npos) << msg;
+}
+
+// ---- a .bin that changes under a running reader: a named error, never SIGBUS (the .bin is read with pread)
+
+TEST_F(IndexedDatasetDamage, BinTruncatedAfterOpenIsANamedError) {
+  IndexedDataset ds(prefix_);
+  EXPECT_EQ(ds.sequence(0), (std::vector<int32_t>{1, 2, 3}));
+  std::filesystem::resize_file(prefix_ + ".bin", 6);  // sequence 0 (bytes 0..5) still fits; 1 and 2 do not
+  const std::string msg = error_of([&] { ds.sequence(2); });
+  EXPECT_NE(msg.find(prefix_ + ".bin: reading bytes [10, 18) came back short at byte 10: the file had 18 "
+                               "bytes when opened and has 6 now"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("truncated or rewritten while in use"), std::string::npos) << msg;
+}
+
+TEST_F(IndexedDatasetDamage, BinRewrittenInPlaceAfterOpenIsANamedError) {
+  IndexedDataset ds(prefix_);
+  EXPECT_EQ(ds.sequence(1), (std::vector<int32_t>{4, 5}));
+  // Same size, other tokens, a later modification time (file times tick in milliseconds at best).
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::string other = bin_;
+  other[2] = 9;
+  {
+    std::fstream f(prefix_ + ".bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.write(other.data(), static_cast<std::streamsize>(other.size()));
+  }
+  const std::string msg = error_of([&] { ds.sequence(1); });
+  EXPECT_NE(msg.find(prefix_ + ".bin: the file changed while in use"), std::string::npos) << msg;
+}
+
+TEST_F(IndexedDatasetDamage, BinTruncatedUnderAReaderThread) {
+  // A reader loops over every sequence while the main thread cuts the .bin to 2 bytes. With a memory map the
+  // reader would die of SIGBUS; here it must stop with the named error.
+  const std::vector<std::vector<int32_t>> docs = data_test::numbered_docs(400, 100, 300);
+  const std::string prefix = write_dataset(dir_.path("big"), docs);
+  IndexedDataset ds(prefix);
+  std::atomic<bool> started{false};
+  std::string msg;
+  std::thread reader([&] {
+    msg = error_of([&] {
+      for (int pass = 0; pass < 100000; ++pass) {
+        for (int64_t s = 0; s < ds.num_sequences(); ++s) {
+          if (ds.sequence(s) != docs[static_cast<size_t>(s)])
+            throw Error(ErrorKind::kRuntime, "a sequence read back different tokens");
+        }
+        started = true;
+      }
+    });
+  });
+  while (!started) std::this_thread::yield();
+  std::filesystem::resize_file(prefix + ".bin", 2);
+  reader.join();
+  // Either a read came back short or the size check after a read saw the change: both name the file.
+  EXPECT_EQ(msg.rfind(prefix + ".bin: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("while in use"), std::string::npos) << msg;
 }
 
 }  // namespace

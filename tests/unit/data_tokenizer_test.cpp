@@ -10,6 +10,7 @@
 #include "data/bpe_trainer.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "data_test_util.h"
 
 namespace primus {
@@ -182,6 +183,64 @@ TEST(HfTokenizer, UnsupportedComponentsAreNamed) {
   j["model"]["merges"].push_back("zz qq");
   msg = error_of([&] { HfTokenizer::from_json(j, nullptr, "z.json"); });
   EXPECT_NE(msg.find("z.json: merge"), std::string::npos) << msg;
+}
+
+// Ids index the embedding table. A negative added-token id once wrote out of bounds (SIGSEGV in `primus data
+// tokenize`), 2^31 - 1 sized a table until std::bad_alloc, and 3,000,000 in a 2,048-token file was accepted.
+TEST(HfTokenizer, TokenIdsOutsideTheVocabularyAreNamedErrors) {
+  nlohmann::json j = llama2_style();
+  j["added_tokens"].push_back({{"id", -7}, {"content", "<bad>"}, {"special", true}});
+  std::string msg = error_of([&] { HfTokenizer::from_json(j, nullptr, "neg/tokenizer.json"); });
+  EXPECT_NE(msg.find("neg/tokenizer.json: added token '<bad>' has id -7, outside [0, "), std::string::npos)
+      << msg;
+
+  j = llama2_style();
+  j["model"]["vocab"]["r"] = 2147483647;
+  msg = error_of([&] { HfTokenizer::from_json(j, nullptr, "big/tokenizer.json"); });
+  EXPECT_NE(msg.find("big/tokenizer.json: vocabulary token 'r' has id 2147483647, outside [0, 271)"),
+            std::string::npos)
+      << msg;
+
+  // 2,048 vocabulary entries, one of them numbered 3,000,000.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int i = 0; i < 2048; ++i) vocab[fmt::format("t{}", i)] = i == 2047 ? 3000000 : i;
+  j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  msg = error_of([&] { HfTokenizer::from_json(j, nullptr, "sparse/tokenizer.json"); });
+  EXPECT_NE(msg.find("sparse/tokenizer.json: vocabulary token 't2047' has id 3000000, outside [0, 2048): the "
+                     "file holds 2048 vocabulary entries and 0 added tokens"),
+            std::string::npos)
+      << msg;
+
+  j = llama2_style();
+  j["model"]["vocab"]["r"] = 3.5;
+  msg = error_of([&] { HfTokenizer::from_json(j, nullptr, "float.json"); });
+  EXPECT_NE(msg.find("float.json: vocabulary token 'r' has id 3.5, which is not an integer"),
+            std::string::npos)
+      << msg;
+
+  j = llama2_style();
+  j["post_processor"]["special_tokens"]["<s>"]["ids"] = {100000};
+  msg = error_of([&] { HfTokenizer::from_json(j, nullptr, "post.json"); });
+  EXPECT_NE(msg.find("post.json: post-processor token '<s>' has id 100000, outside the vocabulary [0, 268)"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(HfTokenizer, TokenIdsAreCheckedWhenTheFileIsFoundOnDiskToo) {
+  // The same checks guard the config layer's vocabulary size and the `primus data tokenize` path.
+  ScratchDir dir;
+  nlohmann::json j = llama2_style();
+  j["added_tokens"].push_back({{"id", -7}, {"content", "<bad>"}});
+  std::filesystem::create_directories(dir.path("tok"));
+  data_test::write_bytes(dir.path("tok/tokenizer.json"), j.dump());
+  const std::string path = dir.path("tok/tokenizer.json");
+  std::string msg = error_of([&] { tokenizer_file_vocab_size("HuggingFaceTokenizer", dir.path("tok"), ""); });
+  EXPECT_NE(msg.find(path + ": added token '<bad>' has id -7"), std::string::npos) << msg;
+  msg = error_of([&] { make_tokenizer("HuggingFaceTokenizer", dir.path("tok")); });
+  EXPECT_NE(msg.find(path + ": added token '<bad>' has id -7"), std::string::npos) << msg;
+  j = llama2_style();
+  data_test::write_bytes(dir.path("tok/tokenizer.json"), j.dump());
+  EXPECT_EQ(tokenizer_file_vocab_size("HuggingFaceTokenizer", dir.path("tok"), ""), 268);
 }
 
 TEST(TokenizerFactory, NamedErrors) {

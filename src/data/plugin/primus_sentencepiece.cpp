@@ -21,7 +21,16 @@ extern "C" {
 
 __attribute__((visibility("default"))) void* primus_spm_load(const char* path, char* err, size_t err_len) {
   auto* sp = new sentencepiece::SentencePieceProcessor();
-  const auto status = sp->Load(path);
+  sentencepiece::util::Status status;
+  // libsentencepiece reports most damage through its status, but a few pieces make its trie builder (Darts)
+  // throw instead, e.g. a piece holding a NUL byte: that must not escape a C interface (std::terminate).
+  try {
+    status = sp->Load(path);
+  } catch (const std::exception& e) {
+    set_err(err, err_len, std::string("damaged model: ") + e.what());
+    delete sp;
+    return nullptr;
+  }
   if (!status.ok()) {
     set_err(err, err_len, status.ToString());
     delete sp;
