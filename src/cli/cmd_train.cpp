@@ -1,8 +1,10 @@
 // `primus train pretrain --config EXP.yaml [--dry-run] [overrides...]`, as Primus's `train pretrain`: tokens
 // the command does not know are configuration overrides (key=value, --key=value, --key value, --flag).
+// `primus train posttrain` exists as in Primus, checks the experiment and refuses (not supported yet).
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "config/did_you_mean.h"
 #include "config/key_decl.h"
 #include "config/load_config.h"
+#include "config/not_supported.h"
 #include "config/report.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -83,13 +86,44 @@ int run_pretrain_command(const PretrainArgs& args) {
     return 0;
   }
   for (const std::string& w : rc.warnings) log::warn("config: {}", w);
+  // The experiment's `env:` (Primus exports it for the backend); a variable set by the caller wins.
+  for (const auto& [name, value] : rc.info.env) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
   return run_pretrain(rc.train, config::resolved_yaml(rc));
+}
+
+// `train posttrain`: Primus's SFT / alignment entry. Everything that can be checked without a post-training
+// implementation is (the experiment's structure, presets, ${VAR}s, every key's name and type); then the
+// command refuses, exit 2.
+int run_posttrain_command(const PretrainArgs& args) {
+  if (args.config.empty())
+    throw ConfigError("train posttrain: --config FILE is required (the Primus experiment YAML)",
+                      "primus train posttrain --config EXPERIMENT.yaml [--dry-run] [key=value ...]");
+  check_mistyped_options(args.overrides);
+  config::ResolveOptions options;
+  options.cli_overrides = args.overrides;
+  options.module_name = "post_trainer";
+  try {
+    config::load_config(args.config, options);
+  } catch (const config::NotSupportedError&) {
+    // SFT settings (stage: sft, LoRA, ...) are refused below as one feature.
+  } catch (const ConfigError& e) {
+    // Primus lets `train posttrain` use a pre_trainer module when there is no post_trainer one.
+    if (std::string(e.what()).find("no module 'post_trainer'") == std::string::npos) throw;
+    options.module_name = "pre_trainer";
+    try {
+      config::load_config(args.config, options);
+    } catch (const config::NotSupportedError&) {
+    }
+  }
+  throw config::NotSupportedError(
+      fmt::format("{}: not supported yet: post-training (train posttrain)", args.config),
+      "Primus-C++ pretrains only; SFT and alignment come with the post-training issue");
 }
 
 }  // namespace
 
 void attach_train(CLI::App& root, CliContext& ctx) {
-  CLI::App* train = root.add_subcommand("train", "Train a model (pretrain)");
+  CLI::App* train = root.add_subcommand("train", "Train a model (pretrain; posttrain is not supported yet)");
   train->require_subcommand(1);
 
   auto args = std::make_shared<PretrainArgs>();
@@ -115,6 +149,21 @@ void attach_train(CLI::App& root, CliContext& ctx) {
   pretrain->callback([pretrain, args, &ctx] {
     args->overrides = pretrain->remaining();
     ctx.action = [args] { return run_pretrain_command(*args); };
+  });
+
+  auto post_args = std::make_shared<PretrainArgs>();
+  CLI::App* posttrain =
+      train->add_subcommand("posttrain",
+                            "Post-training (SFT, alignment) from a Primus experiment file: not "
+                            "supported yet (checks the file, then exits 2)");
+  posttrain->add_option("--config,--exp", post_args->config, "Experiment YAML (Primus format)");
+  posttrain->add_flag("--dry-run", post_args->dry_run, "Accepted; the command refuses either way");
+  posttrain->add_option("--backend_path", post_args->backend_path,
+                        "Accepted for Primus compatibility; no effect");
+  posttrain->allow_extras();
+  posttrain->callback([posttrain, post_args, &ctx] {
+    post_args->overrides = posttrain->remaining();
+    ctx.action = [post_args] { return run_posttrain_command(*post_args); };
   });
 }
 

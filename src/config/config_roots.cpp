@@ -82,6 +82,11 @@ std::vector<std::string> config_search_path(const EnvLookup& env) {
 std::string find_preset(const std::vector<std::string>& roots, const std::string& subdir,
                         const std::string& name, const std::string& what, const Origin& where) {
   if (name.empty()) throw ConfigError(fmt::format("{}: the {} name is empty", where.str(), what));
+  // Primus's *.template.yaml experiments leave names as <PLACEHOLDERS> for the user to fill in.
+  if (name.size() > 2 && name.front() == '<' && name.back() == '>')
+    throw ConfigError(
+        fmt::format("{}: the {} name '{}' is a template placeholder", where.str(), what, name),
+        fmt::format("replace {} with the name of a {} (this file is a template to copy)", name, what));
   std::string file = has_yaml_suffix(name) ? name : name + ".yaml";
   if (fs::path(file).is_absolute()) {
     if (fs::exists(file)) return file;

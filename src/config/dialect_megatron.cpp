@@ -57,6 +57,19 @@ void map_megatron(ResolvedConfig& rc) {
     }
   };
 
+  // A key whose support rule admits one behaviour (others were refused as not supported yet): the engine does
+  // exactly that; the read states it and records the key as used (config/key_use.h).
+  auto only = [&](const char* key, bool holds) {
+    PRIMUS_CHECK(holds, "{}: a value its support rule should have refused reached the mapper", key);
+  };
+  auto zero_or_null = [&](const char* key) { return k.is_null(key) || k.f(key) == 0.0; };
+  only("model_type", k.s("model_type") == "gpt");  // decoder-only
+  only("position_embedding_type", k.s("position_embedding_type") == "rope");
+  only("rotary_percent", k.is_null("rotary_percent") || k.f("rotary_percent") == 1.0);  // whole head
+  only("rotary_interleaved", !k.b("rotary_interleaved"));                               // rotate-half pairs
+  only("hidden_dropout", zero_or_null("hidden_dropout"));                               // no dropout
+  only("attention_dropout", zero_or_null("attention_dropout"));
+
   // Model.
   if (!k.is_null("model")) m.name = std::filesystem::path(k.s("model")).stem().string();
   m.num_layers = k.i("num_layers");
@@ -105,6 +118,10 @@ void map_megatron(ResolvedConfig& rc) {
   m.qk_layernorm = k.b("qk_layernorm");
   m.normalization = k.s("normalization");
   m.norm_epsilon = k.f("norm_epsilon");
+  if (!k.is_null("layernorm_epsilon")) {  // Megatron's field name; Primus's newer presets write it
+    m.norm_epsilon = k.f("layernorm_epsilon");
+    rc.set_source("model.norm_epsilon", "layernorm_epsilon", k.origin("layernorm_epsilon"));
+  }
   m.rotary_base = k.f("rotary_base");
   m.use_rope_scaling = k.b("use_rope_scaling");
   m.rope_scaling_factor = k.f("rope_scaling_factor");
@@ -202,15 +219,14 @@ void map_megatron(ResolvedConfig& rc) {
   // Data.
   DataConfig& d = t.data;
   d.mock_data = k.b("mock_data");
-  d.data_path = string_list(*k.get("data_path"));
-  d.train_data_path = string_list(*k.get("train_data_path"));
-  d.valid_data_path = string_list(*k.get("valid_data_path"));
-  d.test_data_path = string_list(*k.get("test_data_path"));
+  d.data_path = string_list(k.value("data_path"));
+  d.train_data_path = string_list(k.value("train_data_path"));
+  d.valid_data_path = string_list(k.value("valid_data_path"));
+  d.test_data_path = string_list(k.value("test_data_path"));
   d.data_cache_path = k.s("data_cache_path");
   d.text_data_path = k.s("text_data_path");
   d.split = k.is_null("split") ? "969,30,1" : k.s("split");
   d.eod_mask_loss = k.b("eod_mask_loss");
-  d.num_workers = k.i("num_workers");
 
   // Parallelism (degrees other than 1 were rejected as "not supported yet").
   ParallelConfig& p = t.parallel;
@@ -300,7 +316,7 @@ void map_megatron(ResolvedConfig& rc) {
   st.profile_step_start = k.i("profile_step_start");
   st.profile_step_end = k.i("profile_step_end");
   st.profile_ranks.clear();
-  if (const Value* pr = k.get("profile_ranks"); pr != nullptr && pr->is_list())
+  if (const Value* pr = &k.value("profile_ranks"); pr->is_list())
     for (const Value& v : pr->items()) {
       if (!v.is_int())
         throw ConfigError(
@@ -317,8 +333,6 @@ void map_megatron(ResolvedConfig& rc) {
   // Logging and evaluation.
   LoggingConfig& l = t.logging;
   l.log_interval = k.i("log_interval");
-  l.log_avg_skip_iterations = k.i("log_avg_skip_iterations");
-  l.log_avg_reset_interval = k.i("log_avg_reset_interval");
   l.eval_interval = k.is_null("eval_interval") ? 0 : k.i("eval_interval");
   l.eval_iters = k.i("eval_iters");
   map_tensorboard_megatron(k, l.tensorboard);

@@ -27,9 +27,31 @@ void map_torchtitan(ResolvedConfig& rc) {
     }
   };
 
+  // A key whose support rule admits one behaviour (others were refused as not supported yet): the engine does
+  // exactly that; the read states it and records the key as used (config/key_use.h).
+  auto only = [&](const char* key, bool holds) {
+    PRIMUS_CHECK(holds, "{}: a value its support rule should have refused reached the mapper", key);
+  };
+  // primus_turbo selects Primus-Turbo's kernels: ours are the only kernels here.
+  only("model.converters", [&] {
+    for (const Value& c : k.value("model.converters").items())
+      if (c.as_string() != "primus_turbo") return false;
+    return true;
+  }());
+
   // Model: family + flavor.
   const std::string family = k.s("model.name");
   const std::string flavor = k.s("model.flavor");
+  if (family != "llama3" && family != "qwen3")
+    throw NotSupportedError(
+        fmt::format(
+            "{}: not supported yet: model {} ({})", k.origin("model.name").str(), family,
+            family == "flux" ? "a diffusion model" : "a mixture-of-experts family; MoE is not supported yet"),
+        "the TorchTitan families here are llama3 and qwen3 (dense)");
+  // TorchTitan's MoE flavors of Qwen3 (torchtitan/models/qwen3/__init__.py).
+  if (family == "qwen3" && (flavor == "30B-A3B" || flavor == "235B-A22B" || flavor == "debugmodel_moe"))
+    throw NotSupportedError(fmt::format("{}: not supported yet: MoE (model qwen3 flavor {})",
+                                        k.origin("model.flavor").str(), flavor));
   const Flavor* f = find_flavor(family, flavor);
   if (f == nullptr) {
     std::vector<std::string> names;
@@ -46,6 +68,10 @@ void map_torchtitan(ResolvedConfig& rc) {
   for (const char* field : {"num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
                             "kv_channels", "ffn_hidden_size"})
     rc.set_source(field, "model.flavor", k.origin("model.flavor"));
+  if (!k.is_null("model.n_layers")) {  // Primus's model override (model_override_patches.py)
+    m.num_layers = k.i("model.n_layers");
+    rc.set_source("num_layers", "model.n_layers", k.origin("model.n_layers"));
+  }
 
   // Vocabulary: TorchTitan takes the tokenizer's size as is (no padding).
   const std::string assets = k.s("model.hf_assets_path");
@@ -91,16 +117,18 @@ void map_torchtitan(ResolvedConfig& rc) {
                       k.origin("text_data_path").str(), k.origin("training.dataset_path").str()));
     d.text_data_path = k.s("training.dataset_path");
   }
+  const std::string dataset = k.s("training.dataset");
   if (!d.mock_data && d.text_data_path.empty())
     rc.warnings.push_back(fmt::format(
         "training.dataset '{}' ({}) is a HuggingFace dataset: Primus-C++ reads local text only; set "
         "training.dataset_path (or text_data_path), or training.mock_data: true, or the run stops when it "
         "opens "
         "its data",
-        k.s("training.dataset"), k.origin("training.dataset").str()));
+        dataset, k.origin("training.dataset").str()));
 
   // Optimizer and schedule.
   OptimConfig& o = t.optim;
+  only("optimizer.name", k.s("optimizer.name") == "AdamW");
   o.optimizer = "adam";  // AdamW (decoupled weight decay), Megatron's "adam"
   o.lr = k.f("optimizer.lr");
   o.adam_eps = k.f("optimizer.eps");
@@ -110,10 +138,24 @@ void map_torchtitan(ResolvedConfig& rc) {
   src("lr", "optimizer.lr");
   o.lr_warmup_iters = k.i("lr_scheduler.warmup_steps");
   src("lr_warmup_iters", "lr_scheduler.warmup_steps");
+  // TorchTitan (lr_scheduler.py) shortens a warm-up longer than the run to the run, with a warning; the run
+  // then ends at the peak lr, which a decay that never starts (one step past the end) reproduces here.
+  if (o.lr_warmup_iters > t.train_iters) {
+    rc.warnings.push_back(fmt::format(
+        "lr_scheduler.warmup_steps {} ({}) exceeds training.steps {}: warm-up "
+        "shortened to {}, as TorchTitan does",
+        o.lr_warmup_iters, k.origin("lr_scheduler.warmup_steps").str(), t.train_iters, t.train_iters));
+    o.lr_warmup_iters = t.train_iters;
+  }
   o.lr_decay_style = k.s("lr_scheduler.decay_type");
-  o.lr_decay_iters = t.train_iters;
-  derived("lr_decay_iters", t.train_iters,
-          "= training.steps: the decay runs from the end of warm-up to the last step");
+  if (o.lr_warmup_iters > 0 && o.lr_warmup_iters == t.train_iters) {
+    o.lr_decay_iters = t.train_iters + 1;
+    derived("lr_decay_iters", *o.lr_decay_iters, "= training.steps + 1: the warm-up fills the run, no decay");
+  } else {
+    o.lr_decay_iters = t.train_iters;
+    derived("lr_decay_iters", t.train_iters,
+            "= training.steps: the decay runs from the end of warm-up to the last step");
+  }
   const double factor = k.is_null("lr_scheduler.min_lr_factor") ? 0.0 : k.f("lr_scheduler.min_lr_factor");
   o.min_lr = o.lr * factor;
   derived("min_lr", o.min_lr, fmt::format("optimizer.lr x lr_scheduler.min_lr_factor {}", factor));
@@ -167,23 +209,28 @@ void map_torchtitan(ResolvedConfig& rc) {
   src("recompute_granularity", "activation_checkpoint.mode");
 
   // Checkpoints: TorchTitan saves into and resumes from {dump folder}/{checkpoint.folder}.
+  // The settings are read whether or not checkpoint.enable is on (they apply once it is).
   CheckpointConfig& c = t.checkpoint;
+  const std::string folder = k.s("checkpoint.folder");
+  const int64_t interval = k.i("checkpoint.interval"), keep = k.i("checkpoint.keep_latest_k");
+  const bool async_save = k.s("checkpoint.async_mode") != "disabled";
+  const bool model_only = k.b("checkpoint.initial_load_model_only");
   if (k.b("checkpoint.enable")) {
-    c.save = t.run.run_dir() + "/" + k.s("checkpoint.folder");
+    c.save = t.run.run_dir() + "/" + folder;
     c.auto_continue_train = true;
-    c.save_interval = k.i("checkpoint.interval");
-    c.keep_latest_k = k.i("checkpoint.keep_latest_k");
+    c.save_interval = interval;
+    c.keep_latest_k = keep;
     if (c.keep_latest_k == 1)
       throw ConfigError(
           fmt::format("{}: checkpoint.keep_latest_k: 1 (rule: 0 = keep all, or >= 2, as TorchTitan)",
                       k.origin("checkpoint.keep_latest_k").str()));
-    c.async_save = k.s("checkpoint.async_mode") != "disabled";
+    c.async_save = async_save;
     c.exit_on_missing_checkpoint = false;
     derived("save", c.save, "checkpoint.enable: {run dir}/checkpoint.folder");
   }
   if (!k.is_null("checkpoint.initial_load_path")) {
     c.load = k.s("checkpoint.initial_load_path");
-    c.finetune = k.b("checkpoint.initial_load_model_only");
+    c.finetune = model_only;
     c.no_load_optim = c.finetune;
     c.no_load_rng = c.finetune;
   }

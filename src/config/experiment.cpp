@@ -8,6 +8,7 @@
 #include "config/config_roots.h"
 #include "config/did_you_mean.h"
 #include "config/merge.h"
+#include "config/not_supported.h"
 #include "config/preset_loader.h"
 #include "config/yaml_reader.h"
 #include "core/error.h"
@@ -17,11 +18,46 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kExperimentKeys = {"work_group", "user_name", "exp_name",
-                                                  "workspace",  "modules",   "platform"};
-const std::vector<std::string> kModuleKeys = {"framework", "config", "model", "overrides", "name"};
+// `extends`/`bases` are resolved by load_preset before these are checked; `env` is exported for the run.
+const std::vector<std::string> kExperimentKeys = {"work_group", "user_name", "exp_name", "workspace",
+                                                  "modules",    "platform",  "env"};
+const std::vector<std::string> kModuleKeys = {"framework", "config", "model",
+                                              "overrides", "name",   "trainer_class"};
 const std::vector<std::string> kPlatformKeys = {"config", "overrides"};
 const std::vector<std::string> kFrameworks = {"megatron", "torchtitan"};
+// Primus's other backends (primus/backends/*): valid experiments, refused as "not supported yet".
+const std::vector<std::pair<std::string, std::string>> kOtherBackends = {
+    {"megatron_bridge", "NeMo Megatron-Bridge recipes"},
+    {"maxtext", "JAX MaxText"},
+    {"maxdiffusion", "JAX MaxDiffusion (image/video diffusion)"},
+    {"diffusion", "diffusion models (Flux, Wan)"},
+    {"nemo_automodel", "NeMo AutoModel"},
+    {"hummingbirdxt", "HummingbirdXT video diffusion"},
+};
+
+// Throws NotSupportedError when the experiment's module names one of Primus's other backends. Looks only at
+// modules.<name>.framework (map or Primus's list form); anything malformed is left to the full checks.
+void refuse_other_backend(const Value& experiment, const std::string& module_name) {
+  const Value* modules = experiment.find("modules");
+  if (modules == nullptr) return;
+  const Value* module = nullptr;
+  if (modules->is_map()) {
+    module = modules->find(module_name);
+  } else if (modules->is_list()) {
+    for (const Value& m : modules->items()) {
+      const Value* n = m.is_map() ? m.find("name") : nullptr;
+      if (n != nullptr && n->is_string() && n->as_string() == module_name) module = &m;
+    }
+  }
+  const Value* fw = module != nullptr && module->is_map() ? module->find("framework") : nullptr;
+  if (fw == nullptr || !fw->is_string()) return;
+  for (const auto& [name, what] : kOtherBackends)
+    if (fw->as_string() == name)
+      throw NotSupportedError(
+          fmt::format("{}: not supported yet: backend {} ({}); Primus-C++ trains with the megatron and "
+                      "torchtitan dialects",
+                      fw->origin().str(), name, what));
+}
 
 void reject_unknown(const Value& map, const std::vector<std::string>& allowed, const std::string& where) {
   for (const auto& [key, value] : map.entries()) {
@@ -145,14 +181,43 @@ ResolvedTree resolve_experiment(const std::string& path, const ResolveOptions& o
   info.module_name = options.module_name;
   info.roots = options.roots ? *options.roots : config_search_path(options.env);
 
-  Value experiment = read_yaml_file(path);
-  info.files_read.push_back(path);
-  if (!experiment.is_map())
+  Value first = read_yaml_file(path);
+  if (!first.is_map())
     throw ConfigError(
         fmt::format("{}: an experiment file is a mapping with work_group, user_name, exp_name, "
                     "workspace and modules",
                     path));
-  substitute_env_tree(experiment, options.env);
+  // A Transformer Engine precision-recipe file (top-level configs/matchers, as Primus's *-te-precision.yaml)
+  // sits among the experiments but is what te_precision_config_file names.
+  if (first.find("configs") != nullptr && first.find("matchers") != nullptr &&
+      first.find("modules") == nullptr)
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: Transformer Engine precision recipes (a configs/matchers file, "
+                    "named by te_precision_config_file; it is not an experiment)",
+                    path),
+        "Primus-C++ has no per-module precision recipes");
+  // As Primus's parse_yaml: ${VAR} substitution, then `extends:` (or the old `bases:`) parents merged under
+  // it.
+  Value experiment = load_preset(path, options.env, &info.files_read, &info.warnings);
+  if (const Value* env = experiment.find("env"); env != nullptr && !env->is_null()) {
+    if (!env->is_map())
+      throw ConfigError(fmt::format("{}: 'env' must map variable names to values, got {} {}",
+                                    env->origin().str(), env->type_name(), env->repr()));
+    for (const auto& [name, value] : env->entries())
+      info.env.emplace_back(name, scalar_text(value, "env." + name));
+  }
+  // `train pretrain` on an experiment that only defines post_trainer (Primus runs it as SFT then).
+  if (const Value* modules = experiment.find("modules");
+      modules != nullptr && modules->is_map() && modules->find(options.module_name) == nullptr &&
+      options.module_name == "pre_trainer" && modules->find("post_trainer") != nullptr)
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: post-training (the experiment defines module post_trainer; "
+                    "Primus runs it with `train posttrain`)",
+                    modules->find("post_trainer")->origin().str()));
+  // The backend decides which keys an experiment may hold (a megatron_bridge experiment has a top-level
+  // `peft:`, a maxdiffusion module a `maxdiffusion_entrypoint:`), so a backend we do not have is refused
+  // before any key is judged; a malformed file falls through to the checks below.
+  refuse_other_backend(experiment, options.module_name);
   reject_unknown(experiment, kExperimentKeys, "the experiment file");
 
   const std::string where = "the experiment file";
@@ -174,6 +239,13 @@ ResolvedTree resolve_experiment(const std::string& path, const ResolveOptions& o
   reject_unknown(module, kModuleKeys, module_where);
   const Value& fw = required(module, "framework", module_where);
   info.framework = scalar_text(fw, "framework");
+  // Primus loads a module's trainer by name (backend_adapter.load_trainer_class); its examples name only
+  // the Flux diffusion trainer, a different training task.
+  if (const Value* tc = module.find("trainer_class"); tc != nullptr && !tc->is_null())
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: trainer_class {} (Primus's custom trainers, "
+                    "e.g. the Flux diffusion trainer; Primus-C++ has the LLM pretrainer)",
+                    tc->origin().str(), scalar_text(*tc, "trainer_class")));
   if (std::find(kFrameworks.begin(), kFrameworks.end(), info.framework) == kFrameworks.end())
     throw ConfigError(fmt::format("{}: unknown framework '{}'{}", fw.origin().str(), info.framework,
                                   did_you_mean_text(info.framework, kFrameworks)),

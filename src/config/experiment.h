@@ -13,6 +13,7 @@
 // earlier).
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/env_subst.h"
@@ -40,6 +41,8 @@ struct ExperimentInfo {
   std::vector<std::string> roots;
   std::vector<std::string> files_read;  // every YAML file read, in order
   std::vector<std::string> warnings;    // values that lost a merge silently in Primus, unused modules, ...
+  // The experiment's top-level `env:` (name, value), exported for the run (variables already set win).
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 struct ResolvedTree {

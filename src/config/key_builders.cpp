@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "config/yaml_scalar.h"
+
 namespace primus::config::keys {
 
 KeyDecl impl(std::string name, KeyType type, std::string def, std::string doc) {
@@ -37,6 +39,43 @@ KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc, 
   d.status = KeyStatus::kNotSupported;
   d.supported = std::move(inert);
   d.reason = std::move(what);
+  return d;
+}
+
+ValueRule layer_id_list() {
+  return [](const Value& v) -> std::string {
+    const std::string want = "must be a list of layer indices >= 0 or a string like \"0,3,4\"";
+    if (v.is_list()) {
+      for (const Value& item : v.items())
+        if (!item.is_int() || item.as_int() < 0) return want;
+      return "";
+    }
+    if (!v.is_string()) return want;
+    std::string text = v.as_string();
+    size_t start = 0;
+    while (start <= text.size()) {
+      size_t comma = text.find(',', start);
+      std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      while (!part.empty() && part.front() == ' ') part.erase(part.begin());
+      while (!part.empty() && part.back() == ' ') part.pop_back();
+      std::optional<int64_t> id = python_int(part);
+      if (!id || *id < 0) return want;
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return "";
+  };
+}
+
+KeyDecl unsup_unless_default(std::string name, KeyType type, std::string def, std::string doc) {
+  Value at_default = resolve_plain_scalar(def, Origin::derived("default"));
+  KeyDecl d = unsup(std::move(name), type, std::move(def), std::move(doc));
+  SupportRule inert = inert_default();
+  d.supported = [inert, at_default](const Value& v, const KeyLookup& k) {
+    if (inert(v, k)) return true;
+    if (v.is_number() && at_default.is_number()) return v.as_float() == at_default.as_float();
+    return v == at_default;
+  };
   return d;
 }
 

@@ -34,6 +34,9 @@ KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc);
 // Same with explicit inert values and a note on what works.
 KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc, SupportRule inert,
               std::string what);
+// A key for a feature not supported yet whose inert values are null, false/0/""/[]/{} and its own default
+// (Megatron's defaults are not always "off": softmax_type vanilla, mup_width_mult 1.0).
+KeyDecl unsup_unless_default(std::string name, KeyType type, std::string def, std::string doc);
 // A section (a map whose keys are declared as "section.key").
 KeyDecl section(std::string name, std::string doc);
 
@@ -43,6 +46,7 @@ ValueRule non_negative();  // >= 0
 ValueRule at_least(double lo);
 ValueRule in_range(double lo, double hi);  // lo <= v <= hi
 ValueRule one_of(std::initializer_list<const char*> choices);
+ValueRule layer_id_list();  // a list of layer indices >= 0, or the same as a comma-separated string "0,3,4"
 
 // Support rules.
 SupportRule inert_default();                                 // null, false, 0, "", [], {}

@@ -20,6 +20,10 @@ inline constexpr const char* kWhyProfile =
 inline constexpr const char* kWhyWorld1 =
     "distributed-training switch that does not change results; no effect at world size 1 (the distributed "
     "issue implements it)";
+inline constexpr const char* kWhyDpKnob =
+    "a tuning knob of Megatron's / PyTorch's data-parallel machinery; here the parameter regions (one per "
+    "layer) are the buckets, shards and gather units, and use_distributed_optimizer / use_torch_fsdp2 / "
+    "data_parallel_sharding_strategy pick the layout (docs/distributed.md)";
 inline constexpr const char* kWhyMoE =
     "applies only to MoE layers (num_experts set), which are not supported yet";
 inline constexpr const char* kWhyMLA =
@@ -56,6 +60,30 @@ inline constexpr const char* kWhyLoRA =
     "LoRA settings; used only when lora.enabled (post-training, a later issue)";
 inline constexpr const char* kWhyQuantConverter =
     "used only by the float8/mx model converters (model.converters), which are not supported yet";
+inline constexpr const char* kWhyMTP =
+    "applies only with multi-token prediction (mtp_num_layers), not supported yet";
+inline constexpr const char* kWhyHybrid =
+    "applies only to hybrid / Mamba / linear-attention layers (is_hybrid_model, "
+    "experimental_attention_variant), "
+    "not supported yet";
+inline constexpr const char* kWhyAttnVariant =
+    "applies only to sparse / compressed attention and hyper-connections (experimental_attention_variant, "
+    "hc_mult > 1: DeepSeek-V4, Kimi-K3), not supported yet";
+inline constexpr const char* kWhyTokenizerOther =
+    "tokenizer-library option; the trainer reads pre-tokenized data and takes only the vocabulary size from "
+    "the "
+    "tokenizer";
+inline constexpr const char* kWhyEnvAsKey =
+    "an environment-variable name written as a module key; Primus passes it to the backend's argument "
+    "namespace, where nothing reads it";
+inline constexpr const char* kWhyDuplicateNan =
+    "rerun-state-machine spelling; Primus-C++ checks loss and gradients as check_for_nan_in_loss_and_grad "
+    "says";
+inline constexpr const char* kWhyRecomputeModules =
+    "which modules selective recomputation covers; ours recomputes a fixed set (docs/configuration.md)";
+inline constexpr const char* kWhyLogAverages =
+    "the log line reports each interval's own step time and the run's summary the median step, so there is "
+    "no running average to skip into or reset";
 inline constexpr const char* kWhySoftmaxFp32 = "softmax and reductions always run in fp32 here";
 
 }  // namespace primus::config::keys

@@ -14,5 +14,7 @@ void add_megatron_logging_keys(KeyTable& t);
 void add_megatron_other_model_keys(KeyTable& t);
 void add_megatron_primus_keys(KeyTable& t);
 void add_megatron_sft_keys(KeyTable& t);
+void add_megatron_upstream_keys(KeyTable& t);  // Megatron-LM arguments and Primus families not declared above
+void add_megatron_upstream_knobs(KeyTable& t);
 
 }  // namespace primus::config::keys

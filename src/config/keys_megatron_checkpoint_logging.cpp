@@ -69,10 +69,12 @@ void add_megatron_logging_keys(KeyTable& t) {
   t.add(impl("log_interval", kI, "100", "print a log line every this many iterations")
             .non_null()
             .check(positive()));
-  t.add(impl("log_avg_skip_iterations", kI, "2", "Primus: iterations left out of the averaged timings")
+  t.add(noeff("log_avg_skip_iterations", kI, "2", kWhyLogAverages,
+              "Primus: iterations left out of the averaged timings")
             .non_null()
             .check(non_negative()));
-  t.add(impl("log_avg_reset_interval", kI, "10", "Primus: restart the timing average every this many lines")
+  t.add(noeff("log_avg_reset_interval", kI, "10", kWhyLogAverages,
+              "Primus: restart the timing average every this many lines")
             .non_null()
             .check(positive()));
   // TensorBoard (docs/metrics.md; src/config/dialect_tensorboard.cpp, src/train/tensorboard_sink.cpp).

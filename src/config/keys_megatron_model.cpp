@@ -47,6 +47,9 @@ void add_megatron_model_keys(KeyTable& t) {
             .check(one_of({"LayerNorm", "RMSNorm"}))
             .supports(strings({"RMSNorm"}), "only RMSNorm is implemented"));
   t.add(impl("norm_epsilon", kF, "1.0e-5", "epsilon of the norms").non_null().check(positive()));
+  t.add(impl("layernorm_epsilon", kF, "null",
+             "Megatron's own name of norm_epsilon (its TransformerConfig field); when set it wins")
+            .check(positive()));
   t.add(unsup("apply_layernorm_1p", kB, "false", "norm weights stored as (gamma - 1)"));
   t.add(
       unsup("apply_residual_connection_post_layernorm", kB, "false", "residual taken after the norm (BERT)"));
@@ -150,6 +153,8 @@ void add_megatron_model_keys(KeyTable& t) {
   t.add(noeff("clone_scatter_output_in_embedding", kB, "true", kWhyTorch,
               "clone the embedding scatter output"));
   t.add(noeff("gradient_accumulation_fusion", kB, "true", kWhyFusion, "fused weight-gradient accumulation"));
+  t.add(noeff("fused_single_qkv_rope", kB, "false", kWhyFusion,
+              "RoPE on the packed QKV without splitting it (ours always reads q and k in place)"));
 }
 
 }  // namespace primus::config::keys

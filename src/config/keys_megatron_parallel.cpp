@@ -72,15 +72,19 @@ void add_megatron_parallel_keys(KeyTable& t) {
            {"pp_warmup", kB, "false", "Primus: pipeline warm-up iteration"},
            {"dump_pp_data", kB, "false", "Primus: dump pipeline schedule data"}});
 
-  add_all(t, kWhyWorld1,
-          {{"use_distributed_optimizer", kB, "false", "ZeRO-1: shard optimizer state over data parallel"},
-           {"use_torch_fsdp2", kB, "false", "PyTorch FSDP2 sharding"},
-           {"use_megatron_fsdp", kB, "false", "Megatron FSDP"},
+  // Data parallelism (docs/distributed.md): these select and tune what src/train/data_parallel.cpp does.
+  t.add(impl("use_distributed_optimizer", kB, "false", "ZeRO-1: shard optimizer state over data parallel"));
+  t.add(impl("use_torch_fsdp2", kB, "false", "FSDP: shard parameters, gradients and optimizer state"));
+  t.add(impl("data_parallel_sharding_strategy", kS, "no_shard",
+             "no_shard | optim | optim_grads | optim_grads_params"));
+  t.add(impl("overlap_grad_reduce", kB, "false", "reduce each region's gradients while backward continues"));
+  t.add(impl("overlap_param_gather", kB, "false", "FSDP: gather the next region's parameters ahead of use"));
+  t.add(impl("grad_reduce_in_bf16", kB, "false", "reduce gradients in bf16 (halves the traffic)"));
+  t.add(impl("distributed_timeout_minutes", kI, "10", "collective timeout (the hang watchdog's limit)")
+            .check(positive()));
+  add_all(t, kWhyDpKnob,
+          {{"use_megatron_fsdp", kB, "false", "Megatron FSDP"},
            {"use_custom_fsdp", kB, "false", "Megatron custom FSDP (old name)"},
-           {"data_parallel_sharding_strategy", kS, "no_shard",
-            "no_shard | optim | optim_grads | optim_grads_params"},
-           {"overlap_grad_reduce", kB, "false", "overlap gradient reduction with backward"},
-           {"overlap_param_gather", kB, "false", "overlap parameter all-gather with forward"},
            {"overlap_param_gather_with_optimizer_step", kB, "false", "overlap param gather with the step"},
            {"align_grad_reduce", kB, "true", "launch gradient reduction of all stages together"},
            {"align_param_gather", kB, "true", "launch parameter gathers of all stages together"},
@@ -91,7 +95,6 @@ void add_megatron_parallel_keys(KeyTable& t) {
            {"gradient_reduce_div_fusion", kB, "true", "fuse the gradient division into the reduction"},
            {"suggested_communication_unit_size", kI, "400000000", "FSDP communication unit"},
            {"num_distributed_optimizer_instances", kI, "1", "distributed-optimizer replicas"},
-           {"grad_reduce_in_bf16", kB, "false", "reduce gradients in bf16"},
            {"data_parallel_random_init", kB, "false", "different initialisation per DP rank"},
            {"use_sharp", kB, "false", "SHARP in-network reductions"},
            {"sharp_enabled_group", kS, "null", "group using SHARP: dp | dp_replica"},
@@ -100,7 +103,6 @@ void add_megatron_parallel_keys(KeyTable& t) {
            {"high_priority_stream_groups", kL, "[]", "groups on high-priority streams"},
            {"check_weight_hash_across_dp_replicas_interval", kI, "null", "check DP replicas agree"},
            {"distributed_backend", kS, "nccl", "torch.distributed backend"},
-           {"distributed_timeout_minutes", kI, "10", "collective timeout"},
            {"enable_gloo_process_groups", kB, "true", "create Gloo groups as well"}});
 
   add_all(t, kWhyLauncher,

@@ -159,7 +159,10 @@ void add_megatron_training_keys(KeyTable& t) {
             .check(one_of({"uniform", "block"})));
   t.add(impl("recompute_num_layers", kI, "null", "layers per recompute group (uniform) or recomputed (block)")
             .check(non_negative()));
-  t.add(unsup("recompute_layer_ids", kL, "null", "Primus: recompute exactly these layers"));
+  t.add(unsup("recompute_layer_ids", kA, "null",
+              "Primus: recompute exactly these layers (a list, or a comma-separated string as Primus's "
+              "DeepSeek-V4 / Kimi-K3 examples write it)")
+            .check(layer_id_list()));
   t.add(noeff("checkpoint_activations", kB, "false", kWhyDeprecated, "old name of recompute_activations"));
 
   t.group("data");
@@ -168,7 +171,11 @@ void add_megatron_training_keys(KeyTable& t) {
       "data_path", kA, "null",
       "Megatron indexed dataset prefixes (.bin/.idx), optionally weighted: [w1, p1, w2, p2] or a string"));
   t.add(impl("split", kS, "null", "train/valid/test split weights (null: 969,30,1)"));
-  t.add(impl("num_workers", kI, "2", "data-loader worker threads").check(non_negative()));
+  t.add(noeff("num_workers", kI, "2",
+              "one loader thread assembles batches from the memory-mapped dataset, 4 ahead of the step; "
+              "there is no per-sample Python work for worker processes to parallelise",
+              "data-loader worker processes")
+            .check(non_negative()));
   t.add(impl("eod_mask_loss", kB, "false", "no loss on end-of-document tokens"));
   t.add(impl("train_data_path", kA, "null", "training dataset blend (instead of data_path + split)"));
   t.add(impl("valid_data_path", kA, "null", "validation dataset blend (instead of data_path + split)"));

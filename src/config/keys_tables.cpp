@@ -21,6 +21,8 @@ const KeyTable& megatron_keys() {
     keys::add_megatron_other_model_keys(t);
     keys::add_megatron_primus_keys(t);
     keys::add_megatron_sft_keys(t);
+    keys::add_megatron_upstream_keys(t);
+    keys::add_megatron_upstream_knobs(t);
     return t;
   }();
   return table;

@@ -7,6 +7,7 @@ namespace primus::config::keys {
 
 void add_torchtitan_keys(KeyTable& t);
 void add_torchtitan_aux_keys(KeyTable& t);
+void add_torchtitan_upstream_keys(KeyTable& t);  // the rest of TorchTitan's JobConfig
 void add_platform_keys(KeyTable& t);
 
 }  // namespace primus::config::keys

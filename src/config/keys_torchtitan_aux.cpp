@@ -47,9 +47,11 @@ void add_torchtitan_aux_keys(KeyTable& t) {
            {"memory_estimation.disable_fake_mode", kB, "false", "estimate with real tensors"},
            {"experimental.custom_import", kS, "", "Python module imported at start"},
            {"experimental.custom_args_module", kS, "", "Python module extending the arguments"}});
-  add_all(t, kWhyLauncher,
-          {{"comm.init_timeout_seconds", kI, "300", "process-group start timeout"},
-           {"comm.train_timeout_seconds", kI, "100", "collective timeout while training"}});
+  add_all(t, kWhyLauncher, {{"comm.init_timeout_seconds", kI, "300", "process-group start timeout"}});
+  t.add(impl("comm.train_timeout_seconds", kI, "100",
+             "collective timeout while training (the hang watchdog's "
+             "limit)")
+            .check(positive()));
 
   t.group("fault tolerance");
   t.add(section("fault_tolerance", "TorchFT fault tolerance"));

@@ -1,7 +1,9 @@
 #include "config/load_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "config/key_use.h"
 #include "config/run_names.h"
 #include "config/yaml_scalar.h"
 #include "core/error.h"
@@ -37,11 +39,6 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
   rc.warnings = rc.info.warnings;
   rc.world_size = world_size_from_env(options.env);
 
-  const Value* fw = tree.module.find("framework");
-  if (fw != nullptr && !(fw->is_string() && fw->as_string() == rc.info.framework))
-    throw ConfigError(fmt::format("{}: framework cannot be overridden (the experiment's module says '{}')",
-                                  fw->origin().str(), rc.info.framework));
-
   // The run's names sit at the experiment's top level; as module keys (e.g. `--exp_name x`) Primus would
   // merge them into the module where nothing reads them.
   for (const char* meta : {"work_group", "user_name", "exp_name", "workspace"}) {
@@ -57,6 +54,9 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
   rc.keys = check_keys(tree.module, table,
                        fmt::format("module '{}' (framework {})", rc.info.module_name, rc.info.framework));
   rc.platform = check_keys(tree.platform, platform_keys(), "the platform preset");
+  if (!rc.keys.is_null("framework") && rc.keys.s("framework") != rc.info.framework)
+    throw ConfigError(fmt::format("{}: framework cannot be overridden (the experiment's module says '{}')",
+                                  rc.keys.origin("framework").str(), rc.info.framework));
 
   TrainConfig& t = rc.train;
   t.run.work_group = rc.info.work_group;
@@ -76,6 +76,13 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
     map_torchtitan(rc);
   }
   validate_config(rc);
+  // A self-check of our key labels (config/key_use.h), on demand: the tests and the Primus sweep set it.
+  if (auto check = options.env("PRIMUS_CHECK_KEY_USE"); check && *check == "1") {
+    std::vector<std::string> bad = key_use_violations(rc.keys);
+    if (!bad.empty())
+      PRIMUS_FAIL("{}: key statuses disagree with the code (PRIMUS_CHECK_KEY_USE): {}", rc.info.path,
+                  fmt::format("{}", fmt::join(bad, "; ")));
+  }
   return rc;
 }
 

@@ -20,7 +20,7 @@ std::string canonical_or_same(const std::string& path) {
 }
 
 Value load_recursive(const std::string& path, const EnvLookup& env, std::vector<std::string>& stack,
-                     std::vector<std::string>* files_read) {
+                     std::vector<std::string>* files_read, std::vector<std::string>* warnings) {
   std::string key = canonical_or_same(path);
   for (size_t i = 0; i < stack.size(); ++i) {
     if (stack[i] == key) {
@@ -37,6 +37,21 @@ Value load_recursive(const std::string& path, const EnvLookup& env, std::vector<
     throw ConfigError(
         fmt::format("{}: expected a mapping of keys at the top level, found a {}", path, tree.type_name()));
   substitute_env_tree(tree, env);
+
+  // `bases:` is Primus's older spelling of `extends:` (still in its zebra_llama / mamba / minimax presets).
+  if (const Value* bases = tree.find("bases"); bases != nullptr) {
+    if (tree.find("extends") != nullptr)
+      throw ConfigError(
+          fmt::format("{}: both 'bases' and 'extends'; 'bases' is the old spelling of "
+                      "'extends', keep one",
+                      bases->origin().str()));
+    if (warnings != nullptr)
+      warnings->push_back(fmt::format("{}: 'bases:' is deprecated; it is read as 'extends:' (rename it)",
+                                      bases->origin().str()));
+    Value parents = *bases;
+    tree.erase("bases");
+    tree.set("extends", std::move(parents));
+  }
 
   const Value* extends = tree.find("extends");
   if (extends == nullptr) return tree;
@@ -62,7 +77,8 @@ Value load_recursive(const std::string& path, const EnvLookup& env, std::vector<
     if (!fs::exists(parent_path))
       throw ConfigError(fmt::format("{}: extends file '{}' not found (looked for {})", parent->origin().str(),
                                     parent->as_string(), parent_path.lexically_normal().string()));
-    deep_merge(merged, load_recursive(parent_path.lexically_normal().string(), env, stack, files_read));
+    deep_merge(merged,
+               load_recursive(parent_path.lexically_normal().string(), env, stack, files_read, warnings));
   }
   stack.pop_back();
 
@@ -73,9 +89,10 @@ Value load_recursive(const std::string& path, const EnvLookup& env, std::vector<
 
 }  // namespace
 
-Value load_preset(const std::string& path, const EnvLookup& env, std::vector<std::string>* files_read) {
+Value load_preset(const std::string& path, const EnvLookup& env, std::vector<std::string>* files_read,
+                  std::vector<std::string>* warnings) {
   std::vector<std::string> stack;
-  return load_recursive(path, env, stack, files_read);
+  return load_recursive(path, env, stack, files_read, warnings);
 }
 
 Value load_preset(const std::string& path, const EnvLookup& env) {

@@ -2,6 +2,7 @@
 // Loads one preset file with its `extends:` chain, as Primus's yaml_loader.parse_yaml does: the file is read,
 // `${VAR}` is substituted, then each parent (paths relative to this file's directory, a list or one string)
 // is loaded recursively and merged left to right (later wins), and this file's own keys merge last.
+// `bases:` (Primus's old spelling of `extends:`) is read as `extends:`, with a deprecation warning.
 #include <string>
 #include <vector>
 
@@ -14,7 +15,8 @@ namespace primus::config {
 // a cycle (naming the chain), a non-map file, or an empty one.
 Value load_preset(const std::string& path, const EnvLookup& env);
 
-// Same, also reporting every file read, in load order (for --dry-run and tests).
-Value load_preset(const std::string& path, const EnvLookup& env, std::vector<std::string>* files_read);
+// Same, also reporting every file read, in load order (for --dry-run and tests), and warnings (`bases:`).
+Value load_preset(const std::string& path, const EnvLookup& env, std::vector<std::string>* files_read,
+                  std::vector<std::string>* warnings = nullptr);
 
 }  // namespace primus::config

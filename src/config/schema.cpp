@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "config/did_you_mean.h"
+#include "config/not_supported.h"
 #include "config/yaml_scalar.h"
 #include "core/error.h"
 
@@ -23,35 +24,49 @@ const KeyEntry* CheckedKeys::entry(std::string_view key) const {
 void CheckedKeys::build_index() {
   index_.clear();
   for (size_t i = 0; i < entries.size(); ++i) index_.emplace(entries[i].decl->name, i);
+  consumed_.assign(entries.size(), 0);
 }
 
-namespace {
-const Value& must_get(const CheckedKeys& k, std::string_view key) {
-  const Value* v = k.get(key);
-  if (v == nullptr) PRIMUS_FAIL("config key '{}' is not declared in the {} table", key, k.table->dialect());
-  return *v;
+const Value& CheckedKeys::consume(std::string_view key) const {
+  auto it = index_.find(std::string(key));
+  if (it == index_.end())
+    PRIMUS_FAIL("config key '{}' is not declared in the {} table", key,
+                table == nullptr ? "?" : table->dialect());
+  consumed_[it->second] = 1;
+  return entries[it->second].value;
 }
-}  // namespace
 
+bool CheckedKeys::consumed(std::string_view key) const {
+  auto it = index_.find(std::string(key));
+  return it != index_.end() && consumed_[it->second] != 0;
+}
+
+const Value& CheckedKeys::value(std::string_view key) const {
+  return consume(key);
+}
 bool CheckedKeys::is_null(std::string_view key) const {
-  return must_get(*this, key).is_null();
+  return consume(key).is_null();
 }
 int64_t CheckedKeys::i(std::string_view key) const {
-  return must_get(*this, key).as_int();
+  return consume(key).as_int();
 }
 double CheckedKeys::f(std::string_view key) const {
-  return must_get(*this, key).as_float();
+  return consume(key).as_float();
 }
 bool CheckedKeys::b(std::string_view key) const {
-  const Value& v = must_get(*this, key);
+  const Value& v = consume(key);
   return v.is_null() ? false : v.as_bool();
 }
 std::string CheckedKeys::s(std::string_view key) const {
-  const Value& v = must_get(*this, key);
+  const Value& v = consume(key);
   return v.is_null() ? std::string() : v.as_string();
 }
 const Origin& CheckedKeys::origin(std::string_view key) const {
-  return must_get(*this, key).origin();
+  const Value* v = get(key);
+  if (v == nullptr)
+    PRIMUS_FAIL("config key '{}' is not declared in the {} table", key,
+                table == nullptr ? "?" : table->dialect());
+  return v->origin();
 }
 
 bool coerce_to_type(Value& v, KeyType type, bool nullable, std::string* problem) {
@@ -131,12 +146,13 @@ namespace {
 struct Problems {
   std::vector<std::string> lines;
   void add(std::string s) { lines.push_back(std::move(s)); }
+  template <class ErrorType = ConfigError>
   void throw_if_any(const std::string& what, const std::string& hint) const {
     if (lines.empty()) return;
-    if (lines.size() == 1) throw ConfigError(lines[0], hint);
+    if (lines.size() == 1) throw ErrorType(lines[0], hint);
     std::string msg = fmt::format("{} problems in {}:", lines.size(), what);
     for (const auto& l : lines) msg += "\n  - " + l;
-    throw ConfigError(msg, hint);
+    throw ErrorType(msg, hint);
   }
 };
 
@@ -224,7 +240,8 @@ CheckedKeys check_keys(const Value& tree, const KeyTable& table, const std::stri
     unsupported.add(fmt::format("{}: not supported yet: {}={} ({})", e.value.origin().str(), e.decl->name,
                                 e.value.repr(), note));
   }
-  unsupported.throw_if_any(what, "Primus-C++ does not have these features yet; see docs/configuration.md");
+  unsupported.throw_if_any<NotSupportedError>(
+      what, "Primus-C++ does not have these features yet; see docs/configuration.md");
   return out;
 }
 

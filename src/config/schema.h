@@ -23,9 +23,12 @@ class CheckedKeys : public KeyLookup {
   const KeyTable* table = nullptr;
   std::vector<KeyEntry> entries;  // every declared leaf key, in table order
 
+  // Rules and reports look keys up through get() / entry(): that is not a use of the key.
   const Value* get(std::string_view key) const override;
   const KeyEntry* entry(std::string_view key) const;
   // Shorthands for the dialect mappers (the types were checked, so these only see null or the declared type).
+  // Each records the key as consumed: the mapper decided something from its value (see consumed()).
+  const Value& value(std::string_view key) const;
   bool is_null(std::string_view key) const;
   int64_t i(std::string_view key) const;
   double f(std::string_view key) const;
@@ -35,8 +38,16 @@ class CheckedKeys : public KeyLookup {
 
   void build_index();
 
+  // Whether a mapper read the key's value (through value / is_null / i / f / b / s). The key-status test
+  // (tests/unit/config_key_use_test.cpp) asserts that every key declared implemented is consumed and no key
+  // declared "no effect here" is, for every shipped and Primus experiment, so a label cannot drift from the
+  // code.
+  bool consumed(std::string_view key) const;
+
  private:
+  const Value& consume(std::string_view key) const;
   std::unordered_map<std::string, size_t> index_;
+  mutable std::vector<char> consumed_;  // parallel to entries
 };
 
 // `what` names the tree in messages ("module pre_trainer (framework megatron)", "platform").

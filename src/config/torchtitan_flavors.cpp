@@ -63,7 +63,11 @@ const std::vector<Flavor>& torchtitan_flavors() {
       {"llama3", "micro", llama3(64, 2, 4, 2, 192, false)},
       // TorchTitan torchtitan/models/qwen3 (HF Qwen3 config.json sizes).
       {"qwen3", "0.6B", qwen3(1024, 28, 16, 8, 128, 3072, true)},
+      {"qwen3", "1.7B", qwen3(2048, 28, 16, 8, 128, 6144, true)},
+      {"qwen3", "4B", qwen3(2560, 36, 32, 8, 128, 9728, true)},
       {"qwen3", "8B", qwen3(4096, 36, 32, 8, 128, 12288, false)},
+      {"qwen3", "14B", qwen3(5120, 40, 40, 8, 128, 17408, false)},
+      {"qwen3", "32B", qwen3(5120, 64, 64, 8, 128, 25600, false)},
   };
   return kFlavors;
 }

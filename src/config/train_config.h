@@ -65,7 +65,6 @@ struct DataConfig {
   int64_t null_vocab_size = 0;         // NullTokenizer: the `vocab_size` key (ids 0..N-1, EOD N)
   int64_t seq_length = 128;
   bool eod_mask_loss = false;
-  int64_t num_workers = 1;
 };
 
 struct ParallelConfig {
@@ -140,8 +139,6 @@ struct TensorBoardConfig {
 
 struct LoggingConfig {
   int64_t log_interval = 1;
-  int64_t log_avg_skip_iterations = 2;
-  int64_t log_avg_reset_interval = 50;
   int64_t eval_interval = 0;  // 0 = no evaluation
   int64_t eval_iters = 0;
   TensorBoardConfig tensorboard;

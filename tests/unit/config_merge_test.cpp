@@ -137,8 +137,13 @@ TEST(ConfigMerge, ExperimentStructureErrors) {
           .find("did you mean 'config'"),
       std::string::npos);
   EXPECT_NE(
-      resolve_text(head + "modules:\n  post_trainer:\n    framework: megatron\n    config: trainer.yaml\n")
+      resolve_text(head + "modules:\n  other_trainer:\n    framework: megatron\n    config: trainer.yaml\n")
           .find("no module 'pre_trainer'"),
+      std::string::npos);
+  // An experiment with only a post_trainer is an SFT run (Primus: `train posttrain`).
+  EXPECT_NE(
+      resolve_text(head + "modules:\n  post_trainer:\n    framework: megatron\n    config: trainer.yaml\n")
+          .find("not supported yet: post-training"),
       std::string::npos);
   std::string missing_model =
       resolve_text(head +
