@@ -4,9 +4,12 @@
 //                         [--output-file gemm_report.md|.csv|.jsonl] [--tune [--tuning-file F]]
 //   primus benchmark gemm-dense --model llama3.1_8B --micro-batch-size 1 --seq-length 8192 [--tune]
 //                               [--tuning-file gemm_tuning.json] [--output-file gemm_dense_report.md]
+//   primus benchmark grouped-gemm [--paths auto|grouped,batched,loop,streams|all] [--loads equal|uneven|both]
+//                                 [--ops fwd,dgrad,wgrad] [--experts E --tokens-per-expert m --K K --N N]
 #include <memory>
 
 #include "bench/gemm_bench.h"
+#include "bench/grouped_gemm_bench.h"
 #include "cli/cli_context.h"
 #include "cli/cmd_benchmark_attention.h"
 #include "cli/cmd_benchmark_comm.h"
@@ -75,6 +78,26 @@ void attach_gemm_dense(CLI::App* parent, CliContext& ctx) {
   app->callback([o, &ctx] { ctx.action = [o] { return bench::run_gemm_dense_bench(*o); }; });
 }
 
+void attach_grouped_gemm(CLI::App* parent, CliContext& ctx) {
+  auto o = std::make_shared<bench::GroupedGemmBenchOptions>();
+  CLI::App* app = parent->add_subcommand(
+      "grouped-gemm", "Time the MoE expert grouped GEMMs (fwd, dgrad, wgrad) on the six anchor shapes");
+  app->add_option("--paths", o->paths, "Comma list of auto, grouped, batched, loop, streams; or all")
+      ->capture_default_str();
+  app->add_option("--loads", o->loads, "Token loads: equal, uneven or both")->capture_default_str();
+  app->add_option("--ops", o->ops, "Comma list of fwd, dgrad, wgrad")->capture_default_str();
+  app->add_option("--experts", o->experts, "One custom shape: experts (with the next three)");
+  app->add_option("--tokens-per-expert", o->tokens_per_expert, "One custom shape: mean rows per expert");
+  app->add_option("--K", o->k, "One custom shape: input features");
+  app->add_option("--N", o->n, "One custom shape: output features");
+  app->add_option("--warmup", o->warmup, "Untimed runs first")->capture_default_str();
+  app->add_option("--iters", o->iters, "Timed runs (median)")->capture_default_str();
+  app->add_option("--seed", o->seed, "Seed of the inputs and the uneven loads")->capture_default_str();
+  app->add_option("--device", o->device, "GPU index")->capture_default_str();
+  app->add_option("--output-file", o->output_file, "Report: .md or .jsonl")->capture_default_str();
+  app->callback([o, &ctx] { ctx.action = [o] { return bench::run_grouped_gemm_bench(*o); }; });
+}
+
 }  // namespace
 
 void attach_benchmark(CLI::App& root, CliContext& ctx) {
@@ -82,6 +105,7 @@ void attach_benchmark(CLI::App& root, CliContext& ctx) {
   bench->require_subcommand(1);
   attach_gemm(bench, ctx);
   attach_gemm_dense(bench, ctx);
+  attach_grouped_gemm(bench, ctx);
   attach_benchmark_attention(bench, ctx);
   attach_benchmark_comm(bench, ctx, "comm");
 }

@@ -1,0 +1,23 @@
+#pragma once
+// CPU reference implementations (src/ops/cpu/moe_router.cpp): f32 and f64.
+// Same contract as ops/moe_router.h, which documents every function; the dispatcher ops/moe_router.cpp routes
+// here.
+#include "ops/moe_router.h"
+
+namespace primus::ops::cpu {
+
+void moe_router_forward(const Tensor& logits, const Tensor* expert_bias, const MoeRouterConfig& cfg,
+                        Tensor& ids, Tensor& probs, const Stream& s);
+void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& dprobs,
+                         const MoeRouterConfig& cfg, Tensor& dlogits, const Stream& s);
+void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, int64_t num_seqs, float coeff,
+                  float grad_scale, Tensor& loss, Tensor* dlogits, const Stream& s);
+void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& loss, Tensor* dlogits,
+                const Stream& s);
+void moe_expert_load(const Tensor& ids, int64_t num_experts, Tensor& counts, bool accumulate,
+                     const Stream& s);
+void moe_expert_bias_update(const Tensor& counts, float rate, Tensor& bias, const Stream& s);
+void moe_capacity_drop(const Tensor& ids, const Tensor& probs, int64_t num_experts, int64_t capacity,
+                       MoeDropPolicy policy, Tensor& kept_ids, Tensor& kept_probs, const Stream& s);
+
+}  // namespace primus::ops::cpu

@@ -1,0 +1,88 @@
+#include "ops/moe_router.h"
+
+#include <cmath>
+
+#include "ops/cpu/moe_router_cpu.h"
+#include "ops/op_dispatch.h"
+#ifdef PRIMUS_WITH_CUDA
+#include "ops/cuda/moe_router_cuda.h"
+#endif
+
+namespace primus::ops {
+
+void validate_moe_router_config(const MoeRouterConfig& cfg, int64_t num_experts) {
+  PRIMUS_CHECK(num_experts >= 1, "moe router: num_experts must be >= 1, got {}", num_experts);
+  PRIMUS_CHECK(cfg.topk >= 1 && cfg.topk <= num_experts, "moe router: topk must be in [1, {}], got {}",
+               num_experts, cfg.topk);
+  PRIMUS_CHECK(!cfg.pre_softmax || cfg.score == MoeScoreFunction::kSoftmax,
+               "moe router: pre_softmax applies to the softmax score function only");
+  PRIMUS_CHECK(std::isfinite(cfg.scaling_factor), "moe router: scaling_factor must be finite, got {}",
+               cfg.scaling_factor);
+  if (cfg.num_groups == 0) {
+    PRIMUS_CHECK(cfg.group_topk == 0, "moe router: group_topk {} given without num_groups", cfg.group_topk);
+    return;
+  }
+  PRIMUS_CHECK(cfg.num_groups >= 1 && num_experts % cfg.num_groups == 0,
+               "moe router: num_groups {} must divide num_experts {}", cfg.num_groups, num_experts);
+  PRIMUS_CHECK(cfg.group_topk >= 1 && cfg.group_topk <= cfg.num_groups,
+               "moe router: group_topk must be in [1, num_groups = {}], got {}", cfg.num_groups,
+               cfg.group_topk);
+  PRIMUS_CHECK(cfg.topk % cfg.group_topk == 0, "moe router: topk {} must be a multiple of group_topk {}",
+               cfg.topk, cfg.group_topk);
+  PRIMUS_CHECK(cfg.topk <= cfg.group_topk * (num_experts / cfg.num_groups),
+               "moe router: topk {} exceeds the experts of {} groups of {}", cfg.topk, cfg.group_topk,
+               num_experts / cfg.num_groups);
+}
+
+int64_t moe_expert_capacity(int64_t num_tokens, int64_t topk, int64_t num_experts, double capacity_factor) {
+  PRIMUS_CHECK(num_experts >= 1 && topk >= 1 && num_tokens >= 0,
+               "moe_expert_capacity: need num_experts >= 1, topk >= 1, num_tokens >= 0, got {}, {}, {}",
+               num_experts, topk, num_tokens);
+  PRIMUS_CHECK(capacity_factor > 0 && std::isfinite(capacity_factor),
+               "moe_expert_capacity: capacity_factor must be > 0, got {}", capacity_factor);
+  const double cap = std::ceil(static_cast<double>(num_tokens * topk) / num_experts * capacity_factor);
+  return std::max<int64_t>(1, static_cast<int64_t>(cap));
+}
+
+void moe_router_forward(const Tensor& logits, const Tensor* expert_bias, const MoeRouterConfig& cfg,
+                        Tensor& ids, Tensor& probs, const Stream& s) {
+  check_same_device("moe_router_forward", logits.device(), {&logits, expert_bias, &ids, &probs});
+  PRIMUS_DISPATCH(logits, moe_router_forward, logits, expert_bias, cfg, ids, probs, s);
+}
+
+void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& dprobs,
+                         const MoeRouterConfig& cfg, Tensor& dlogits, const Stream& s) {
+  check_same_device("moe_router_backward", logits.device(), {&logits, &ids, &dprobs, &dlogits});
+  PRIMUS_DISPATCH(logits, moe_router_backward, logits, ids, dprobs, cfg, dlogits, s);
+}
+
+void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, int64_t num_seqs, float coeff,
+                  float grad_scale, Tensor& loss, Tensor* dlogits, const Stream& s) {
+  check_same_device("moe_aux_loss", logits.device(), {&logits, &loss, dlogits});
+  PRIMUS_DISPATCH(logits, moe_aux_loss, logits, topk, score, num_seqs, coeff, grad_scale, loss, dlogits, s);
+}
+
+void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& loss, Tensor* dlogits,
+                const Stream& s) {
+  check_same_device("moe_z_loss", logits.device(), {&logits, &loss, dlogits});
+  PRIMUS_DISPATCH(logits, moe_z_loss, logits, coeff, grad_scale, loss, dlogits, s);
+}
+
+void moe_expert_load(const Tensor& ids, int64_t num_experts, Tensor& counts, bool accumulate,
+                     const Stream& s) {
+  check_same_device("moe_expert_load", ids.device(), {&ids, &counts});
+  PRIMUS_DISPATCH(ids, moe_expert_load, ids, num_experts, counts, accumulate, s);
+}
+
+void moe_expert_bias_update(const Tensor& counts, float rate, Tensor& bias, const Stream& s) {
+  check_same_device("moe_expert_bias_update", counts.device(), {&counts, &bias});
+  PRIMUS_DISPATCH(counts, moe_expert_bias_update, counts, rate, bias, s);
+}
+
+void moe_capacity_drop(const Tensor& ids, const Tensor& probs, int64_t num_experts, int64_t capacity,
+                       MoeDropPolicy policy, Tensor& kept_ids, Tensor& kept_probs, const Stream& s) {
+  check_same_device("moe_capacity_drop", ids.device(), {&ids, &probs, &kept_ids, &kept_probs});
+  PRIMUS_DISPATCH(ids, moe_capacity_drop, ids, probs, num_experts, capacity, policy, kept_ids, kept_probs, s);
+}
+
+}  // namespace primus::ops
