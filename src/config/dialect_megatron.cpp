@@ -36,6 +36,11 @@ std::vector<std::string> string_list(const Value& v) {
 }
 
 std::string family_of(const ModelConfig& m) {
+  if (m.moe.enabled()) {
+    if (m.qk_layernorm) return "qwen3_moe";
+    if (m.add_qkv_bias) return "qwen2_moe";
+    return "mixtral";
+  }
   if (m.qk_layernorm) return "qwen3";
   if (m.add_qkv_bias) return "qwen2";
   return "llama";
@@ -126,6 +131,7 @@ void map_megatron(ResolvedConfig& rc) {
   m.use_rope_scaling = k.b("use_rope_scaling");
   m.rope_scaling_factor = k.f("rope_scaling_factor");
   m.init_method_std = k.f("init_method_std");
+  map_megatron_moe(rc);
   m.family = family_of(m);
 
   // Sequence and positions.

@@ -25,7 +25,12 @@ inline constexpr const char* kWhyDpKnob =
     "layer) are the buckets, shards and gather units, and use_distributed_optimizer / use_torch_fsdp2 / "
     "data_parallel_sharding_strategy pick the layout (docs/distributed.md)";
 inline constexpr const char* kWhyMoE =
-    "applies only to MoE layers (num_experts set), which are not supported yet";
+    "a knob of an MoE feature that is not supported yet (expert parallelism, DeepEP, upcycling, ...)";
+inline constexpr const char* kWhyMoeAlways =
+    "the MoE layer always works this way here: experts run as grouped GEMMs over tokens permuted by fused "
+    "kernels, with the router in fp32 (docs/moe.md)";
+inline constexpr const char* kWhyMoeEp1 =
+    "how tokens reach experts on other ranks; with expert_model_parallel_size 1 every expert is local";
 inline constexpr const char* kWhyMLA =
     "applies only to multi-latent attention / YaRN RoPE (multi_latent_attention), not supported yet";
 inline constexpr const char* kWhyPP = "applies only to pipeline parallelism (PP > 1), not supported yet";

@@ -189,7 +189,6 @@ void add_megatron_upstream_knobs(KeyTable& t) {
       });
   add_all(t, kWhyMoE,
           {
-              {"moe_shared_expert_gate", kB, "false", "Megatron --moe-shared-expert-gate"},
               {"moe_enable_routing_replay", kB, "false", "Megatron --moe-enable-routing-replay"},
               {"moe_router_padding_for_quantization", kA, "false",
                "Megatron --moe-router-padding-for-quantization"},

@@ -16,21 +16,40 @@ ParamCounts count_parameters(const ModelConfig& m) {
   int64_t layer = h * q + 2 * h * kv + q * h;  // q, k, v, o projections
   if (m.add_qkv_bias) layer += q + 2 * kv;
   if (m.qk_layernorm) layer += 2 * hd;  // per-head q and k norm weights
+  layer += 2 * h;                       // the two norms
   const int64_t mlp_in = m.swiglu ? 2 * m.ffn_hidden_size : m.ffn_hidden_size;
-  layer += h * mlp_in + m.ffn_hidden_size * h;
-  if (m.add_bias_linear) layer += h + mlp_in + h;  // o, fc1, fc2 biases
-  layer += 2 * h;                                  // the two norms
-  c.per_layer = layer;
+  int64_t dense = layer + h * mlp_in + m.ffn_hidden_size * h;
+  if (m.add_bias_linear) dense += h + mlp_in + h;  // o, fc1, fc2 biases
   c.embedding = vocab * h;
   c.lm_head = m.untie_embeddings_and_output_weights ? vocab * h : 0;
   c.final_norm = h;
-  c.total = c.embedding + c.lm_head + c.final_norm + m.num_layers * c.per_layer;
+  const MoeConfig& e = m.moe;
+  if (!e.enabled()) {
+    c.per_layer = dense;
+    c.total = c.embedding + c.lm_head + c.final_norm + m.num_layers * c.per_layer;
+    c.non_embedding = c.total - c.embedding;
+    c.active_non_embedding = c.non_embedding;
+    return c;
+  }
+  // MoE layer (model/moe_mlp.h): router [E, h] and its expert bias [E] (a buffer, counted because it is
+  // stored with the weights), E experts of 3·h·F, an optional shared expert (3·h·Fs) and its gate [1, h].
+  c.moe_expert = 3 * h * e.ffn_hidden_size;
+  int64_t moe = layer + e.num_experts * h + e.num_experts * c.moe_expert;
+  if (e.expert_bias) moe += e.num_experts;
+  if (e.shared_ffn_hidden_size > 0) moe += 3 * h * e.shared_ffn_hidden_size;
+  if (e.shared_expert_gate) moe += h;
+  c.moe_layers = e.moe_layers();
+  c.dense_layers = m.num_layers - c.moe_layers;
+  c.per_layer = moe;
+  c.per_dense_layer = dense;
+  c.total = c.embedding + c.lm_head + c.final_norm + c.moe_layers * moe + c.dense_layers * dense;
   c.non_embedding = c.total - c.embedding;
+  c.active_non_embedding = c.non_embedding - c.moe_layers * (e.num_experts - e.topk) * c.moe_expert;
   return c;
 }
 
 FlopsPerToken flops_per_token(const ModelConfig& m, int64_t seq_length) {
-  const double n = static_cast<double>(count_parameters(m).non_embedding);
+  const double n = static_cast<double>(count_parameters(m).active_non_embedding);
   const int64_t hd =
       m.kv_channels > 0 ? m.kv_channels : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads);
   const double attn = static_cast<double>(m.num_layers) * static_cast<double>(seq_length) *

@@ -11,14 +11,21 @@ namespace primus::config {
 struct ParamCounts {
   int64_t embedding = 0;  // input embedding, padded_vocab x hidden
   int64_t lm_head = 0;    // output layer (0 when tied to the embedding)
-  int64_t per_layer = 0;  // one decoder layer (attention, MLP, norms, biases)
+  int64_t per_layer = 0;  // one decoder layer (attention, MLP, norms, biases); MoE models: an MoE layer
+  int64_t dense_layers = 0, moe_layers = 0;  // MoE models: how many of each
+  int64_t per_dense_layer = 0;               // MoE models: a dense layer
+  int64_t moe_expert = 0;                    // one routed expert (gate, up, down)
   int64_t final_norm = 0;
   int64_t total = 0;
   int64_t non_embedding = 0;  // total - embedding: N' (includes the lm-head unless tied)
+  // What one token passes through: non_embedding less the routed experts it is not sent to (MoE models:
+  // (num_experts - topk) experts per MoE layer); = non_embedding for dense models. The FLOP formula uses it.
+  int64_t active_non_embedding = 0;
 };
 ParamCounts count_parameters(const ModelConfig& m);
 
-// Training FLOPs per token (forward + backward = 3 x forward), with N' = non-embedding parameters:
+// Training FLOPs per token (forward + backward = 3 x forward), with N' = the active non-embedding parameters
+// (all of them for dense models; MoE: the routed experts a token is not sent to do not count):
 //   causal = 6 N' + 6 L S d_attn   (attention over the causal half; what the trainer's log line uses)
 //   full   = 6 N' + 12 L S d_attn  (PaLM / TorchTitan convention, used for MFU against published numbers)
 // where d_attn = num_attention_heads x kv_channels (= hidden_size for Llama) and S = seq_length.

@@ -222,6 +222,26 @@ std::string dry_run_report(const ResolvedConfig& rc) {
                   count(static_cast<double>(params.total)), with_commas(params.total),
                   count(static_cast<double>(params.non_embedding)), with_commas(params.embedding),
                   with_commas(params.lm_head), with_commas(params.per_layer));
+  if (m.moe.enabled()) {
+    const MoeConfig& e = m.moe;
+    out += fmt::format(
+        "experts        {} MoE + {} dense layers; {} experts of FFN {} per MoE layer, top-{} ({} "
+        "routing{}{}){}; "
+        "{} active non-embedding parameters per token (the FLOP count uses these)\n",
+        params.moe_layers, params.dense_layers, e.num_experts, e.ffn_hidden_size, e.topk, e.score_function,
+        e.num_groups > 0 ? fmt::format(", {} groups keep {}", e.num_groups, e.group_topk) : "",
+        e.expert_bias ? ", expert bias" : "",
+        e.shared_ffn_hidden_size > 0 ? fmt::format(", shared expert FFN {}{}", e.shared_ffn_hidden_size,
+                                                   e.shared_expert_gate ? " gated" : "")
+                                     : "",
+        count(static_cast<double>(params.active_non_embedding)));
+    out += fmt::format("routing        {}; load balancing {} (coeff {}), z-loss coeff {}\n",
+                       e.capacity_factor > 0
+                           ? fmt::format("capacity factor {} ({} policy{})", e.capacity_factor, e.drop_policy,
+                                         e.pad_to_capacity ? ", padded to capacity" : "")
+                           : std::string("dropless"),
+                       e.load_balancing, e.aux_loss_coeff, e.z_loss_coeff);
+  }
   out += fmt::format(
       "FLOPs/token    {}FLOP (6N' + 6·L·S·d, causal attention: what the trainer logs); {}FLOP with "
       "full attention (6N' + 12·L·S·d, PaLM/TorchTitan MFU convention); S = {}\n",

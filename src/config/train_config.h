@@ -9,6 +9,40 @@
 
 namespace primus {
 
+// Mixture of experts (docs/moe.md; Megatron's num_experts and moe_* keys). num_experts == 0: a dense model.
+struct MoeConfig {
+  int64_t num_experts = 0;
+  int64_t topk = 2;
+  int64_t ffn_hidden_size = 0;             // per routed expert
+  int64_t shared_ffn_hidden_size = 0;      // 0: no shared expert
+  bool shared_expert_gate = false;         // Qwen2-MoE: shared output scaled by sigmoid(x . w_gate)
+  std::vector<char> layer_is_moe;          // per layer (moe_layer_freq); dense layers use ffn_hidden_size
+  std::string score_function = "softmax";  // softmax | sigmoid
+  bool pre_softmax = false;
+  bool normalize_topk = false;  // divide the k probabilities by their sum (Megatron: sigmoid with topk > 1)
+  int64_t num_groups = 0, group_topk = 0;  // group-limited routing (0: none)
+  double topk_scaling_factor = 1.0;
+  bool expert_bias = false;
+  double bias_update_rate = 1e-3;
+  std::string load_balancing = "aux_loss";  // aux_loss | seq_aux_loss | none
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  double capacity_factor = 0.0;  // 0: dropless
+  bool pad_to_capacity = false;
+  std::string drop_policy = "probs";  // probs | position
+  bool per_layer_logging = false;
+  bool enabled() const { return num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const {
+    return enabled() && layer >= 0 && layer < static_cast<int64_t>(layer_is_moe.size()) &&
+           layer_is_moe[static_cast<size_t>(layer)] != 0;
+  }
+  int64_t moe_layers() const {
+    int64_t n = 0;
+    for (char c : layer_is_moe) n += c != 0;
+    return enabled() ? n : 0;
+  }
+};
+
 struct ModelConfig {
   std::string name;              // preset name, e.g. "llama3.1_8B"
   std::string family = "llama";  // llama | qwen2 | qwen3 (informational; behaviour comes from the flags)
@@ -36,6 +70,7 @@ struct ModelConfig {
   double rope_high_freq_factor = 4.0;
   int64_t rope_original_max_position = 8192;
   double init_method_std = 0.02;
+  MoeConfig moe;
 };
 
 struct OptimConfig {

@@ -4,6 +4,7 @@
 
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
@@ -20,8 +21,12 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, int layer_
   };
   w_qkv_ = need("self_attn.qkv_proj.weight");
   w_o_ = need("self_attn.o_proj.weight");
-  w_gu_ = need("mlp.gate_up_proj.weight");
-  w_down_ = need("mlp.down_proj.weight");
+  if (spec.is_moe_layer(layer_index)) {
+    moe_ = std::make_unique<MoeMlp>(spec, params, layer_index);
+  } else {
+    w_gu_ = need("mlp.gate_up_proj.weight");
+    w_down_ = need("mlp.down_proj.weight");
+  }
   norm1_ = need("input_layernorm.weight");
   norm2_ = need("post_attention_layernorm.weight");
   if (spec.qkv_bias) b_qkv_ = need("self_attn.qkv_proj.bias");
@@ -29,6 +34,16 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, int layer_
     q_norm_ = need("self_attn.q_norm.weight");
     k_norm_ = need("self_attn.k_norm.weight");
   }
+}
+
+std::vector<int> DecoderLayer::gemm_weight_entries() const {
+  std::vector<int> out = {w_qkv_, w_o_};
+  if (moe_) {
+    for (int e : moe_->gemm_weight_entries()) out.push_back(e);
+  } else {
+    out.insert(out.end(), {w_gu_, w_down_});
+  }
+  return out;
 }
 
 static ops::AttentionShape attention_shape(const ModelSpec& spec, const StepContext& ctx) {
@@ -43,7 +58,8 @@ static ops::AttentionShape attention_shape(const ModelSpec& spec, const StepCont
   return s;
 }
 
-Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a) {
+Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a,
+                                  bool record_stats) {
   const int64_t n = ctx.tokens(), d = spec_.hidden;
   const Stream& s = ctx.stream;
   a.x_in = x_in;
@@ -85,22 +101,26 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   a.rstd2 = ctx.empty({n}, ctx.stat_dtype());
   ops::rmsnorm_forward(a.x_mid, params_.param(norm2_), spec_.norm_eps, a.h2, a.rstd2, s);
 
-  a.gu = ctx.act({n, 2 * spec_.ffn});
-  ops::linear_forward(a.h2, params_.param(w_gu_), nullptr, a.gu, s);
-  a.act = ctx.act({n, spec_.ffn});
-  ops::swiglu_forward(a.gu, a.act, s);
-
   Tensor x_out = ctx.act({n, d});
-  ops::linear_forward(a.act, params_.param(w_down_), nullptr, x_out, s, &a.x_mid);
+  if (moe_) {
+    moe_->forward(ctx, a.h2, x_out, a.moe, record_stats);
+    ops::add(x_out, a.x_mid, x_out, s);
+  } else {
+    a.gu = ctx.act({n, 2 * spec_.ffn});
+    ops::linear_forward(a.h2, params_.param(w_gu_), nullptr, a.gu, s);
+    a.act = ctx.act({n, spec_.ffn});
+    ops::swiglu_forward(a.gu, a.act, s);
+    ops::linear_forward(a.act, params_.param(w_down_), nullptr, x_out, s, &a.x_mid);
+  }
   a.mode = RecomputeMode::kNone;
   return x_out;
 }
 
 Tensor DecoderLayer::forward(const StepContext& ctx, const Tensor& x_in, LayerActivations* slot,
-                             RecomputeMode mode) {
+                             RecomputeMode mode, bool record_stats) {
   LayerActivations local;
   LayerActivations& a = slot ? *slot : local;
-  Tensor x_out = forward_full(ctx, x_in, a);
+  Tensor x_out = forward_full(ctx, x_in, a, record_stats && slot != nullptr);
   if (!slot) return x_out;
   if (mode == RecomputeMode::kFull) {
     Tensor keep = a.x_in;
@@ -110,6 +130,11 @@ Tensor DecoderLayer::forward(const StepContext& ctx, const Tensor& x_in, LayerAc
     a.h1 = Tensor();
     a.h2 = Tensor();
     a.act = Tensor();
+    if (moe_) {
+      a.moe.act_perm = Tensor();
+      a.moe.sh_act = Tensor();
+      a.moe.selective_dropped = true;
+    }
   }
   a.mode = mode;
   return x_out;
@@ -119,7 +144,7 @@ void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a
   const Stream& s = ctx.stream;
   if (a.mode == RecomputeMode::kFull) {
     Tensor x_in = a.x_in;
-    forward_full(ctx, x_in, a);  // x_out is discarded: the next layer already consumed it
+    forward_full(ctx, x_in, a, /*record_stats=*/false);  // x_out is discarded: the next layer consumed it
     return;
   }
   if (a.mode == RecomputeMode::kSelective) {
@@ -128,8 +153,12 @@ void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a
     ops::rmsnorm_forward(a.x_in, params_.param(norm1_), spec_.norm_eps, a.h1, a.rstd1, s);
     a.h2 = ctx.act({n, d});
     ops::rmsnorm_forward(a.x_mid, params_.param(norm2_), spec_.norm_eps, a.h2, a.rstd2, s);
-    a.act = ctx.act({n, spec_.ffn});
-    ops::swiglu_forward(a.gu, a.act, s);
+    if (moe_) {
+      moe_->recompute_selective(ctx, a.moe);
+    } else {
+      a.act = ctx.act({n, spec_.ffn});
+      ops::swiglu_forward(a.gu, a.act, s);
+    }
     a.mode = RecomputeMode::kNone;
   }
 }
@@ -139,21 +168,24 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   const int64_t n = ctx.tokens(), d = spec_.hidden;
   const Stream& s = ctx.stream;
 
-  // MLP: x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T
-  Tensor d_act = ctx.act({n, spec_.ffn});
-  ops::linear_backward_input(dx, params_.param(w_down_), d_act, false, s);
-  Tensor g_down = params_.grad(w_down_);
-  ops::linear_backward_weight(dx, a.act, g_down, nullptr, s, params_.grad_accumulate(w_down_));
-  a.act = Tensor();
-  Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
-  ops::swiglu_backward(d_act, a.gu, d_gu, s);
-  d_act = Tensor();
-  a.gu = Tensor();
+  // MLP: x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T, or x_mid + moe(h2)
   Tensor d_h2 = ctx.act({n, d});
-  ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
-  Tensor g_gu = params_.grad(w_gu_);
-  ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s, params_.grad_accumulate(w_gu_));
-  d_gu = Tensor();
+  if (moe_) {
+    moe_->backward(ctx, dx, a.h2, a.moe, d_h2);
+  } else {
+    Tensor d_act = ctx.act({n, spec_.ffn});
+    ops::linear_backward_input(dx, params_.param(w_down_), d_act, false, s);
+    Tensor g_down = params_.grad(w_down_);
+    ops::linear_backward_weight(dx, a.act, g_down, nullptr, s, params_.grad_accumulate(w_down_));
+    a.act = Tensor();
+    Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
+    ops::swiglu_backward(d_act, a.gu, d_gu, s);
+    d_act = Tensor();
+    a.gu = Tensor();
+    ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
+    Tensor g_gu = params_.grad(w_gu_);
+    ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s, params_.grad_accumulate(w_gu_));
+  }
   a.h2 = Tensor();
   // dx becomes dL/dx_mid: the residual gradient plus the norm's contribution, accumulated in place.
   Tensor g_norm2 = params_.grad(norm2_);

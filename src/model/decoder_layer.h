@@ -2,11 +2,14 @@
 // One Llama/Qwen decoder layer with explicit forward and backward:
 //   h1 = rmsnorm(x); qkv = h1 Wqkv^T (+b); [qk-norm]; rope(q, k); a = attn(qkv); x_mid = x + a Wo^T
 //   h2 = rmsnorm(x_mid); gu = h2 Wgu^T; s = swiglu(gu); x_out = x_mid + s Wdown^T
+// or, in an MoE layer, x_out = x_mid + moe(h2) (model/moe_mlp.h).
 // The residual adds ride on the GEMMs' C input (y = x W^T + residual), so they cost no extra pass.
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/model_spec.h"
+#include "model/moe_mlp.h"
 #include "model/param_store.h"
 #include "model/step_context.h"
 
@@ -23,6 +26,7 @@ struct LayerActivations {
   Tensor h2, rstd2;                // post-attention norm
   Tensor gu;                       // gate|up projections
   Tensor act;                      // swiglu output
+  MoeActivations moe;              // MoE layers: everything of the MoE MLP
   RecomputeMode mode = RecomputeMode::kNone;
   void clear() { *this = LayerActivations{}; }
 };
@@ -33,20 +37,24 @@ class DecoderLayer {
 
   // Returns x_out. With a slot, saves what backward needs according to `mode`; without one (evaluation) keeps
   // nothing.
-  Tensor forward(const StepContext& ctx, const Tensor& x_in, LayerActivations* slot, RecomputeMode mode);
+  // record_stats: a training forward whose routing statistics count (MoE layers).
+  Tensor forward(const StepContext& ctx, const Tensor& x_in, LayerActivations* slot, RecomputeMode mode,
+                 bool record_stats = false);
   // grad_out = dL/dx_out (consumed: its buffer is reused); returns dL/dx_in. Parameter gradients accumulate.
   Tensor backward(const StepContext& ctx, Tensor grad_out, LayerActivations& slot);
   // Parameter entries whose gradient each backward writes whole with one GEMM (the four projections).
-  std::vector<int> gemm_weight_entries() const { return {w_qkv_, w_o_, w_gu_, w_down_}; }
+  std::vector<int> gemm_weight_entries() const;
+  MoeMlp* moe() { return moe_.get(); }  // nullptr in a dense layer
 
  private:
   // Runs the forward and fills every field of the slot (mode kNone semantics).
-  Tensor forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a);
+  Tensor forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a, bool record_stats);
   void recompute_dropped(const StepContext& ctx, LayerActivations& a);
 
   const ModelSpec& spec_;
   ParamStore& params_;
-  int w_qkv_, b_qkv_ = -1, w_o_, w_gu_, w_down_, norm1_, norm2_, q_norm_ = -1, k_norm_ = -1;
+  int w_qkv_, b_qkv_ = -1, w_o_, w_gu_ = -1, w_down_ = -1, norm1_, norm2_, q_norm_ = -1, k_norm_ = -1;
+  std::unique_ptr<MoeMlp> moe_;
 };
 
 }  // namespace primus

@@ -65,8 +65,10 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
   return ctx;
 }
 
-Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale) {
+Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
+                                    float aux_grad_scale) {
   StepContext ctx = context(tokens);
+  ctx.aux_grad_scale = aux_grad_scale;
   const int64_t n = ctx.tokens();
   const int head_region = static_cast<int>(layers_.size()) + 1;
   auto hook = [&](void (ParamHooks::*f)(int), int region) {
@@ -82,7 +84,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   std::vector<LayerActivations> slots(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     hook(&ParamHooks::before_forward, static_cast<int>(l) + 1);
-    x = layers_[l]->forward(ctx, x, &slots[l], recompute_[l]);
+    x = layers_[l]->forward(ctx, x, &slots[l], recompute_[l], /*record_stats=*/true);
     hook(&ParamHooks::after_forward, static_cast<int>(l) + 1);
   }
 
@@ -103,6 +105,25 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   ops::embedding_backward(flat_tokens, dx, g_embed, ctx.stream);
   hook(&ParamHooks::after_backward, 0);
   return losses;
+}
+
+void LlamaModel::end_step() {
+  for (auto& layer : layers_)
+    if (MoeMlp* m = layer->moe()) m->end_step(stream_);
+}
+
+std::vector<MoeLayerStats> LlamaModel::take_moe_stats() {
+  std::vector<MoeLayerStats> out;
+  for (auto& layer : layers_)
+    if (MoeMlp* m = layer->moe()) out.push_back(m->take_stats(stream_));
+  return out;
+}
+
+double LlamaModel::moe_losses_of_last_forward() {
+  double sum = 0;
+  for (auto& layer : layers_)
+    if (MoeMlp* m = layer->moe()) sum += m->last_losses(stream_);
+  return sum;
 }
 
 std::vector<int> LlamaModel::gemm_written_grad_entries() const {

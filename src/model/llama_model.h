@@ -47,9 +47,18 @@ class LlamaModel {
   // One micro-batch: tokens and targets i32 [B, T] on the model's device. Runs forward, loss and backward;
   // parameter gradients accumulate (the caller zeroes them once per step). Returns per-token losses f32 [B*T]
   // on the device (not synchronised: read them when the step ends).
-  Tensor forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale);
+  // aux_grad_scale: the weight of each MoE layer's balancing losses in the step's loss (1 / micro-batches,
+  // as Megatron); unused by dense models.
+  Tensor forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
+                          float aux_grad_scale = 0.0f);
   // Forward only (evaluation): per-token losses f32 [B*T].
   Tensor forward_loss(const Tensor& tokens, const Tensor& targets);
+  // MoE models: after a step's last micro-batch (the expert-bias update); the routing statistics since the
+  // last call, one entry per MoE layer (synchronises); the sum of every MoE layer's balancing losses in the
+  // latest forward (synchronises; tests). No-ops / empty for dense models.
+  void end_step();
+  std::vector<MoeLayerStats> take_moe_stats();
+  double moe_losses_of_last_forward();
   // Region hooks (not owned; nullptr = none).
   void set_hooks(ParamHooks* hooks) { hooks_ = hooks; }
   // Entries whose gradient the step's first GEMM writes whole (ParamStore::set_overwritten_grads): every

@@ -20,6 +20,13 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
   s.tied_embeddings = !m.untie_embeddings_and_output_weights;
   s.norm_eps = static_cast<float>(m.norm_epsilon);
   s.init_std = m.init_method_std;
+  s.moe = m.moe;
+  if (s.moe.enabled()) {
+    PRIMUS_CHECK(s.moe.ffn_hidden_size > 0 && s.moe.topk > 0 && s.moe.topk <= s.moe.num_experts &&
+                     static_cast<int64_t>(s.moe.layer_is_moe.size()) == s.layers,
+                 "MoE sizes: {} experts, top-{}, expert FFN {}, {} layer flags for {} layers",
+                 s.moe.num_experts, s.moe.topk, s.moe.ffn_hidden_size, s.moe.layer_is_moe.size(), s.layers);
+  }
   PRIMUS_CHECK(s.layers > 0 && s.hidden > 0 && s.heads > 0 && s.ffn > 0 && s.vocab > 0,
                "model sizes must be positive: {}", s.describe());
   PRIMUS_CHECK(s.heads % s.kv_heads == 0, "num_attention_heads {} not divisible by num_query_groups {}",
@@ -30,7 +37,10 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
 std::string ModelSpec::describe() const {
   return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
                      kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "", qk_norm ? " qk-norm" : "",
-                     tied_embeddings ? " tied" : "");
+                     tied_embeddings ? " tied" : "") +
+         (moe.enabled() ? fmt::format(" experts={} top-{} expert-ffn={} moe-layers={}", moe.num_experts,
+                                      moe.topk, moe.ffn_hidden_size, moe.moe_layers())
+                        : "");
 }
 
 }  // namespace primus

@@ -25,6 +25,8 @@ struct ModelSpec {
   bool tied_embeddings = false;
   float norm_eps = 1e-5f;
   double init_std = 0.02;
+  MoeConfig moe;  // num_experts == 0: every MLP is dense (model/moe_mlp.h)
+  bool is_moe_layer(int64_t layer) const { return moe.is_moe_layer(layer); }
 
   static ModelSpec from_config(const ModelConfig& m);
   std::string describe() const;

@@ -49,9 +49,28 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_mult
     add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), spec.hidden}, r, true, InitKind::kNormal, std);
     add(p + "self_attn.o_proj.weight", {spec.hidden, spec.q_dim()}, r, true, InitKind::kScaledNormal,
         out_std);
-    add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, spec.hidden}, r, true, InitKind::kNormal, std);
-    add(p + "mlp.down_proj.weight", {spec.hidden, spec.ffn}, r, true, InitKind::kScaledNormal, out_std);
-    end_decay(r);
+    if (spec.is_moe_layer(l)) {
+      // model/moe_mlp.h: the router, E stacked experts, an optional shared expert; the expert bias is a
+      // zero-gradient entry (AdamW leaves it bitwise as it is) updated by the balancing rule.
+      const MoeConfig& m = spec.moe;
+      const int64_t E = m.num_experts, F = m.ffn_hidden_size;
+      add(p + "mlp.router.weight", {E, spec.hidden}, r, true, InitKind::kNormal, std);
+      add(p + "mlp.experts.gate_up_proj.weight", {E, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std);
+      add(p + "mlp.experts.down_proj.weight", {E, spec.hidden, F}, r, true, InitKind::kScaledNormal, out_std);
+      if (m.shared_ffn_hidden_size > 0) {
+        const int64_t Fs = m.shared_ffn_hidden_size;
+        add(p + "mlp.shared_expert.gate_up_proj.weight", {2 * Fs, spec.hidden}, r, true, InitKind::kNormal,
+            std);
+        add(p + "mlp.shared_expert.down_proj.weight", {spec.hidden, Fs}, r, true, InitKind::kScaledNormal,
+            out_std);
+      }
+      end_decay(r);
+      if (m.expert_bias) add(p + "mlp.router.expert_bias", {E}, r, false, InitKind::kZeros, 0);
+    } else {
+      add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, spec.hidden}, r, true, InitKind::kNormal, std);
+      add(p + "mlp.down_proj.weight", {spec.hidden, spec.ffn}, r, true, InitKind::kScaledNormal, out_std);
+      end_decay(r);
+    }
     add(p + "input_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
     add(p + "post_attention_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
     if (spec.qkv_bias) add(p + "self_attn.qkv_proj.bias", {spec.qkv_dim()}, r, false, InitKind::kZeros, 0);

@@ -21,6 +21,9 @@ struct StepContext {
   int64_t seq = 1;
   int64_t pos_offset = 0;  // first position of this sequence shard (context parallelism later)
   const Tensor* rope_table = nullptr;
+  // d(step loss)/d(a router balancing loss of this micro-batch): Megatron adds each micro-batch's aux and z
+  // losses to its loss, and the step averages micro-batches, so 1 / micro-batches.
+  float aux_grad_scale = 0.0f;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }
   Tensor act(const Shape& shape) const { return Tensor::empty(shape, act_dtype, stream); }

@@ -35,8 +35,8 @@ TEST(ConfigCliDryRun, EveryPrimusExampleEitherPlansOrSaysWhatIsNotSupported) {
         ++other_count;
         EXPECT_EQ(r.exit_code, 2) << r.out;
         EXPECT_NE(r.err.find("not supported yet: "), std::string::npos) << r.err;
-        bool names_key =
-            r.err.find("num_experts=") != std::string::npos || r.err.find("fp8=hybrid") != std::string::npos;
+        bool names_key = r.err.find("expert_model_parallel_size=") != std::string::npos ||
+                         r.err.find("fp8=hybrid") != std::string::npos;
         EXPECT_TRUE(names_key) << r.err;
         EXPECT_EQ(r.out, "") << "nothing is printed on stdout when the config is refused";
       }

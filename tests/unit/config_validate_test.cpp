@@ -115,9 +115,9 @@ TEST(ConfigValidate, WorldSizeGivesTheDataParallelSize) {
 
 TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
   Fixture f;
-  expect_has(
-      f.error("micro_llama.yaml", "      fp8: hybrid\n      num_experts: 8\n"),
-      {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: num_experts=8", "exp.yaml:12:7"});
+  expect_has(f.error("micro_llama.yaml", "      fp8: hybrid\n      mtp_num_layers: 1\n"),
+             {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: mtp_num_layers=1",
+              "exp.yaml:12:7"});
   expect_has(f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n"),
              {"not supported yet: tensor_model_parallel_size=2"});
   expect_has(f.error("micro_llama.yaml", "      normalization: LayerNorm\n"),
@@ -129,7 +129,7 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
   // Inert values pass: sequence_parallel at TP 1 has no effect, dropout 0, fp8 null.
   ResolvedConfig rc = f.load("micro_llama.yaml",
                              "      sequence_parallel: true\n      hidden_dropout: 0\n      fp8: null\n"
-                             "      use_turbo_attention: true\n      num_experts: 0\n");
+                             "      use_turbo_attention: true\n      mtp_num_layers: 0\n");
   EXPECT_EQ(rc.keys.entry("use_turbo_attention")->decl->status, KeyStatus::kNoEffect);
 }
 

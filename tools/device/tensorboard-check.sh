@@ -14,7 +14,7 @@ rm -rf "$ws"; mkdir -p "$final"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 date -u +%Y-%m-%dT%H:%M:%SZ
 PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=tb_check PRIMUS_USER=dev timeout 300 "$bin" train pretrain \
-  --config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml --device cuda --train_iters 30 \
+  --config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml --device cuda --train_iters 30 --lr_warmup_iters 5 \
   --eval_interval 10 --eval_iters 2 --log_interval 10 --disable_tensorboard false --tensorboard_log_interval 1 \
   --tensorboard_queue_size 5 --log_timers_to_tensorboard true --log_throughput true \
   --log_memory_to_tensorboard true --log_validation_ppl_to_tensorboard true --log_batch_size_to_tensorboard true \

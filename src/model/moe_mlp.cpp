@@ -1,0 +1,257 @@
+#include "model/moe_mlp.h"
+
+#include <algorithm>
+
+#include "ops/activation.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/grouped_gemm.h"
+
+namespace primus {
+
+namespace {
+ops::MoeRouterConfig router_config(const MoeConfig& m) {
+  ops::MoeRouterConfig c;
+  c.topk = m.topk;
+  c.score = m.score_function == "sigmoid" ? ops::MoeScoreFunction::kSigmoid : ops::MoeScoreFunction::kSoftmax;
+  c.pre_softmax = m.pre_softmax;
+  c.normalize = m.normalize_topk;
+  c.num_groups = m.num_groups;
+  c.group_topk = m.group_topk;
+  c.scaling_factor = static_cast<float>(m.topk_scaling_factor);
+  return c;
+}
+}  // namespace
+
+MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, int layer_index)
+    : spec_(spec), params_(params), layer_(layer_index), router_cfg_(router_config(spec.moe)) {
+  const std::string p = "layers." + std::to_string(layer_index) + ".mlp.";
+  auto need = [&](const std::string& n) {
+    int i = params.find(p + n);
+    PRIMUS_CHECK(i >= 0, "parameter {}{} missing", p, n);
+    return i;
+  };
+  router_ = need("router.weight");
+  w_gu_ = need("experts.gate_up_proj.weight");
+  w_down_ = need("experts.down_proj.weight");
+  if (spec.moe.expert_bias) bias_ = need("router.expert_bias");
+  if (spec.moe.shared_ffn_hidden_size > 0) {
+    sh_gu_ = need("shared_expert.gate_up_proj.weight");
+    sh_down_ = need("shared_expert.down_proj.weight");
+  }
+  ops::validate_moe_router_config(router_cfg_, spec.moe.num_experts);
+  stats_.layer = layer_index;
+}
+
+std::vector<int> MoeMlp::gemm_weight_entries() const {
+  std::vector<int> out = {router_, w_gu_, w_down_};
+  if (sh_gu_ >= 0) out.insert(out.end(), {sh_gu_, sh_down_});
+  return out;
+}
+
+void MoeMlp::expert_mlp_forward(const StepContext& ctx, MoeActivations& a) {
+  const Stream& s = ctx.stream;
+  const int64_t rows = a.plan.num_rows, F = spec_.moe.ffn_hidden_size;
+  a.gu_perm = ctx.act({rows, 2 * F});
+  ops::grouped_gemm_forward(a.x_perm, params_.param(w_gu_), a.rows, a.gu_perm, s);
+  a.act_perm = ctx.act({rows, F});
+  ops::swiglu_forward(a.gu_perm, a.act_perm, s);
+}
+
+void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActivations& a,
+                     bool record_stats) {
+  const MoeConfig& moe = spec_.moe;
+  const int64_t n = ctx.tokens(), d = spec_.hidden, E = moe.num_experts, k = moe.topk;
+  const Stream& s = ctx.stream;
+  const DType st = ctx.stat_dtype();
+
+  // Router: f32 logits from the (bf16 on the GPU) input and weights; selection and probabilities in f32.
+  a.logits = ctx.empty({n, E}, st);
+  ops::gemm(h, false, params_.param(router_), true, a.logits, 1.0f, 0.0f, s);
+  a.ids = ctx.empty({n, k}, DType::kI32);
+  a.probs = ctx.empty({n, k}, st);
+  // The expert bias is read from the f32 master: its updates (1e-3) would vanish in a bf16 copy.
+  Tensor bias = bias_ >= 0 ? params_.master(bias_) : Tensor();
+  ops::moe_router_forward(a.logits, bias_ >= 0 ? &bias : nullptr, router_cfg_, a.ids, a.probs, s);
+
+  Tensor kept_ids = a.ids;
+  a.kept_probs = a.probs;
+  int64_t capacity = 0;
+  if (moe.capacity_factor > 0) {
+    capacity = ops::moe_expert_capacity(n, k, E, moe.capacity_factor);
+    kept_ids = ctx.empty({n, k}, DType::kI32);
+    a.kept_probs = ctx.empty({n, k}, st);
+    ops::moe_capacity_drop(
+        a.ids, a.probs, E, capacity,
+        moe.drop_policy == "position" ? ops::MoeDropPolicy::kPosition : ops::MoeDropPolicy::kProbs, kept_ids,
+        a.kept_probs, s);
+  }
+  a.plan = ops::moe_permute_plan(kept_ids, E, moe.pad_to_capacity ? capacity : 0, s);
+  // The one synchronisation of the layer: the grouped GEMMs take each expert's rows on the host.
+  const std::vector<int32_t> offsets = a.plan.offsets.to_vector<int32_t>();
+  a.rows.assign(static_cast<size_t>(E), 0);
+  for (int64_t e = 0; e < E; ++e) a.rows[e] = offsets[e + 1] - offsets[e];
+
+  a.x_perm = ctx.act({a.plan.num_rows, d});
+  ops::moe_permute(h, a.plan, a.x_perm, s);
+  expert_mlp_forward(ctx, a);
+  a.y_perm = ctx.act({a.plan.num_rows, d});
+  ops::grouped_gemm_forward(a.act_perm, params_.param(w_down_), a.rows, a.y_perm, s);
+  ops::moe_unpermute(a.y_perm, a.plan, a.kept_probs, y, s);
+
+  if (sh_gu_ >= 0) {
+    const int64_t Fs = moe.shared_ffn_hidden_size;
+    a.sh_gu = ctx.act({n, 2 * Fs});
+    ops::linear_forward(h, params_.param(sh_gu_), nullptr, a.sh_gu, s);
+    a.sh_act = ctx.act({n, Fs});
+    ops::swiglu_forward(a.sh_gu, a.sh_act, s);
+    ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, y, s, &y);  // y += shared expert
+  }
+
+  // Loss values (their gradients are added in backward).
+  if (!last_losses_.defined()) {
+    last_losses_ = Tensor::empty({2}, st, s);
+    sum_losses_ = Tensor::empty({2}, st, s);
+    sum_losses_.zero_(s);
+  }
+  last_losses_.zero_(s);
+  Tensor aux = last_losses_.slice(0, 1), z = last_losses_.slice(1, 2);
+  const bool use_aux = moe.load_balancing != "none" && moe.aux_loss_coeff > 0;
+  if (use_aux)
+    ops::moe_aux_loss(a.logits, k, router_cfg_.score, moe.load_balancing == "seq_aux_loss" ? ctx.batch : 1,
+                      static_cast<float>(moe.aux_loss_coeff), 0.0f, aux, nullptr, s);
+  if (moe.z_loss_coeff > 0)
+    ops::moe_z_loss(a.logits, static_cast<float>(moe.z_loss_coeff), 0.0f, z, nullptr, s);
+
+  if (!record_stats) return;
+  ops::add(sum_losses_, last_losses_, sum_losses_, s);
+  if (bias_ >= 0) {
+    if (!step_load_.defined()) {
+      step_load_ = Tensor::empty({E}, DType::kI32, s);
+      step_load_.zero_(s);
+    }
+    ops::moe_expert_load(a.ids, E, step_load_, /*accumulate=*/true, s);
+  }
+  const std::vector<int32_t> counts = a.plan.counts.to_vector<int32_t>();
+  int64_t kept = 0;
+  for (int32_t c : counts) {
+    kept += c;
+    stats_.max_load = std::max<int64_t>(stats_.max_load, c);
+  }
+  stats_.routed += n * k;
+  stats_.dropped += n * k - kept;
+  ++stats_.forwards;
+}
+
+void MoeMlp::recompute_selective(const StepContext& ctx, MoeActivations& a) {
+  if (!a.selective_dropped) return;
+  a.act_perm = ctx.act({a.plan.num_rows, spec_.moe.ffn_hidden_size});
+  ops::swiglu_forward(a.gu_perm, a.act_perm, ctx.stream);
+  if (sh_gu_ >= 0) {
+    a.sh_act = ctx.act({ctx.tokens(), spec_.moe.shared_ffn_hidden_size});
+    ops::swiglu_forward(a.sh_gu, a.sh_act, ctx.stream);
+  }
+  a.selective_dropped = false;
+}
+
+void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h, MoeActivations& a,
+                      Tensor& dh) {
+  recompute_selective(ctx, a);
+  const MoeConfig& moe = spec_.moe;
+  const int64_t n = ctx.tokens(), d = spec_.hidden, E = moe.num_experts, k = moe.topk;
+  const int64_t rows = a.plan.num_rows, F = moe.ffn_hidden_size;
+  const Stream& s = ctx.stream;
+  const DType st = ctx.stat_dtype();
+
+  // Routed experts, last op first.
+  Tensor dy_perm = ctx.act({rows, d});
+  Tensor dprobs = ctx.empty({n, k}, st);
+  ops::moe_unpermute_backward(dy, a.y_perm, a.plan, a.kept_probs, dy_perm, dprobs, s);
+  a.y_perm = Tensor();
+  Tensor d_act = ctx.act({rows, F});
+  ops::grouped_gemm_backward_input(dy_perm, params_.param(w_down_), a.rows, d_act, s);
+  Tensor g_down = params_.grad(w_down_);
+  ops::grouped_gemm_backward_weight(dy_perm, a.act_perm, a.rows, g_down, s, params_.grad_accumulate(w_down_));
+  dy_perm = Tensor();
+  a.act_perm = Tensor();
+  Tensor d_gu = ctx.act({rows, 2 * F});
+  ops::swiglu_backward(d_act, a.gu_perm, d_gu, s);
+  d_act = Tensor();
+  a.gu_perm = Tensor();
+  Tensor dx_perm = ctx.act({rows, d});
+  ops::grouped_gemm_backward_input(d_gu, params_.param(w_gu_), a.rows, dx_perm, s);
+  Tensor g_gu = params_.grad(w_gu_);
+  ops::grouped_gemm_backward_weight(d_gu, a.x_perm, a.rows, g_gu, s, params_.grad_accumulate(w_gu_));
+  d_gu = Tensor();
+  a.x_perm = Tensor();
+  ops::moe_permute_backward(dx_perm, a.plan, dh, s);  // overwrites dh
+  dx_perm = Tensor();
+
+  // Router: the probabilities' gradient, plus the balancing losses' (scaled like the main loss's
+  // micro-batch average), back through the router GEMM.
+  Tensor dlogits = ctx.empty({n, E}, st);
+  ops::moe_router_backward(a.logits, a.ids, dprobs, router_cfg_, dlogits, s);
+  Tensor scratch = ctx.empty({1}, st);
+  if (moe.load_balancing != "none" && moe.aux_loss_coeff > 0)
+    ops::moe_aux_loss(a.logits, k, router_cfg_.score, moe.load_balancing == "seq_aux_loss" ? ctx.batch : 1,
+                      static_cast<float>(moe.aux_loss_coeff), ctx.aux_grad_scale, scratch, &dlogits, s);
+  if (moe.z_loss_coeff > 0)
+    ops::moe_z_loss(a.logits, static_cast<float>(moe.z_loss_coeff), ctx.aux_grad_scale, scratch, &dlogits, s);
+  Tensor dl = dlogits;
+  if (ctx.act_dtype != st) {
+    dl = ctx.act({n, E});
+    ops::cast(dlogits, dl, s);
+  }
+  ops::linear_backward_input(dl, params_.param(router_), dh, /*accumulate=*/true, s);
+  Tensor g_router = params_.grad(router_);
+  ops::linear_backward_weight(dl, h, g_router, nullptr, s, params_.grad_accumulate(router_));
+
+  if (sh_gu_ >= 0) {
+    const int64_t Fs = moe.shared_ffn_hidden_size;
+    Tensor d_sh_act = ctx.act({n, Fs});
+    ops::linear_backward_input(dy, params_.param(sh_down_), d_sh_act, false, s);
+    Tensor g_sd = params_.grad(sh_down_);
+    ops::linear_backward_weight(dy, a.sh_act, g_sd, nullptr, s, params_.grad_accumulate(sh_down_));
+    Tensor d_sh_gu = ctx.act({n, 2 * Fs});
+    ops::swiglu_backward(d_sh_act, a.sh_gu, d_sh_gu, s);
+    ops::linear_backward_input(d_sh_gu, params_.param(sh_gu_), dh, /*accumulate=*/true, s);
+    Tensor g_sgu = params_.grad(sh_gu_);
+    ops::linear_backward_weight(d_sh_gu, h, g_sgu, nullptr, s, params_.grad_accumulate(sh_gu_));
+  }
+  a = MoeActivations{};
+}
+
+void MoeMlp::end_step(const Stream& s) {
+  if (bias_ < 0 || !step_load_.defined()) return;
+  Tensor master = params_.master(bias_);
+  if (master.dtype() != DType::kF32) return;  // f64 gradient-check models take no update steps
+  ops::moe_expert_bias_update(step_load_, static_cast<float>(spec_.moe.bias_update_rate), master, s);
+  if (!params_.compute_aliases_master()) {
+    Tensor compute = params_.param(bias_);
+    ops::cast(master, compute, s);
+  }
+  step_load_.zero_(s);
+}
+
+MoeLayerStats MoeMlp::take_stats(const Stream& s) {
+  MoeLayerStats out = stats_;
+  if (sum_losses_.defined()) {
+    const std::vector<double> l = sum_losses_.to_vector<double>();
+    out.aux_loss = l[0];
+    out.z_loss = l[1];
+    sum_losses_.zero_(s);
+  }
+  const double slots = static_cast<double>(out.forwards) * static_cast<double>(spec_.moe.num_experts);
+  out.mean_load = slots > 0 ? static_cast<double>(out.routed) / slots : 0.0;
+  stats_ = MoeLayerStats{};
+  stats_.layer = layer_;
+  return out;
+}
+
+double MoeMlp::last_losses(const Stream&) const {
+  if (!last_losses_.defined()) return 0.0;
+  const std::vector<double> l = last_losses_.to_vector<double>();
+  return l[0] + l[1];
+}
+
+}  // namespace primus

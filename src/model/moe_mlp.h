@@ -1,0 +1,89 @@
+#pragma once
+// The MoE MLP of one decoder layer (docs/moe.md), with explicit forward and backward:
+//   logits = h Wr^T (f32)   ids, probs = router(logits, expert bias)   [capacity: drop entries]
+//   x_perm = permute(h)     y_perm = grouped(swiglu(grouped(x_perm, W_gu)), W_down)
+//   y = unpermute(y_perm, probs) [+ shared expert swiglu(h Ws_gu^T) Ws_down^T]
+// The load-balancing (aux / seq-aux) and z losses are computed on the logits in forward (their values, for
+// the log) and their gradients are added to dlogits in backward, scaled by StepContext::aux_grad_scale.
+//
+// Experts are stacked: W_gu [E, 2F, d], W_down [E, d, F], so an expert-parallel layout later owns a
+// contiguous slice of experts and the all-to-all sends each expert's block of permuted rows (the permute
+// plan's layout) without changing this code's shape.
+//
+// The per-expert row counts go to the host once per forward (the grouped GEMMs take host counts; see
+// ops/grouped_gemm.h); backward reuses them.
+#include <cstdint>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/param_store.h"
+#include "model/step_context.h"
+#include "ops/moe_permute.h"
+#include "ops/moe_router.h"
+
+namespace primus {
+
+// What an MoE MLP forward saved for backward.
+struct MoeActivations {
+  Tensor logits;              // [n, E], f32 (f64 in whole-model gradient checks)
+  Tensor ids, probs;          // [n, k] as routed (before capacity dropping)
+  Tensor kept_probs;          // [n, k]: probs with dropped entries 0 (= probs when dropless)
+  ops::MoePermutePlan plan;   // built from the kept ids
+  std::vector<int64_t> rows;  // host: rows of each expert's block (the grouped GEMMs' counts)
+  Tensor x_perm;              // [rows, d]
+  Tensor gu_perm;             // [rows, 2F]
+  Tensor act_perm;            // [rows, F] (dropped under selective recompute)
+  Tensor y_perm;              // [rows, d]
+  Tensor sh_gu, sh_act;       // shared expert [n, 2Fs], [n, Fs]
+  bool selective_dropped = false;
+};
+
+// Routing statistics summed since the last take (MoeMlp::take_stats).
+struct MoeLayerStats {
+  int layer = 0;
+  double aux_loss = 0, z_loss = 0;  // summed over forwards
+  int64_t forwards = 0;
+  int64_t routed = 0;    // routing entries (tokens x k)
+  int64_t dropped = 0;   // entries dropped by the capacity
+  int64_t max_load = 0;  // the largest per-forward load of one expert
+  double mean_load = 0;  // routed / (forwards x experts)
+};
+
+class MoeMlp {
+ public:
+  MoeMlp(const ModelSpec& spec, ParamStore& params, int layer_index);
+
+  // y [n, d] (overwritten) from the normed input h [n, d]. record_stats: a training forward whose losses and
+  // loads are logged and feed the expert-bias update (not a recompute or an evaluation).
+  void forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActivations& a, bool record_stats);
+  // Recomputes what selective recompute dropped.
+  void recompute_selective(const StepContext& ctx, MoeActivations& a);
+  // dh [n, d] (overwritten) from dy [n, d]; accumulates the parameter gradients. Frees the activations.
+  void backward(const StepContext& ctx, const Tensor& dy, const Tensor& h, MoeActivations& a, Tensor& dh);
+
+  // End of a training step (after the last micro-batch, on the compute stream): the aux-loss-free expert
+  // bias moves by bias_update_rate towards balance, from the loads of this step's forwards.
+  void end_step(const Stream& s);
+  // The routing statistics since the last call (synchronises the stream), then resets them.
+  MoeLayerStats take_stats(const Stream& s);
+  // Sum of the aux and z losses of the latest forward (synchronises; for tests).
+  double last_losses(const Stream& s) const;
+
+  std::vector<int> gemm_weight_entries() const;
+
+ private:
+  void expert_mlp_forward(const StepContext& ctx, MoeActivations& a);
+
+  const ModelSpec& spec_;
+  ParamStore& params_;
+  int layer_;
+  int router_, bias_ = -1, w_gu_, w_down_, sh_gu_ = -1, sh_down_ = -1;
+  ops::MoeRouterConfig router_cfg_;
+  // Device accumulators (lazily allocated on the first forward's stream).
+  Tensor last_losses_;   // [2] stat dtype: aux, z of the latest forward
+  Tensor sum_losses_;    // [2] summed over recorded forwards since take_stats
+  Tensor step_load_;     // [E] i32: loads of this step's recorded forwards (expert bias)
+  MoeLayerStats stats_;  // host part (loads, drops) since take_stats
+};
+
+}  // namespace primus
