@@ -31,7 +31,6 @@ void map_megatron_moe(ResolvedConfig& rc) {
   e.ffn_hidden_size = k.is_null("moe_ffn_hidden_size") ? m.ffn_hidden_size : k.i("moe_ffn_hidden_size");
   e.shared_ffn_hidden_size =
       k.is_null("moe_shared_expert_intermediate_size") ? 0 : k.i("moe_shared_expert_intermediate_size");
-  e.shared_expert_gate = k.b("moe_shared_expert_gate");
   e.layer_is_moe = moe_layer_pattern(k.value("moe_layer_freq"), m.num_layers, at("moe_layer_freq"));
   e.score_function = k.s("moe_router_score_function");
   e.pre_softmax = k.b("moe_router_pre_softmax");
@@ -88,9 +87,6 @@ void map_megatron_moe(ResolvedConfig& rc) {
   if (e.moe_layers() == 0)
     throw ConfigError(fmt::format("{}: num_experts is {} but moe_layer_freq ({}) makes no layer MoE",
                                   at("num_experts"), E, at("moe_layer_freq")));
-  if (e.shared_expert_gate && e.shared_ffn_hidden_size == 0)
-    throw ConfigError(fmt::format("{}: moe_shared_expert_gate needs moe_shared_expert_intermediate_size",
-                                  at("moe_shared_expert_gate")));
   rc.set_source("moe.num_experts", "num_experts", k.origin("num_experts"));
 }
 

@@ -19,7 +19,7 @@ void add_megatron_moe_keys(KeyTable& t) {
              "shared-expert MLP width (null: no shared expert)")
             .check(positive()));
   t.add(
-      impl("moe_shared_expert_gate", kB, "false", "sigmoid gate on the shared expert's output (Qwen2-MoE)"));
+      unsup("moe_shared_expert_gate", kB, "false", "sigmoid gate on the shared expert's output (Qwen2-MoE)"));
   t.add(impl("moe_router_topk", kI, "2", "experts per token").check(positive()));
   t.add(impl("moe_router_score_function", kS, "softmax", "router scores: softmax | sigmoid")
             .check(one_of({"softmax", "sigmoid"})));

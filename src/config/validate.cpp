@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "config/load_config.h"
+#include "config/not_supported.h"
 #include "core/error.h"
 
 namespace primus::config {
@@ -68,6 +69,16 @@ void validate_config(ResolvedConfig& rc) {
                     "(micro_batch_size * DP) == 0)",
                     cite("global_batch_size", t.global_batch_size),
                     cite("micro_batch_size", t.micro_batch_size), p.data_parallel_size, per_step));
+
+  // The expert bias follows the loads of the whole global batch: with data parallelism they must be summed
+  // over ranks first (expert parallelism's issue brings that reduction).
+  if (t.model.moe.expert_bias && p.data_parallel_size > 1)
+    throw NotSupportedError(
+        fmt::format(
+            "{}: not supported yet: moe_router_enable_expert_bias with data parallelism ({} ranks): the "
+            "expert loads are not yet summed over ranks",
+            rc.keys.origin("moe_router_enable_expert_bias").str(), p.data_parallel_size),
+        "train on one rank, or set moe_router_enable_expert_bias: false and balance with moe_aux_loss_coeff");
 
   // Learning-rate schedule.
   if (t.optim.lr < t.optim.min_lr)

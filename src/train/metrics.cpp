@@ -39,7 +39,17 @@ std::string format_log_line(const StepMetrics& m, bool on_gpu) {
                      m.tflops_per_gpu * 1e3);
     s += fmt::format(" | mem {:.2f} GB", m.mem_gb);
   }
+  if (m.moe.present) {
+    s += fmt::format(" | aux {:.3e} | load max/mean {:.2f}", m.moe.aux_loss, m.moe.max_load_ratio);
+    if (m.moe.z_loss > 0) s += fmt::format(" | z {:.3e}", m.moe.z_loss);
+    if (m.moe.dropped_fraction > 0) s += fmt::format(" | dropped {:.2f}%", 100.0 * m.moe.dropped_fraction);
+  }
   if (m.eta_s >= 0) s += " | ETA " + format_duration(m.eta_s);
+  if (m.moe.present && m.moe.per_layer_logging)
+    for (const MoeStepMetrics::Layer& l : m.moe.layers)
+      s += fmt::format(
+          "\n  moe layer {:>3} | aux {:.3e} | z {:.3e} | tokens per expert max {} mean {:.1f} | dropped {}",
+          l.layer, l.aux_loss, l.z_loss, l.max_load, l.mean_load, l.dropped);
   return s;
 }
 
@@ -75,6 +85,21 @@ void JsonlSink::write_step(const StepMetrics& m) {
   j["mem_gb"] = m.mem_gb;
   j["consumed_samples"] = m.consumed_samples;
   if (m.skipped) j["skipped"] = true;
+  if (m.moe.present) {
+    j["moe_aux_loss"] = m.moe.aux_loss;
+    j["moe_z_loss"] = m.moe.z_loss;
+    j["moe_max_load_ratio"] = m.moe.max_load_ratio;
+    j["moe_dropped_fraction"] = m.moe.dropped_fraction;
+    nlohmann::json layers = nlohmann::json::array();
+    for (const MoeStepMetrics::Layer& l : m.moe.layers)
+      layers.push_back({{"layer", l.layer},
+                        {"aux_loss", l.aux_loss},
+                        {"z_loss", l.z_loss},
+                        {"max_load", l.max_load},
+                        {"mean_load", l.mean_load},
+                        {"dropped", l.dropped}});
+    j["moe_layers"] = layers;
+  }
   write_line(j);
 }
 

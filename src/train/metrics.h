@@ -12,6 +12,22 @@
 
 namespace primus {
 
+// MoE routing of one step (model/moe_mlp.h), summarised over its MoE layers.
+struct MoeStepMetrics {
+  bool present = false;         // an MoE model
+  double aux_loss = 0;          // balancing loss per layer and forward, mean over layers (its coefficient in)
+  double z_loss = 0;            // the same for the z-loss
+  double max_load_ratio = 0;    // max over layers of (most tokens one expert got) / (mean per expert)
+  double dropped_fraction = 0;  // routing entries dropped by the capacity / all entries
+  bool per_layer_logging = false;  // moe_per_layer_logging: one log line per layer too
+  struct Layer {
+    int layer = 0;
+    double aux_loss = 0, z_loss = 0, mean_load = 0;
+    int64_t max_load = 0, dropped = 0;
+  };
+  std::vector<Layer> layers;
+};
+
 struct StepMetrics {
   int64_t step = 0;
   int64_t total_steps = 0;
@@ -29,6 +45,7 @@ struct StepMetrics {
   int64_t consumed_samples = 0;
   bool skipped = false;       // a guard did not apply this step's update
   int64_t skipped_total = 0;  // updates skipped so far in the job (a resumed run counts those before it)
+  MoeStepMetrics moe;
 };
 
 // "iter 120/1000 | loss 3.214 | lr 2.9e-4 | grad-norm 0.83 | 412 ms | 39.8k tok/s/GPU | 487 TFLOP/s/GPU |

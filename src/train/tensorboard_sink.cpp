@@ -70,6 +70,16 @@ void TensorBoardSink::write_step(const StepMetrics& m) {
     at_step.push_back({"mem-max-allocated-bytes", f(m.mem_gb * 1e9)});
     if (m.mem_total_gb > 0) at_step.push_back({"mem-total-bytes", f(m.mem_total_gb * 1e9)});
   }
+  if (m.moe.present) {
+    // Megatron's track_moe_metrics names, plus our load and drop measures.
+    at_step.push_back({"load_balancing_loss", f(m.moe.aux_loss)});
+    if (m.moe.z_loss > 0) at_step.push_back({"z_loss", f(m.moe.z_loss)});
+    at_step.push_back({"moe/max_load_ratio", f(m.moe.max_load_ratio)});
+    at_step.push_back({"moe/dropped_fraction", f(m.moe.dropped_fraction)});
+    if (m.moe.per_layer_logging)
+      for (const MoeStepMetrics::Layer& l : m.moe.layers)
+        at_step.push_back({"moe/load_balancing_loss_layer_" + std::to_string(l.layer), f(l.aux_loss)});
+  }
   if (cfg_.timers) at_step.push_back({"iteration-time", f(m.iter_ms / 1e3)});
   if (cfg_.timers && cfg_.throughput) {
     at_step.push_back({"throughput", f(m.tflops_per_gpu)});  // TFLOP/s per GPU, as Megatron

@@ -108,6 +108,14 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   }
   log::info("model: {} ({:.2f}M parameters, {:.2f} GFLOP/token)", spec.describe(),
             params_->parameter_count() / 1e6, flops_per_token_ / 1e9);
+  if (cfg.model.moe.enabled()) {
+    const config::ParamCounts pc = config::count_parameters(cfg.model);
+    log::info(
+        "MoE: FLOPs count the active parameters only: {:.2f}M of {:.2f}M non-embedding per token (top-{} of "
+        "{} experts in {} MoE layers)",
+        pc.active_non_embedding / 1e6, pc.non_embedding / 1e6, cfg.model.moe.topk, cfg.model.moe.num_experts,
+        pc.moe_layers);
+  }
   log::info("data: {}", data_.summary);
   log::info("device: {} | micro-batch {} x {} micro-batches = global batch {} | seq {}", stream_.device.str(),
             cfg.micro_batch_size, micro_batches_, cfg.global_batch_size, cfg.data.seq_length);
@@ -134,9 +142,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     if (overlap_ && mb == micro_batches_ - 1) overlap_->arm_norm();
-    losses.push_back(model_->forward_backward(tokens, targets, scale));
+    losses.push_back(
+        model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(micro_batches_)));
     valid.push_back(b.valid_tokens);
   }
+  model_->end_step();
   params_->end_grad_step(stream_);
   inject_.maybe_poison_grad(iter, *params_, stream_);
   StepOutcome o;
@@ -163,6 +173,29 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   }
   o.stop_request = stop_request();
   return o;
+}
+
+MoeStepMetrics Trainer::moe_metrics() {
+  MoeStepMetrics out;
+  std::vector<MoeLayerStats> layers = model_->take_moe_stats();
+  if (layers.empty()) return out;
+  out.present = true;
+  out.per_layer_logging = cfg_.model.moe.per_layer_logging;
+  int64_t routed = 0, dropped = 0;
+  for (const MoeLayerStats& l : layers) {
+    const double f = l.forwards > 0 ? static_cast<double>(l.forwards) : 1.0;
+    out.layers.push_back({l.layer, l.aux_loss / f, l.z_loss / f, l.mean_load, l.max_load, l.dropped});
+    out.aux_loss += l.aux_loss / f;
+    out.z_loss += l.z_loss / f;
+    if (l.mean_load > 0)
+      out.max_load_ratio = std::max(out.max_load_ratio, static_cast<double>(l.max_load) / l.mean_load);
+    routed += l.routed;
+    dropped += l.dropped;
+  }
+  out.aux_loss /= static_cast<double>(layers.size());
+  out.z_loss /= static_cast<double>(layers.size());
+  out.dropped_fraction = routed > 0 ? static_cast<double>(dropped) / static_cast<double>(routed) : 0.0;
+  return out;
 }
 
 double Trainer::step_grad_norm(int64_t iter) {
@@ -339,6 +372,7 @@ TrainResult Trainer::train() {
     m.consumed_samples = consumed_samples();
     m.skipped = !o.applied;
     m.skipped_total = skipped_total_;
+    m.moe = moe_metrics();
     for (auto& sink : sinks_) sink->write_step(m);
     if (log_now) {
       // Averages over the log window smooth out single-step noise in the printed line.

@@ -135,6 +135,7 @@ class Trainer {
   std::unique_ptr<ChunkedGradNorm> norm_;
   std::unique_ptr<OverlappedUpdate> overlap_;
   double step_grad_norm(int64_t iter);
+  MoeStepMetrics moe_metrics();  // the routing statistics since the last call (empty for dense models)
   // Waits until the GPU finished every queued step, the overlapped update included (evaluation, checkpoints).
   void settle();
   std::unique_ptr<LrSchedule> schedule_;

@@ -174,7 +174,7 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     PRIMUS_TRACE_RANGE("forward_backward");
-    loss_t[k] = model_->forward_backward(tokens, targets, scale);
+    loss_t[k] = model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(A * D));
     valid[k] = b.valid_tokens;
     if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {
       log::warn("PRIMUS_INJECT_KILL: rank {} kills itself in iteration {}", world_rank_, iter);
@@ -192,6 +192,7 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
   };
   if (c.emulate) {
     dp_->emulate_grads(A, run_micro);
+    model_->end_step();
     for (int64_t k = 0; k < A * D; ++k) micro[k] = micro_loss(k);
   } else {
     dp_->begin_step();
@@ -203,6 +204,7 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
       PRIMUS_TRACE_RANGE("finish_grads");
       dp_->finish_grads();
     }
+    model_->end_step();
     PRIMUS_TRACE_RANGE("loss exchange");
     // Every rank's micro-batch losses, in global order, and after them its stop request (signals and
     // time can differ between ranks; all must stop at the same step).
