@@ -282,13 +282,27 @@ bool run_cublas_grouped(const GroupedLaunch& L, std::vector<Active> act, const S
   return true;
 }
 
+// The measured choice (docs/kernels/grouped_gemm.md, H100 2026-11-25): strided-batched when every expert has
+// the same rows; otherwise cuBLAS's grouped kernel is an sm80 warp-MMA kernel (~250-300 TFLOP/s on every
+// shape), which the per-expert cuBLASLt (Hopper) GEMMs on side streams beat by 2-2.7x once experts have
+// ~512 rows or more (DeepSeek-V3 / Mixtral shapes: 650-750 TFLOP/s). Below that (Qwen3-30B-A3B: 128 experts
+// of ~256 rows) the grouped kernel's single launch wins for fwd / dgrad; the weight gradient (f32 output,
+// which the grouped call does not take) then loops on one stream: in a training step the side streams'
+// extra events made the host, not the GPU, the limit (4-5 ms idle gaps, 73 -> ~100 ms per Qwen3-4L step).
+GroupedGemmPath auto_path(const GroupedLaunch&, const std::vector<Active>& act, bool equal) {
+  if (equal) return GroupedGemmPath::kStridedBatched;
+  int64_t rows = 0;
+  for (const Active& a : act) rows += a.count;
+  const int64_t mean = rows / static_cast<int64_t>(act.size());
+  return mean >= 512 ? GroupedGemmPath::kLtStreams : GroupedGemmPath::kCublasGrouped;
+}
+
 void run(const GroupedLaunch& L, std::span<const int64_t> counts, const Stream& s) {
   const std::vector<Active> act = active_experts(counts);
   if (act.empty()) return;
   GroupedGemmPath path = configured_path();
   const bool equal = uniform(act, counts.size());
-  if (path == GroupedGemmPath::kAuto)
-    path = equal ? GroupedGemmPath::kStridedBatched : GroupedGemmPath::kCublasGrouped;
+  if (path == GroupedGemmPath::kAuto) path = auto_path(L, act, equal);
   switch (path) {
     case GroupedGemmPath::kStridedBatched:
       PRIMUS_CHECK(
