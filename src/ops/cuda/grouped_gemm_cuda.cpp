@@ -282,19 +282,23 @@ bool run_cublas_grouped(const GroupedLaunch& L, std::vector<Active> act, const S
   return true;
 }
 
-// The measured choice (docs/kernels/grouped_gemm.md, H100 2026-11-25): strided-batched when every expert has
-// the same rows; otherwise cuBLAS's grouped kernel is an sm80 warp-MMA kernel (~250-300 TFLOP/s on every
-// shape), which the per-expert cuBLASLt (Hopper) GEMMs on side streams beat by 2-2.7x once experts have
-// ~512 rows or more (DeepSeek-V3 / Mixtral shapes: 650-750 TFLOP/s). Below that (Qwen3-30B-A3B: 128 experts
-// of ~256 rows) the grouped kernel's single launch wins for fwd / dgrad; the weight gradient (f32 output,
-// which the grouped call does not take) then loops on one stream: in a training step the side streams'
-// extra events made the host, not the GPU, the limit (4-5 ms idle gaps, 73 -> ~100 ms per Qwen3-4L step).
-GroupedGemmPath auto_path(const GroupedLaunch&, const std::vector<Active>& act, bool equal) {
+// The measured choice (docs/kernels/grouped_gemm.md, H100 2026-11-25). Strided-batched when every expert has
+// the same rows. Otherwise the mean rows per expert over ALL experts (tokens x k / E, a property of the model
+// and batch) decides: below 512 (Qwen3-30B-A3B: 128 experts of ~256 rows) cuBLAS's grouped kernel (an sm80
+// warp-MMA kernel, ~270 TFLOP/s, but one launch; the f32-output wgrad, which the grouped call does not take,
+// loops on one stream) -- in a training step this beat the per-expert Hopper GEMMs, whose 128 launches per
+// call make the host the limit: 72.0 ms per Qwen3-4L step vs 84-87 ms with the loop or side streams. The mean
+// over the *active* experts, used before, flipped layers to the side streams whenever routing left experts
+// empty (77.8 ms median, steps up to 109 ms). From 512 rows up the per-expert cuBLASLt GEMMs (650-750
+// TFLOP/s) win by 2-2.7x: on one stream for a few experts (Mixtral's 8: 73.8 ms per 2L step vs 75.5 with
+// side streams), spread over side streams for more (DeepSeek-V3's 32 per EP rank, measured per call only).
+GroupedGemmPath auto_path(const std::vector<Active>& act, std::span<const int64_t> counts, bool equal) {
   if (equal) return GroupedGemmPath::kStridedBatched;
   int64_t rows = 0;
   for (const Active& a : act) rows += a.count;
-  const int64_t mean = rows / static_cast<int64_t>(act.size());
-  return mean >= 512 ? GroupedGemmPath::kLtStreams : GroupedGemmPath::kCublasGrouped;
+  const int64_t mean = rows / static_cast<int64_t>(counts.size());
+  if (mean < 512) return GroupedGemmPath::kCublasGrouped;
+  return act.size() <= 8 ? GroupedGemmPath::kLtLoop : GroupedGemmPath::kLtStreams;
 }
 
 void run(const GroupedLaunch& L, std::span<const int64_t> counts, const Stream& s) {
@@ -302,7 +306,7 @@ void run(const GroupedLaunch& L, std::span<const int64_t> counts, const Stream& 
   if (act.empty()) return;
   GroupedGemmPath path = configured_path();
   const bool equal = uniform(act, counts.size());
-  if (path == GroupedGemmPath::kAuto) path = auto_path(L, act, equal);
+  if (path == GroupedGemmPath::kAuto) path = auto_path(act, counts, equal);
   switch (path) {
     case GroupedGemmPath::kStridedBatched:
       PRIMUS_CHECK(
