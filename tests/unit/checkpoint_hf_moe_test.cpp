@@ -8,12 +8,15 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "checkpoint/convert.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/load.h"
 #include "checkpoint/state.h"
 #include "checkpoint_test_util.h"
+#include "config/load_config.h"
+#include "config_test_util.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "train/logits.h"
@@ -454,4 +457,58 @@ TEST(CheckpointHfMoeConfig, WeightsThatDoNotMatchAreRefusedNamingTheTensor) {
   e = convert_error(bias, with_bias, "obias");
   EXPECT_NE(e.find("o_proj.bias is not zero"), std::string::npos) << e;
   fs::remove_all(work);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The model preset `convert hf-to-primus` writes loads (Megatron keys) into the model it came from, so that
+// fine-tuning with it passes the trainer's same-model check.
+TEST(CheckpointHfMoeConfig, WrittenPresetDescribesTheSameModel) {
+  log::Level saved = log::level();
+  log::set_level(log::Level::kWarn);
+  for (const MoeCase& c : {MoeCase{"mixtral"}, MoeCase{"qwen2_moe"}, MoeCase{"qwen3_moe"}}) {
+    SCOPED_TRACE(c.type);
+    const std::string work = scratch_dir("hf-moe-preset");
+    const std::string hf = write_case(c, work + "/hf");
+    ckpt::convert_hf_to_primus(hf, work + "/primus");
+    // As a user would: the preset beside the presets it extends, named by the experiment.
+    config::testing::TempDir dir;
+    const std::string models = config::testing::project_configs() + "/models/megatron/";
+    dir.write("models/megatron/converted.yaml", read_text(work + "/primus/primus_model.yaml"));
+    dir.write("models/megatron/llama_base.yaml", read_text(models + "llama_base.yaml"));
+    const std::string exp =
+        dir.write("exp.yaml",
+                  "work_group: g\nuser_name: u\nexp_name: e\nworkspace: w\nmodules:\n"
+                  "  pre_trainer:\n    framework: megatron\n    config: pre_trainer.yaml\n"
+                  "    model: converted\n");
+    config::ResolveOptions o;
+    o.env = config::testing::fake_env();
+    o.cli_overrides = {"--seq_length", "64"};  // the test models are short
+    o.roots = std::vector<std::string>{dir.path(), config::testing::project_configs()};
+    const ModelConfig got = config::load_config(exp, o).train.model;
+    const ModelConfig want = ckpt::model_config_from_hf(read_json(hf + "/config.json"), "c").model;
+    EXPECT_EQ(got.num_layers, want.num_layers);
+    EXPECT_EQ(got.ffn_hidden_size, want.ffn_hidden_size);
+    EXPECT_EQ(got.add_qkv_bias, want.add_qkv_bias);
+    EXPECT_EQ(got.qk_layernorm, want.qk_layernorm);
+    const MoeConfig &a = got.moe, &b = want.moe;
+    EXPECT_EQ(a.num_experts, b.num_experts);
+    EXPECT_EQ(a.topk, b.topk);
+    EXPECT_EQ(a.ffn_hidden_size, b.ffn_hidden_size);
+    EXPECT_EQ(a.shared_ffn_hidden_size, b.shared_ffn_hidden_size);
+    EXPECT_EQ(a.shared_expert_gate, b.shared_expert_gate);
+    EXPECT_EQ(a.layer_is_moe, b.layer_is_moe);
+    EXPECT_EQ(a.score_function, b.score_function);
+    EXPECT_EQ(a.pre_softmax, b.pre_softmax);
+    EXPECT_EQ(a.num_groups, b.num_groups);
+    EXPECT_EQ(a.topk_scaling_factor, b.topk_scaling_factor);
+    EXPECT_EQ(a.expert_bias, b.expert_bias);
+    EXPECT_EQ(a.load_balancing, b.load_balancing);
+    EXPECT_EQ(a.aux_loss_coeff, b.aux_loss_coeff);
+    fs::remove_all(work);
+  }
+  log::set_level(saved);
 }
