@@ -40,8 +40,8 @@ ConvertReport convert_hf_to_primus(const std::string& hf_dir, const std::string&
 
   // Each parameter keeps the dtype of its HF source (q/k/v, gate/up and the experts share theirs; FP8 weights
   // become bf16), so the checkpoint is exact and no larger than the HF files; loading casts to the f32 master
-  // weights.
-  std::vector<Tensor> keep;
+  // weights. Parameters are assembled one at a time while the file is written: memory holds one parameter
+  // (a layer's stacked experts at most), not the model.
   Snapshot snap;
   std::string dtype;
   for (const ParamEntry& e : layout.entries()) {
@@ -51,8 +51,9 @@ ConvertReport convert_hf_to_primus(const std::string& hf_dir, const std::string&
                  shape_str(e.shape), shape_str(me->param_shape), hf_dir);
     const DType dt = hf_param_dtype(hf, *me);
     if (dtype.empty()) dtype = dtype_name(dt);
-    keep.push_back(hf_param(hf, *me, dt));
-    snap.model.push_back(SnapshotTensor{e.name, dt, e.shape, keep.back().data_ptr()});
+    SnapshotTensor t{e.name, dt, e.shape, nullptr, {}};
+    t.produce = [&hf, me, dt] { return hf_param(hf, *me, dt); };
+    snap.model.push_back(std::move(t));
   }
   snap.state.iteration = 0;
   snap.state.model = m;
@@ -113,8 +114,19 @@ ConvertReport convert_primus_to_hf(const std::string& checkpoint, const std::str
   mo.experts = o.fused_experts ? HfExpertLayout::kFused : HfExpertLayout::kPerExpert;
   mo.qkv_bias_tensors = hf_has_qkv_bias_tensors(st.model, type, nlohmann::json::parse(config.dump()));
   const HfNameMap map(st.model, type, mo);
-  const std::map<std::string, Tensor> params = read_checkpoint_params(sel.verification);
-  const auto tensors = hf_tensors_from_params(params, map, dt);
+  // One parameter in memory at a time: each is read (master weights when saved) as its HF tensors are
+  // written.
+  CheckpointReader reader(sel.verification);
+  const bool master = !reader.names("master").empty();
+  auto param_f32 = [&](const std::string& name) {
+    PRIMUS_CHECK(reader.has("model", name), "{}: the checkpoint has no parameter {} (a {} model needs it)",
+                 sel.verification.dir, name, type);
+    return to_f32(reader.read(master ? "master" : "model", name));
+  };
+  for (const std::string& p : map.params())  // before the first file is written
+    PRIMUS_CHECK(reader.has("model", p), "{}: the checkpoint has no parameter {} (a {} model needs it)",
+                 sel.verification.dir, p, type);
+  const std::vector<HfOutTensor> tensors = hf_export_plan(map, param_f32, dt);
   const HfWriteStats ws = write_hf_dir(out_dir, tensors, config, o.max_shard_bytes);
   ConvertReport r;
   r.output = out_dir;

@@ -231,7 +231,7 @@ Tensor HfCheckpoint::read_f32(const std::string& name) const {
   return to_f32(read(name));
 }
 
-HfWriteStats write_hf_dir(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
+HfWriteStats write_hf_dir(const std::string& dir, const std::vector<HfOutTensor>& tensors,
                           const nlohmann::ordered_json& config, uint64_t max_shard_bytes) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -240,7 +240,7 @@ HfWriteStats write_hf_dir(const std::string& dir, const std::vector<std::pair<st
   std::vector<std::vector<size_t>> shards(1);
   uint64_t fill = 0, total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t b = tensors[i].second.nbytes();
+    const uint64_t b = static_cast<uint64_t>(shape_numel(tensors[i].shape)) * dtype_size(tensors[i].dtype);
     if (fill > 0 && max_shard_bytes > 0 && fill + b > max_shard_bytes) {
       shards.emplace_back();
       fill = 0;
@@ -258,9 +258,8 @@ HfWriteStats write_hf_dir(const std::string& dir, const std::vector<std::pair<st
     SafetensorsWriter w;
     w.set_metadata("format", "pt");
     for (size_t i : shards[s]) {
-      const Tensor& t = tensors[i].second;
-      w.add(tensors[i].first, t.dtype(), t.shape(), t.data_ptr());
-      weight_map[tensors[i].first] = name;
+      w.add_lazy(tensors[i].name, tensors[i].dtype, tensors[i].shape, tensors[i].produce);
+      weight_map[tensors[i].name] = name;
     }
     st.bytes += w.write(dir + "/" + name).bytes;
     st.files.push_back(name);
@@ -275,6 +274,16 @@ HfWriteStats write_hf_dir(const std::string& dir, const std::vector<std::pair<st
   write_file_durable(dir + "/config.json", config.dump(2) + "\n");
   st.files.push_back("config.json");
   return st;
+}
+
+HfWriteStats write_hf_dir(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                          const nlohmann::ordered_json& config, uint64_t max_shard_bytes) {
+  std::vector<HfOutTensor> lazy;
+  for (const auto& [name, t] : tensors) {
+    // Tensors primus has no safetensors name for (none today) would fail in add_lazy, naming them.
+    lazy.push_back({name, t.dtype(), t.shape(), [t] { return t; }});
+  }
+  return write_hf_dir(dir, lazy, config, max_shard_bytes);
 }
 
 }  // namespace primus::ckpt

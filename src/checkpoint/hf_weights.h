@@ -76,8 +76,21 @@ Tensor hf_param(const HfCheckpoint& hf, const HfMapEntry& e, DType out);
 // Embedding/head rows are zero-padded when the store's vocabulary is padded.
 void load_hf_into_params(const HfCheckpoint& hf, ParamStore& params, const Stream& s);
 
-// HF tensors (in table order) for a model given its f32 parameters by ParamStore name. `dtype` is the output
-// element type (bf16, f16 or f32); rows beyond m.vocab_size (padding) are dropped.
+// One HF tensor of an export, made when the writer reaches it.
+struct HfOutTensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::function<Tensor()> produce;
+};
+// The HF tensors (in table order) of a model whose f32 parameters `param_f32` returns by ParamStore name,
+// each made on demand: an export holds one parameter in memory at a time (its parts are consecutive).
+// `dtype` is the output element type (bf16, f16 or f32); rows beyond m.vocab_size (padding) are dropped. The
+// producers must run in order, while `map` and `param_f32` live.
+std::vector<HfOutTensor> hf_export_plan(const HfNameMap& map,
+                                        const std::function<Tensor(const std::string&)>& param_f32,
+                                        DType dtype);
+// The same, made at once from parameters in memory.
 std::vector<std::pair<std::string, Tensor>> hf_tensors_from_params(
     const std::map<std::string, Tensor>& params, const HfNameMap& map, DType dtype);
 
@@ -85,7 +98,10 @@ struct HfWriteStats {
   std::vector<std::string> files;
   uint64_t bytes = 0;
 };
-// Writes config.json and the weights (one file, or shards of at most max_shard_bytes with an index).
+// Writes config.json and the weights (one file, or shards of at most max_shard_bytes with an index, greedily
+// in tensor order as transformers' save_pretrained does). Lazy tensors are made as the files are written.
+HfWriteStats write_hf_dir(const std::string& dir, const std::vector<HfOutTensor>& tensors,
+                          const nlohmann::ordered_json& config, uint64_t max_shard_bytes);
 HfWriteStats write_hf_dir(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
                           const nlohmann::ordered_json& config, uint64_t max_shard_bytes);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "checkpoint/fp8_dequant.h"
@@ -192,47 +193,70 @@ void load_hf_into_params(const HfCheckpoint& hf, ParamStore& params, const Strea
   stream_sync(s);
 }
 
-std::vector<std::pair<std::string, Tensor>> hf_tensors_from_params(
-    const std::map<std::string, Tensor>& params, const HfNameMap& map, DType dtype) {
-  auto get = [&](const HfMapEntry& e) {
-    auto it = params.find(e.param);
-    PRIMUS_CHECK(it != params.end(), "the checkpoint has no parameter {} (a {} model needs it)", e.param,
-                 map.model_type());
-    const Tensor& t = it->second;
+std::vector<HfOutTensor> hf_export_plan(const HfNameMap& map,
+                                        const std::function<Tensor(const std::string&)>& param_f32,
+                                        DType dtype) {
+  // The parameter whose parts are being written, kept while they are (parts of one entry come in a row).
+  struct Current {
+    const HfMapEntry* entry = nullptr;
+    Tensor t;
+  };
+  auto cur = std::make_shared<Current>();
+  const std::string type = map.model_type();
+  auto get = [cur, param_f32, type](const HfMapEntry& e) -> const Tensor& {
+    if (cur->entry == &e) return cur->t;
+    cur->t = Tensor();  // drop the previous parameter first
+    Tensor t = param_f32(e.param);
     PRIMUS_CHECK(t.dtype() == DType::kF32, "{} must be f32", e.param);
     // Vocabulary padding rows are dropped.
     const bool padded = t.ndim() == 2 && e.param_shape.size() == 2 && t.size(1) == e.param_shape[1] &&
                         t.size(0) > e.param_shape[0];
     PRIMUS_CHECK(padded || t.shape() == e.param_shape, "parameter {} has shape {}, a {} model needs {}",
-                 e.param, shape_str(t.shape()), map.model_type(), shape_str(e.param_shape));
-    return t;
+                 e.param, shape_str(t.shape()), type, shape_str(e.param_shape));
+    cur->entry = &e;
+    cur->t = std::move(t);
+    return cur->t;
   };
-  std::vector<std::pair<std::string, Tensor>> out;
+  std::vector<HfOutTensor> out;
   for (const HfMapEntry& e : map.entries()) {
-    if (e.kind == HfMapKind::kZero) {
-      for (const HfPart& p : e.parts)
-        out.emplace_back(p.name,
-                         from_f32(Tensor::zeros(p.shape, DType::kF32), p.keep_f32 ? DType::kF32 : dtype));
-      continue;
-    }
     if (e.kind == HfMapKind::kAlias && !e.write) continue;
-    const Tensor& t = get(e);
-    const char* base = static_cast<const char*>(t.data_ptr());
     size_t at = 0;
     for (const HfPart& p : e.parts) {
+      const DType dt = p.keep_f32 ? DType::kF32 : dtype;
+      if (e.kind == HfMapKind::kZero) {
+        out.push_back(
+            {p.name, dt, p.shape, [p, dt] { return from_f32(Tensor::zeros(p.shape, DType::kF32), dt); }});
+        continue;
+      }
       // kAlias: every part is a whole copy; kParam: consecutive slices.
-      if (e.kind == HfMapKind::kAlias) at = 0;
-      Tensor ours = Tensor::empty(p.shape, DType::kF32);
-      const std::vector<int64_t> src = rope_deinterleave_rows(p);
-      const size_t row = ours.nbytes() / static_cast<size_t>(p.shape.at(0));
-      // Our row j came from HF row src[j]: write it back there.
-      for (size_t j = 0; j < src.size(); ++j)
-        std::memcpy(static_cast<char*>(ours.data_ptr()) + static_cast<size_t>(src[j]) * row,
-                    base + at + j * row, row);
-      at += ours.nbytes();
-      out.emplace_back(p.name, from_f32(ours, p.keep_f32 ? DType::kF32 : dtype));
+      const size_t offset = e.kind == HfMapKind::kAlias ? 0 : at;
+      at += static_cast<size_t>(shape_numel(p.shape)) * sizeof(float);
+      out.push_back({p.name, dt, p.shape, [get, &e, p, dt, offset] {
+                       const char* base = static_cast<const char*>(get(e).data_ptr()) + offset;
+                       Tensor ours = Tensor::empty(p.shape, DType::kF32);
+                       const std::vector<int64_t> src = rope_deinterleave_rows(p);
+                       const size_t row = ours.nbytes() / static_cast<size_t>(p.shape.at(0));
+                       // Our row j came from HF row src[j]: write it back there.
+                       for (size_t j = 0; j < src.size(); ++j)
+                         std::memcpy(static_cast<char*>(ours.data_ptr()) + static_cast<size_t>(src[j]) * row,
+                                     base + j * row, row);
+                       return from_f32(ours, dt);
+                     }});
     }
   }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> hf_tensors_from_params(
+    const std::map<std::string, Tensor>& params, const HfNameMap& map, DType dtype) {
+  auto lookup = [&](const std::string& name) {
+    auto it = params.find(name);
+    PRIMUS_CHECK(it != params.end(), "the checkpoint has no parameter {} (a {} model needs it)", name,
+                 map.model_type());
+    return it->second;
+  };
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const HfOutTensor& t : hf_export_plan(map, lookup, dtype)) out.emplace_back(t.name, t.produce());
   return out;
 }
 

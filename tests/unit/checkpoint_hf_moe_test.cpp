@@ -512,3 +512,36 @@ TEST(CheckpointHfMoeConfig, WrittenPresetDescribesTheSameModel) {
   }
   log::set_level(saved);
 }
+
+// Exports and conversions hold one parameter at a time: the export plan asks for each parameter once, in
+// table order, only when its first HF tensor is written; a lazy safetensors tensor is made once, when
+// written, and must have the shape it announced.
+TEST(CheckpointHfMoeConfig, ExportAndConversionStreamOneParameterAtATime) {
+  const MoeCase c{"qwen2_moe"};
+  const std::string work = scratch_dir("hf-moe-stream");
+  const std::string hf = write_case(c, work + "/hf");
+  ckpt::HfCheckpoint src(hf);
+  std::vector<std::string> asked;
+  auto param_f32 = [&](const std::string& name) {
+    asked.push_back(name);
+    return ckpt::hf_param(src, *src.name_map().find(name), DType::kF32);
+  };
+  const std::vector<ckpt::HfOutTensor> plan = ckpt::hf_export_plan(src.name_map(), param_f32, DType::kBF16);
+  EXPECT_TRUE(asked.empty());  // nothing is read while planning
+  ckpt::write_hf_dir(work + "/back", plan, nlohmann::ordered_json::parse(src.config().dump()), 40'000);
+  EXPECT_EQ(asked, src.name_map().params());
+  expect_same_tensors(hf, work + "/back");
+
+  ckpt::SafetensorsWriter w;
+  int made = 0;
+  w.add_lazy("a", DType::kF32, {2, 3}, [&] {
+    ++made;
+    return Tensor::zeros({2, 3}, DType::kF32);
+  });
+  w.add_lazy("b", DType::kF32, {4}, [] { return Tensor::zeros({5}, DType::kF32); });
+  EXPECT_EQ(made, 0);
+  const std::string e = error_of([&] { w.write(work + "/lazy.safetensors"); });
+  EXPECT_EQ(made, 1);
+  EXPECT_NE(e.find("lazy tensor 'b': produced"), std::string::npos) << e;
+  fs::remove_all(work);
+}
