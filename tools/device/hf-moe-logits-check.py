@@ -5,7 +5,8 @@ Small random-weight Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3 m
 transformers (save_pretrained), then, for each:
   1. `primus checkpoint logits` on the HF directory, CPU f32 vs transformers f32: rel err <= 1e-4
   2. `primus checkpoint logits` on the bf16 directory, GPU bf16 vs transformers f32 on the same bf16 weights:
-     rel err <= 1e-2 (transformers' own bf16 GPU error beside it, and the share of tokens whose argmax differs)
+     rel err <= max(1e-2, 2 x transformers' own bf16 GPU error) (a bf16 rounding can flip an expert choice near a
+     tie, for them as for us), with the share of tokens whose argmax differs and our GPU vs our CPU
   3. `primus convert hf-to-primus` then `primus-to-hf` (per-expert, sharded), loaded back by transformers: every
      tensor bitwise equal to the original and the logits equal (rel err <= 1e-6); then `--expert-layout fused`
      (transformers 5's layout), loaded by transformers with the same logits.
@@ -139,8 +140,12 @@ def check_case(args, work, seed, name, cfg_cls, model_cls, kw, router_std, commo
         row["gpu_vs_our_cpu_rel_err"] = base.rel_err(ours_gpu, ours_cpu_b)  # the same bf16 weights
         hf_b16 = base.hf_logits(base.load_hf(model_cls, d16, torch.bfloat16, "cuda"), tokens, "cuda")
         row["hf_gpu_bf16_rel_err"] = base.rel_err(hf_b16, ref_b)
-        if row["gpu_bf16_rel_err"] > TOL_BF16:
-            failures.append(f"{name}: GPU bf16 rel err {row['gpu_bf16_rel_err']:.3e} > {TOL_BF16}")
+        # A bf16 rounding can flip an expert choice near a tie (transformers' own bf16 run flips the same way),
+        # so the bar is 1e-2 or twice transformers' own bf16 error, whichever is larger.
+        tol = max(TOL_BF16, 2 * row["hf_gpu_bf16_rel_err"])
+        row["gpu_tol"] = tol
+        if row["gpu_bf16_rel_err"] > tol:
+            failures.append(f"{name}: GPU bf16 rel err {row['gpu_bf16_rel_err']:.3e} > {tol:.3e}")
     else:
         failures.append(f"{name}: no GPU visible to torch; the bf16 GPU check did not run")
 

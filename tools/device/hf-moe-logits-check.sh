@@ -4,15 +4,29 @@
 # (CPU f32, GPU bf16) vs transformers, and `primus convert` round trips (per-expert and fused experts) loaded back
 # into transformers. DeepSeek is reported REFUSED until the model has multi-latent attention. Then the micro
 # Qwen2-MoE (gated shared expert) trains 30 steps on the GPU and on the CPU (losses within 2%), and, when the GPU
-# test binary is beside the build (BUILD_DIR/tests/primus_gpu_tests), the sigmoid_gate op family against the CPU
-# reference. Results: $OUT/hf_moe_logits_report.{md,json}, $OUT/track_qwen2moe.txt, $OUT/gpu_tests_gate.txt.
-# Usage (from the repository root): bash tools/device/hf-moe-logits-check.sh BUILD_DIR [--only case,case]
+# test binary is given, the sigmoid_gate op family (and the gate's GEMM shapes) against the CPU reference.
+# Results: $OUT/hf_moe_logits_report.{md,json}, $OUT/track_qwen2moe.txt, $OUT/gpu_tests_gate.txt.
+# Usage (from the repository root): bash tools/device/hf-moe-logits-check.sh BINARIES [--only case,case]
+#   BINARIES: a .tgz of the stripped `primus` and `primus_gpu_tests` of a CUDA build (the .device/*.tgz the other
+#   device scripts take; the two unstripped binaries are over the 64 MiB a device call carries), or a directory
+#   holding `primus` (and `primus_gpu_tests` or tests/primus_gpu_tests).
 set -uo pipefail
-build=${1:-build}
+src=${1:-}
 shift || true
-bin="$build/primus"
+if [ -f "$src" ]; then
+  bindir=/tmp/hf-moe-bin
+  rm -rf "$bindir" && mkdir -p "$bindir" && tar xzf "$src" -C "$bindir" || exit 2
+elif [ -d "$src" ]; then
+  bindir=$src
+else
+  echo "usage: hf-moe-logits-check.sh BINARIES.tgz|BUILD_DIR [--only case,case]" >&2
+  exit 2
+fi
+bin="$bindir/primus"
+gpu_tests="$bindir/primus_gpu_tests"
+[ -x "$gpu_tests" ] || gpu_tests="$bindir/tests/primus_gpu_tests"
 if [ ! -x "$bin" ]; then
-  echo "usage: hf-moe-logits-check.sh BUILD_DIR (a CUDA build with BUILD_DIR/primus)" >&2
+  echo "hf-moe-logits-check: no primus in $src" >&2
   exit 2
 fi
 out=${OUT:-/tmp/hf-moe-logits-check}
@@ -39,8 +53,8 @@ python3 tools/device/compare_tracking.py "$ws/amd/dev/qwen2moe_cpu/metrics.jsonl
 trc=${PIPESTATUS[0]}
 echo "hf-moe-logits-check: qwen2-moe GPU-vs-CPU training rc=$trc"
 [ "$trc" -ne 0 ] && rc=1
-if [ -x "$build/tests/primus_gpu_tests" ]; then
-  "$build/tests/primus_gpu_tests" sigmoid_gate 2>&1 | tee "$out/gpu_tests_gate.txt"
+if [ -x "$gpu_tests" ]; then
+  "$gpu_tests" sigmoid_gate 2>&1 | tee "$out/gpu_tests_gate.txt"
   grc=${PIPESTATUS[0]}
   echo "hf-moe-logits-check: primus_gpu_tests sigmoid_gate rc=$grc"
   [ "$grc" -ne 0 ] && rc=1
