@@ -34,7 +34,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 date -u
 "$bin" --version || true
-PYTHONUNBUFFERED=1 timeout "${HF_CHECK_SECONDS:-420}" python3 tools/device/hf-moe-logits-check.py --primus "$bin" \
+PYTHONUNBUFFERED=1 timeout "${HF_CHECK_SECONDS:-360}" python3 tools/device/hf-moe-logits-check.py --primus "$bin" \
   --out "$out" "$@" 2>&1 | tee "$out/hf_moe_logits_check.log"
 rc=${PIPESTATUS[0]}
 echo "hf-moe-logits-check: rc=$rc (report: $out/hf_moe_logits_report.md)"
@@ -43,7 +43,7 @@ echo "hf-moe-logits-check: rc=$rc (report: $out/hf_moe_logits_report.md)"
 ws=/tmp/hf-moe-track
 rm -rf "$ws"
 for dev in cpu cuda; do
-  PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=qwen2moe_$dev PRIMUS_USER=dev OMP_NUM_THREADS=16 timeout 200 \
+  PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=qwen2moe_$dev PRIMUS_USER=dev OMP_NUM_THREADS=16 timeout 90 \
     "$bin" train pretrain --config configs/examples/megatron/micro_qwen2_moe-cpu.yaml --device "$dev" \
     --train_iters 30 --log_interval 10 >"$out/track_qwen2moe_$dev.log" 2>&1
   echo "track qwen2moe $dev: rc=$? $(grep -E '^iter' "$out/track_qwen2moe_$dev.log" | tail -1 | cut -c1-160)"
