@@ -24,43 +24,36 @@ ConvertReport convert_hf_to_primus(const std::string& hf_dir, const std::string&
   const auto t0 = std::chrono::steady_clock::now();
   HfCheckpoint hf(hf_dir);
   const ModelConfig& m = hf.info().model;
-  const ModelSpec spec = ModelSpec::from_config(m);
-  check_hf_names(hf, spec);
-  ParamStore layout(spec);  // names and shapes only; nothing is allocated
+  require_model_support(m, hf_dir);
   std::error_code ec;
   if (fs::exists(out_root, ec) && !fs::is_empty(out_root, ec))
     throw ConfigError(fmt::format("convert: output {} exists and is not empty", out_root),
                       "choose a new directory (conversions never overwrite)");
+  check_hf_names(hf);  // every name, shape and dtype before any tensor byte is read
+  check_hf_extras(hf);
+  const ModelSpec spec = ModelSpec::from_config(m);
+  ParamStore layout(spec);  // names and shapes only; nothing is allocated
+  const HfNameMap& map = hf.name_map();
+  for (const std::string& p : map.params())
+    PRIMUS_CHECK(layout.find(p) >= 0, "convert: {} maps to parameter {}, which the model does not have",
+                 hf_dir, p);
 
-  // Each parameter keeps the dtype of its HF source (q/k/v and gate/up share theirs), so the checkpoint is
-  // exact and no larger than the HF files; loading casts to the f32 master weights.
-  std::vector<Tensor> keep;
+  // Each parameter keeps the dtype of its HF source (q/k/v, gate/up and the experts share theirs; FP8 weights
+  // become bf16), so the checkpoint is exact and no larger than the HF files; loading casts to the f32 master
+  // weights. Parameters are assembled one at a time while the file is written: memory holds one parameter
+  // (a layer's stacked experts at most), not the model.
   Snapshot snap;
   std::string dtype;
   for (const ParamEntry& e : layout.entries()) {
-    Tensor f32 = hf_tensor_for_param(hf, e.name, spec);
-    std::string src_name = e.name == "embed_tokens.weight" ? "model.embed_tokens.weight"
-                           : e.name == "norm.weight"       ? "model.norm.weight"
-                           : e.name == "lm_head.weight"    ? "lm_head.weight"
-                                                           : "";
-    if (src_name.empty()) {
-      // The first HF tensor of a fused parameter decides the dtype of the fused one.
-      std::string hf_name = "model." + e.name;
-      for (const auto& [fused, first] : std::vector<std::pair<std::string, std::string>>{
-               {"self_attn.qkv_proj.weight", "self_attn.q_proj.weight"},
-               {"self_attn.qkv_proj.bias", "self_attn.q_proj.bias"},
-               {"mlp.gate_up_proj.weight", "mlp.gate_proj.weight"}}) {
-        const size_t p = hf_name.find(fused);
-        if (p != std::string::npos) hf_name.replace(p, fused.size(), first);
-      }
-      src_name = hf_name;
-    }
-    DType dt = DType::kF32;
-    PRIMUS_CHECK(st_dtype_to_primus(hf.st_dtype(src_name), &dt), "unsupported dtype of {}", src_name);
-    if (dt != DType::kBF16 && dt != DType::kF16 && dt != DType::kF32) dt = DType::kF32;
+    const HfMapEntry* me = map.find(e.name);
+    PRIMUS_CHECK(me, "convert: the model's parameter {} has no {} tensors", e.name, hf.info().model_type);
+    PRIMUS_CHECK(me->param_shape == e.shape, "convert: {} is {} in the model but {} from {}", e.name,
+                 shape_str(e.shape), shape_str(me->param_shape), hf_dir);
+    const DType dt = hf_param_dtype(hf, *me);
     if (dtype.empty()) dtype = dtype_name(dt);
-    keep.push_back(from_f32(f32, dt));
-    snap.model.push_back(SnapshotTensor{e.name, dt, e.shape, keep.back().data_ptr()});
+    SnapshotTensor t{e.name, dt, e.shape, nullptr, {}};
+    t.produce = [&hf, me, dt] { return hf_param(hf, *me, dt); };
+    snap.model.push_back(std::move(t));
   }
   snap.state.iteration = 0;
   snap.state.model = m;
@@ -115,9 +108,25 @@ ConvertReport convert_primus_to_hf(const std::string& checkpoint, const std::str
   if (dtype.empty() && base.is_object()) dtype = base.value("torch_dtype", base.value("dtype", ""));
   if (dtype.empty()) dtype = "bfloat16";
   const DType dt = torch_dtype_to_dtype(dtype);
-  const std::map<std::string, Tensor> params = read_checkpoint_params(sel.verification);
-  const auto tensors = hf_tensors_from_params(params, st.model, type, dt);
+  // The config first: a model the family cannot express is refused before any tensor is read.
   const nlohmann::ordered_json config = hf_config_from_model(st.model, type, dtype_to_torch(dt), base);
+  HfMapOptions mo;
+  mo.experts = o.fused_experts ? HfExpertLayout::kFused : HfExpertLayout::kPerExpert;
+  mo.qkv_bias_tensors = hf_has_qkv_bias_tensors(st.model, type, nlohmann::json::parse(config.dump()));
+  const HfNameMap map(st.model, type, mo);
+  // One parameter in memory at a time: each is read (master weights when saved) as its HF tensors are
+  // written.
+  CheckpointReader reader(sel.verification);
+  const bool master = !reader.names("master").empty();
+  auto param_f32 = [&](const std::string& name) {
+    PRIMUS_CHECK(reader.has("model", name), "{}: the checkpoint has no parameter {} (a {} model needs it)",
+                 sel.verification.dir, name, type);
+    return to_f32(reader.read(master ? "master" : "model", name));
+  };
+  for (const std::string& p : map.params())  // before the first file is written
+    PRIMUS_CHECK(reader.has("model", p), "{}: the checkpoint has no parameter {} (a {} model needs it)",
+                 sel.verification.dir, p, type);
+  const std::vector<HfOutTensor> tensors = hf_export_plan(map, param_f32, dt);
   const HfWriteStats ws = write_hf_dir(out_dir, tensors, config, o.max_shard_bytes);
   ConvertReport r;
   r.output = out_dir;

@@ -205,7 +205,14 @@ void SafetensorsWriter::add_raw(std::string name, std::string st_dtype, Shape sh
   PRIMUS_CHECK(name != "__metadata__", "a tensor cannot be named __metadata__");
   for (const Item& it : items_) PRIMUS_CHECK(it.name != name, "tensor '{}' added twice", name);
   const uint64_t bytes = static_cast<uint64_t>(shape_numel(shape)) * item;
-  items_.push_back(Item{std::move(name), std::move(st_dtype), std::move(shape), data, bytes});
+  items_.push_back(Item{std::move(name), std::move(st_dtype), std::move(shape), data, bytes, {}});
+}
+
+void SafetensorsWriter::add_lazy(std::string name, DType dtype, Shape shape,
+                                 std::function<Tensor()> produce) {
+  PRIMUS_CHECK(produce, "lazy tensor '{}' needs a producer", name);
+  add_raw(std::move(name), st_dtype_name(dtype), std::move(shape), nullptr);
+  items_.back().produce = std::move(produce);
 }
 
 std::string SafetensorsWriter::header_json() const {
@@ -240,7 +247,16 @@ FileDigest SafetensorsWriter::write(const std::string& path,
   f.append(len, 8);
   f.append(header.data(), header.size());
   for (const Item& it : items_) {
-    f.append(it.data, static_cast<size_t>(it.bytes));
+    if (it.produce) {
+      const Tensor t = it.produce();
+      PRIMUS_CHECK(t.device().is_cpu() && t.is_contiguous() && st_dtype_name(t.dtype()) == it.dtype &&
+                       t.shape() == it.shape,
+                   "lazy tensor '{}': produced {}, expected {} {}", it.name, t.describe(), it.dtype,
+                   shape_str(it.shape));
+      f.append(t.data_ptr(), static_cast<size_t>(it.bytes));
+    } else {
+      f.append(it.data, static_cast<size_t>(it.bytes));
+    }
     if (after_tensor) after_tensor(f.written(), total);
   }
   return f.finish();

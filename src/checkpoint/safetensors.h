@@ -56,6 +56,10 @@ class SafetensorsWriter {
   void add(std::string name, DType dtype, Shape shape, const void* data);
   // Adds raw bytes under a safetensors dtype name (used to copy tensors primus has no DType for).
   void add_raw(std::string name, std::string st_dtype, Shape shape, const void* data);
+  // Adds a tensor made only when write() reaches it (and dropped right after), so that a file larger than
+  // memory can be written one tensor at a time (`convert hf-to-primus` of a large model). `produce` must
+  // return a host tensor of exactly this dtype and shape.
+  void add_lazy(std::string name, DType dtype, Shape shape, std::function<Tensor()> produce);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Header JSON plus data size (the file size).
   uint64_t file_bytes() const;
@@ -71,6 +75,7 @@ class SafetensorsWriter {
     Shape shape;
     const void* data;
     uint64_t bytes;
+    std::function<Tensor()> produce;  // lazy tensors: data is null
   };
   std::vector<Item> items_;
   std::map<std::string, std::string> metadata_;

@@ -127,7 +127,10 @@ void write_group(const std::vector<SnapshotTensor>& tensors, const std::string& 
   w.set_metadata("world_size", std::to_string(snap.world_size));
   w.set_metadata("iteration", std::to_string(snap.state.iteration));
   for (const SnapshotTensor& t : tensors) {
-    w.add(t.name, t.dtype, t.shape, t.data);
+    if (t.produce)
+      w.add_lazy(t.name, t.dtype, t.shape, t.produce);
+    else
+      w.add(t.name, t.dtype, t.shape, t.data);
     TensorIndexEntry& e = m.tensors[group][t.name];
     e.dtype = st_dtype_name(t.dtype);
     e.global_shape = t.shape;

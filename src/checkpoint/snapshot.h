@@ -46,6 +46,8 @@ struct SnapshotTensor {
   DType dtype = DType::kF32;
   Shape shape;
   const void* data = nullptr;  // borrowed (a staging buffer or a caller's tensor)
+  // Instead of data: made when the file writer reaches the tensor (SafetensorsWriter::add_lazy).
+  std::function<Tensor()> produce;
 };
 
 struct Snapshot {

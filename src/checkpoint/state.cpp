@@ -1,6 +1,7 @@
 #include "checkpoint/state.h"
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/error.h"
 
@@ -36,6 +37,52 @@ nlohmann::ordered_json model_json(const ModelConfig& m) {
   j["rope_high_freq_factor"] = m.rope_high_freq_factor;
   j["rope_original_max_position"] = m.rope_original_max_position;
   j["init_method_std"] = m.init_method_std;
+  // Mixture of experts and the DeepSeek features: written only when used, so a dense model's state.json is
+  // unchanged and older files (without them) read as dense.
+  if (m.moe.enabled()) {
+    const MoeConfig& e = m.moe;
+    nlohmann::ordered_json o;
+    o["num_experts"] = e.num_experts;
+    o["topk"] = e.topk;
+    o["ffn_hidden_size"] = e.ffn_hidden_size;
+    o["shared_ffn_hidden_size"] = e.shared_ffn_hidden_size;
+    o["shared_expert_gate"] = e.shared_expert_gate;
+    std::vector<int> layers(e.layer_is_moe.begin(), e.layer_is_moe.end());
+    o["layer_is_moe"] = layers;
+    o["score_function"] = e.score_function;
+    o["pre_softmax"] = e.pre_softmax;
+    o["normalize_topk"] = e.normalize_topk;
+    o["num_groups"] = e.num_groups;
+    o["group_topk"] = e.group_topk;
+    o["topk_scaling_factor"] = e.topk_scaling_factor;
+    o["expert_bias"] = e.expert_bias;
+    o["bias_update_rate"] = e.bias_update_rate;
+    o["load_balancing"] = e.load_balancing;
+    o["aux_loss_coeff"] = e.aux_loss_coeff;
+    o["z_loss_coeff"] = e.z_loss_coeff;
+    o["capacity_factor"] = e.capacity_factor;
+    o["pad_to_capacity"] = e.pad_to_capacity;
+    o["drop_policy"] = e.drop_policy;
+    j["moe"] = o;
+  }
+  if (m.multi_latent_attention) {
+    j["multi_latent_attention"] = true;
+    j["q_lora_rank"] = m.q_lora_rank;
+    j["kv_lora_rank"] = m.kv_lora_rank;
+    j["qk_head_dim"] = m.qk_head_dim;
+    j["qk_pos_emb_head_dim"] = m.qk_pos_emb_head_dim;
+    j["v_head_dim"] = m.v_head_dim;
+  }
+  if (m.rope_type != "rope") {
+    j["rope_type"] = m.rope_type;
+    j["rotary_scaling_factor"] = m.rotary_scaling_factor;
+    j["original_max_position_embeddings"] = m.original_max_position_embeddings;
+    j["beta_fast"] = m.beta_fast;
+    j["beta_slow"] = m.beta_slow;
+    j["mscale"] = m.mscale;
+    j["mscale_all_dim"] = m.mscale_all_dim;
+  }
+  if (m.mtp_num_layers > 0) j["mtp_num_layers"] = m.mtp_num_layers;
   return j;
 }
 
@@ -67,6 +114,49 @@ ModelConfig model_from(const nlohmann::json& j) {
   m.rope_high_freq_factor = j.at("rope_high_freq_factor").get<double>();
   m.rope_original_max_position = j.at("rope_original_max_position").get<int64_t>();
   m.init_method_std = j.at("init_method_std").get<double>();
+  if (j.contains("moe")) {
+    const nlohmann::json& o = j.at("moe");
+    MoeConfig& e = m.moe;
+    e.num_experts = o.at("num_experts").get<int64_t>();
+    e.topk = o.at("topk").get<int64_t>();
+    e.ffn_hidden_size = o.at("ffn_hidden_size").get<int64_t>();
+    e.shared_ffn_hidden_size = o.at("shared_ffn_hidden_size").get<int64_t>();
+    e.shared_expert_gate = o.at("shared_expert_gate").get<bool>();
+    for (int x : o.at("layer_is_moe").get<std::vector<int>>())
+      e.layer_is_moe.push_back(static_cast<char>(x != 0));
+    e.score_function = o.at("score_function").get<std::string>();
+    e.pre_softmax = o.at("pre_softmax").get<bool>();
+    e.normalize_topk = o.at("normalize_topk").get<bool>();
+    e.num_groups = o.at("num_groups").get<int64_t>();
+    e.group_topk = o.at("group_topk").get<int64_t>();
+    e.topk_scaling_factor = o.at("topk_scaling_factor").get<double>();
+    e.expert_bias = o.at("expert_bias").get<bool>();
+    e.bias_update_rate = o.at("bias_update_rate").get<double>();
+    e.load_balancing = o.at("load_balancing").get<std::string>();
+    e.aux_loss_coeff = o.at("aux_loss_coeff").get<double>();
+    e.z_loss_coeff = o.at("z_loss_coeff").get<double>();
+    e.capacity_factor = o.at("capacity_factor").get<double>();
+    e.pad_to_capacity = o.at("pad_to_capacity").get<bool>();
+    e.drop_policy = o.at("drop_policy").get<std::string>();
+  }
+  if (j.value("multi_latent_attention", false)) {
+    m.multi_latent_attention = true;
+    m.q_lora_rank = j.at("q_lora_rank").get<int64_t>();
+    m.kv_lora_rank = j.at("kv_lora_rank").get<int64_t>();
+    m.qk_head_dim = j.at("qk_head_dim").get<int64_t>();
+    m.qk_pos_emb_head_dim = j.at("qk_pos_emb_head_dim").get<int64_t>();
+    m.v_head_dim = j.at("v_head_dim").get<int64_t>();
+  }
+  if (j.contains("rope_type")) {
+    m.rope_type = j.at("rope_type").get<std::string>();
+    m.rotary_scaling_factor = j.at("rotary_scaling_factor").get<double>();
+    m.original_max_position_embeddings = j.at("original_max_position_embeddings").get<int64_t>();
+    m.beta_fast = j.at("beta_fast").get<double>();
+    m.beta_slow = j.at("beta_slow").get<double>();
+    m.mscale = j.at("mscale").get<double>();
+    m.mscale_all_dim = j.at("mscale_all_dim").get<double>();
+  }
+  m.mtp_num_layers = j.value("mtp_num_layers", int64_t{0});
   return m;
 }
 

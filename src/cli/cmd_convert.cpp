@@ -1,7 +1,8 @@
 // `primus convert`: checkpoint format conversion (docs/checkpoints.md).
 //   primus convert hf-to-primus --input HF_DIR --output OUT_DIR
-//   primus convert primus-to-hf --input CHECKPOINT --output HF_DIR [--model-type llama|qwen2|qwen3]
+//   primus convert primus-to-hf --input CHECKPOINT --output HF_DIR [--model-type TYPE]
 //                               [--dtype bfloat16|float16|float32] [--max-shard-size 5GB]
+//                               [--expert-layout per-expert|fused]
 #include <fmt/format.h>
 
 #include <memory>
@@ -17,7 +18,7 @@ namespace primus::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string input, output, model_type, dtype, max_shard = "5GB";
+  std::string input, output, model_type, dtype, max_shard = "5GB", expert_layout = "per-expert";
 };
 
 // "5GB", "500MB", "2GiB", "1000000" -> bytes.
@@ -64,6 +65,9 @@ int run_primus_to_hf(const ConvertArgs& a) {
   o.model_type = a.model_type;
   o.dtype = a.dtype;
   o.max_shard_bytes = parse_size(a.max_shard);
+  if (a.expert_layout != "per-expert" && a.expert_layout != "fused")
+    throw ConfigError(fmt::format("--expert-layout '{}' (expected per-expert or fused)", a.expert_layout));
+  o.fused_experts = a.expert_layout == "fused";
   ckpt::ConvertReport r = ckpt::convert_primus_to_hf(a.input, a.output, o);
   log::info("exported {} -> {} ({}, {}, {} tensors, {:.1f} MB in {:.2f} s)", a.input, r.output, r.model_type,
             r.dtype, r.tensors, static_cast<double>(r.bytes) / 1e6, r.seconds);
@@ -79,7 +83,8 @@ void attach_convert(CLI::App& root, CliContext& ctx) {
   auto h2p = std::make_shared<ConvertArgs>();
   CLI::App* a = convert->add_subcommand(
       "hf-to-primus",
-      "Hugging Face model directory (llama, qwen2, qwen3) -> Primus checkpoint + model preset");
+      "Hugging Face model directory (llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe; deepseek_v2/v3 once "
+      "MLA is in the model) -> Primus checkpoint + model preset");
   a->add_option("--input,-i", h2p->input,
                 "HF directory: config.json + model.safetensors (or sharded + index)")
       ->required();
@@ -93,12 +98,18 @@ void attach_convert(CLI::App& root, CliContext& ctx) {
                 "Checkpoint directory (iter_NNNNNNN) or save directory (its latest)")
       ->required();
   b->add_option("--output,-o", p2h->output, "New HF directory")->required();
-  b->add_option("--model-type", p2h->model_type,
-                "llama | qwen2 | qwen3 (default: the source config.json's, else from the model flags)");
+  b->add_option(
+      "--model-type", p2h->model_type,
+      "llama | qwen2 | qwen3 | mixtral | qwen2_moe | qwen3_moe | deepseek_v2 | deepseek_v3 (default: "
+      "the source config.json's, else from the model flags)");
   b->add_option(
       "--dtype", p2h->dtype,
       "bfloat16 | float16 | float32 (default: the source config.json's torch_dtype, else bfloat16)");
   b->add_option("--max-shard-size", p2h->max_shard, "Shard the weights above this size (index file)")
+      ->capture_default_str();
+  b->add_option("--expert-layout", p2h->expert_layout,
+                "per-expert (one tensor per expert, as released checkpoints) | fused (transformers 5's "
+                "mlp.experts.gate_up_proj / down_proj)")
       ->capture_default_str();
   b->callback([p2h, &ctx] { ctx.action = [p2h] { return run_primus_to_hf(*p2h); }; });
 }

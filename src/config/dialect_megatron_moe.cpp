@@ -31,6 +31,7 @@ void map_megatron_moe(ResolvedConfig& rc) {
   e.ffn_hidden_size = k.is_null("moe_ffn_hidden_size") ? m.ffn_hidden_size : k.i("moe_ffn_hidden_size");
   e.shared_ffn_hidden_size =
       k.is_null("moe_shared_expert_intermediate_size") ? 0 : k.i("moe_shared_expert_intermediate_size");
+  e.shared_expert_gate = k.b("moe_shared_expert_gate");
   e.layer_is_moe = moe_layer_pattern(k.value("moe_layer_freq"), m.num_layers, at("moe_layer_freq"));
   e.score_function = k.s("moe_router_score_function");
   e.pre_softmax = k.b("moe_router_pre_softmax");
@@ -75,6 +76,11 @@ void map_megatron_moe(ResolvedConfig& rc) {
           "({} experts)",
           at("moe_router_topk"), e.topk, e.group_topk, e.group_topk * (E / e.num_groups)));
   }
+  if (e.shared_expert_gate && e.shared_ffn_hidden_size == 0)
+    throw ConfigError(
+        fmt::format("{}: moe_shared_expert_gate needs a shared expert "
+                    "(moe_shared_expert_intermediate_size, {})",
+                    at("moe_shared_expert_gate"), at("moe_shared_expert_intermediate_size")));
   if (!k.is_null("moe_expert_capacity_factor") && e.capacity_factor <= 0)
     throw ConfigError(fmt::format("{}: moe_expert_capacity_factor {} must be > 0 (null: dropless)",
                                   at("moe_expert_capacity_factor"), e.capacity_factor));

@@ -18,10 +18,11 @@ void add_megatron_moe_keys(KeyTable& t) {
   t.add(impl("moe_shared_expert_intermediate_size", kI, "null",
              "shared-expert MLP width (null: no shared expert)")
             .check(positive()));
-  t.add(
-      unsup("moe_shared_expert_gate", kB, "false", "sigmoid gate on the shared expert's output (Qwen2-MoE)"));
+  t.add(impl("moe_shared_expert_gate", kB, "false",
+             "sigmoid gate on the shared expert's output, one logit per token (Qwen2-MoE)"));
   t.add(impl("moe_router_topk", kI, "2", "experts per token").check(positive()));
-  t.add(impl("moe_router_score_function", kS, "softmax", "router scores: softmax | sigmoid (| sqrtsoftplus, DeepSeek-V4)")
+  t.add(impl("moe_router_score_function", kS, "softmax",
+             "router scores: softmax | sigmoid (| sqrtsoftplus, DeepSeek-V4)")
             .supports(strings({"softmax", "sigmoid"}), "softmax and sigmoid are implemented"));
   t.add(impl("moe_router_pre_softmax", kB, "false",
              "softmax over all experts before top-k (else top-k of the logits, then softmax over k)"));

@@ -71,6 +71,23 @@ struct ModelConfig {
   int64_t rope_original_max_position = 8192;
   double init_method_std = 0.02;
   MoeConfig moe;
+
+  // Multi-latent attention, YaRN and multi-token prediction (DeepSeek-V2/V3), under Megatron's
+  // MLATransformerConfig names. The Hugging Face conversion (checkpoint/hf_config_moe.cpp) fills them; the
+  // model does not implement them yet, so a model with multi_latent_attention or mtp_num_layers is refused
+  // ("not supported yet") wherever it would be built.
+  bool multi_latent_attention = false;
+  int64_t q_lora_rank = 0;          // 0: null (q_proj straight from the hidden state, DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 0;         // compressed KV width
+  int64_t qk_head_dim = 0;          // dn: the per-head q/k part without RoPE (HF qk_nope_head_dim)
+  int64_t qk_pos_emb_head_dim = 0;  // dr: the per-head RoPE part (HF qk_rope_head_dim)
+  int64_t v_head_dim = 0;           // dv
+  std::string rope_type = "rope";   // rope | yarn (Megatron's rope_type; llama3 scaling is use_rope_scaling)
+  double rotary_scaling_factor = 1.0;            // YaRN factor
+  int64_t original_max_position_embeddings = 0;  // YaRN original context length
+  double beta_fast = 32.0, beta_slow = 1.0;      // YaRN ramp bounds
+  double mscale = 1.0, mscale_all_dim = 0.0;     // YaRN attention scale terms (0: not given)
+  int64_t mtp_num_layers = 0;                    // DeepSeek-V3 num_nextn_predict_layers
 };
 
 struct OptimConfig {

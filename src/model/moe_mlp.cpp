@@ -6,6 +6,7 @@
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/grouped_gemm.h"
+#include "ops/sigmoid_gate.h"
 
 namespace primus {
 
@@ -38,7 +39,10 @@ MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, int layer_index)
   if (spec.moe.shared_ffn_hidden_size > 0) {
     sh_gu_ = need("shared_expert.gate_up_proj.weight");
     sh_down_ = need("shared_expert.down_proj.weight");
+    if (spec.moe.shared_expert_gate) sh_gate_ = need("shared_expert_gate.weight");
   }
+  PRIMUS_CHECK(!spec.moe.shared_expert_gate || sh_gu_ >= 0,
+               "moe_shared_expert_gate needs a shared expert (moe_shared_expert_intermediate_size)");
   ops::validate_moe_router_config(router_cfg_, spec.moe.num_experts);
   stats_.layer = layer_index;
 }
@@ -46,6 +50,7 @@ MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, int layer_index)
 std::vector<int> MoeMlp::gemm_weight_entries() const {
   std::vector<int> out = {router_, w_gu_, w_down_};
   if (sh_gu_ >= 0) out.insert(out.end(), {sh_gu_, sh_down_});
+  if (sh_gate_ >= 0) out.push_back(sh_gate_);
   return out;
 }
 
@@ -105,7 +110,16 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
     ops::linear_forward(h, params_.param(sh_gu_), nullptr, a.sh_gu, s);
     a.sh_act = ctx.act({n, Fs});
     ops::swiglu_forward(a.sh_gu, a.sh_act, s);
-    ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, y, s, &y);  // y += shared expert
+    if (sh_gate_ < 0) {
+      ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, y, s, &y);  // y += shared expert
+    } else {
+      // y += sigmoid(h w_g^T) * shared: the shared output and the f32 logits are kept for backward.
+      a.sh_out = ctx.act({n, d});
+      ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, a.sh_out, s);
+      a.gate_logit = ctx.empty({n, 1}, st);
+      ops::gemm(h, false, params_.param(sh_gate_), true, a.gate_logit, 1.0f, 0.0f, s);
+      ops::sigmoid_gate_forward(a.gate_logit.view({n}), a.sh_out, y, s);
+    }
   }
 
   // Loss values (their gradients are added in backward).
@@ -208,10 +222,28 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
 
   if (sh_gu_ >= 0) {
     const int64_t Fs = moe.shared_ffn_hidden_size;
+    // Gated: d shared_out = sigmoid(g) dy, d g = sigmoid'(g) sum_d dy * shared_out, then the gate's GEMMs
+    // (dh += dg w_g, dw_g += dg^T h).
+    Tensor d_sh_out = dy;
+    if (sh_gate_ >= 0) {
+      d_sh_out = ctx.act({n, d});
+      Tensor dgate = ctx.empty({n, 1}, st);
+      Tensor dgate_flat = dgate.view({n});
+      ops::sigmoid_gate_backward(a.gate_logit.view({n}), a.sh_out, dy, d_sh_out, dgate_flat, s);
+      a.sh_out = Tensor();
+      Tensor dg = dgate;
+      if (ctx.act_dtype != st) {
+        dg = ctx.act({n, 1});
+        ops::cast(dgate, dg, s);
+      }
+      ops::linear_backward_input(dg, params_.param(sh_gate_), dh, /*accumulate=*/true, s);
+      Tensor g_gate = params_.grad(sh_gate_);
+      ops::linear_backward_weight(dg, h, g_gate, nullptr, s, params_.grad_accumulate(sh_gate_));
+    }
     Tensor d_sh_act = ctx.act({n, Fs});
-    ops::linear_backward_input(dy, params_.param(sh_down_), d_sh_act, false, s);
+    ops::linear_backward_input(d_sh_out, params_.param(sh_down_), d_sh_act, false, s);
     Tensor g_sd = params_.grad(sh_down_);
-    ops::linear_backward_weight(dy, a.sh_act, g_sd, nullptr, s, params_.grad_accumulate(sh_down_));
+    ops::linear_backward_weight(d_sh_out, a.sh_act, g_sd, nullptr, s, params_.grad_accumulate(sh_down_));
     Tensor d_sh_gu = ctx.act({n, 2 * Fs});
     ops::swiglu_backward(d_sh_act, a.sh_gu, d_sh_gu, s);
     ops::linear_backward_input(d_sh_gu, params_.param(sh_gu_), dh, /*accumulate=*/true, s);

@@ -2,7 +2,8 @@
 // The MoE MLP of one decoder layer (docs/moe.md), with explicit forward and backward:
 //   logits = h Wr^T (f32)   ids, probs = router(logits, expert bias)   [capacity: drop entries]
 //   x_perm = permute(h)     y_perm = grouped(swiglu(grouped(x_perm, W_gu)), W_down)
-//   y = unpermute(y_perm, probs) [+ shared expert swiglu(h Ws_gu^T) Ws_down^T]
+//   y = unpermute(y_perm, probs) [+ [sigmoid(h w_g^T) *] shared expert swiglu(h Ws_gu^T) Ws_down^T]
+// The optional gate on the shared expert is Qwen2-MoE's (moe_shared_expert_gate): one f32 logit per token.
 // The load-balancing (aux / seq-aux) and z losses are computed on the logits in forward (their values, for
 // the log) and their gradients are added to dlogits in backward, scaled by StepContext::aux_grad_scale.
 //
@@ -35,6 +36,7 @@ struct MoeActivations {
   Tensor act_perm;            // [rows, F] (dropped under selective recompute)
   Tensor y_perm;              // [rows, d]
   Tensor sh_gu, sh_act;       // shared expert [n, 2Fs], [n, Fs]
+  Tensor sh_out, gate_logit;  // gated shared expert: its output [n, d] before the gate, the logits [n, 1]
   bool selective_dropped = false;
 };
 
@@ -77,7 +79,7 @@ class MoeMlp {
   const ModelSpec& spec_;
   ParamStore& params_;
   int layer_;
-  int router_, bias_ = -1, w_gu_, w_down_, sh_gu_ = -1, sh_down_ = -1;
+  int router_, bias_ = -1, w_gu_, w_down_, sh_gu_ = -1, sh_down_ = -1, sh_gate_ = -1;
   ops::MoeRouterConfig router_cfg_;
   // Device accumulators (lazily allocated on the first forward's stream).
   Tensor last_losses_;   // [2] stat dtype: aux, z of the latest forward

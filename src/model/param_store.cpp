@@ -63,6 +63,9 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_mult
             std);
         add(p + "mlp.shared_expert.down_proj.weight", {spec.hidden, Fs}, r, true, InitKind::kScaledNormal,
             out_std);
+        // Qwen2-MoE: one logit per token, sigmoid(h . w) scales the shared expert's output.
+        if (m.shared_expert_gate)
+          add(p + "mlp.shared_expert_gate.weight", {1, spec.hidden}, r, true, InitKind::kNormal, std);
       }
       end_decay(r);
       if (m.expert_bias) add(p + "mlp.router.expert_bias", {E}, r, false, InitKind::kZeros, 0);

@@ -45,6 +45,41 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
     cmp("rope original_max_position_embeddings", saved.rope_original_max_position,
         cfg.rope_original_max_position);
   }
+  // Mixture of experts: everything that changes the layer's function (training knobs such as the loss
+  // coefficients or the capacity may differ).
+  const MoeConfig &a = saved.moe, &b = cfg.moe;
+  cmp("num_experts", a.num_experts, b.num_experts);
+  if (a.enabled() && b.enabled()) {
+    auto renormalises = [](const MoeConfig& e) {
+      return ((e.score_function == "sigmoid" && e.topk > 1) || e.pre_softmax) && e.normalize_topk;
+    };
+    auto layers = [](const MoeConfig& e) {
+      std::string s;
+      for (char x : e.layer_is_moe) s += x ? '1' : '0';
+      return s;
+    };
+    cmp("moe_router_topk", a.topk, b.topk);
+    cmp("moe_ffn_hidden_size", a.ffn_hidden_size, b.ffn_hidden_size);
+    cmp("moe_shared_expert_intermediate_size", a.shared_ffn_hidden_size, b.shared_ffn_hidden_size);
+    cmp("moe_shared_expert_gate", a.shared_expert_gate, b.shared_expert_gate);
+    cmp("moe_layer_freq (MoE layers)", layers(a), layers(b));
+    cmp("moe_router_score_function", a.score_function, b.score_function);
+    cmp("moe_router_pre_softmax", a.pre_softmax, b.pre_softmax);
+    cmp("top-k renormalisation", renormalises(a), renormalises(b));
+    cmp("moe_router_num_groups", a.num_groups, b.num_groups);
+    cmp("moe_router_group_topk", a.group_topk, b.group_topk);
+    cmp("moe_router_topk_scaling_factor", a.topk_scaling_factor, b.topk_scaling_factor);
+    cmp("moe_router_enable_expert_bias", a.expert_bias, b.expert_bias);
+  }
+  cmp("multi_latent_attention", saved.multi_latent_attention, cfg.multi_latent_attention);
+  if (saved.multi_latent_attention && cfg.multi_latent_attention) {
+    cmp("q_lora_rank", saved.q_lora_rank, cfg.q_lora_rank);
+    cmp("kv_lora_rank", saved.kv_lora_rank, cfg.kv_lora_rank);
+    cmp("qk_head_dim", saved.qk_head_dim, cfg.qk_head_dim);
+    cmp("qk_pos_emb_head_dim", saved.qk_pos_emb_head_dim, cfg.qk_pos_emb_head_dim);
+    cmp("v_head_dim", saved.v_head_dim, cfg.v_head_dim);
+  }
+  cmp("mtp_num_layers", saved.mtp_num_layers, cfg.mtp_num_layers);
   const int64_t saved_rows = saved.padded_vocab_size > 0 ? saved.padded_vocab_size : saved.vocab_size;
   const int64_t cfg_rows = cfg.padded_vocab_size > 0 ? cfg.padded_vocab_size : cfg.vocab_size;
   if (weights_only ? saved_rows > cfg_rows : saved_rows != cfg_rows)

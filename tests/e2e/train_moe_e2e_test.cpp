@@ -1,7 +1,9 @@
 // MoE training through the real CLI on the CPU (docs/moe.md): a micro Mixtral learns and logs its routing
 // (aux loss, loads) in the log line and metrics.jsonl; a DeepSeek-style micro MoE (dense first layer, sigmoid
 // group-limited routing, expert bias, shared expert) resumes bit-exactly from a checkpoint taken mid-run,
-// which needs the expert bias (moved by every step) restored with the weights.
+// which needs the expert bias (moved by every step) restored with the weights; a micro Qwen2-MoE (gated
+// shared expert, a dense layer between MoE layers) trains, saves, exports to a Hugging Face directory and
+// back with bitwise the same logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,4 +131,45 @@ TEST(TrainMoeE2E, DeepSeekStyleMoeResumesBitExactlyWithItsExpertBias) {
     moved += v != 0.0f;
   }
   EXPECT_GT(moved, 0);
+}
+
+TEST(TrainMoeE2E, MicroQwen2MoeTrainsAndRoundTripsThroughHuggingFace) {
+  Scratch s;
+  const std::string save = s.dir + "/save", hf = s.dir + "/hf", back = s.dir + "/back";
+  CliResult r = run_primus(
+      {"train", "pretrain", "--config", project_dir() + "/configs/examples/megatron/micro_qwen2_moe-cpu.yaml",
+       "--train_iters", "6", "--save", save},
+      env_for(s.dir, "qwen2moe"));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::vector<nlohmann::json> steps = steps_of(s.dir + "/amd/ci/qwen2moe/metrics.jsonl");
+  ASSERT_EQ(steps.size(), 6u);
+  for (const nlohmann::json& j : steps) EXPECT_TRUE(std::isfinite(j["loss"].get<double>())) << j.dump();
+  // Exported in f32 (the CPU master weights, exactly), as qwen2_moe from the model flags.
+  CliResult e =
+      run_primus({"convert", "primus-to-hf", "--input", save, "--output", hf, "--dtype", "float32"});
+  ASSERT_EQ(e.exit_code, 0) << e.err << e.out;
+  std::ifstream in(hf + "/config.json");
+  const nlohmann::json cfg = nlohmann::json::parse(in);
+  EXPECT_EQ(cfg["model_type"], "qwen2_moe");
+  EXPECT_EQ(cfg["mlp_only_layers"], nlohmann::json::array({1}));
+  EXPECT_EQ(cfg["norm_topk_prob"], false);
+  CliResult c = run_primus({"convert", "hf-to-primus", "--input", hf, "--output", back});
+  ASSERT_EQ(c.exit_code, 0) << c.err << c.out;
+  // The same logits from the trained checkpoint, its HF export and the re-import.
+  std::vector<std::vector<char>> logits;
+  for (const std::string& src : {save, hf, back}) {
+    const std::string f = s.dir + "/logits" + std::to_string(logits.size()) + ".safetensors";
+    CliResult l = run_primus({"checkpoint", "logits", "--load", src, "--tokens", "1,5,99,42,7;3,3,250,2,0",
+                              "--device", "cpu", "--output", f});
+    ASSERT_EQ(l.exit_code, 0) << l.err << l.out;
+    primus::ckpt::FileReader fr(f);
+    const primus::ckpt::StHeader h = primus::ckpt::read_safetensors_header(fr);
+    const primus::ckpt::StEntry* e = h.find("logits");
+    ASSERT_NE(e, nullptr);
+    std::vector<char> bytes(e->bytes());
+    fr.read_at(h.data_start() + e->begin, bytes.data(), bytes.size());
+    logits.push_back(std::move(bytes));
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(logits[0], logits[2]);
 }

@@ -199,12 +199,6 @@ TEST(ConfigProjectPresets, EveryModelPresetLoadsWithOurModulePreset) {
       ResolveOptions o;
       o.env = fake_env();
       o.roots = std::vector<std::string>{testing::project_configs()};
-      if (model == "qwen2_moe_a2.7B.yaml") {  // its gated shared expert is not supported yet, and says so
-        EXPECT_NE(testing::config_error_of([&] { load_config(exp, o); })
-                      .find("not supported yet: moe_shared_expert_gate=true"),
-                  std::string::npos);
-        continue;
-      }
       ResolvedConfig rc = load_config(exp, o);
       EXPECT_GT(count_parameters(rc.train.model).total, 0);
       EXPECT_TRUE(rc.warnings.empty() || fw == "torchtitan") << rc.warnings.front();

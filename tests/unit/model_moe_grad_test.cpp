@@ -1,8 +1,9 @@
 // Whole-model gradient checks of MoE decoders (model/moe_mlp.h) in f64 on the CPU reference ops: the explicit
 // backward through router, permutation, grouped expert GEMMs, unpermutation, shared expert and the
 // balancing losses against central finite differences of (token losses + aux / z losses), for the routing
-// variants of Mixtral, Qwen2/3-MoE and DeepSeek, dropless and with capacity dropping; recompute modes give
-// bitwise the same gradients; the expert bias moves selection only and follows the balancing rule.
+// variants of Mixtral, Qwen2/3-MoE (with Qwen2-MoE's gated shared expert) and DeepSeek, dropless and with
+// capacity dropping; recompute modes give bitwise the same gradients; the expert bias moves selection only
+// and follows the balancing rule.
 #include <gtest/gtest.h>
 
 #include "unit/model_grad_util.h"
@@ -39,6 +40,22 @@ TEST(ModelMoeGradient, QwenStylePreSoftmaxSharedExpertAndADenseLayer) {
   check_gradients(m, {});
 }
 
+// Qwen2-MoE: softmax over all experts, not renormalised, q/k/v biases, and the shared expert scaled by
+// sigmoid(h . w_gate) (its backward: d shared = g dy, d logit = g (1 - g) sum(dy * shared), then the gate's
+// GEMMs), with a dense layer between MoE layers.
+TEST(ModelMoeGradient, Qwen2MoeGatedSharedExpert) {
+  ModelConfig m = tiny_moe(6, 2, {1, 0, 1});
+  m.add_qkv_bias = true;
+  m.moe.pre_softmax = true;
+  m.moe.shared_ffn_hidden_size = 12;
+  m.moe.shared_expert_gate = true;
+  ParamStore layout(ModelSpec::from_config(m));
+  ASSERT_GE(layout.find("layers.0.mlp.shared_expert_gate.weight"), 0);
+  EXPECT_EQ(layout.entry(layout.find("layers.2.mlp.shared_expert_gate.weight")).shape, (Shape{1, 16}));
+  EXPECT_LT(layout.find("layers.1.mlp.shared_expert_gate.weight"), 0);  // the dense layer
+  check_gradients(m, {});
+}
+
 TEST(ModelMoeGradient, DeepSeekStyleSigmoidGroupsBiasAndScaling) {
   ModelConfig m = tiny_moe(8, 2, {1, 1});
   m.moe.score_function = "sigmoid";
@@ -68,6 +85,7 @@ TEST(ModelMoeGradient, CapacityDroppingWithAndWithoutPadding) {
 TEST(ModelMoeGradient, RecomputeModesGiveBitwiseIdenticalGradients) {
   ModelConfig c = tiny_moe(6, 2, {1, 0, 1});
   c.moe.shared_ffn_hidden_size = 8;
+  c.moe.shared_expert_gate = true;  // the gate's saved output and logits under every mode
   auto grads = [&](const std::string& gran, const std::string& method) {
     RecomputeConfig rc;
     rc.granularity = gran;
