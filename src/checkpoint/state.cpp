@@ -36,6 +36,27 @@ nlohmann::ordered_json model_json(const ModelConfig& m) {
   j["rope_high_freq_factor"] = m.rope_high_freq_factor;
   j["rope_original_max_position"] = m.rope_original_max_position;
   j["init_method_std"] = m.init_method_std;
+  // Multi-latent attention and MTP change the parameter set: recorded only when on, so that other checkpoints
+  // keep their exact bytes.
+  if (m.mla.enabled) {
+    const MlaConfig& a = m.mla;
+    j["mla"] = {{"q_lora_rank", a.q_lora_rank},
+                {"kv_lora_rank", a.kv_lora_rank},
+                {"qk_head_dim", a.qk_head_dim},
+                {"qk_pos_emb_head_dim", a.qk_pos_emb_head_dim},
+                {"v_head_dim", a.v_head_dim},
+                {"yarn", a.yarn},
+                {"rotary_scaling_factor", a.rotary_scaling_factor},
+                {"original_max_position", a.original_max_position},
+                {"beta_fast", a.beta_fast},
+                {"beta_slow", a.beta_slow},
+                {"mscale", a.mscale},
+                {"mscale_all_dim", a.mscale_all_dim}};
+  }
+  if (m.mtp_num_layers > 0) {
+    j["mtp_num_layers"] = m.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = m.mtp_loss_scaling_factor;
+  }
   return j;
 }
 
@@ -67,6 +88,27 @@ ModelConfig model_from(const nlohmann::json& j) {
   m.rope_high_freq_factor = j.at("rope_high_freq_factor").get<double>();
   m.rope_original_max_position = j.at("rope_original_max_position").get<int64_t>();
   m.init_method_std = j.at("init_method_std").get<double>();
+  if (j.contains("mla")) {
+    const nlohmann::json& x = j.at("mla");
+    MlaConfig& a = m.mla;
+    a.enabled = true;
+    a.q_lora_rank = x.at("q_lora_rank").get<int64_t>();
+    a.kv_lora_rank = x.at("kv_lora_rank").get<int64_t>();
+    a.qk_head_dim = x.at("qk_head_dim").get<int64_t>();
+    a.qk_pos_emb_head_dim = x.at("qk_pos_emb_head_dim").get<int64_t>();
+    a.v_head_dim = x.at("v_head_dim").get<int64_t>();
+    a.yarn = x.at("yarn").get<bool>();
+    a.rotary_scaling_factor = x.at("rotary_scaling_factor").get<double>();
+    a.original_max_position = x.at("original_max_position").get<int64_t>();
+    a.beta_fast = x.at("beta_fast").get<double>();
+    a.beta_slow = x.at("beta_slow").get<double>();
+    a.mscale = x.at("mscale").get<double>();
+    a.mscale_all_dim = x.at("mscale_all_dim").get<double>();
+  }
+  if (j.contains("mtp_num_layers")) {
+    m.mtp_num_layers = j.at("mtp_num_layers").get<int64_t>();
+    m.mtp_loss_scaling_factor = j.at("mtp_loss_scaling_factor").get<double>();
+  }
   return m;
 }
 

@@ -21,7 +21,8 @@ void add_megatron_moe_keys(KeyTable& t) {
   t.add(
       unsup("moe_shared_expert_gate", kB, "false", "sigmoid gate on the shared expert's output (Qwen2-MoE)"));
   t.add(impl("moe_router_topk", kI, "2", "experts per token").check(positive()));
-  t.add(impl("moe_router_score_function", kS, "softmax", "router scores: softmax | sigmoid (| sqrtsoftplus, DeepSeek-V4)")
+  t.add(impl("moe_router_score_function", kS, "softmax",
+             "router scores: softmax | sigmoid (| sqrtsoftplus, DeepSeek-V4)")
             .supports(strings({"softmax", "sigmoid"}), "softmax and sigmoid are implemented"));
   t.add(impl("moe_router_pre_softmax", kB, "false",
              "softmax over all experts before top-k (else top-k of the logits, then softmax over k)"));
@@ -49,9 +50,11 @@ void add_megatron_moe_keys(KeyTable& t) {
   t.add(impl("moe_per_layer_logging", kB, "false",
              "per-layer MoE statistics in the log line (metrics.jsonl always has them)"));
 
-  t.add(unsup("mtp_num_layers", kI, "null", "multi-token-prediction depth (DeepSeek-V3 MTP)"));
-  t.add(noeff("mtp_loss_scaling_factor", kF, "0.1", "applies only with mtp_num_layers, not supported yet",
-              "weight of the MTP loss"));
+  t.add(impl("mtp_num_layers", kI, "null", "multi-token-prediction depths (DeepSeek-V3 MTP; null: none)")
+            .check(non_negative()));
+  t.add(impl("mtp_loss_scaling_factor", kF, "0.1",
+             "weight of the mean MTP loss over depths, added to the LM loss (docs/mla.md)")
+            .check(non_negative()));
   t.add(unsup("moe_input_jitter_eps", kF, "null", "router input jitter"));
   t.add(unsup("moe_router_force_load_balancing", kB, "false", "route tokens uniformly (benchmarking)"));
   t.add(unsup("moe_use_upcycling", kB, "false", "upcycle a dense checkpoint into MoE"));
