@@ -55,7 +55,11 @@ void map_megatron_mla(ResolvedConfig& rc) {
   }
 
   if (!a.enabled) {
-    if (rope_type == "yarn")
+    if (rope_type == "yarn" && in_model_preset(k.origin("rope_type")))
+      rc.warnings.push_back(
+          fmt::format("rope_type=yarn ({}) has no effect: multi_latent_attention is false ({})",
+                      at("rope_type"), at("multi_latent_attention")));
+    else if (rope_type == "yarn")
       throw NotSupportedError(
           fmt::format("{}: not supported yet: rope_type yarn without multi_latent_attention (YaRN is "
                       "implemented for MLA's rotary slice)",

@@ -61,8 +61,8 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
 
 std::string ModelSpec::describe() const {
   return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
-                     kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "", qk_norm ? " qk-norm" : "",
-                     tied_embeddings ? " tied" : "") +
+                     kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "",
+                     qk_norm && !mla.enabled ? " qk-norm" : "", tied_embeddings ? " tied" : "") +
          (moe.enabled() ? fmt::format(" experts={} top-{} expert-ffn={} moe-layers={}", moe.num_experts,
                                       moe.topk, moe.ffn_hidden_size, moe.moe_layers())
                         : "") +
