@@ -98,7 +98,7 @@ ModelConfig deepseek_v3(const DeepSeekDims& d) {
   // TorchTitan's router: scores over all experts, top-k, weights renormalised when route_norm, times
   // route_scale; load balanced by the expert bias (load_balance_coeff 1e-3), no auxiliary loss.
   e.score_function = d.sigmoid ? "sigmoid" : "softmax";
-  e.pre_softmax = true;
+  e.pre_softmax = !d.sigmoid;  // a softmax over all experts before the top-k (sigmoid scores need none)
   e.normalize_topk = d.route_norm;
   e.topk_scaling_factor = d.route_scale;
   e.num_groups = d.groups;

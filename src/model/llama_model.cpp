@@ -117,8 +117,8 @@ Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tens
                              Tensor& losses, Tensor& de) {
   const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, D = spec_.mtp_layers, d = spec_.hidden;
   const Stream& s = ctx.stream;
-  Tensor host = host_targets ? *host_targets : targets.to(Stream::cpu());
-  if (!host_targets) stream_sync(s);
+  if (!host_targets) stream_sync(s);  // the device copy of the targets must be complete before it is read
+  const Tensor host = host_targets ? *host_targets : targets.to(Stream::cpu());
   mtp_counts_ = mtp_counted_tokens(host.view({B, T}), D);
   int64_t counted = 0;
   for (int32_t t : host.view({n}).to_vector<int32_t>()) counted += t >= 0;

@@ -163,6 +163,8 @@ TEST(ConfigMla, TorchTitanDeepSeekV3Flavors) {
   EXPECT_EQ(long_ctx.mla.mscale_all_dim, 0.70);
   const ModelConfig v3 = tt("671B", 4096);
   EXPECT_EQ(v3.moe.score_function, "sigmoid");
+  EXPECT_FALSE(v3.moe.pre_softmax);  // the router refuses pre-softmax with sigmoid scores
+  EXPECT_TRUE(m.moe.pre_softmax);
   EXPECT_TRUE(v3.moe.normalize_topk);
   EXPECT_EQ(v3.moe.num_groups, 8);
   EXPECT_EQ(v3.moe.group_topk, 4);
