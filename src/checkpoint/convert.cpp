@@ -24,7 +24,6 @@ ConvertReport convert_hf_to_primus(const std::string& hf_dir, const std::string&
   const auto t0 = std::chrono::steady_clock::now();
   HfCheckpoint hf(hf_dir);
   const ModelConfig& m = hf.info().model;
-  require_model_support(m, hf_dir);
   std::error_code ec;
   if (fs::exists(out_root, ec) && !fs::is_empty(out_root, ec))
     throw ConfigError(fmt::format("convert: output {} exists and is not empty", out_root),

@@ -102,13 +102,13 @@ void read_rope_scaling(const nlohmann::json& s, ModelConfig& m, bool allow_yarn,
       bad_config(w, "yarn attention_factor is not supported (DeepSeek's mscale / mscale_all_dim are)");
     if (s.contains("truncate") && !opt_bool(s, "truncate", true))
       bad_config(w, "yarn truncate: false is not supported (the ramp bounds are floored / ceiled)");
-    m.rope_type = "yarn";
-    m.rotary_scaling_factor = req_number(s, "factor", w);
-    m.original_max_position_embeddings = req_int(s, "original_max_position_embeddings", w);
-    m.beta_fast = opt_number(s, "beta_fast", 32.0, w);
-    m.beta_slow = opt_number(s, "beta_slow", 1.0, w);
-    m.mscale = opt_number(s, "mscale", 1.0, w);
-    m.mscale_all_dim = opt_number(s, "mscale_all_dim", 0.0, w);
+    m.mla.yarn = true;
+    m.mla.rotary_scaling_factor = req_number(s, "factor", w);
+    m.mla.original_max_position = req_int(s, "original_max_position_embeddings", w);
+    m.mla.beta_fast = opt_number(s, "beta_fast", 32.0, w);
+    m.mla.beta_slow = opt_number(s, "beta_slow", 1.0, w);
+    m.mla.mscale = opt_number(s, "mscale", 1.0, w);
+    m.mla.mscale_all_dim = opt_number(s, "mscale_all_dim", 0.0, w);
     return;
   }
   bad_config(what, fmt::format("rope type '{}' is not supported (default and llama3{})", type,
@@ -151,26 +151,10 @@ bool is_moe_model_type(const std::string& t) {
 }
 
 std::string default_model_type(const ModelConfig& m) {
-  if (m.moe.enabled() || m.multi_latent_attention) return detail::default_moe_model_type(m);
+  if (m.moe.enabled() || m.mla.enabled) return detail::default_moe_model_type(m);
   if (m.qk_layernorm) return "qwen3";
   if (m.add_qkv_bias) return "qwen2";
   return "llama";
-}
-
-void require_model_support(const ModelConfig& m, const std::string& what) {
-  if (m.multi_latent_attention)
-    throw ConfigError(
-        fmt::format("{}: not supported yet: MLA attention in the model (multi_latent_attention, "
-                    "q_lora_rank {}, kv_lora_rank {})",
-                    what, m.q_lora_rank, m.kv_lora_rank),
-        "the DeepSeek weight and config mapping is in place; the model side is not");
-  if (m.mtp_num_layers > 0)
-    throw ConfigError(
-        fmt::format("{}: not supported yet: multi-token prediction (mtp_num_layers {}) in the "
-                    "model",
-                    what, m.mtp_num_layers));
-  if (m.rope_type != "rope")
-    throw ConfigError(fmt::format("{}: not supported yet: rope_type {} in the model", what, m.rope_type));
 }
 
 HfModelInfo model_config_from_hf(const nlohmann::json& c, const std::string& what) {
@@ -185,6 +169,9 @@ HfModelInfo model_config_from_hf(const nlohmann::json& c, const std::string& wha
   const bool mla = is_mla_type(type);
   ModelConfig& m = info.model;
   m.family = type;
+  // MlaConfig defaults to YaRN (Megatron's MLA default); an HF DeepSeek config has it only with a yarn
+  // rope_scaling, which read_rope_scaling below turns on.
+  m.mla.yarn = false;
   m.hidden_size = req_int(c, "hidden_size", what);
   m.ffn_hidden_size = req_int(c, "intermediate_size", what);
   m.num_layers = req_int(c, "num_hidden_layers", what);
@@ -254,7 +241,7 @@ HfModelInfo model_config_from_hf(const nlohmann::json& c, const std::string& wha
     bad_config(what, fmt::format("RoPE theta {} must be a positive number", m.rotary_base));
   if (params.is_object()) read_rope_scaling(params, m, mla, what);
   if (c.contains("rope_scaling")) {
-    if ((m.use_rope_scaling || m.rope_type != "rope") && !c["rope_scaling"].is_null())
+    if ((m.use_rope_scaling || m.mla.yarn) && !c["rope_scaling"].is_null())
       bad_config(what, "both rope_scaling and rope_parameters describe a RoPE scaling; keep one");
     read_rope_scaling(c["rope_scaling"], m, mla, what);
   }
@@ -275,9 +262,9 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
         fmt::format("the model {} experts but {} is a {} family", m.moe.enabled() ? "has" : "has no",
                     model_type, moe_type ? "mixture-of-experts" : "dense"),
         fmt::format("export as {}", default_model_type(m)));
-  if (m.multi_latent_attention != mla)
+  if (m.mla.enabled != mla)
     throw ConfigError(fmt::format("the model {} multi-latent attention but {} {}",
-                                  m.multi_latent_attention ? "uses" : "does not use", model_type,
+                                  m.mla.enabled ? "uses" : "does not use", model_type,
                                   mla ? "does" : "does not"));
   const bool qk_norm_type = model_type == "qwen3" || model_type == "qwen3_moe";
   if (m.qk_layernorm && !qk_norm_type)
@@ -290,9 +277,6 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
     throw ConfigError(fmt::format("the model has q/k/v biases, which {} does not", model_type));
   if (m.use_rope_scaling && mla)
     throw ConfigError(fmt::format("llama3 RoPE scaling cannot be expressed for {}", model_type));
-  if (m.rope_type == "yarn" && !mla)
-    throw ConfigError(
-        fmt::format("YaRN RoPE scaling is exported only for deepseek_v2/v3, not {}", model_type));
   // A base config.json of another family says nothing about this one: keep only its generic keys.
   const bool same_family = base.is_object() && base.value("model_type", std::string()) == model_type;
 
@@ -332,17 +316,17 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
                {"low_freq_factor", m.rope_low_freq_factor},
                {"high_freq_factor", m.rope_high_freq_factor},
                {"original_max_position_embeddings", m.rope_original_max_position}};
-  if (m.rope_type == "yarn") {
+  if (m.mla.enabled && m.mla.yarn) {
     // DeepSeek's own configs spell the type "type"; follow the original when it did.
     const bool old_key = same_family && base.contains("rope_scaling") && base["rope_scaling"].is_object() &&
                          base["rope_scaling"].contains("type") && !base["rope_scaling"].contains("rope_type");
     scaling = {{old_key ? "type" : "rope_type", "yarn"},
-               {"factor", m.rotary_scaling_factor},
-               {"original_max_position_embeddings", m.original_max_position_embeddings},
-               {"beta_fast", m.beta_fast},
-               {"beta_slow", m.beta_slow},
-               {"mscale", m.mscale},
-               {"mscale_all_dim", m.mscale_all_dim}};
+               {"factor", m.mla.rotary_scaling_factor},
+               {"original_max_position_embeddings", m.mla.original_max_position},
+               {"beta_fast", m.mla.beta_fast},
+               {"beta_slow", m.mla.beta_slow},
+               {"mscale", m.mla.mscale},
+               {"mscale_all_dim", m.mla.mscale_all_dim}};
   }
   const bool nested = base.is_object() && base.contains("rope_parameters") && !base.contains("rope_theta");
   if (nested) {
@@ -405,7 +389,7 @@ std::string model_preset_yaml(const ModelConfig& m, const std::string& source) {
           "# Megatron keys cannot express them (the checkpoint's state.json keeps them for `load`).\n",
           m.rope_low_freq_factor, m.rope_high_freq_factor, m.rope_original_max_position);
   }
-  if (m.moe.enabled() || m.multi_latent_attention) y += detail::moe_preset_yaml(m);
+  if (m.moe.enabled() || m.mla.enabled) y += detail::moe_preset_yaml(m);
   return y;
 }
 

@@ -49,10 +49,6 @@ std::string default_model_type(const ModelConfig& m);
 // A Megatron-dialect model preset (YAML) describing `m`, as `convert hf-to-primus` writes it.
 std::string model_preset_yaml(const ModelConfig& m, const std::string& source);
 
-// Refuses ("not supported yet: ...") a model the conversion can describe but our model code cannot build yet:
-// multi-latent attention and multi-token prediction (DeepSeek). `what` names the source. Called before any
-// tensor is read or any memory is allocated.
-void require_model_support(const ModelConfig& m, const std::string& what);
 
 namespace detail {
 // Shared by hf_config.cpp and hf_config_moe.cpp.

@@ -150,15 +150,15 @@ void read_deepseek(const nlohmann::json& c, HfModelInfo& info, const std::string
   e.load_balancing = opt_bool(c, "seq_aux", true) ? "seq_aux_loss" : "aux_loss";
   if (e.aux_loss_coeff == 0.0) e.load_balancing = "none";
 
-  m.multi_latent_attention = true;
-  m.q_lora_rank = opt_int(c, "q_lora_rank", 0, what);
-  m.kv_lora_rank = req_int(c, "kv_lora_rank", what);
-  m.qk_head_dim = req_int(c, "qk_nope_head_dim", what);
-  m.qk_pos_emb_head_dim = req_int(c, "qk_rope_head_dim", what);
-  m.v_head_dim = req_int(c, "v_head_dim", what);
-  if (m.qk_pos_emb_head_dim % 2 != 0)
-    bad_config(what, fmt::format("qk_rope_head_dim {} must be even", m.qk_pos_emb_head_dim));
-  m.kv_channels = m.v_head_dim;
+  m.mla.enabled = true;
+  m.mla.q_lora_rank = opt_int(c, "q_lora_rank", 0, what);
+  m.mla.kv_lora_rank = req_int(c, "kv_lora_rank", what);
+  m.mla.qk_head_dim = req_int(c, "qk_nope_head_dim", what);
+  m.mla.qk_pos_emb_head_dim = req_int(c, "qk_rope_head_dim", what);
+  m.mla.v_head_dim = req_int(c, "v_head_dim", what);
+  if (m.mla.qk_pos_emb_head_dim % 2 != 0)
+    bad_config(what, fmt::format("qk_rope_head_dim {} must be even", m.mla.qk_pos_emb_head_dim));
+  m.kv_channels = m.mla.v_head_dim;
   m.num_query_groups = m.num_attention_heads;
   m.mtp_num_layers = v3 ? opt_int(c, "num_nextn_predict_layers", 0, what) : 0;
   info.rope_interleaved = !v3 || opt_bool(c, "rope_interleave", true);
@@ -291,11 +291,11 @@ void write_deepseek(const ModelConfig& m, const std::string& type, const nlohman
   }
   j["aux_loss_alpha"] = e.load_balancing == "none" ? 0.0 : e.aux_loss_coeff;
   j["seq_aux"] = e.load_balancing == "seq_aux_loss";
-  j["q_lora_rank"] = m.q_lora_rank > 0 ? nlohmann::json(m.q_lora_rank) : nlohmann::json(nullptr);
-  j["kv_lora_rank"] = m.kv_lora_rank;
-  j["qk_nope_head_dim"] = m.qk_head_dim;
-  j["qk_rope_head_dim"] = m.qk_pos_emb_head_dim;
-  j["v_head_dim"] = m.v_head_dim;
+  j["q_lora_rank"] = m.mla.q_lora_rank > 0 ? nlohmann::json(m.mla.q_lora_rank) : nlohmann::json(nullptr);
+  j["kv_lora_rank"] = m.mla.kv_lora_rank;
+  j["qk_nope_head_dim"] = m.mla.qk_head_dim;
+  j["qk_rope_head_dim"] = m.mla.qk_pos_emb_head_dim;
+  j["v_head_dim"] = m.mla.v_head_dim;
 }
 
 }  // namespace
@@ -309,7 +309,7 @@ void write_moe_config(const ModelConfig& m, const std::string& type, const nlohm
     return;
   }
   if (e.load_balancing == "seq_aux_loss") cannot(type, "it uses the per-sequence balancing loss");
-  if (m.multi_latent_attention || m.mtp_num_layers > 0) cannot(type, "it uses multi-latent attention or MTP");
+  if (m.mla.enabled || m.mtp_num_layers > 0) cannot(type, "it uses multi-latent attention or MTP");
   if (type == "mixtral") {
     if (!dense_layers(e).empty()) cannot(type, "it has dense layers (every Mixtral layer is MoE)");
     if (e.shared_ffn_hidden_size > 0) cannot(type, "it has a shared expert");
@@ -358,7 +358,7 @@ void write_moe_config(const ModelConfig& m, const std::string& type, const nlohm
 
 std::string default_moe_model_type(const ModelConfig& m) {
   const MoeConfig& e = m.moe;
-  if (m.multi_latent_attention) return e.score_function == "sigmoid" ? "deepseek_v3" : "deepseek_v2";
+  if (m.mla.enabled) return e.score_function == "sigmoid" ? "deepseek_v3" : "deepseek_v2";
   if (e.shared_expert_gate) return "qwen2_moe";
   if (m.qk_layernorm) return "qwen3_moe";
   if (e.shared_ffn_hidden_size > 0)
@@ -395,18 +395,20 @@ std::string moe_preset_yaml(const ModelConfig& m) {
           "checkpoint's\n# state.json keeps it for `load`).\n",
           e.normalize_topk ? "renormalises" : "does not renormalise");
   }
-  if (m.multi_latent_attention) {
+  if (m.mla.enabled) {
     y += "multi_latent_attention: true\n";
-    y += m.q_lora_rank > 0 ? fmt::format("q_lora_rank: {}\n", m.q_lora_rank) : "q_lora_rank: null\n";
+    y += m.mla.q_lora_rank > 0 ? fmt::format("q_lora_rank: {}\n", m.mla.q_lora_rank) : "q_lora_rank: null\n";
     y += fmt::format("kv_lora_rank: {}\nqk_head_dim: {}\nqk_pos_emb_head_dim: {}\nv_head_dim: {}\n",
-                     m.kv_lora_rank, m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim);
+                     m.mla.kv_lora_rank, m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim, m.mla.v_head_dim);
   }
-  if (m.rope_type == "yarn")
+  if (m.mla.enabled && m.mla.yarn)
     y += fmt::format(
-        "rope_type: yarn\nrotary_scaling_factor: {}\noriginal_max_position_embeddings: {}\nmscale: {}\n"
-        "mscale_all_dim: {}\n# YaRN beta_fast {} / beta_slow {} (Megatron's defaults are 32 / 1)\n",
-        m.rotary_scaling_factor, m.original_max_position_embeddings, m.mscale, m.mscale_all_dim, m.beta_fast,
-        m.beta_slow);
+        "rope_type: yarn\nrotary_scaling_factor: {}\noriginal_max_position_embeddings: {}\nbeta_fast: {}\n"
+        "beta_slow: {}\nmscale: {}\nmscale_all_dim: {}\n",
+        m.mla.rotary_scaling_factor, m.mla.original_max_position, m.mla.beta_fast, m.mla.beta_slow, m.mla.mscale,
+        m.mla.mscale_all_dim);
+  else if (m.mla.enabled)
+    y += "rope_type: rope\n";
   if (m.mtp_num_layers > 0) y += fmt::format("mtp_num_layers: {}\n", m.mtp_num_layers);
   return y;
 }

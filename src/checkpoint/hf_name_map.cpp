@@ -59,9 +59,9 @@ std::vector<std::string> HfNameMap::params() const {
 void HfNameMap::add_attention(const std::string& hf, const std::string& ours) {
   const int64_t d = m_.hidden_size, heads = m_.num_attention_heads;
   const std::string a = hf + "self_attn.", p = ours + "self_attn.";
-  if (m_.multi_latent_attention) {
-    const int64_t dn = m_.qk_head_dim, dr = m_.qk_pos_emb_head_dim, dv = m_.v_head_dim;
-    const int64_t kvl = m_.kv_lora_rank, ql = m_.q_lora_rank;
+  if (m_.mla.enabled) {
+    const int64_t dn = m_.mla.qk_head_dim, dr = m_.mla.qk_pos_emb_head_dim, dv = m_.mla.v_head_dim;
+    const int64_t kvl = m_.mla.kv_lora_rank, ql = m_.mla.q_lora_rank;
     const int64_t rr = o_.rope_interleaved ? dr : 0;  // RoPE rows to de-interleave
     if (ql > 0) {
       param(p + "q_a_proj.weight", {ql, d}).parts = {{a + "q_a_proj.weight", {ql, d}}};

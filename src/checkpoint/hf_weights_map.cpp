@@ -160,7 +160,6 @@ void check_hf_extras(const HfCheckpoint& hf) {
 }
 
 void load_hf_into_params(const HfCheckpoint& hf, ParamStore& params, const Stream& s) {
-  require_model_support(hf.info().model, hf.dir());
   check_hf_names(hf);
   check_hf_extras(hf);
   const HfNameMap& map = hf.name_map();

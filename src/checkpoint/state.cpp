@@ -37,7 +37,7 @@ nlohmann::ordered_json model_json(const ModelConfig& m) {
   j["rope_high_freq_factor"] = m.rope_high_freq_factor;
   j["rope_original_max_position"] = m.rope_original_max_position;
   j["init_method_std"] = m.init_method_std;
-  // Mixture of experts and the DeepSeek features: written only when used, so a dense model's state.json is
+  // Mixture of experts: written only when used, so a dense model's state.json is
   // unchanged and older files (without them) read as dense.
   if (m.moe.enabled()) {
     const MoeConfig& e = m.moe;
@@ -65,24 +65,27 @@ nlohmann::ordered_json model_json(const ModelConfig& m) {
     o["drop_policy"] = e.drop_policy;
     j["moe"] = o;
   }
-  if (m.multi_latent_attention) {
-    j["multi_latent_attention"] = true;
-    j["q_lora_rank"] = m.q_lora_rank;
-    j["kv_lora_rank"] = m.kv_lora_rank;
-    j["qk_head_dim"] = m.qk_head_dim;
-    j["qk_pos_emb_head_dim"] = m.qk_pos_emb_head_dim;
-    j["v_head_dim"] = m.v_head_dim;
+  // Multi-latent attention and MTP change the parameter set: recorded only when on, so that other checkpoints
+  // keep their exact bytes.
+  if (m.mla.enabled) {
+    const MlaConfig& a = m.mla;
+    j["mla"] = {{"q_lora_rank", a.q_lora_rank},
+                {"kv_lora_rank", a.kv_lora_rank},
+                {"qk_head_dim", a.qk_head_dim},
+                {"qk_pos_emb_head_dim", a.qk_pos_emb_head_dim},
+                {"v_head_dim", a.v_head_dim},
+                {"yarn", a.yarn},
+                {"rotary_scaling_factor", a.rotary_scaling_factor},
+                {"original_max_position", a.original_max_position},
+                {"beta_fast", a.beta_fast},
+                {"beta_slow", a.beta_slow},
+                {"mscale", a.mscale},
+                {"mscale_all_dim", a.mscale_all_dim}};
   }
-  if (m.rope_type != "rope") {
-    j["rope_type"] = m.rope_type;
-    j["rotary_scaling_factor"] = m.rotary_scaling_factor;
-    j["original_max_position_embeddings"] = m.original_max_position_embeddings;
-    j["beta_fast"] = m.beta_fast;
-    j["beta_slow"] = m.beta_slow;
-    j["mscale"] = m.mscale;
-    j["mscale_all_dim"] = m.mscale_all_dim;
+  if (m.mtp_num_layers > 0) {
+    j["mtp_num_layers"] = m.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = m.mtp_loss_scaling_factor;
   }
-  if (m.mtp_num_layers > 0) j["mtp_num_layers"] = m.mtp_num_layers;
   return j;
 }
 
@@ -139,24 +142,27 @@ ModelConfig model_from(const nlohmann::json& j) {
     e.pad_to_capacity = o.at("pad_to_capacity").get<bool>();
     e.drop_policy = o.at("drop_policy").get<std::string>();
   }
-  if (j.value("multi_latent_attention", false)) {
-    m.multi_latent_attention = true;
-    m.q_lora_rank = j.at("q_lora_rank").get<int64_t>();
-    m.kv_lora_rank = j.at("kv_lora_rank").get<int64_t>();
-    m.qk_head_dim = j.at("qk_head_dim").get<int64_t>();
-    m.qk_pos_emb_head_dim = j.at("qk_pos_emb_head_dim").get<int64_t>();
-    m.v_head_dim = j.at("v_head_dim").get<int64_t>();
+  if (j.contains("mla")) {
+    const nlohmann::json& x = j.at("mla");
+    MlaConfig& a = m.mla;
+    a.enabled = true;
+    a.q_lora_rank = x.at("q_lora_rank").get<int64_t>();
+    a.kv_lora_rank = x.at("kv_lora_rank").get<int64_t>();
+    a.qk_head_dim = x.at("qk_head_dim").get<int64_t>();
+    a.qk_pos_emb_head_dim = x.at("qk_pos_emb_head_dim").get<int64_t>();
+    a.v_head_dim = x.at("v_head_dim").get<int64_t>();
+    a.yarn = x.at("yarn").get<bool>();
+    a.rotary_scaling_factor = x.at("rotary_scaling_factor").get<double>();
+    a.original_max_position = x.at("original_max_position").get<int64_t>();
+    a.beta_fast = x.at("beta_fast").get<double>();
+    a.beta_slow = x.at("beta_slow").get<double>();
+    a.mscale = x.at("mscale").get<double>();
+    a.mscale_all_dim = x.at("mscale_all_dim").get<double>();
   }
-  if (j.contains("rope_type")) {
-    m.rope_type = j.at("rope_type").get<std::string>();
-    m.rotary_scaling_factor = j.at("rotary_scaling_factor").get<double>();
-    m.original_max_position_embeddings = j.at("original_max_position_embeddings").get<int64_t>();
-    m.beta_fast = j.at("beta_fast").get<double>();
-    m.beta_slow = j.at("beta_slow").get<double>();
-    m.mscale = j.at("mscale").get<double>();
-    m.mscale_all_dim = j.at("mscale_all_dim").get<double>();
+  if (j.contains("mtp_num_layers")) {
+    m.mtp_num_layers = j.at("mtp_num_layers").get<int64_t>();
+    m.mtp_loss_scaling_factor = j.at("mtp_loss_scaling_factor").get<double>();
   }
-  m.mtp_num_layers = j.value("mtp_num_layers", int64_t{0});
   return m;
 }
 

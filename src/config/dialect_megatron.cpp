@@ -36,6 +36,8 @@ std::vector<std::string> string_list(const Value& v) {
 }
 
 std::string family_of(const ModelConfig& m) {
+  if (m.mla.enabled)
+    return m.mtp_num_layers > 0 || m.moe.score_function == "sigmoid" ? "deepseek_v3" : "deepseek_v2";
   if (m.moe.enabled()) {
     if (m.qk_layernorm) return "qwen3_moe";
     if (m.add_qkv_bias) return "qwen2_moe";
@@ -132,6 +134,7 @@ void map_megatron(ResolvedConfig& rc) {
   m.rope_scaling_factor = k.f("rope_scaling_factor");
   m.init_method_std = k.f("init_method_std");
   map_megatron_moe(rc);
+  map_megatron_mla(rc);
   m.family = family_of(m);
 
   // Sequence and positions.

@@ -42,12 +42,17 @@ void map_torchtitan(ResolvedConfig& rc) {
   // Model: family + flavor.
   const std::string family = k.s("model.name");
   const std::string flavor = k.s("model.flavor");
-  if (family != "llama3" && family != "qwen3")
+  if (family != "llama3" && family != "qwen3" && family != "deepseek_v3")
     throw NotSupportedError(
-        fmt::format(
-            "{}: not supported yet: model {} ({})", k.origin("model.name").str(), family,
-            family == "flux" ? "a diffusion model" : "a mixture-of-experts family; MoE is not supported yet"),
-        "the TorchTitan families here are llama3 and qwen3 (dense)");
+        fmt::format("{}: not supported yet: model {} ({})", k.origin("model.name").str(), family,
+                    family == "flux" ? "a diffusion model" : "a TorchTitan family without a mapping here"),
+        "the TorchTitan families here are llama3, qwen3 (dense) and deepseek_v3");
+  if (family == "deepseek_v3" && find_flavor(family, flavor) == nullptr)
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: deepseek_v3 flavor '{}' (its sizes are not tabulated here; 16B, "
+                    "236B and 671B are)",
+                    k.origin("model.flavor").str(), flavor),
+        "use model.flavor 16B, 236B or 671B");
   // TorchTitan's MoE flavors of Qwen3 (torchtitan/models/qwen3/__init__.py).
   if (family == "qwen3" && (flavor == "30B-A3B" || flavor == "235B-A22B" || flavor == "debugmodel_moe"))
     throw NotSupportedError(fmt::format("{}: not supported yet: MoE (model qwen3 flavor {})",
@@ -97,6 +102,15 @@ void map_torchtitan(ResolvedConfig& rc) {
   src("seq_length", "training.seq_len");
   m.max_position_embeddings = t.data.seq_length;
   derived("max_position_embeddings", m.max_position_embeddings, "= training.seq_len, as TorchTitan");
+  if (m.mla.enabled && t.data.seq_length <= m.mla.original_max_position) {
+    // TorchTitan's deepseek_v3 scales RoPE (YaRN) and the softmax only for sequences longer than the original
+    // context; shorter runs use plain RoPE and 1/sqrt(d).
+    m.mla.yarn = false;
+    m.mla.rotary_scaling_factor = 1.0;
+    derived("mla.yarn", "off",
+            fmt::format("training.seq_len {} <= the original context {}, as TorchTitan", t.data.seq_length,
+                        m.mla.original_max_position));
+  }
   t.train_iters = k.i("training.steps");
   src("train_iters", "training.steps");
   t.optim.clip_grad = k.is_null("training.max_norm") ? 0.0 : k.f("training.max_norm");

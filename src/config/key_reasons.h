@@ -31,8 +31,6 @@ inline constexpr const char* kWhyMoeAlways =
     "kernels, with the router in fp32 (docs/moe.md)";
 inline constexpr const char* kWhyMoeEp1 =
     "how tokens reach experts on other ranks; with expert_model_parallel_size 1 every expert is local";
-inline constexpr const char* kWhyMLA =
-    "applies only to multi-latent attention / YaRN RoPE (multi_latent_attention), not supported yet";
 inline constexpr const char* kWhyPP = "applies only to pipeline parallelism (PP > 1), not supported yet";
 inline constexpr const char* kWhyTP = "applies only to tensor parallelism (TP > 1), not supported yet";
 inline constexpr const char* kWhyCP = "applies only to context parallelism (CP > 1), not supported yet";
@@ -65,8 +63,6 @@ inline constexpr const char* kWhyLoRA =
     "LoRA settings; used only when lora.enabled (post-training, a later issue)";
 inline constexpr const char* kWhyQuantConverter =
     "used only by the float8/mx model converters (model.converters), which are not supported yet";
-inline constexpr const char* kWhyMTP =
-    "applies only with multi-token prediction (mtp_num_layers), not supported yet";
 inline constexpr const char* kWhyHybrid =
     "applies only to hybrid / Mamba / linear-attention layers (is_hybrid_model, "
     "experimental_attention_variant), "

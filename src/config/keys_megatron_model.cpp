@@ -103,19 +103,34 @@ void add_megatron_model_keys(KeyTable& t) {
   t.add(impl("use_rope_scaling", kB, "false",
              "Llama-3 RoPE frequency scaling (low 1, high 4, original context 8192)"));
   t.add(impl("rope_scaling_factor", kF, "8.0", "factor of the Llama-3 RoPE scaling").check(positive()));
-  t.add(unsup("rope_type", kS, "null", "RoPE variant: rope | yarn", null_or({"rope"}), "null or rope"));
-  t.add(noeff("rotary_scaling_factor", kF, "1.0", kWhyMLA, "YaRN scaling factor"));
-  t.add(noeff("original_max_position_embeddings", kI, "null", kWhyMLA, "context length before YaRN scaling"));
-  t.add(noeff("mscale", kF, "1.0", kWhyMLA, "YaRN attention mscale"));
-  t.add(noeff("mscale_all_dim", kF, "1.0", kWhyMLA, "YaRN mscale_all_dim"));
+  t.add(impl("rope_type", kS, "null",
+             "RoPE of multi-latent attention's rotary slice: yarn (null with MLA) | rope; yarn needs MLA")
+            .check(one_of({"rope", "yarn"})));
+  t.add(impl("rotary_scaling_factor", kF, "1.0",
+             "YaRN factor; with MLA also the softmax temperature m(factor, mscale_all_dim)^2 (docs/mla.md)")
+            .check(positive()));
+  t.add(impl("original_max_position_embeddings", kI, "null",
+             "YaRN: context length before scaling (null: 4096, Megatron's MLA default)")
+            .check(positive()));
+  t.add(impl("mscale", kF, "1.0", "YaRN: cos/sin scale m(factor, mscale) / m(factor, mscale_all_dim)")
+            .check(non_negative()));
+  t.add(impl("mscale_all_dim", kF, "1.0", "YaRN: mscale_all_dim of the cos/sin and softmax scales")
+            .check(non_negative()));
+  t.add(
+      impl("beta_fast", kF, "32", "YaRN: rotations above which a dim keeps its frequency").check(positive()));
+  t.add(impl("beta_slow", kF, "1", "YaRN: rotations below which a dim is interpolated by the factor")
+            .check(positive()));
 
   t.group("multi-latent attention");
-  t.add(unsup("multi_latent_attention", kB, "false", "multi-latent attention (DeepSeek MLA)"));
-  t.add(noeff("q_lora_rank", kI, "null", kWhyMLA, "MLA query low-rank dimension"));
-  t.add(noeff("kv_lora_rank", kI, "32", kWhyMLA, "MLA key/value low-rank dimension"));
-  t.add(noeff("qk_head_dim", kI, "128", kWhyMLA, "MLA q/k head dimension without RoPE"));
-  t.add(noeff("qk_pos_emb_head_dim", kI, "64", kWhyMLA, "MLA q/k RoPE head dimension"));
-  t.add(noeff("v_head_dim", kI, "128", kWhyMLA, "MLA value head dimension"));
+  t.add(impl("multi_latent_attention", kB, "false",
+             "multi-latent attention (DeepSeek-V2/V3 MLA; docs/mla.md); qk_layernorm then means the latent "
+             "norms"));
+  t.add(impl("q_lora_rank", kI, "null", "MLA query low-rank dimension (null: q = x Wq^T)").check(positive()));
+  t.add(impl("kv_lora_rank", kI, "32", "MLA key/value latent dimension").check(positive()));
+  t.add(impl("qk_head_dim", kI, "128", "MLA q/k head dimension without RoPE (nope)").check(positive()));
+  t.add(impl("qk_pos_emb_head_dim", kI, "64", "MLA q/k RoPE head dimension (one k head shared by all heads)")
+            .check(positive()));
+  t.add(impl("v_head_dim", kI, "128", "MLA value head dimension").check(positive()));
 
   t.group("tokenizer");
   t.add(impl("tokenizer_type", kS, "null",

@@ -50,9 +50,11 @@ void add_megatron_moe_keys(KeyTable& t) {
   t.add(impl("moe_per_layer_logging", kB, "false",
              "per-layer MoE statistics in the log line (metrics.jsonl always has them)"));
 
-  t.add(unsup("mtp_num_layers", kI, "null", "multi-token-prediction depth (DeepSeek-V3 MTP)"));
-  t.add(noeff("mtp_loss_scaling_factor", kF, "0.1", "applies only with mtp_num_layers, not supported yet",
-              "weight of the MTP loss"));
+  t.add(impl("mtp_num_layers", kI, "null", "multi-token-prediction depths (DeepSeek-V3 MTP; null: none)")
+            .check(non_negative()));
+  t.add(impl("mtp_loss_scaling_factor", kF, "0.1",
+             "weight of the mean MTP loss over depths, added to the LM loss (docs/mla.md)")
+            .check(non_negative()));
   t.add(unsup("moe_input_jitter_eps", kF, "null", "router input jitter"));
   t.add(unsup("moe_router_force_load_balancing", kB, "false", "route tokens uniformly (benchmarking)"));
   t.add(unsup("moe_use_upcycling", kB, "false", "upcycle a dense checkpoint into MoE"));

@@ -79,15 +79,16 @@ void add_megatron_upstream_knobs(KeyTable& t) {
                "Megatron --ep-overlap-early-attn-memory-release"},
               {"overlap_p2p_comm_warmup_flush", kB, "null", "Megatron --overlap-p2p-comm-warmup-flush"},
           });
-  add_all(t, kWhyMTP,
-          {
-              {"mtp_standalone", kB, "false", "Megatron --mtp-standalone"},
-              {"mtp_use_repeated_layer", kB, "false", "Megatron --mtp-use-repeated-layer"},
-              {"mtp_hybrid_override_pattern", kS, "null", "Megatron --mtp-hybrid-override-pattern"},
-              {"mtp_use_separate_hc_head", kB, "null", "Primus mtp_use_separate_hc_head"},
-              {"num_nextn_predict_layers", kA, "null", "Primus num_nextn_predict_layers"},
-              {"mtp_layer_type", kA, "null", "Primus mtp_layer_type"},
-          });
+  // Multi-token prediction itself is implemented (keys_megatron_moe.cpp); these are its variants.
+  add_all(t, kWhyPP, {{"mtp_standalone", kB, "false", "Megatron --mtp-standalone (MTP on its own stage)"}});
+  t.add(unsup("mtp_use_repeated_layer", kB, "false",
+              "Megatron --mtp-use-repeated-layer: one layer shared by "
+              "all MTP depths"));
+  t.add(unsup("mtp_hybrid_override_pattern", kS, "null", "Megatron --mtp-hybrid-override-pattern"));
+  t.add(unsup("mtp_use_separate_hc_head", kB, "null", "Primus mtp_use_separate_hc_head (DeepSeek-V4)"));
+  t.add(unsup("num_nextn_predict_layers", kA, "null",
+              "Primus num_nextn_predict_layers (Kimi's spelling of mtp_num_layers)"));
+  t.add(unsup("mtp_layer_type", kA, "null", "Primus mtp_layer_type (Kimi K3: which layer kind MTP mirrors)"));
   add_all(t, kWhyOffload,
           {
               {"cpu_offloading_num_layers", kI, "0", "Megatron --cpu-offloading-num-layers"},
@@ -401,14 +402,12 @@ void add_megatron_upstream_knobs(KeyTable& t) {
               {"object_storage_cache_path", kS, "null", "Megatron --object-storage-cache-path"},
               {"mid_level_dataset_surplus", kF, "0.005", "Megatron --mid-level-dataset-surplus"},
           });
-  add_all(t, kWhyMLA,
-          {
-              {"cache_mla_latents", kB, "false", "Megatron --cache-mla-latents"},
-              {"fused_padded_mla_attention", kB, "null", "Primus fused_padded_mla_attention"},
-              {"mla_use_nope", kB, "null", "Primus mla_use_nope"},
-              {"mla_use_output_gate", kB, "null", "Primus mla_use_output_gate"},
-              {"fla_mla_attn", kA, "null", "Primus fla_mla_attn"},
-          });
+  // Multi-latent attention itself is implemented (keys_megatron_model.cpp); these are its variants.
+  add_all(t, kWhyInference, {{"cache_mla_latents", kB, "false", "Megatron --cache-mla-latents"}});
+  add_all(t, kWhyFusion, {{"fused_padded_mla_attention", kB, "null", "Primus fused_padded_mla_attention"}});
+  t.add(unsup("mla_use_nope", kB, "null", "Primus mla_use_nope (Kimi K3: MLA without RoPE)"));
+  t.add(unsup("mla_use_output_gate", kB, "null", "Primus mla_use_output_gate (Kimi K3: gated MLA output)"));
+  t.add(unsup("fla_mla_attn", kA, "null", "Primus fla_mla_attn (flash-linear-attention MLA kernels)"));
   add_all(
       t, kWhySft,
       {

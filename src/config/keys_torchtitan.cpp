@@ -18,9 +18,9 @@ void add_torchtitan_keys(KeyTable& t) {
 
   t.group("model");
   t.add(section("model", "model family and size"));
-  // TorchTitan's model registry (torchtitan/models/__init__.py) plus Primus's; only the dense families are
-  // here. The others fail in map_torchtitan with "not supported yet: model NAME".
-  t.add(impl("model.name", kS, "llama3", "model family (llama3 and qwen3 are implemented)")
+  // TorchTitan's model registry (torchtitan/models/__init__.py) plus Primus's; llama3, qwen3 (dense) and
+  // deepseek_v3 (MLA + MoE) are here. The others fail in map_torchtitan with "not supported yet: model NAME".
+  t.add(impl("model.name", kS, "llama3", "model family (llama3, qwen3 and deepseek_v3 are implemented)")
             .check(one_of({"llama3", "qwen3", "deepseek_v3", "llama4", "gpt_oss", "flux", "llama3_ft"})));
   t.add(impl("model.flavor", kS, "debugmodel", "size within the family (see docs/configuration.md)"));
   t.add(impl("model.hf_assets_path", kS, "null",

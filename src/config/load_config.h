@@ -43,6 +43,7 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
 // The dialect mappers and the cross-key validation (dialect_*.cpp, validate.cpp).
 void map_megatron(ResolvedConfig& rc);
 void map_megatron_moe(ResolvedConfig& rc);  // called by map_megatron
+void map_megatron_mla(ResolvedConfig& rc);  // called by map_megatron: MLA, YaRN, MTP
 void map_torchtitan(ResolvedConfig& rc);
 void validate_config(ResolvedConfig& rc);
 

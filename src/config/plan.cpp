@@ -16,17 +16,31 @@ ParamCounts count_parameters(const ModelConfig& m) {
   int64_t layer = h * q + 2 * h * kv + q * h;  // q, k, v, o projections
   if (m.add_qkv_bias) layer += q + 2 * kv;
   if (m.qk_layernorm) layer += 2 * hd;  // per-head q and k norm weights
-  layer += 2 * h;                       // the two norms
+  if (m.mla.enabled) {
+    // model/mla_attention.h: q (low-rank with its norm, or direct), kv_a [kv_lora + dr, h] with the latent
+    // norm, kv_b [H (dn + dv), kv_lora], o [h, H dv].
+    const MlaConfig& a = m.mla;
+    const int64_t H = m.num_attention_heads, dq = a.qk_head_dim + a.qk_pos_emb_head_dim;
+    layer = a.q_lora_rank > 0 ? h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * H * dq : h * H * dq;
+    layer += h * (a.kv_lora_rank + a.qk_pos_emb_head_dim) + a.kv_lora_rank;
+    layer += a.kv_lora_rank * H * (a.qk_head_dim + a.v_head_dim) + H * a.v_head_dim * h;
+  }
+  layer += 2 * h;  // the two norms
   const int64_t mlp_in = m.swiglu ? 2 * m.ffn_hidden_size : m.ffn_hidden_size;
   int64_t dense = layer + h * mlp_in + m.ffn_hidden_size * h;
   if (m.add_bias_linear) dense += h + mlp_in + h;  // o, fc1, fc2 biases
   c.embedding = vocab * h;
   c.lm_head = m.untie_embeddings_and_output_weights ? vocab * h : 0;
   c.final_norm = h;
+  // Multi-token prediction (model/mtp.h): per depth eh_proj [h, 2h], three norms and one layer of the last
+  // layer's kind.
+  const int64_t D = m.mtp_num_layers;
+  c.mtp_layers = D;
   const MoeConfig& e = m.moe;
   if (!e.enabled()) {
     c.per_layer = dense;
-    c.total = c.embedding + c.lm_head + c.final_norm + m.num_layers * c.per_layer;
+    c.per_mtp_depth = D > 0 ? 2 * h * h + 3 * h + dense : 0;
+    c.total = c.embedding + c.lm_head + c.final_norm + m.num_layers * c.per_layer + D * c.per_mtp_depth;
     c.non_embedding = c.total - c.embedding;
     c.active_non_embedding = c.non_embedding;
     return c;
@@ -42,18 +56,33 @@ ParamCounts count_parameters(const ModelConfig& m) {
   c.dense_layers = m.num_layers - c.moe_layers;
   c.per_layer = moe;
   c.per_dense_layer = dense;
-  c.total = c.embedding + c.lm_head + c.final_norm + c.moe_layers * moe + c.dense_layers * dense;
+  const bool mtp_moe = m.num_layers > 0 && e.is_moe_layer(m.num_layers - 1);
+  c.per_mtp_depth = D > 0 ? 2 * h * h + 3 * h + (mtp_moe ? moe : dense) : 0;
+  c.total = c.embedding + c.lm_head + c.final_norm + c.moe_layers * moe + c.dense_layers * dense +
+            D * c.per_mtp_depth;
   c.non_embedding = c.total - c.embedding;
-  c.active_non_embedding = c.non_embedding - c.moe_layers * (e.num_experts - e.topk) * c.moe_expert;
+  const int64_t routed_moe_layers = c.moe_layers + (mtp_moe ? D : 0);
+  c.active_non_embedding = c.non_embedding - routed_moe_layers * (e.num_experts - e.topk) * c.moe_expert;
   return c;
 }
 
 FlopsPerToken flops_per_token(const ModelConfig& m, int64_t seq_length) {
-  const double n = static_cast<double>(count_parameters(m).active_non_embedding);
+  double n = static_cast<double>(count_parameters(m).active_non_embedding);
   const int64_t hd =
       m.kv_channels > 0 ? m.kv_channels : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads);
-  const double attn = static_cast<double>(m.num_layers) * static_cast<double>(seq_length) *
-                      static_cast<double>(m.num_attention_heads * hd);
+  // The attention width per layer: H (Dqk + Dv) / 2, which is H D when the q/k and v head dims agree. QK^T
+  // costs Dqk and PV costs Dv multiply-adds per score, so MLA (Dqk = dn + dr, Dv = dv) counts both.
+  const double width =
+      m.mla.enabled
+          ? static_cast<double>(m.num_attention_heads) *
+                static_cast<double>(m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim + m.mla.v_head_dim) / 2.0
+          : static_cast<double>(m.num_attention_heads * hd);
+  // MTP depths run one more attention layer each, and the output projection once more per token (tied or
+  // not: a tied head is outside N' but still a GEMM per depth).
+  const double layers = static_cast<double>(m.num_layers + m.mtp_num_layers);
+  const double attn = layers * static_cast<double>(seq_length) * width;
+  const double vocab = static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size);
+  n += static_cast<double>(m.mtp_num_layers) * vocab * static_cast<double>(m.hidden_size);
   return {6.0 * n + 6.0 * attn, 6.0 * n + 12.0 * attn};
 }
 
@@ -77,7 +106,16 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu) {
   // (f32).
   double per_token_layer = (4 * h + 2 * q + 2 * kv + 3 * ffn) * act_bytes + 4.0 * m.num_attention_heads;
   if (m.qk_layernorm) per_token_layer += (q + kv) * act_bytes;
-  const double layers = static_cast<double>(m.num_layers);
+  if (m.mla.enabled) {
+    // Packed q | k | v (H (2 Dqk + Dv)), the attention output (H Dv) and the raw and normed latents.
+    const MlaConfig& a = m.mla;
+    const double H = static_cast<double>(m.num_attention_heads), dq = a.qk_head_dim + a.qk_pos_emb_head_dim;
+    per_token_layer =
+        (4 * h + H * (2 * dq + 2 * a.v_head_dim) + 2.0 * (a.q_lora_rank + a.kv_lora_rank) + 3 * ffn) *
+            act_bytes +
+        4.0 * H;
+  }
+  const double layers = static_cast<double>(m.num_layers + m.mtp_num_layers);
   const std::string& g = cfg.recompute.granularity;
   if (g == "full") {
     // Only layer inputs are kept; one layer's activations exist again while it is recomputed.

@@ -12,9 +12,10 @@ struct ParamCounts {
   int64_t embedding = 0;  // input embedding, padded_vocab x hidden
   int64_t lm_head = 0;    // output layer (0 when tied to the embedding)
   int64_t per_layer = 0;  // one decoder layer (attention, MLP, norms, biases); MoE models: an MoE layer
-  int64_t dense_layers = 0, moe_layers = 0;  // MoE models: how many of each
-  int64_t per_dense_layer = 0;               // MoE models: a dense layer
-  int64_t moe_expert = 0;                    // one routed expert (gate, up, down)
+  int64_t dense_layers = 0, moe_layers = 0;   // MoE models: how many of each
+  int64_t per_dense_layer = 0;                // MoE models: a dense layer
+  int64_t moe_expert = 0;                     // one routed expert (gate, up, down)
+  int64_t mtp_layers = 0, per_mtp_depth = 0;  // multi-token prediction: depths, and one depth's parameters
   int64_t final_norm = 0;
   int64_t total = 0;
   int64_t non_embedding = 0;  // total - embedding: N' (includes the lm-head unless tied)
@@ -25,10 +26,13 @@ struct ParamCounts {
 ParamCounts count_parameters(const ModelConfig& m);
 
 // Training FLOPs per token (forward + backward = 3 x forward), with N' = the active non-embedding parameters
-// (all of them for dense models; MoE: the routed experts a token is not sent to do not count):
-//   causal = 6 N' + 6 L S d_attn   (attention over the causal half; what the trainer's log line uses)
-//   full   = 6 N' + 12 L S d_attn  (PaLM / TorchTitan convention, used for MFU against published numbers)
-// where d_attn = num_attention_heads x kv_channels (= hidden_size for Llama) and S = seq_length.
+// (all of them for dense models; MoE: the routed experts a token is not sent to do not count; MTP: its
+// depths' parameters plus one more pass of the output projection, V h, per depth):
+//   causal = 6 N' + 6 L' S d_attn   (attention over the causal half; what the trainer's log line uses)
+//   full   = 6 N' + 12 L' S d_attn  (PaLM / TorchTitan convention, used for MFU against published numbers)
+// where d_attn = num_attention_heads x (Dqk + Dv) / 2 (= heads x kv_channels = hidden_size for Llama; MLA:
+// Dqk = qk_head_dim + qk_pos_emb_head_dim, Dv = v_head_dim), L' = num_layers + mtp_num_layers and S =
+// seq_length.
 struct FlopsPerToken {
   double causal = 0;
   double full = 0;

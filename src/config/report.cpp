@@ -216,7 +216,24 @@ std::string dry_run_report(const ResolvedConfig& rc) {
       m.name.empty() ? "(unnamed)" : m.name, m.num_layers, m.hidden_size, m.num_attention_heads,
       m.num_query_groups, m.kv_channels, m.ffn_hidden_size, m.vocab_size, m.padded_vocab_size,
       m.untie_embeddings_and_output_weights ? "" : ", tied embeddings", m.add_qkv_bias ? ", qkv bias" : "",
-      m.qk_layernorm ? ", qk-norm" : "");
+      m.qk_layernorm && !m.mla.enabled ? ", qk-norm" : "");
+  if (m.mla.enabled) {
+    const MlaConfig& a = m.mla;
+    out += fmt::format(
+        "attention      multi-latent (docs/mla.md): q {}, kv latent {}, q/k heads {} + {} rotary, v heads "
+        "{}; "
+        "{}, softmax scale m^2/sqrt({})\n",
+        a.q_lora_rank > 0 ? fmt::format("latent {}", a.q_lora_rank) : std::string("direct"), a.kv_lora_rank,
+        a.qk_head_dim, a.qk_pos_emb_head_dim, a.v_head_dim,
+        a.yarn ? fmt::format("YaRN x{} from {} positions (beta {}/{}, mscale {}/{})", a.rotary_scaling_factor,
+                             a.original_max_position, a.beta_fast, a.beta_slow, a.mscale, a.mscale_all_dim)
+               : std::string("plain RoPE"),
+        a.qk_head_dim + a.qk_pos_emb_head_dim);
+  }
+  if (m.mtp_num_layers > 0)
+    out += fmt::format("mtp            {} depth(s), loss weight {} / {} per depth, {} parameters per depth\n",
+                       m.mtp_num_layers, m.mtp_loss_scaling_factor, m.mtp_num_layers,
+                       with_commas(params.per_mtp_depth));
   out +=
       fmt::format("parameters     {} total ({}); {} non-embedding; embedding {}, lm-head {}, per layer {}\n",
                   count(static_cast<double>(params.total)), with_commas(params.total),

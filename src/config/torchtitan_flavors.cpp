@@ -49,6 +49,66 @@ ModelConfig qwen3(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, 
   return m;
 }
 
+// TorchTitan's deepseek_v3 model (MLA + MoE). TorchTitan applies YaRN only when training.seq_len exceeds the
+// original 4096 positions (the dialect switches it off otherwise), with an unscaled cos/sin and the softmax
+// temperature m(40, mscale)^2: mscale = mscale_all_dim here.
+struct DeepSeekDims {
+  int64_t dim, inter, moe_inter, layers, dense_layers, heads, experts, shared, topk;
+  bool sigmoid, route_norm;
+  double route_scale;
+  int64_t groups, group_topk, q_lora;
+  double mscale;
+};
+
+ModelConfig deepseek_v3(const DeepSeekDims& d) {
+  ModelConfig m;
+  m.family = "deepseek_v3";
+  m.num_layers = d.layers;
+  m.hidden_size = d.dim;
+  m.num_attention_heads = d.heads;
+  m.num_query_groups = d.heads;
+  m.kv_channels = 128;  // unused by MLA (v_head_dim below)
+  m.ffn_hidden_size = d.inter;
+  m.qk_layernorm = true;  // MLA's latent norms
+  m.norm_epsilon = 1e-5;  // DeepSeekV3ModelArgs.norm_eps
+  m.rotary_base = 10000.0;
+  m.untie_embeddings_and_output_weights = true;
+  m.init_method_std = 0.02;
+  MlaConfig& a = m.mla;
+  a.enabled = true;
+  a.q_lora_rank = d.q_lora;
+  a.kv_lora_rank = 512;
+  a.qk_head_dim = 128;
+  a.qk_pos_emb_head_dim = 64;
+  a.v_head_dim = 128;
+  a.yarn = true;
+  a.rotary_scaling_factor = 40.0;
+  a.original_max_position = 4096;
+  a.beta_fast = 32.0;
+  a.beta_slow = 1.0;
+  a.mscale = d.mscale;
+  a.mscale_all_dim = d.mscale;
+  MoeConfig& e = m.moe;
+  e.num_experts = d.experts;
+  e.topk = d.topk;
+  e.ffn_hidden_size = d.moe_inter;
+  e.shared_ffn_hidden_size = d.moe_inter * d.shared;
+  e.layer_is_moe.assign(static_cast<size_t>(d.layers), 1);
+  for (int64_t l = 0; l < d.dense_layers; ++l) e.layer_is_moe[l] = 0;
+  // TorchTitan's router: scores over all experts, top-k, weights renormalised when route_norm, times
+  // route_scale; load balanced by the expert bias (load_balance_coeff 1e-3), no auxiliary loss.
+  e.score_function = d.sigmoid ? "sigmoid" : "softmax";
+  e.pre_softmax = !d.sigmoid;  // a softmax over all experts before the top-k (sigmoid scores need none)
+  e.normalize_topk = d.route_norm;
+  e.topk_scaling_factor = d.route_scale;
+  e.num_groups = d.groups;
+  e.group_topk = d.group_topk;
+  e.expert_bias = true;
+  e.bias_update_rate = 1e-3;
+  e.load_balancing = "none";
+  return m;
+}
+
 }  // namespace
 
 const std::vector<Flavor>& torchtitan_flavors() {
@@ -68,6 +128,14 @@ const std::vector<Flavor>& torchtitan_flavors() {
       {"qwen3", "8B", qwen3(4096, 36, 32, 8, 128, 12288, false)},
       {"qwen3", "14B", qwen3(5120, 40, 40, 8, 128, 17408, false)},
       {"qwen3", "32B", qwen3(5120, 64, 64, 8, 128, 25600, false)},
+      // TorchTitan torchtitan/models/deepseek_v3: the sizes of DeepSeek-V2-Lite, -V2 and -V3
+      // (reference.md §1.4 and Primus's deepseek_v2_lite / deepseek_v2 / deepseek_v3 presets).
+      {"deepseek_v3", "16B",
+       deepseek_v3({2048, 10944, 1408, 27, 1, 16, 64, 2, 6, false, false, 1.0, 0, 0, 0, 0.70})},
+      {"deepseek_v3", "236B",
+       deepseek_v3({5120, 12288, 1536, 60, 1, 128, 160, 2, 6, false, false, 16.0, 8, 3, 1536, 1.0})},
+      {"deepseek_v3", "671B",
+       deepseek_v3({7168, 18432, 2048, 61, 3, 128, 256, 1, 8, true, true, 2.5, 8, 4, 1536, 1.0})},
   };
   return kFlavors;
 }

@@ -10,7 +10,7 @@
 namespace primus::config {
 
 struct Flavor {
-  std::string family;  // llama3 | qwen3
+  std::string family;  // llama3 | qwen3 | deepseek_v3
   std::string flavor;  // 8B, 70B, ...
   ModelConfig model;   // dimensions and flags; vocabulary left 0 (it comes from the tokenizer)
 };

@@ -43,6 +43,22 @@ struct MoeConfig {
   }
 };
 
+// Multi-latent attention and YaRN (DeepSeek-V2/V3; docs/mla.md; Megatron's multi_latent_attention keys).
+struct MlaConfig {
+  bool enabled = false;
+  int64_t q_lora_rank = 0;  // 0: q = x W_q^T (no low-rank query, DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 512;
+  int64_t qk_head_dim = 128;         // dn: per-head q/k dims without position (Megatron qk_head_dim)
+  int64_t qk_pos_emb_head_dim = 64;  // dr: rotary dims, one k head shared by all heads
+  int64_t v_head_dim = 128;
+  // RoPE of the rotary slice: yarn (Megatron's default for MLA) or plain rope.
+  bool yarn = true;
+  double rotary_scaling_factor = 1.0;  // YaRN factor; also in the softmax scale m(factor, mscale_all_dim)^2
+  int64_t original_max_position = 4096;
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double mscale = 1.0, mscale_all_dim = 1.0;
+};
+
 struct ModelConfig {
   std::string name;              // preset name, e.g. "llama3.1_8B"
   std::string family = "llama";  // llama | qwen2 | qwen3 (informational; behaviour comes from the flags)
@@ -71,23 +87,11 @@ struct ModelConfig {
   int64_t rope_original_max_position = 8192;
   double init_method_std = 0.02;
   MoeConfig moe;
-
-  // Multi-latent attention, YaRN and multi-token prediction (DeepSeek-V2/V3), under Megatron's
-  // MLATransformerConfig names. The Hugging Face conversion (checkpoint/hf_config_moe.cpp) fills them; the
-  // model does not implement them yet, so a model with multi_latent_attention or mtp_num_layers is refused
-  // ("not supported yet") wherever it would be built.
-  bool multi_latent_attention = false;
-  int64_t q_lora_rank = 0;          // 0: null (q_proj straight from the hidden state, DeepSeek-V2-Lite)
-  int64_t kv_lora_rank = 0;         // compressed KV width
-  int64_t qk_head_dim = 0;          // dn: the per-head q/k part without RoPE (HF qk_nope_head_dim)
-  int64_t qk_pos_emb_head_dim = 0;  // dr: the per-head RoPE part (HF qk_rope_head_dim)
-  int64_t v_head_dim = 0;           // dv
-  std::string rope_type = "rope";   // rope | yarn (Megatron's rope_type; llama3 scaling is use_rope_scaling)
-  double rotary_scaling_factor = 1.0;            // YaRN factor
-  int64_t original_max_position_embeddings = 0;  // YaRN original context length
-  double beta_fast = 32.0, beta_slow = 1.0;      // YaRN ramp bounds
-  double mscale = 1.0, mscale_all_dim = 0.0;     // YaRN attention scale terms (0: not given)
-  int64_t mtp_num_layers = 0;                    // DeepSeek-V3 num_nextn_predict_layers
+  MlaConfig mla;
+  // Multi-token prediction (DeepSeek-V3; docs/mla.md): mtp_num_layers extra depths, each predicting one token
+  // further; their mean loss, scaled by mtp_loss_scaling_factor, is added to the LM loss.
+  int64_t mtp_num_layers = 0;
+  double mtp_loss_scaling_factor = 0.1;
 };
 
 struct OptimConfig {

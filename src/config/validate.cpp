@@ -72,12 +72,15 @@ void validate_config(ResolvedConfig& rc) {
 
   // The expert bias follows the loads of the whole global batch: with data parallelism they must be summed
   // over ranks first (expert parallelism's issue brings that reduction).
+  // (TorchTitan's deepseek_v3 flavors always balance with the bias: the flavor is the key there.)
+  const char* bias_key =
+      rc.keys.get("moe_router_enable_expert_bias") ? "moe_router_enable_expert_bias" : "model.flavor";
   if (t.model.moe.expert_bias && p.data_parallel_size > 1)
     throw NotSupportedError(
-        fmt::format(
-            "{}: not supported yet: moe_router_enable_expert_bias with data parallelism ({} ranks): the "
-            "expert loads are not yet summed over ranks",
-            rc.keys.origin("moe_router_enable_expert_bias").str(), p.data_parallel_size),
+        fmt::format("{}: not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with data "
+                    "parallelism "
+                    "({} ranks): the expert loads are not yet summed over ranks",
+                    rc.keys.origin(bias_key).str(), p.data_parallel_size),
         "train on one rank, or set moe_router_enable_expert_bias: false and balance with moe_aux_loss_coeff");
 
   // Learning-rate schedule.

@@ -12,32 +12,40 @@
 namespace primus {
 
 DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, int layer_index)
+    : DecoderLayer(spec, params, "layers." + std::to_string(layer_index) + ".",
+                   spec.is_moe_layer(layer_index), layer_index) {}
+
+DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, const std::string& p, bool moe_layer,
+                           int stats_layer)
     : spec_(spec), params_(params) {
-  const std::string p = "layers." + std::to_string(layer_index) + ".";
   auto need = [&](const std::string& n) {
     int i = params.find(p + n);
     PRIMUS_CHECK(i >= 0, "parameter {}{} missing", p, n);
     return i;
   };
-  w_qkv_ = need("self_attn.qkv_proj.weight");
-  w_o_ = need("self_attn.o_proj.weight");
-  if (spec.is_moe_layer(layer_index)) {
-    moe_ = std::make_unique<MoeMlp>(spec, params, layer_index);
+  if (spec.mla.enabled) {
+    mla_ = std::make_unique<MlaAttention>(spec, params, p);
+  } else {
+    w_qkv_ = need("self_attn.qkv_proj.weight");
+    w_o_ = need("self_attn.o_proj.weight");
+  }
+  if (moe_layer) {
+    moe_ = std::make_unique<MoeMlp>(spec, params, p + "mlp.", stats_layer);
   } else {
     w_gu_ = need("mlp.gate_up_proj.weight");
     w_down_ = need("mlp.down_proj.weight");
   }
   norm1_ = need("input_layernorm.weight");
   norm2_ = need("post_attention_layernorm.weight");
-  if (spec.qkv_bias) b_qkv_ = need("self_attn.qkv_proj.bias");
-  if (spec.qk_norm) {
+  if (spec.qkv_bias && !mla_) b_qkv_ = need("self_attn.qkv_proj.bias");
+  if (spec.qk_norm && !mla_) {
     q_norm_ = need("self_attn.q_norm.weight");
     k_norm_ = need("self_attn.k_norm.weight");
   }
 }
 
 std::vector<int> DecoderLayer::gemm_weight_entries() const {
-  std::vector<int> out = {w_qkv_, w_o_};
+  std::vector<int> out = mla_ ? mla_->gemm_weight_entries() : std::vector<int>{w_qkv_, w_o_};
   if (moe_) {
     for (int e : moe_->gemm_weight_entries()) out.push_back(e);
   } else {
@@ -68,34 +76,37 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   a.rstd1 = ctx.empty({n}, ctx.stat_dtype());
   ops::rmsnorm_forward(x_in, params_.param(norm1_), spec_.norm_eps, a.h1, a.rstd1, s);
 
-  Tensor qkv = ctx.act({n, spec_.qkv_dim()});
-  Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
-  ops::linear_forward(a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv, s);
-  if (spec_.qk_norm) {
-    // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
-    a.qkv_raw = qkv;
-    qkv = ctx.act({n, spec_.qkv_dim()});
-    qkv.copy_from(a.qkv_raw, s);  // v columns pass through unchanged
-    a.q_rstd = ctx.empty({n, spec_.heads}, ctx.stat_dtype());
-    a.k_rstd = ctx.empty({n, spec_.kv_heads}, ctx.stat_dtype());
-    ops::head_rmsnorm_forward(a.qkv_raw, 0, spec_.heads, spec_.head_dim, params_.param(q_norm_),
-                              spec_.norm_eps, qkv, a.q_rstd, s);
-    ops::head_rmsnorm_forward(a.qkv_raw, spec_.heads, spec_.kv_heads, spec_.head_dim, params_.param(k_norm_),
-                              spec_.norm_eps, qkv, a.k_rstd, s);
-  }
-  const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
-  Tensor qkv3 = qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
-  ops::rope_apply(qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
-                  *ctx.rope_table, ctx.pos_offset, /*inverse=*/false, s);
-  a.qkv = qkv;
-
-  a.attn = ctx.act({n, spec_.q_dim()});
-  a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
-  Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()});
-  ops::attention_forward(qkv3, attention_shape(spec_, ctx), attn3, a.lse, s);
-
   a.x_mid = ctx.act({n, d});
-  ops::linear_forward(a.attn, params_.param(w_o_), nullptr, a.x_mid, s, &x_in);
+  if (mla_) {
+    mla_->forward(ctx, a.h1, x_in, a.x_mid, a.mla);
+  } else {
+    Tensor qkv = ctx.act({n, spec_.qkv_dim()});
+    Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
+    ops::linear_forward(a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv, s);
+    if (spec_.qk_norm) {
+      // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
+      a.qkv_raw = qkv;
+      qkv = ctx.act({n, spec_.qkv_dim()});
+      qkv.copy_from(a.qkv_raw, s);  // v columns pass through unchanged
+      a.q_rstd = ctx.empty({n, spec_.heads}, ctx.stat_dtype());
+      a.k_rstd = ctx.empty({n, spec_.kv_heads}, ctx.stat_dtype());
+      ops::head_rmsnorm_forward(a.qkv_raw, 0, spec_.heads, spec_.head_dim, params_.param(q_norm_),
+                                spec_.norm_eps, qkv, a.q_rstd, s);
+      ops::head_rmsnorm_forward(a.qkv_raw, spec_.heads, spec_.kv_heads, spec_.head_dim,
+                                params_.param(k_norm_), spec_.norm_eps, qkv, a.k_rstd, s);
+    }
+    const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
+    Tensor qkv3 = qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
+    ops::rope_apply(qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
+                    *ctx.rope_table, ctx.pos_offset, /*inverse=*/false, s);
+    a.qkv = qkv;
+
+    a.attn = ctx.act({n, spec_.q_dim()});
+    a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
+    Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()});
+    ops::attention_forward(qkv3, attention_shape(spec_, ctx), attn3, a.lse, s);
+    ops::linear_forward(a.attn, params_.param(w_o_), nullptr, a.x_mid, s, &x_in);
+  }
 
   a.h2 = ctx.act({n, d});
   a.rstd2 = ctx.empty({n}, ctx.stat_dtype());
@@ -130,6 +141,7 @@ Tensor DecoderLayer::forward(const StepContext& ctx, const Tensor& x_in, LayerAc
     a.h1 = Tensor();
     a.h2 = Tensor();
     a.act = Tensor();
+    a.mla.drop_selective();
     if (moe_) {
       a.moe.act_perm = Tensor();
       a.moe.sh_act = Tensor();
@@ -163,6 +175,44 @@ void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a
   }
 }
 
+void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a,
+                                      Tensor& d_h1) {
+  const int64_t n = ctx.tokens();
+  const Stream& s = ctx.stream;
+  Tensor d_attn = ctx.act({n, spec_.q_dim()});
+  ops::linear_backward_input(dx, params_.param(w_o_), d_attn, false, s);
+  Tensor g_o = params_.grad(w_o_);
+  ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s, params_.grad_accumulate(w_o_));
+  Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
+  Tensor d_qkv3 = d_qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
+  ops::attention_backward(
+      d_attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}),
+      a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.lse, attention_shape(spec_, ctx), d_qkv3, s);
+  d_attn = Tensor();
+  a.attn = Tensor();
+  a.qkv = Tensor();
+  const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
+  ops::rope_apply(d_qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
+                  *ctx.rope_table, ctx.pos_offset, /*inverse=*/true, s);
+  if (spec_.qk_norm) {
+    Tensor d_raw = ctx.act({n, spec_.qkv_dim()});
+    d_raw.copy_from(d_qkv, s);  // v columns: the norm does not touch them
+    Tensor gq = params_.grad(q_norm_), gk = params_.grad(k_norm_);
+    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(q_norm_), a.q_rstd, 0, spec_.heads,
+                               spec_.head_dim, d_raw, gq, s);
+    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(k_norm_), a.k_rstd, spec_.heads,
+                               spec_.kv_heads, spec_.head_dim, d_raw, gk, s);
+    d_qkv = d_raw;
+  }
+  Tensor g_qkv = params_.grad(w_qkv_);
+  Tensor g_bias = b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor();
+  // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
+  ops::linear_backward_weight(d_qkv, a.h1, g_qkv, b_qkv_ >= 0 ? &g_bias : nullptr, s,
+                              params_.grad_accumulate(w_qkv_));
+  ops::linear_backward_input(d_qkv, params_.param(w_qkv_), d_h1, false, s);
+  d_qkv = Tensor();
+}
+
 Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivations& a) {
   recompute_dropped(ctx, a);
   const int64_t n = ctx.tokens(), d = spec_.hidden;
@@ -194,39 +244,12 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   d_h2 = Tensor();
 
   // Attention: x_mid = x_in + attn(qkv(h1)) Wo^T
-  Tensor d_attn = ctx.act({n, spec_.q_dim()});
-  ops::linear_backward_input(dx, params_.param(w_o_), d_attn, false, s);
-  Tensor g_o = params_.grad(w_o_);
-  ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s, params_.grad_accumulate(w_o_));
-  Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
-  Tensor d_qkv3 = d_qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
-  ops::attention_backward(
-      d_attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}),
-      a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.lse, attention_shape(spec_, ctx), d_qkv3, s);
-  d_attn = Tensor();
-  a.attn = Tensor();
-  a.qkv = Tensor();
-  const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
-  ops::rope_apply(d_qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
-                  *ctx.rope_table, ctx.pos_offset, /*inverse=*/true, s);
-  if (spec_.qk_norm) {
-    Tensor d_raw = ctx.act({n, spec_.qkv_dim()});
-    d_raw.copy_from(d_qkv, s);  // v columns: the norm does not touch them
-    Tensor gq = params_.grad(q_norm_), gk = params_.grad(k_norm_);
-    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(q_norm_), a.q_rstd, 0, spec_.heads,
-                               spec_.head_dim, d_raw, gq, s);
-    ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(k_norm_), a.k_rstd, spec_.heads,
-                               spec_.kv_heads, spec_.head_dim, d_raw, gk, s);
-    d_qkv = d_raw;
-  }
-  Tensor g_qkv = params_.grad(w_qkv_);
-  Tensor g_bias = b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor();
-  // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
-  ops::linear_backward_weight(d_qkv, a.h1, g_qkv, b_qkv_ >= 0 ? &g_bias : nullptr, s,
-                              params_.grad_accumulate(w_qkv_));
   Tensor d_h1 = ctx.act({n, d});
-  ops::linear_backward_input(d_qkv, params_.param(w_qkv_), d_h1, false, s);
-  d_qkv = Tensor();
+  if (mla_) {
+    mla_->backward(ctx, dx, a.h1, a.mla, d_h1);
+  } else {
+    attention_backward(ctx, dx, a, d_h1);
+  }
   Tensor g_norm1 = params_.grad(norm1_);
   ops::rmsnorm_backward(d_h1, a.x_in, params_.param(norm1_), a.rstd1, dx, g_norm1, /*accumulate_dx=*/true, s);
   a.clear();

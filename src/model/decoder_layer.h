@@ -3,11 +3,13 @@
 //   h1 = rmsnorm(x); qkv = h1 Wqkv^T (+b); [qk-norm]; rope(q, k); a = attn(qkv); x_mid = x + a Wo^T
 //   h2 = rmsnorm(x_mid); gu = h2 Wgu^T; s = swiglu(gu); x_out = x_mid + s Wdown^T
 // or, in an MoE layer, x_out = x_mid + moe(h2) (model/moe_mlp.h).
-// The residual adds ride on the GEMMs' C input (y = x W^T + residual), so they cost no extra pass.
+// With multi_latent_attention the attention is MlaAttention (model/mla_attention.h) instead of the packed-QKV
+// one. The residual adds ride on the GEMMs' C input (y = x W^T + residual), so they cost no extra pass.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "model/mla_attention.h"
 #include "model/model_spec.h"
 #include "model/moe_mlp.h"
 #include "model/param_store.h"
@@ -27,6 +29,7 @@ struct LayerActivations {
   Tensor gu;                       // gate|up projections
   Tensor act;                      // swiglu output
   MoeActivations moe;              // MoE layers: everything of the MoE MLP
+  MlaActivations mla;              // MLA layers: everything of the attention (qkv, attn, lse above unused)
   RecomputeMode mode = RecomputeMode::kNone;
   void clear() { *this = LayerActivations{}; }
 };
@@ -34,6 +37,10 @@ struct LayerActivations {
 class DecoderLayer {
  public:
   DecoderLayer(const ModelSpec& spec, ParamStore& params, int layer_index);
+  // A layer whose parameters are named `prefix` + "self_attn..." (e.g. "mtp.0.layer."); moe_layer picks the
+  // MLP.
+  DecoderLayer(const ModelSpec& spec, ParamStore& params, const std::string& prefix, bool moe_layer,
+               int stats_layer);
 
   // Returns x_out. With a slot, saves what backward needs according to `mode`; without one (evaluation) keeps
   // nothing.
@@ -50,11 +57,15 @@ class DecoderLayer {
   // Runs the forward and fills every field of the slot (mode kNone semantics).
   Tensor forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a, bool record_stats);
   void recompute_dropped(const StepContext& ctx, LayerActivations& a);
+  // The packed-QKV attention's backward: d_h1 (overwritten) from dx = dL/dx_mid.
+  void attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a, Tensor& d_h1);
 
   const ModelSpec& spec_;
   ParamStore& params_;
-  int w_qkv_, b_qkv_ = -1, w_o_, w_gu_ = -1, w_down_ = -1, norm1_, norm2_, q_norm_ = -1, k_norm_ = -1;
+  int w_qkv_ = -1, b_qkv_ = -1, w_o_ = -1, w_gu_ = -1, w_down_ = -1, norm1_, norm2_, q_norm_ = -1,
+      k_norm_ = -1;
   std::unique_ptr<MoeMlp> moe_;
+  std::unique_ptr<MlaAttention> mla_;
 };
 
 }  // namespace primus

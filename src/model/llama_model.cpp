@@ -1,5 +1,7 @@
 #include "model/llama_model.h"
 
+#include "core/device.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 
 namespace primus {
@@ -29,6 +31,18 @@ std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t nu
 ops::RopeConfig rope_config(const ModelConfig& m) {
   ops::RopeConfig r;
   r.theta = m.rotary_base;
+  if (m.mla.enabled) {
+    // MLA rotates only its qk_pos_emb_head_dim slice, with YaRN (Megatron's default for MLA) or plain rope.
+    const MlaConfig& a = m.mla;
+    r.yarn = a.yarn;
+    r.factor = a.rotary_scaling_factor;
+    r.original_max_position = a.original_max_position;
+    r.beta_fast = a.beta_fast;
+    r.beta_slow = a.beta_slow;
+    r.mscale = a.mscale;
+    r.mscale_all_dim = a.mscale_all_dim;
+    return r;
+  }
   r.llama3_scaling = m.use_rope_scaling;
   r.factor = m.rope_scaling_factor;
   r.low_freq_factor = m.rope_low_freq_factor;
@@ -45,9 +59,13 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
       stream_(stream),
       act_dtype_(stream.device.is_cpu() ? params.compute_flat().dtype() : DType::kBF16),
       head_(spec_, params) {
-  rope_table_ = ops::rope_table(rope_config(cfg), max_seq, spec_.head_dim).to(stream);
+  rope_table_ = ops::rope_table(rope_config(cfg), max_seq, spec_.rope_dim()).to(stream);
   for (int l = 0; l < spec_.layers; ++l) layers_.push_back(std::make_unique<DecoderLayer>(spec_, params, l));
-  recompute_ = recompute_plan(recompute, spec_.layers);
+  // MTP depths continue the layer numbering (Primus: depth k is layer L + k) in the recompute plan.
+  const std::vector<RecomputeMode> plan = recompute_plan(recompute, spec_.layers + spec_.mtp_layers);
+  recompute_.assign(plan.begin(), plan.begin() + spec_.layers);
+  mtp_recompute_.assign(plan.begin() + spec_.layers, plan.end());
+  for (int k = 0; k < spec_.mtp_layers; ++k) mtp_.push_back(std::make_unique<MtpDepth>(spec_, params, k));
   embed_ = params.find("embed_tokens.weight");
 }
 
@@ -65,21 +83,99 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
   return ctx;
 }
 
+Tensor LlamaModel::lookup_tokens(const StepContext& ctx, const Tensor& tokens) const {
+  const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, D = spec_.mtp_layers;
+  Tensor flat = tokens.view({n});
+  if (D == 0) return flat;
+  Tensor all = ctx.empty({(1 + D) * n}, DType::kI32);
+  all.slice(0, n).copy_from(flat, ctx.stream);
+  for (int64_t k = 1; k <= D; ++k) {
+    // Rolled left by k within each sequence, as Megatron's roll_tensor: the last k positions wrap around to
+    // valid ids whose predictions do not count (their shifted targets are -1).
+    const int64_t s = k % T;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t dst = k * n + b * T, src = b * T;
+      all.slice(dst, dst + T - s).copy_from(flat.slice(src + s, src + T), ctx.stream);
+      if (s > 0) all.slice(dst + T - s, dst + T).copy_from(flat.slice(src, src + s), ctx.stream);
+    }
+  }
+  return all;
+}
+
+Tensor LlamaModel::shifted_targets(const StepContext& ctx, const Tensor& targets, int64_t shift) const {
+  const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, keep = std::max<int64_t>(T - shift, 0);
+  Tensor flat = targets.view({n});
+  Tensor out = ctx.empty({n}, DType::kI32);
+  device_memset(out.data_ptr(), 0xff, out.nbytes(), ctx.stream);  // -1: no shifted target
+  for (int64_t b = 0; b < B && keep > 0; ++b)
+    out.slice(b * T, b * T + keep).copy_from(flat.slice(b * T + shift, b * T + T), ctx.stream);
+  return out;
+}
+
+Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_all,
+                             const Tensor& targets, float grad_scale, const Tensor* host_targets,
+                             Tensor& losses, Tensor& de) {
+  const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, D = spec_.mtp_layers, d = spec_.hidden;
+  const Stream& s = ctx.stream;
+  if (!host_targets) stream_sync(s);  // the device copy of the targets must be complete before it is read
+  const Tensor host = host_targets ? *host_targets : targets.to(Stream::cpu());
+  mtp_counts_ = mtp_counted_tokens(host.view({B, T}), D);
+  int64_t counted = 0;
+  for (int32_t t : host.view({n}).to_vector<int32_t>()) counted += t >= 0;
+
+  Tensor h0 = ctx.act({n, d}), rstd0 = ctx.empty({n}, ctx.stat_dtype());
+  head_.norm_forward(ctx, x, head_.norm_entry(), h0, rstd0);
+  std::vector<MtpActivations> acts(static_cast<size_t>(D));
+  for (int64_t k = 0; k < D; ++k)
+    mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), k == 0 ? h0 : acts[k - 1].h, acts[k],
+                     mtp_recompute_[k], /*record_stats=*/true);
+
+  // Deepest first: depth k's gradient reaches h_{k-1}, which depth k - 1's head adds to.
+  Tensor flat_targets = targets.view({n});
+  mtp_losses_.assign(static_cast<size_t>(D), Tensor());
+  Tensor dh_next;
+  for (int64_t k = D - 1; k >= 0; --k) {
+    Tensor tk = shifted_targets(ctx, targets, k + 1);
+    const double lambda = spec_.mtp_loss_scale / static_cast<double>(D);
+    const float scale = mtp_counts_[k] > 0
+                            ? static_cast<float>(lambda * grad_scale * static_cast<double>(counted) /
+                                                 static_cast<double>(mtp_counts_[k]))
+                            : 0.0f;
+    mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
+    Tensor dh = ctx.act({n, d});
+    head_.project(ctx, acts[k].h, tk, scale, mtp_losses_[k], &dh);
+    if (dh_next.defined()) ops::add(dh, dh_next, dh, s);
+    Tensor dprev = ctx.act({n, d});
+    Tensor de_k = de.slice(k * n, (k + 1) * n);
+    mtp_[k]->backward(ctx, dh, k == 0 ? h0 : acts[k - 1].h, acts[k], de_k, dprev);
+    dh_next = dprev;
+  }
+  Tensor dh0 = ctx.act({n, d});
+  head_.project(ctx, h0, flat_targets, grad_scale, losses, &dh0);
+  ops::add(dh0, dh_next, dh0, s);
+  Tensor dx = ctx.act({n, d});
+  head_.norm_backward(ctx, dh0, x, head_.norm_entry(), rstd0, dx);
+  return dx;
+}
+
 Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
-                                    float aux_grad_scale) {
+                                    float aux_grad_scale, const Tensor* host_targets) {
   StepContext ctx = context(tokens);
   ctx.aux_grad_scale = aux_grad_scale;
-  const int64_t n = ctx.tokens();
+  const int64_t n = ctx.tokens(), D = spec_.mtp_layers;
   const int head_region = static_cast<int>(layers_.size()) + 1;
   auto hook = [&](void (ParamHooks::*f)(int), int region) {
     if (hooks_) (hooks_->*f)(region);
   };
-  Tensor flat_tokens = tokens.view({n});
-  Tensor x = ctx.act({n, spec_.hidden});
+  // One lookup serves the input and every MTP depth: the overlapped update defers the table's update behind
+  // the forward's (single) lookup.
+  Tensor lookup = lookup_tokens(ctx, tokens);
+  Tensor e_all = ctx.act({lookup.size(0), spec_.hidden});
   hook(&ParamHooks::before_forward, 0);
-  if (!(hooks_ && hooks_->embedding_forward(flat_tokens, x)))
-    ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
+  if (!(hooks_ && hooks_->embedding_forward(lookup, e_all)))
+    ops::embedding_forward(lookup, params_.param(embed_), e_all, ctx.stream);
   hook(&ParamHooks::after_forward, 0);
+  Tensor x = D > 0 ? e_all.slice(0, n) : e_all;
 
   std::vector<LayerActivations> slots(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -89,9 +185,14 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   }
 
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
-  Tensor dx;
+  Tensor dx, de;
   hook(&ParamHooks::before_forward, head_region);
-  head_.run(ctx, x, targets.view({n}), grad_scale, losses, &dx);
+  if (D == 0) {
+    head_.run(ctx, x, targets.view({n}), grad_scale, losses, &dx);
+  } else {
+    de = ctx.act({D * n, spec_.hidden});
+    dx = mtp_heads(ctx, x, e_all, targets, grad_scale, host_targets, losses, de);
+  }
   hook(&ParamHooks::after_backward, head_region);
   x = Tensor();
   for (size_t l = layers_.size(); l-- > 0;) {
@@ -102,27 +203,34 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
 
   hook(&ParamHooks::before_backward, 0);
   Tensor g_embed = params_.grad(embed_);
-  ops::embedding_backward(flat_tokens, dx, g_embed, ctx.stream);
+  ops::embedding_backward(lookup.slice(0, n), dx, g_embed, ctx.stream);
+  if (D > 0) ops::embedding_backward(lookup.slice(n, (1 + D) * n), de, g_embed, ctx.stream);
   hook(&ParamHooks::after_backward, 0);
   return losses;
 }
 
-void LlamaModel::end_step() {
+std::vector<MoeMlp*> LlamaModel::moe_layers() {
+  std::vector<MoeMlp*> out;
   for (auto& layer : layers_)
-    if (MoeMlp* m = layer->moe()) m->end_step(stream_);
+    if (MoeMlp* m = layer->moe()) out.push_back(m);
+  for (auto& depth : mtp_)
+    if (MoeMlp* m = depth->layer().moe()) out.push_back(m);
+  return out;
+}
+
+void LlamaModel::end_step() {
+  for (MoeMlp* m : moe_layers()) m->end_step(stream_);
 }
 
 std::vector<MoeLayerStats> LlamaModel::take_moe_stats() {
   std::vector<MoeLayerStats> out;
-  for (auto& layer : layers_)
-    if (MoeMlp* m = layer->moe()) out.push_back(m->take_stats(stream_));
+  for (MoeMlp* m : moe_layers()) out.push_back(m->take_stats(stream_));
   return out;
 }
 
 double LlamaModel::moe_losses_of_last_forward() {
   double sum = 0;
-  for (auto& layer : layers_)
-    if (MoeMlp* m = layer->moe()) sum += m->last_losses(stream_);
+  for (MoeMlp* m : moe_layers()) sum += m->last_losses(stream_);
   return sum;
 }
 
@@ -130,20 +238,23 @@ std::vector<int> LlamaModel::gemm_written_grad_entries() const {
   std::vector<int> out;
   for (const auto& layer : layers_)
     for (int i : layer->gemm_weight_entries()) out.push_back(i);
+  for (const auto& depth : mtp_)
+    for (int i : depth->gemm_weight_entries()) out.push_back(i);
   out.push_back(head_.weight_entry());
   return out;
 }
 
-Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets) {
+Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp) {
   StepContext ctx = context(tokens);
-  const int64_t n = ctx.tokens();
+  const int64_t n = ctx.tokens(), D = with_mtp ? spec_.mtp_layers : 0;
   const int head_region = static_cast<int>(layers_.size()) + 1;
-  Tensor flat_tokens = tokens.view({n});
-  Tensor x = ctx.act({n, spec_.hidden});
+  Tensor lookup = D > 0 ? lookup_tokens(ctx, tokens) : tokens.view({n});
+  Tensor e_all = ctx.act({lookup.size(0), spec_.hidden});
   if (hooks_) hooks_->before_forward(0);
-  if (!(hooks_ && hooks_->embedding_forward(flat_tokens, x)))
-    ops::embedding_forward(flat_tokens, params_.param(embed_), x, ctx.stream);
+  if (!(hooks_ && hooks_->embedding_forward(lookup, e_all)))
+    ops::embedding_forward(lookup, params_.param(embed_), e_all, ctx.stream);
   if (hooks_) hooks_->after_forward(0);
+  Tensor x = D > 0 ? e_all.slice(0, n) : e_all;
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (hooks_) hooks_->before_forward(static_cast<int>(l) + 1);
     x = layers_[l]->forward(ctx, x, nullptr, RecomputeMode::kNone);
@@ -152,6 +263,18 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets) {
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   if (hooks_) hooks_->before_forward(head_region);
   head_.run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);
+  if (D > 0) {
+    Tensor h = ctx.act({n, spec_.hidden}), rstd = ctx.empty({n}, ctx.stat_dtype());
+    head_.norm_forward(ctx, x, head_.norm_entry(), h, rstd);
+    mtp_losses_.assign(static_cast<size_t>(D), Tensor());
+    for (int64_t k = 0; k < D; ++k) {
+      MtpActivations a;
+      mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), h, a, RecomputeMode::kNone, false);
+      mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
+      head_.project(ctx, a.h, shifted_targets(ctx, targets, k + 1), 1.0f, mtp_losses_[k], nullptr);
+      h = a.h;
+    }
+  }
   if (hooks_) hooks_->after_forward(head_region);
   return losses;
 }

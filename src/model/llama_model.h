@@ -8,6 +8,7 @@
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
 #include "model/model_spec.h"
+#include "model/mtp.h"
 #include "model/param_store.h"
 #include "ops/rope.h"
 
@@ -49,10 +50,19 @@ class LlamaModel {
   // on the device (not synchronised: read them when the step ends).
   // aux_grad_scale: the weight of each MoE layer's balancing losses in the step's loss (1 / micro-batches,
   // as Megatron); unused by dense models.
+  // Multi-token prediction (model/mtp.h) scales depth k's loss by (mtp_loss_scaling_factor / D) times the
+  // main loss's normalisation moved to the depth's own counted tokens: grad_scale * counted / counted_k, with
+  // the counts taken from host_targets (a host copy of `targets`; when null, `targets` is copied to the host,
+  // which waits for the device).
   Tensor forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
-                          float aux_grad_scale = 0.0f);
-  // Forward only (evaluation): per-token losses f32 [B*T].
-  Tensor forward_loss(const Tensor& tokens, const Tensor& targets);
+                          float aux_grad_scale = 0.0f, const Tensor* host_targets = nullptr);
+  // Multi-token prediction, after forward_backward: per-token losses of each depth ([B*T] on the device,
+  // positions without a shifted target hold 0) and each depth's counted tokens. Empty without MTP.
+  const std::vector<Tensor>& mtp_losses() const { return mtp_losses_; }
+  const std::vector<int64_t>& mtp_counts() const { return mtp_counts_; }
+  // Forward only (evaluation): per-token losses f32 [B*T]. with_mtp also runs the MTP depths and leaves their
+  // per-token losses in mtp_losses() (mtp_counts() is not updated).
+  Tensor forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp = false);
   // MoE models: after a step's last micro-batch (the expert-bias update); the routing statistics since the
   // last call, one entry per MoE layer (synchronises); the sum of every MoE layer's balancing losses in the
   // latest forward (synchronises; tests). No-ops / empty for dense models.
@@ -67,6 +77,15 @@ class LlamaModel {
 
  private:
   StepContext context(const Tensor& tokens) const;
+  std::vector<MoeMlp*> moe_layers();  // the main layers' MoE MLPs, then the MTP depths'
+  // The rows one embedding lookup serves: the tokens, then (MTP) the tokens rolled left by 1..D per sequence.
+  Tensor lookup_tokens(const StepContext& ctx, const Tensor& tokens) const;
+  // Heads of the main model and every MTP depth, forward and backward: dL/dx_L (the last layer's output)
+  // and de (overwritten) = dL/d(the depths' embedding rows).
+  Tensor mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_all, const Tensor& targets,
+                   float grad_scale, const Tensor* host_targets, Tensor& losses, Tensor& de);
+  // Targets shifted left by `shift` within each sequence, -1 where nothing is left ([B*T], device).
+  Tensor shifted_targets(const StepContext& ctx, const Tensor& targets, int64_t shift) const;
 
   ModelConfig cfg_;
   ModelSpec spec_;
@@ -76,6 +95,10 @@ class LlamaModel {
   Tensor rope_table_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
   std::vector<RecomputeMode> recompute_;
+  std::vector<std::unique_ptr<MtpDepth>> mtp_;
+  std::vector<RecomputeMode> mtp_recompute_;
+  std::vector<Tensor> mtp_losses_;
+  std::vector<int64_t> mtp_counts_;
   LmHead head_;
   int embed_ = -1;
   ParamHooks* hooks_ = nullptr;

@@ -34,15 +34,35 @@ int64_t LmHead::chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_
 
 void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale,
                  Tensor& losses, Tensor* dx) {
-  const int64_t n = x.size(0), d = spec_.hidden, v = spec_.vocab;
-  const Stream& s = ctx.stream;
+  const int64_t n = x.size(0), d = spec_.hidden;
   Tensor h = ctx.act({n, d});
   Tensor rstd = ctx.empty({n}, ctx.stat_dtype());
-  ops::rmsnorm_forward(x, params_.param(norm_), spec_.norm_eps, h, rstd, s);
+  norm_forward(ctx, x, norm_, h, rstd);
+  Tensor dh = dx ? ctx.act({n, d}) : Tensor();
+  project(ctx, h, targets, grad_scale, losses, dx ? &dh : nullptr);
+  if (!dx) return;
+  *dx = ctx.act({n, d});
+  norm_backward(ctx, dh, x, norm_, rstd, *dx);
+}
 
+void LmHead::norm_forward(const StepContext& ctx, const Tensor& x, int norm_entry, Tensor& h,
+                          Tensor& rstd) const {
+  ops::rmsnorm_forward(x, params_.param(norm_entry), spec_.norm_eps, h, rstd, ctx.stream);
+}
+
+void LmHead::norm_backward(const StepContext& ctx, const Tensor& dh, const Tensor& x, int norm_entry,
+                           const Tensor& rstd, Tensor& dx) const {
+  Tensor dnorm = params_.grad(norm_entry);
+  ops::rmsnorm_backward(dh, x, params_.param(norm_entry), rstd, dx, dnorm, /*accumulate_dx=*/false,
+                        ctx.stream);
+}
+
+void LmHead::project(const StepContext& ctx, const Tensor& h, const Tensor& targets, float grad_scale,
+                     Tensor& losses, Tensor* dh) {
+  const int64_t n = h.size(0), v = spec_.vocab;
+  const Stream& s = ctx.stream;
   Tensor w = params_.param(weight_);
   Tensor dw = params_.grad(weight_);
-  Tensor dh = dx ? ctx.act({n, d}) : Tensor();
   const int64_t rows = chunk_rows(n, v, dtype_size(ctx.act_dtype), kLogitsBudget);
   Tensor logits_buf = ctx.act({std::min(rows, n), v});
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
@@ -51,19 +71,15 @@ void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets,
     Tensor logits = logits_buf.slice(0, r1 - r0);
     ops::linear_forward(hc, w, nullptr, logits, s);
     Tensor lc = losses.slice(r0, r1);
-    if (!dx) {
+    if (!dh) {
       ops::softmax_cross_entropy(logits, targets.slice(r0, r1), grad_scale, lc, nullptr, s);
       continue;
     }
     ops::softmax_cross_entropy(logits, targets.slice(r0, r1), grad_scale, lc, &logits, s);  // in place
-    Tensor dhc = dh.slice(r0, r1);
+    Tensor dhc = dh->slice(r0, r1);
     ops::linear_backward_input(logits, w, dhc, false, s);
     ops::linear_backward_weight(logits, hc, dw, nullptr, s, params_.grad_accumulate(weight_));
   }
-  if (!dx) return;
-  *dx = ctx.act({n, d});
-  Tensor dnorm = params_.grad(norm_);
-  ops::rmsnorm_backward(dh, x, params_.param(norm_), rstd, *dx, dnorm, /*accumulate_dx=*/false, s);
 }
 
 }  // namespace primus

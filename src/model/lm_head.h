@@ -18,6 +18,18 @@ class LmHead {
   void run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale, Tensor& losses,
            Tensor* dx);
 
+  // The pieces of run, for multi-token prediction (model/mtp.h), whose depths share the output projection
+  // but each have their own norm (norm_entry) and whose depth 1 reads the main model's normed rows.
+  // h [N, d] = rmsnorm(x; norm_entry), rstd [N] (stat dtype).
+  void norm_forward(const StepContext& ctx, const Tensor& x, int norm_entry, Tensor& h, Tensor& rstd) const;
+  // Projection and loss on normed rows h; with dh, also dL/dh (overwritten) and the projection's gradient.
+  void project(const StepContext& ctx, const Tensor& h, const Tensor& targets, float grad_scale,
+               Tensor& losses, Tensor* dh);
+  // dx [N, d] (overwritten) from dh through the norm; accumulates the norm weight's gradient.
+  void norm_backward(const StepContext& ctx, const Tensor& dh, const Tensor& x, int norm_entry,
+                     const Tensor& rstd, Tensor& dx) const;
+  int norm_entry() const { return norm_; }
+
   // Rows per chunk for a given vocabulary so that one chunk of logits stays near `budget_bytes`.
   static int64_t chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_t budget_bytes);
   // The output projection's entry (the embedding when tied): its gradient is written whole by GEMMs here,

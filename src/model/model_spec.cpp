@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.h"
+#include "ops/rope.h"
 
 namespace primus {
 
@@ -21,6 +24,28 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
   s.norm_eps = static_cast<float>(m.norm_epsilon);
   s.init_std = m.init_method_std;
   s.moe = m.moe;
+  s.mla = m.mla;
+  s.mtp_layers = m.mtp_num_layers;
+  s.mtp_loss_scale = m.mtp_loss_scaling_factor;
+  if (s.mla.enabled) {
+    const MlaConfig& a = s.mla;
+    PRIMUS_CHECK(a.q_lora_rank >= 0 && a.kv_lora_rank > 0 && a.qk_head_dim >= 0 &&
+                     a.qk_pos_emb_head_dim >= 2 && a.qk_pos_emb_head_dim % 2 == 0 && a.v_head_dim > 0,
+                 "MLA sizes: q_lora_rank {} kv_lora_rank {} qk_head_dim {} qk_pos_emb_head_dim {} (even) "
+                 "v_head_dim {}",
+                 a.q_lora_rank, a.kv_lora_rank, a.qk_head_dim, a.qk_pos_emb_head_dim, a.v_head_dim);
+    PRIMUS_CHECK(s.kv_heads == s.heads,
+                 "MLA has one key/value head per query head, got {} query groups for {} "
+                 "heads",
+                 s.kv_heads, s.heads);
+    // Megatron's MLA: the softmax temperature of YaRN, m(factor, mscale_all_dim)^2, whatever the rope type.
+    const double m2 = std::pow(ops::yarn_mscale(a.rotary_scaling_factor, a.mscale_all_dim), 2);
+    s.attn_scale =
+        static_cast<float>(m2 / std::sqrt(static_cast<double>(a.qk_head_dim + a.qk_pos_emb_head_dim)));
+  } else {
+    s.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  }
+  PRIMUS_CHECK(s.mtp_layers >= 0, "mtp_num_layers must be >= 0, got {}", s.mtp_layers);
   if (s.moe.enabled()) {
     PRIMUS_CHECK(s.moe.ffn_hidden_size > 0 && s.moe.topk > 0 && s.moe.topk <= s.moe.num_experts &&
                      static_cast<int64_t>(s.moe.layer_is_moe.size()) == s.layers,
@@ -36,11 +61,17 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
 
 std::string ModelSpec::describe() const {
   return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
-                     kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "", qk_norm ? " qk-norm" : "",
-                     tied_embeddings ? " tied" : "") +
+                     kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "",
+                     qk_norm && !mla.enabled ? " qk-norm" : "", tied_embeddings ? " tied" : "") +
          (moe.enabled() ? fmt::format(" experts={} top-{} expert-ffn={} moe-layers={}", moe.num_experts,
                                       moe.topk, moe.ffn_hidden_size, moe.moe_layers())
-                        : "");
+                        : "") +
+         (mla.enabled
+              ? fmt::format(" mla(q_lora={} kv_lora={} qk={}+{} v={}{})", mla.q_lora_rank, mla.kv_lora_rank,
+                            mla.qk_head_dim, mla.qk_pos_emb_head_dim, mla.v_head_dim,
+                            mla.yarn ? fmt::format(" yarn x{}", mla.rotary_scaling_factor) : "")
+              : "") +
+         (mtp_layers > 0 ? fmt::format(" mtp={}", mtp_layers) : "");
 }
 
 }  // namespace primus

@@ -27,6 +27,13 @@ struct ModelSpec {
   double init_std = 0.02;
   MoeConfig moe;  // num_experts == 0: every MLP is dense (model/moe_mlp.h)
   bool is_moe_layer(int64_t layer) const { return moe.is_moe_layer(layer); }
+  // mla.enabled: every layer's attention is multi-latent (model/mla_attention.h) and RoPE covers only the
+  // qk_pos_emb_head_dim rotary slice; head_dim then is unused.
+  MlaConfig mla;
+  int64_t rope_dim() const { return mla.enabled ? mla.qk_pos_emb_head_dim : head_dim; }
+  float attn_scale = 1.0f;  // softmax scale: 1/sqrt(D), or MLA's m(factor, mscale_all_dim)^2 / sqrt(dn + dr)
+  int64_t mtp_layers = 0;   // multi-token-prediction depths (model/mtp.h)
+  double mtp_loss_scale = 0.1;
 
   static ModelSpec from_config(const ModelConfig& m);
   std::string describe() const;

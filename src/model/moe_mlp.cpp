@@ -25,8 +25,10 @@ ops::MoeRouterConfig router_config(const MoeConfig& m) {
 }  // namespace
 
 MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, int layer_index)
+    : MoeMlp(spec, params, "layers." + std::to_string(layer_index) + ".mlp.", layer_index) {}
+
+MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, const std::string& p, int layer_index)
     : spec_(spec), params_(params), layer_(layer_index), router_cfg_(router_config(spec.moe)) {
-  const std::string p = "layers." + std::to_string(layer_index) + ".mlp.";
   auto need = [&](const std::string& n) {
     int i = params.find(p + n);
     PRIMUS_CHECK(i >= 0, "parameter {}{} missing", p, n);

@@ -14,6 +14,7 @@
 // The per-expert row counts go to the host once per forward (the grouped GEMMs take host counts; see
 // ops/grouped_gemm.h); backward reuses them.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/model_spec.h"
@@ -54,6 +55,9 @@ struct MoeLayerStats {
 class MoeMlp {
  public:
   MoeMlp(const ModelSpec& spec, ParamStore& params, int layer_index);
+  // Parameters named `prefix` + "router.weight", ... (e.g. "mtp.0.layer.mlp."); stats_layer labels the
+  // statistics.
+  MoeMlp(const ModelSpec& spec, ParamStore& params, const std::string& prefix, int stats_layer);
 
   // y [n, d] (overwritten) from the normed input h [n, d]. record_stats: a training forward whose losses and
   // loads are logged and feed the expert-bias update (not a recompute or an evaluation).

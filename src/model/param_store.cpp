@@ -42,16 +42,33 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_mult
   end_decay(0);
   end_region(0);
 
-  for (int l = 0; l < L; ++l) {
-    const int r = l + 1;
-    const std::string p = "layers." + std::to_string(l) + ".";
-    begin_region(r);
-    add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), spec.hidden}, r, true, InitKind::kNormal, std);
-    add(p + "self_attn.o_proj.weight", {spec.hidden, spec.q_dim()}, r, true, InitKind::kScaledNormal,
-        out_std);
-    if (spec.is_moe_layer(l)) {
-      // model/moe_mlp.h: the router, E stacked experts, an optional shared expert; the expert bias is a
-      // zero-gradient entry (AdamW leaves it bitwise as it is) updated by the balancing rule.
+  // One decoder layer at prefix p in region r: its matrices (weight decay) first, then (layer_rest) its
+  // norms, biases and the expert bias, so that a region can hold several layers and still keep its
+  // decay-taking tensors in one leading span.
+  auto layer_matrices = [&](const std::string& p, int r, bool moe_layer) {
+    if (spec.mla.enabled) {
+      // model/mla_attention.h; HF DeepSeek names and shapes, rope rows in our rotate-half order.
+      const MlaConfig& a = spec.mla;
+      const int64_t H = spec.heads, dq = a.qk_head_dim + a.qk_pos_emb_head_dim;
+      if (a.q_lora_rank > 0) {
+        add(p + "self_attn.q_a_proj.weight", {a.q_lora_rank, spec.hidden}, r, true, InitKind::kNormal, std);
+        add(p + "self_attn.q_b_proj.weight", {H * dq, a.q_lora_rank}, r, true, InitKind::kNormal, std);
+      } else {
+        add(p + "self_attn.q_proj.weight", {H * dq, spec.hidden}, r, true, InitKind::kNormal, std);
+      }
+      add(p + "self_attn.kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.qk_pos_emb_head_dim, spec.hidden}, r,
+          true, InitKind::kNormal, std);
+      add(p + "self_attn.kv_b_proj.weight", {H * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank}, r, true,
+          InitKind::kNormal, std);
+      add(p + "self_attn.o_proj.weight", {spec.hidden, H * a.v_head_dim}, r, true, InitKind::kScaledNormal,
+          out_std);
+    } else {
+      add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), spec.hidden}, r, true, InitKind::kNormal, std);
+      add(p + "self_attn.o_proj.weight", {spec.hidden, spec.q_dim()}, r, true, InitKind::kScaledNormal,
+          out_std);
+    }
+    if (moe_layer) {
+      // model/moe_mlp.h: the router, E stacked experts, an optional shared expert.
       const MoeConfig& m = spec.moe;
       const int64_t E = m.num_experts, F = m.ffn_hidden_size;
       add(p + "mlp.router.weight", {E, spec.hidden}, r, true, InitKind::kNormal, std);
@@ -67,29 +84,62 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_mult
         if (m.shared_expert_gate)
           add(p + "mlp.shared_expert_gate.weight", {1, spec.hidden}, r, true, InitKind::kNormal, std);
       }
-      end_decay(r);
-      if (m.expert_bias) add(p + "mlp.router.expert_bias", {E}, r, false, InitKind::kZeros, 0);
     } else {
       add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, spec.hidden}, r, true, InitKind::kNormal, std);
       add(p + "mlp.down_proj.weight", {spec.hidden, spec.ffn}, r, true, InitKind::kScaledNormal, out_std);
-      end_decay(r);
     }
+  };
+  auto layer_rest = [&](const std::string& p, int r, bool moe_layer) {
+    // The expert bias is a zero-gradient entry (AdamW leaves it bitwise as it is) updated by the balancing
+    // rule.
+    if (moe_layer && spec.moe.expert_bias)
+      add(p + "mlp.router.expert_bias", {spec.moe.num_experts}, r, false, InitKind::kZeros, 0);
     add(p + "input_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
     add(p + "post_attention_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
+    if (spec.mla.enabled) {
+      if (spec.mla.q_lora_rank > 0)
+        add(p + "self_attn.q_a_layernorm.weight", {spec.mla.q_lora_rank}, r, false, InitKind::kOnes, 0);
+      add(p + "self_attn.kv_a_layernorm.weight", {spec.mla.kv_lora_rank}, r, false, InitKind::kOnes, 0);
+      return;
+    }
     if (spec.qkv_bias) add(p + "self_attn.qkv_proj.bias", {spec.qkv_dim()}, r, false, InitKind::kZeros, 0);
     if (spec.qk_norm) {
       add(p + "self_attn.q_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
       add(p + "self_attn.k_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
     }
+  };
+
+  for (int l = 0; l < L; ++l) {
+    const int r = l + 1;
+    const std::string p = "layers." + std::to_string(l) + ".";
+    begin_region(r);
+    layer_matrices(p, r, spec.is_moe_layer(l));
+    end_decay(r);
+    layer_rest(p, r, spec.is_moe_layer(l));
     end_region(r);
   }
 
+  // The head region also holds the multi-token-prediction modules (model/mtp.h): they run between the head's
+  // forward and backward hooks. Each depth's layer has the kind of the last main layer (DeepSeek-V3: MoE).
   const int rf = L + 1;
+  const bool mtp_moe = L > 0 && spec.is_moe_layer(L - 1);
   begin_region(rf);
   if (!spec.tied_embeddings)
     add("lm_head.weight", {spec.vocab, spec.hidden}, rf, true, InitKind::kNormal, std);
+  for (int k = 0; k < spec.mtp_layers; ++k) {
+    const std::string p = "mtp." + std::to_string(k) + ".";
+    add(p + "eh_proj.weight", {spec.hidden, 2 * spec.hidden}, rf, true, InitKind::kNormal, std);
+    layer_matrices(p + "layer.", rf, mtp_moe);
+  }
   end_decay(rf);
   add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+  for (int k = 0; k < spec.mtp_layers; ++k) {
+    const std::string p = "mtp." + std::to_string(k) + ".";
+    add(p + "enorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+    add(p + "hnorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+    add(p + "final_layernorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+    layer_rest(p + "layer.", rf, mtp_moe);
+  }
   end_region(rf);
 }
 

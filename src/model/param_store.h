@@ -30,7 +30,7 @@ struct ParamEntry {
   Shape shape;
   int64_t offset = 0;  // element offset into the flat buffers
   int64_t numel = 0;
-  int region = 0;     // 0 = embedding, 1..L = layers, L+1 = final norm + head
+  int region = 0;     // 0 = embedding, 1..L = layers, L+1 = final norm + head (+ MTP modules)
   bool decay = true;  // weight decay applies (matrices yes; norms and biases no)
   InitKind init = InitKind::kNormal;
   double std = 0.0;

@@ -1,8 +1,9 @@
 #pragma once
 // Causal grouped-query attention over a packed QKV buffer. Per token the buffer holds the q heads, then the k
-// heads, then the v heads: qkv[B, T, (H + 2*KV) * D]. Query head h attends with kv head h / (H / KV). Never
-// builds the full T x T score matrix: the GPU runs flash attention; the CPU reference works on blocks of 64
-// query rows.
+// heads, then the v heads: qkv[B, T, (H + KV) * D + KV * Dv]. Query head h attends with kv head h / (H / KV).
+// q and k heads have D elements, v heads (and the output) Dv, which equals D except in multi-latent attention
+// (DeepSeek MLA: D = nope + rope = 192, Dv = 128). Never builds the full T x T score matrix: the GPU runs
+// flash attention; the CPU reference works on blocks of 64 query rows.
 #include "core/tensor.h"
 
 namespace primus::ops {
@@ -10,17 +11,21 @@ namespace primus::ops {
 struct AttentionShape {
   int64_t batch = 1;
   int64_t seq = 1;
-  int64_t heads = 1;      // H, query heads
-  int64_t kv_heads = 1;   // KV, must divide H
-  int64_t head_dim = 64;  // D
-  float scale = 0.125f;   // softmax scale, usually 1/sqrt(D)
+  int64_t heads = 1;       // H, query heads
+  int64_t kv_heads = 1;    // KV, must divide H
+  int64_t head_dim = 64;   // D, of q and k
+  int64_t v_head_dim = 0;  // Dv, of v and the output (0: = D)
+  float scale = 0.125f;    // softmax scale, usually 1/sqrt(D)
   bool causal = true;
+  int64_t dv() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
+  int64_t qkv_width() const { return (heads + kv_heads) * head_dim + kv_heads * dv(); }  // per token
+  int64_t out_width() const { return heads * dv(); }
 };
 
-// out[B, T, H*D]; lse[B, H, T] (f32) = log-sum-exp of the scaled scores per query, saved for backward.
+// out[B, T, H*Dv]; lse[B, H, T] (f32) = log-sum-exp of the scaled scores per query, saved for backward.
 void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
                        const Stream& s);
-// dqkv[B, T, (H + 2*KV) * D] (overwritten) from dout[B, T, H*D].
+// dqkv (qkv's shape, overwritten) from dout[B, T, H*Dv].
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);
 

@@ -33,4 +33,14 @@ int64_t count_nonfinite(const Tensor& x, const Stream& s) {
   PRIMUS_DISPATCH(x, count_nonfinite, x, s);
 }
 
+void concat_columns(const Tensor& a, const Tensor& b, Tensor& out, const Stream& s) {
+  check_same_device("concat_columns", a.device(), {&a, &b, &out});
+  PRIMUS_DISPATCH(a, concat_columns, a, b, out, s);
+}
+
+void split_columns(const Tensor& x, Tensor& a, Tensor& b, const Stream& s) {
+  check_same_device("split_columns", x.device(), {&x, &a, &b});
+  PRIMUS_DISPATCH(x, split_columns, x, a, b, s);
+}
+
 }  // namespace primus::ops

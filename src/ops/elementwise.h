@@ -13,5 +13,9 @@ void cast(const Tensor& src, Tensor& dst, const Stream& s);
 void fill_(Tensor& x, float value, const Stream& s);
 // Number of non-finite (NaN / Inf) elements of a floating tensor; synchronises.
 int64_t count_nonfinite(const Tensor& x, const Stream& s);
+// out[R, Ca + Cb] = [a | b] for a [R, Ca], b [R, Cb] (one dtype; out overlaps neither).
+void concat_columns(const Tensor& a, const Tensor& b, Tensor& out, const Stream& s);
+// The inverse: a = x[:, :Ca], b = x[:, Ca:].
+void split_columns(const Tensor& x, Tensor& a, Tensor& b, const Stream& s);
 
 }  // namespace primus::ops

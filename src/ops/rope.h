@@ -9,19 +9,34 @@ struct RopeConfig {
   double theta = 10000.0;
   // Llama-3 frequency scaling (`use_rope_scaling`; HF rope_type "llama3").
   bool llama3_scaling = false;
-  double factor = 8.0;
+  double factor = 8.0;  // llama3 and YaRN
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  int64_t original_max_position = 8192;
+  int64_t original_max_position = 8192;  // llama3 and YaRN
+  // YaRN (DeepSeek-V2/V3; Megatron rope_type: yarn, HF rope_scaling type "yarn"): frequencies between the
+  // beta_fast and beta_slow rotation counts blend from f to f / factor, and cos/sin are scaled by
+  // yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim).
+  bool yarn = false;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
 };
+
+// YaRN's attention temperature m(s, k) = 0.1 k ln s + 1, or 1 when s <= 1 (reference.md §1.5).
+double yarn_mscale(double scale, double k);
+// The factor rope_table multiplies cos and sin by (1 without YaRN).
+double rope_cos_sin_scale(const RopeConfig& cfg);
 
 // Inverse frequencies [D/2] in f32, after scaling (reference.md §1.5).
 std::vector<float> rope_inv_freq(const RopeConfig& cfg, int64_t head_dim);
-// Host table [max_pos, D]: columns [0, D/2) hold cos(pos * f_i), [D/2, D) hold sin(pos * f_i), f32.
+// Host table [max_pos, D]: columns [0, D/2) hold c cos(pos * f_i), [D/2, D) hold c sin(pos * f_i), f32, with
+// c = rope_cos_sin_scale(cfg).
 Tensor rope_table(const RopeConfig& cfg, int64_t max_pos, int64_t head_dim);
 
 // In place on x [B, T, total_heads * D]: rotates heads [0, n_heads) of every token by angle (pos_offset + t)
-// * f. inverse = true rotates by the negative angle, which is the backward pass (the rotation is orthogonal).
+// * f. inverse = true rotates by the negative angle: the transpose of the forward map, which is the backward
+// pass (also with YaRN's scaled table, where the forward is c R and its transpose c R^T).
 // table lives on x's device.
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
                 const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s);

@@ -24,7 +24,6 @@ InferenceModel load_inference_model(const std::string& path, const std::string& 
       ckpt::HfCheckpoint hf(path);
       // Everything that can be refused (a model we cannot build, names, shapes, dtypes) is, before any
       // device memory is allocated.
-      ckpt::require_model_support(hf.info().model, path);
       ckpt::check_hf_names(hf);
       m.config = hf.info().model;
       m.params = std::make_unique<ParamStore>(ModelSpec::from_config(m.config));

@@ -39,6 +39,11 @@ std::string format_log_line(const StepMetrics& m, bool on_gpu) {
                      m.tflops_per_gpu * 1e3);
     s += fmt::format(" | mem {:.2f} GB", m.mem_gb);
   }
+  if (!m.mtp_losses.empty()) {
+    double mean = 0;
+    for (double x : m.mtp_losses) mean += x;
+    s += fmt::format(" | mtp {:.4f}", mean / static_cast<double>(m.mtp_losses.size()));
+  }
   if (m.moe.present) {
     s += fmt::format(" | aux {:.3e} | load max/mean {:.2f}", m.moe.aux_loss, m.moe.max_load_ratio);
     if (m.moe.z_loss > 0) s += fmt::format(" | z {:.3e}", m.moe.z_loss);
@@ -85,6 +90,12 @@ void JsonlSink::write_step(const StepMetrics& m) {
   j["mem_gb"] = m.mem_gb;
   j["consumed_samples"] = m.consumed_samples;
   if (m.skipped) j["skipped"] = true;
+  if (!m.mtp_losses.empty()) {
+    double mean = 0;
+    for (double x : m.mtp_losses) mean += x;
+    j["mtp_loss"] = mean / static_cast<double>(m.mtp_losses.size());  // mean over depths, unscaled
+    j["mtp_losses"] = m.mtp_losses;
+  }
   if (m.moe.present) {
     j["moe_aux_loss"] = m.moe.aux_loss;
     j["moe_z_loss"] = m.moe.z_loss;

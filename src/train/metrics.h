@@ -46,6 +46,7 @@ struct StepMetrics {
   bool skipped = false;       // a guard did not apply this step's update
   int64_t skipped_total = 0;  // updates skipped so far in the job (a resumed run counts those before it)
   MoeStepMetrics moe;
+  std::vector<double> mtp_losses;  // multi-token prediction: each depth's loss (empty without MTP)
 };
 
 // "iter 120/1000 | loss 3.214 | lr 2.9e-4 | grad-norm 0.83 | 412 ms | 39.8k tok/s/GPU | 487 TFLOP/s/GPU |

@@ -1,5 +1,7 @@
 #include "train/tensorboard_sink.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 
@@ -70,6 +72,8 @@ void TensorBoardSink::write_step(const StepMetrics& m) {
     at_step.push_back({"mem-max-allocated-bytes", f(m.mem_gb * 1e9)});
     if (m.mem_total_gb > 0) at_step.push_back({"mem-total-bytes", f(m.mem_total_gb * 1e9)});
   }
+  // Megatron's MTP logging names: "mtp_1 loss", ... per depth.
+  for (size_t k = 0; k < m.mtp_losses.size(); ++k) both(fmt::format("mtp_{} loss", k + 1), m.mtp_losses[k]);
   if (m.moe.present) {
     // Megatron's track_moe_metrics names, plus our load and drop measures.
     at_step.push_back({"load_balancing_loss", f(m.moe.aux_loss)});

@@ -142,9 +142,10 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     if (overlap_ && mb == micro_batches_ - 1) overlap_->arm_norm();
-    losses.push_back(
-        model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(micro_batches_)));
+    losses.push_back(model_->forward_backward(tokens, targets, scale,
+                                              1.0f / static_cast<float>(micro_batches_), &b.targets));
     valid.push_back(b.valid_tokens);
+    note_mtp();
   }
   model_->end_step();
   params_->end_grad_step(stream_);
@@ -161,6 +162,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     o.loss += micro[i];
   }
   o.loss /= static_cast<double>(losses.size());
+  o.mtp_losses = take_mtp_losses();
   if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
   run_guards(iter, o, micro);
   if (o.applied) {
@@ -173,6 +175,24 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   }
   o.stop_request = stop_request();
   return o;
+}
+
+void Trainer::note_mtp() {
+  if (cfg_.model.mtp_num_layers > 0) mtp_micro_.emplace_back(model_->mtp_losses(), model_->mtp_counts());
+}
+
+std::vector<double> Trainer::take_mtp_losses() {
+  std::vector<double> out(static_cast<size_t>(cfg_.model.mtp_num_layers), 0.0);
+  if (mtp_micro_.empty()) return {};
+  for (const auto& [losses, counts] : mtp_micro_)
+    for (size_t k = 0; k < losses.size() && k < out.size(); ++k) {
+      double sum = 0;
+      for (double x : losses[k].to_vector<double>()) sum += x;
+      out[k] += counts[k] > 0 ? sum / static_cast<double>(counts[k]) : 0.0;
+    }
+  for (double& x : out) x /= static_cast<double>(mtp_micro_.size());
+  mtp_micro_.clear();
+  return out;
 }
 
 MoeStepMetrics Trainer::moe_metrics() {
@@ -373,6 +393,7 @@ TrainResult Trainer::train() {
     m.skipped = !o.applied;
     m.skipped_total = skipped_total_;
     m.moe = moe_metrics();
+    m.mtp_losses = o.mtp_losses;
     for (auto& sink : sinks_) sink->write_step(m);
     if (log_now) {
       // Averages over the log window smooth out single-step noise in the printed line.

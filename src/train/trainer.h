@@ -86,12 +86,17 @@ class Trainer {
   // What one step did.
   struct StepOutcome {
     double loss = 0, grad_norm = 0, lr = 0;
-    bool applied = true;   // the optimizer update ran
-    bool halt = false;     // a guard stops the run
+    std::vector<double> mtp_losses;  // multi-token prediction: each depth's loss (this rank's micro-batches)
+    bool applied = true;             // the optimizer update ran
+    bool halt = false;               // a guard stops the run
     int stop_request = 0;  // stop_request() of this process; with several ranks the largest over ranks
   };
   double evaluate();
   StepOutcome train_step(int64_t iter);
+  // Multi-token prediction: keeps the latest micro-batch's per-depth losses (note_mtp) and averages them over
+  // the step's micro-batches (take_mtp_losses, which reads the device and starts the next step's list).
+  void note_mtp();
+  std::vector<double> take_mtp_losses();
   // Guards after the gradients are complete: decide apply / skip / halt.
   void run_guards(int64_t iter, StepOutcome& o, const std::vector<double>& micro_losses);
 
@@ -146,6 +151,7 @@ class Trainer {
   FaultInjection inject_;
   int64_t micro_batches_ = 1;
   double flops_per_token_ = 0;
+  std::vector<std::pair<std::vector<Tensor>, std::vector<int64_t>>> mtp_micro_;  // per micro-batch
   int64_t start_iter_ = 0;      // iterations completed before this run (resume)
   int64_t start_consumed_ = 0;  // samples consumed before this run
   int64_t skipped_total_ = 0;   // skipped updates, including those before a resume

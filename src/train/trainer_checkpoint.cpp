@@ -71,13 +71,16 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
     cmp("moe_router_topk_scaling_factor", a.topk_scaling_factor, b.topk_scaling_factor);
     cmp("moe_router_enable_expert_bias", a.expert_bias, b.expert_bias);
   }
-  cmp("multi_latent_attention", saved.multi_latent_attention, cfg.multi_latent_attention);
-  if (saved.multi_latent_attention && cfg.multi_latent_attention) {
-    cmp("q_lora_rank", saved.q_lora_rank, cfg.q_lora_rank);
-    cmp("kv_lora_rank", saved.kv_lora_rank, cfg.kv_lora_rank);
-    cmp("qk_head_dim", saved.qk_head_dim, cfg.qk_head_dim);
-    cmp("qk_pos_emb_head_dim", saved.qk_pos_emb_head_dim, cfg.qk_pos_emb_head_dim);
-    cmp("v_head_dim", saved.v_head_dim, cfg.v_head_dim);
+  cmp("multi_latent_attention", saved.mla.enabled, cfg.mla.enabled);
+  if (saved.mla.enabled && cfg.mla.enabled) {
+    cmp("q_lora_rank", saved.mla.q_lora_rank, cfg.mla.q_lora_rank);
+    cmp("kv_lora_rank", saved.mla.kv_lora_rank, cfg.mla.kv_lora_rank);
+    cmp("qk_head_dim", saved.mla.qk_head_dim, cfg.mla.qk_head_dim);
+    cmp("qk_pos_emb_head_dim", saved.mla.qk_pos_emb_head_dim, cfg.mla.qk_pos_emb_head_dim);
+    cmp("v_head_dim", saved.mla.v_head_dim, cfg.mla.v_head_dim);
+    cmp("rope_type yarn", saved.mla.yarn, cfg.mla.yarn);
+    cmp("rotary_scaling_factor", saved.mla.rotary_scaling_factor, cfg.mla.rotary_scaling_factor);
+    cmp("mscale_all_dim", saved.mla.mscale_all_dim, cfg.mla.mscale_all_dim);
   }
   cmp("mtp_num_layers", saved.mtp_num_layers, cfg.mtp_num_layers);
   const int64_t saved_rows = saved.padded_vocab_size > 0 ? saved.padded_vocab_size : saved.vocab_size;

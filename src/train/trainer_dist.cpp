@@ -174,8 +174,10 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     PRIMUS_TRACE_RANGE("forward_backward");
-    loss_t[k] = model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(A * D));
+    loss_t[k] =
+        model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(A * D), &b.targets);
     valid[k] = b.valid_tokens;
+    note_mtp();
     if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {
       log::warn("PRIMUS_INJECT_KILL: rank {} kills itself in iteration {}", world_rank_, iter);
       ::raise(SIGKILL);
@@ -231,6 +233,7 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
   o.lr = schedule_->at(iter);
   for (double m : micro) o.loss += m;
   o.loss /= static_cast<double>(micro.size());
+  o.mtp_losses = take_mtp_losses();
   if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
   run_guards(iter, o, micro);
   if (o.applied) {

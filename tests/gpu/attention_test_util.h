@@ -10,13 +10,14 @@
 namespace primus::gputest {
 
 inline ops::AttentionShape attention_shape(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d,
-                                           bool causal) {
+                                           bool causal, int64_t dv = 0) {
   ops::AttentionShape s;
   s.batch = b;
   s.seq = t;
   s.heads = h;
   s.kv_heads = kv;
   s.head_dim = d;
+  s.v_head_dim = dv;
   s.scale = 1.0f / std::sqrt(static_cast<float>(d));
   s.causal = causal;
   return s;
@@ -28,10 +29,10 @@ struct AttentionReference {
 };
 inline AttentionReference attention_reference(Context& ctx, const Tensor& qkv_bf, const Tensor& dout_bf,
                                               const ops::AttentionShape& s) {
-  const int64_t w = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const int64_t w = s.qkv_width();
   Tensor qkv_f = ctx.to_cpu_f32(qkv_bf), dout_f = ctx.to_cpu_f32(dout_bf);
   AttentionReference r;
-  r.out = Tensor::empty({s.batch, s.seq, s.heads * s.head_dim}, DType::kF32);
+  r.out = Tensor::empty({s.batch, s.seq, s.out_width()}, DType::kF32);
   r.lse = Tensor::empty({s.batch, s.heads, s.seq}, DType::kF32);
   ops::cpu::attention_forward(qkv_f, s, r.out, r.lse, Stream::cpu());
   r.dqkv = Tensor::empty({s.batch, s.seq, w}, DType::kF32);

@@ -11,23 +11,25 @@ namespace {
 
 using ops::AttentionShape;
 
-AttentionShape make_shape(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d, bool causal = true) {
+AttentionShape make_shape(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d, bool causal = true,
+                          int64_t dv = 0) {
   AttentionShape s;
   s.batch = b;
   s.seq = t;
   s.heads = h;
   s.kv_heads = kv;
   s.head_dim = d;
+  s.v_head_dim = dv;
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   s.causal = causal;
   return s;
 }
 
 Shape qkv_shape(const AttentionShape& s) {
-  return {s.batch, s.seq, (s.heads + 2 * s.kv_heads) * s.head_dim};
+  return {s.batch, s.seq, s.qkv_width()};
 }
 Shape out_shape(const AttentionShape& s) {
-  return {s.batch, s.seq, s.heads * s.head_dim};
+  return {s.batch, s.seq, s.out_width()};
 }
 Shape lse_shape(const AttentionShape& s) {
   return {s.batch, s.heads, s.seq};
@@ -40,9 +42,10 @@ struct Naive {
 // Full score matrix per (batch, head) with an explicit -inf causal mask, a softmax per row, out = P @ V.
 // Query head h reads kv head h / (H / KV).
 Naive naive_attention(const std::vector<double>& qkv, const AttentionShape& s) {
-  const int64_t B = s.batch, T = s.seq, H = s.heads, KV = s.kv_heads, D = s.head_dim, W = (H + 2 * KV) * D;
+  const int64_t B = s.batch, T = s.seq, H = s.heads, KV = s.kv_heads, D = s.head_dim, Dv = s.dv(),
+                W = s.qkv_width();
   Naive r;
-  r.out.assign(static_cast<size_t>(B * T * H * D), 0.0);
+  r.out.assign(static_cast<size_t>(B * T * H * Dv), 0.0);
   r.lse.assign(static_cast<size_t>(B * H * T), 0.0);
   const double inf = std::numeric_limits<double>::infinity();
   for (int64_t b = 0; b < B; ++b) {
@@ -65,8 +68,8 @@ Naive naive_attention(const std::vector<double>& qkv, const AttentionShape& s) {
         r.lse[(b * H + h) * T + i] = mx + std::log(sum);
         for (int64_t j = 0; j < T; ++j) {
           const double p = std::exp(S[i * T + j] - mx) / sum;
-          for (int64_t e = 0; e < D; ++e)
-            r.out[((b * T + i) * H + h) * D + e] += p * qkv[(b * T + j) * W + (H + KV + kh) * D + e];
+          for (int64_t e = 0; e < Dv; ++e)
+            r.out[((b * T + i) * H + h) * Dv + e] += p * qkv[(b * T + j) * W + (H + KV) * D + kh * Dv + e];
         }
       }
     }
@@ -78,33 +81,32 @@ Naive naive_attention(const std::vector<double>& qkv, const AttentionShape& s) {
 // dK = scale dS^T Q, dV = P^T dO, with dK / dV summed over the query heads that share a kv head.
 std::vector<double> naive_attention_backward(const std::vector<double>& qkv, const std::vector<double>& dout,
                                              const AttentionShape& s) {
-  const int64_t B = s.batch, T = s.seq, H = s.heads, KV = s.kv_heads, D = s.head_dim, W = (H + 2 * KV) * D;
+  const int64_t B = s.batch, T = s.seq, H = s.heads, KV = s.kv_heads, D = s.head_dim, Dv = s.dv(),
+                W = s.qkv_width();
   const double scale = s.scale;
   const Naive fwd = naive_attention(qkv, s);
   std::vector<double> g(qkv.size(), 0.0);
   auto at = [&](int64_t b, int64_t t, int64_t col) { return (b * T + t) * W + col; };
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
-      const int64_t kh = h / (H / KV), qc = h * D, kc = (H + kh) * D, vc = (H + KV + kh) * D;
+      const int64_t kh = h / (H / KV), qc = h * D, kc = (H + kh) * D, vc = (H + KV) * D + kh * Dv;
       for (int64_t i = 0; i < T; ++i) {
         const double lse = fwd.lse[(b * H + h) * T + i];
+        const int64_t o = ((b * T + i) * H + h) * Dv;
         double delta = 0.0;
-        for (int64_t e = 0; e < D; ++e)
-          delta += dout[((b * T + i) * H + h) * D + e] * fwd.out[((b * T + i) * H + h) * D + e];
+        for (int64_t e = 0; e < Dv; ++e) delta += dout[o + e] * fwd.out[o + e];
         for (int64_t j = 0; j < T; ++j) {
           if (s.causal && j > i) continue;
           double sc = 0.0, dp = 0.0;
-          for (int64_t e = 0; e < D; ++e) {
-            sc += qkv[at(b, i, qc + e)] * qkv[at(b, j, kc + e)];
-            dp += dout[((b * T + i) * H + h) * D + e] * qkv[at(b, j, vc + e)];
-          }
+          for (int64_t e = 0; e < D; ++e) sc += qkv[at(b, i, qc + e)] * qkv[at(b, j, kc + e)];
+          for (int64_t e = 0; e < Dv; ++e) dp += dout[o + e] * qkv[at(b, j, vc + e)];
           const double p = std::exp(scale * sc - lse);
           const double ds = p * (dp - delta);
           for (int64_t e = 0; e < D; ++e) {
             g[at(b, i, qc + e)] += scale * ds * qkv[at(b, j, kc + e)];
             g[at(b, j, kc + e)] += scale * ds * qkv[at(b, i, qc + e)];
-            g[at(b, j, vc + e)] += p * dout[((b * T + i) * H + h) * D + e];
           }
+          for (int64_t e = 0; e < Dv; ++e) g[at(b, j, vc + e)] += p * dout[o + e];
         }
       }
     }
@@ -136,8 +138,8 @@ TEST(Attention, ForwardMatchesNaiveFullMatrix) {
 
 // L = sum(out * W); dqkv from attention_backward against central differences of L.
 void check_backward(Rng& rng, const AttentionShape& s) {
-  SCOPED_TRACE(fmt::format("B={} T={} H={} KV={} D={} causal={}", s.batch, s.seq, s.heads, s.kv_heads,
-                           s.head_dim, s.causal));
+  SCOPED_TRACE(fmt::format("B={} T={} H={} KV={} D={} Dv={} causal={}", s.batch, s.seq, s.heads, s.kv_heads,
+                           s.head_dim, s.dv(), s.causal));
   const DType dt = DType::kF64;
   Tensor qkv = rand_tensor(rng, qkv_shape(s), dt, -1.5, 1.5);
   Tensor out = Tensor::empty(out_shape(s), dt), lse = Tensor::empty(lse_shape(s), dt);
@@ -182,10 +184,10 @@ TEST(Attention, BackwardMatchesNaiveAcrossQueryBlocks) {
   }
 }
 
-TEST(Attention, BackwardMatchesFiniteDifferencesPerSlice) {
-  // Check q, k and v slices separately so a wrong gradient in one of them cannot hide behind the others.
-  Rng rng;
-  const AttentionShape s = make_shape(1, 6, 6, 2, 3);
+// Checks q, k and v slices separately so a wrong gradient in one of them cannot hide behind the others.
+void check_backward_per_slice(Rng& rng, const AttentionShape& s) {
+  SCOPED_TRACE(fmt::format("B={} T={} H={} KV={} D={} Dv={}", s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
+                           s.dv()));
   const DType dt = DType::kF64;
   Tensor qkv = rand_tensor(rng, qkv_shape(s), dt);
   Tensor out = Tensor::empty(out_shape(s), dt), lse = Tensor::empty(lse_shape(s), dt);
@@ -199,13 +201,13 @@ TEST(Attention, BackwardMatchesFiniteDifferencesPerSlice) {
   Tensor dqkv = Tensor::empty(qkv_shape(s), dt);
   ops::attention_backward(dout, qkv, out, lse, s, dqkv, Stream::cpu());
   const auto g = host(dqkv);
-  const int64_t W = (s.heads + 2 * s.kv_heads) * s.head_dim, D = s.head_dim;
+  const int64_t W = s.qkv_width(), D = s.head_dim;
   const int64_t begin[] = {0, s.heads * D, (s.heads + s.kv_heads) * D};
   const int64_t end[] = {s.heads * D, (s.heads + s.kv_heads) * D, W};
   double* p = qkv.data<double>();
   for (int part = 0; part < 3; ++part) {
     double num = 0.0, den = 0.0;
-    for (int64_t t = 0; t < s.seq; ++t) {
+    for (int64_t t = 0; t < s.batch * s.seq; ++t) {
       for (int64_t c = begin[part]; c < end[part]; ++c) {
         const int64_t i = t * W + c;
         const double saved = p[i];
@@ -222,6 +224,46 @@ TEST(Attention, BackwardMatchesFiniteDifferencesPerSlice) {
     EXPECT_GT(den, 0.0) << "part " << part;
     EXPECT_LT(std::sqrt(num / den), kGradTol) << "part " << part << " (0 = q, 1 = k, 2 = v)";
   }
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferencesPerSlice) {
+  Rng rng;
+  check_backward_per_slice(rng, make_shape(1, 6, 6, 2, 3));
+}
+
+// Multi-latent attention reads q/k heads of D = nope + rope and v heads of Dv != D (DeepSeek: 192 / 128).
+TEST(Attention, ValueHeadDimDiffersForwardMatchesNaive) {
+  Rng rng;
+  const AttentionShape cases[] = {
+      make_shape(1, 31, 3, 3, 12, true, 8),   make_shape(2, 33, 4, 4, 5, true, 7),
+      make_shape(1, 127, 2, 2, 24, true, 16), make_shape(1, 70, 4, 2, 6, false, 9),
+      make_shape(1, 65, 2, 1, 3, true, 11),   make_shape(1, 1, 1, 1, 4, true, 2)};
+  for (DType dt : float_types()) {
+    for (const AttentionShape& s : cases) {
+      SCOPED_TRACE(fmt::format("{} B={} T={} H={} KV={} D={} Dv={} causal={}", dtype_name(dt), s.batch, s.seq,
+                               s.heads, s.kv_heads, s.head_dim, s.dv(), s.causal));
+      Tensor qkv = rand_tensor(rng, qkv_shape(s), dt, -2.0, 2.0);
+      Tensor out = filled(out_shape(s), dt, std::numeric_limits<double>::quiet_NaN());
+      Tensor lse = filled(lse_shape(s), dt, std::numeric_limits<double>::quiet_NaN());
+      ops::attention_forward(qkv, s, out, lse, Stream::cpu());
+      const Naive ref = naive_attention(host(qkv), s);
+      EXPECT_LT(rel_err(out, ref.out), fwd_tol(dt));
+      EXPECT_LT(rel_err(lse, ref.lse), fwd_tol(dt));
+      Tensor dout = rand_tensor(rng, out_shape(s), dt);
+      Tensor dqkv = filled(qkv_shape(s), dt, std::numeric_limits<double>::quiet_NaN());
+      ops::attention_backward(dout, qkv, out, lse, s, dqkv, Stream::cpu());
+      EXPECT_LT(rel_err(dqkv, naive_attention_backward(host(qkv), host(dout), s)), fwd_tol(dt));
+    }
+  }
+}
+
+TEST(Attention, ValueHeadDimDiffersBackwardMatchesFiniteDifferences) {
+  Rng rng;
+  check_backward(rng, make_shape(1, 31, 2, 2, 5, true, 3));
+  check_backward(rng, make_shape(1, 33, 2, 1, 3, true, 4));
+  check_backward(rng, make_shape(1, 127, 1, 1, 3, true, 2));  // two blocks of query rows
+  check_backward_per_slice(rng, make_shape(1, 7, 4, 2, 5, true, 3));
+  check_backward_per_slice(rng, make_shape(2, 5, 2, 2, 2, false, 6));
 }
 
 TEST(Attention, F32BackwardAgreesWithF64) {

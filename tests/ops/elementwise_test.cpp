@@ -92,3 +92,28 @@ TEST(Elementwise, CountNonfinite) {
 
 }  // namespace
 }  // namespace primus::test
+
+namespace primus::test {
+namespace {
+
+TEST(Elementwise, ConcatAndSplitColumnsRoundTrip) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    Tensor a = rand_tensor(rng, {7, 3}, dt), b = rand_tensor(rng, {7, 5}, dt);
+    Tensor out = filled({7, 8}, dt, NAN);
+    ops::concat_columns(a, b, out, Stream::cpu());
+    const auto av = host(a), bv = host(b), ov = host(out);
+    for (int r = 0; r < 7; ++r)
+      for (int c = 0; c < 8; ++c) EXPECT_EQ(ov[r * 8 + c], c < 3 ? av[r * 3 + c] : bv[r * 5 + c - 3]);
+    Tensor a2 = filled({7, 3}, dt, NAN), b2 = filled({7, 5}, dt, NAN);
+    ops::split_columns(out, a2, b2, Stream::cpu());
+    EXPECT_EQ(host(a2), av);
+    EXPECT_EQ(host(b2), bv);
+  }
+  Tensor a = rand_tensor(rng, {7, 3}, DType::kF32), b = rand_tensor(rng, {6, 5}, DType::kF32);
+  Tensor out = Tensor::empty({7, 8}, DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::concat_columns(a, b, out, Stream::cpu()), "concat_columns: b must be [7, 5]");
+}
+
+}  // namespace
+}  // namespace primus::test

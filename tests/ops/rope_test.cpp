@@ -229,5 +229,125 @@ TEST(Rope, RejectsBadInputs) {
   EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(bad, 8), "low_freq_factor < high_freq_factor");
 }
 
+RopeConfig yarn_config(double mscale, double mscale_all_dim) {
+  RopeConfig c;  // DeepSeek-V2/V3: theta 1e4, factor 40, original context 4096, beta 32 / 1
+  c.theta = 10000.0;
+  c.yarn = true;
+  c.factor = 40.0;
+  c.original_max_position = 4096;
+  c.beta_fast = 32.0;
+  c.beta_slow = 1.0;
+  c.mscale = mscale;
+  c.mscale_all_dim = mscale_all_dim;
+  return c;
+}
+
+// reference.md §1.5's YaRN formula, written out in double.
+std::vector<double> expected_yarn_inv_freq(const RopeConfig& c, int64_t d) {
+  const double dd = static_cast<double>(d), orig = static_cast<double>(c.original_max_position);
+  auto corr = [&](double r) {
+    return dd * std::log(orig / (2 * std::numbers::pi * r)) / (2 * std::log(c.theta));
+  };
+  const double lo = std::max(std::floor(corr(c.beta_fast)), 0.0);
+  double hi = std::min(std::ceil(corr(c.beta_slow)), dd - 1);
+  if (hi == lo) hi += 0.001;
+  std::vector<double> f(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) {
+    const double fi = 1.0 / std::pow(c.theta, static_cast<double>(2 * i) / dd);
+    const double ramp = std::min(1.0, std::max(0.0, (static_cast<double>(i) - lo) / (hi - lo)));
+    f[i] = fi / c.factor * ramp + fi * (1 - ramp);
+  }
+  return f;
+}
+
+TEST(Rope, YarnInvFreqMatchesFormulaAndHfValues) {
+  const RopeConfig c = yarn_config(1.0, 1.0);
+  const std::vector<float> got = ops::rope_inv_freq(c, 64);
+  expect_close_each(got, expected_yarn_inv_freq(c, 64), 3e-7);
+  // HF DeepseekV3YarnRotaryEmbedding's f32 arithmetic (computed with Python's struct-rounded floats): the
+  // ramp runs over dims 10..23, so dims <= 10 keep f and dims >= 23 use f / 40.
+  const std::pair<int, double> hf[] = {{0, 1.0},
+                                       {5, 0.23713736236095428},
+                                       {10, 0.05623412877321243},
+                                       {11, 0.039006926119327545},
+                                       {15, 0.0083345090970397},
+                                       {20, 0.0007905694073997438},
+                                       {23, 3.333803397254087e-05},
+                                       {25, 1.8747354260995053e-05},
+                                       {31, 3.3338035336782923e-06}};
+  for (const auto& [i, v] : hf) EXPECT_NEAR(got[i], v, 1e-6 * v) << "dim " << i;
+  // A short context where the ramp is only two dims wide (corr(8) -> 1, corr(2) -> 3).
+  RopeConfig s = c;
+  s.factor = 4.0;
+  s.original_max_position = 256;
+  s.beta_fast = 8.0;
+  s.beta_slow = 2.0;
+  const std::vector<float> g2 = ops::rope_inv_freq(s, 16);
+  const double hf2[] = {1.0,
+                        0.3162277638912201,
+                        0.0625,
+                        0.007905694656074047,
+                        0.0024999999441206455,
+                        0.0007905694656074047,
+                        0.0002500000118743628,
+                        7.905694656074047e-05};
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(g2[i], hf2[i], 1e-6 * hf2[i]) << "dim " << i;
+}
+
+TEST(Rope, YarnMscaleScalesTheTable) {
+  EXPECT_DOUBLE_EQ(ops::yarn_mscale(1.0, 0.707), 1.0);
+  EXPECT_DOUBLE_EQ(ops::yarn_mscale(0.5, 3.0), 1.0);
+  EXPECT_NEAR(ops::yarn_mscale(40.0, 0.707), 1.2608037774058554, 1e-15);
+  EXPECT_NEAR(ops::yarn_mscale(40.0, 1.0) * ops::yarn_mscale(40.0, 1.0), 1.8738542070926265, 1e-14);
+  // DeepSeek-V2/V3 set mscale == mscale_all_dim: the table is unscaled.
+  EXPECT_DOUBLE_EQ(ops::rope_cos_sin_scale(yarn_config(0.707, 0.707)), 1.0);
+  const RopeConfig c = yarn_config(1.0, 0.707);
+  const double scale = ops::rope_cos_sin_scale(c);
+  EXPECT_NEAR(scale, 1.0857263992561355, 1e-14);
+  Tensor table = ops::rope_table(c, 1001, 64);
+  const auto t = host(table);
+  // Position 1000, dim 10 (HF: emb.cos() * mscale, in f32). One f32 ulp of the frequency moves the angle at
+  // position 1000 by ~4e-6, which bounds the agreement with HF's own f32 rounding.
+  EXPECT_NEAR(t[1000 * 64 + 10], 1.0324596913927886, 1e-5);
+  EXPECT_NEAR(t[1000 * 64 + 32 + 10], -0.33589998465436266, 1e-5);
+  const std::vector<float> f = ops::rope_inv_freq(c, 64);
+  for (int64_t pos : {0L, 3L, 999L})
+    for (int64_t i = 0; i < 32; ++i) {
+      const double a = static_cast<double>(pos) * f[i];
+      EXPECT_NEAR(t[pos * 64 + i], scale * std::cos(a), 2e-7) << pos << "," << i;
+      EXPECT_NEAR(t[pos * 64 + 32 + i], scale * std::sin(a), 2e-7) << pos << "," << i;
+    }
+  // Without YaRN nothing changes.
+  RopeConfig plain = c;
+  plain.yarn = false;
+  EXPECT_DOUBLE_EQ(ops::rope_cos_sin_scale(plain), 1.0);
+}
+
+TEST(Rope, YarnInverseIsTheTransposeOfTheScaledRotation) {
+  // With c != 1 the forward map is c R(angle); backward needs its transpose c R(-angle), which the inverse
+  // flag applies: <y, R x> = <R^T y, x> for random x, y.
+  Rng rng;
+  const RopeConfig c = yarn_config(1.0, 0.3);
+  const int64_t b = 2, t = 9, total = 3, n = 2, d = 8, off = 100;
+  Tensor table = ops::rope_table(c, off + t, d);
+  Tensor x = rand_tensor(rng, {b, t, total * d}, DType::kF64),
+         y = rand_tensor(rng, {b, t, total * d}, DType::kF64);
+  Tensor rx = clone(x), ry = clone(y);
+  ops::rope_apply(rx, b, t, total, n, d, table, off, false, Stream::cpu());
+  ops::rope_apply(ry, b, t, total, n, d, table, off, true, Stream::cpu());
+  const double lhs = dot(host(y), host(rx)), rhs = dot(host(ry), host(x));
+  EXPECT_NEAR(lhs, rhs, 1e-12 * std::fabs(lhs));
+  EXPECT_GT(std::fabs(dot(host(rx), host(rx)) - dot(host(x), host(x))), 1e-3);  // not a pure rotation
+}
+
+TEST(Rope, YarnRejectsBadConfigs) {
+  RopeConfig c = yarn_config(1.0, 1.0);
+  c.beta_slow = 0.0;
+  EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(c, 64), "YaRN needs");
+  c = yarn_config(1.0, 1.0);
+  c.llama3_scaling = true;
+  EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(c, 64), "exclusive");
+}
+
 }  // namespace
 }  // namespace primus::test

@@ -2,9 +2,9 @@
 // independent formula for all 256 bytes; block dequantisation against a plain loop on odd shapes; synthetic
 // DeepSeek directories (MLA with and without q_lora, dense first layer, routed + shared experts, V3's
 // e_score_correction_bias and MTP layer, FP8 weights with weight_scale_inv) mapped to our parameter names
-// with the RoPE rows de-interleaved, and back byte-identically; config.json round trips; the conversion is
-// refused ("not supported yet: MLA attention in the model") until the model has MLA; routing rules our router
-// does not compute are refused naming the key.
+// with the RoPE rows de-interleaved, and back byte-identically; config.json round trips; the conversion
+// runs into the MLA model (model/mla_attention.h); routing rules our router does not compute are refused
+// naming the key.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -452,16 +452,16 @@ TEST_F(CheckpointHfDeepSeek, RoundTripIsByteIdenticalAndConfigIsKept) {
 TEST_F(CheckpointHfDeepSeek, ConfigMapsRoutingMlaYarnAndMtp) {
   const ckpt::HfModelInfo v3 = ckpt::model_config_from_hf(ds_config(true, true), "c");
   const ModelConfig& m = v3.model;
-  EXPECT_TRUE(m.multi_latent_attention);
-  EXPECT_EQ(m.q_lora_rank, kQl);
-  EXPECT_EQ(m.kv_lora_rank, kKvl);
-  EXPECT_EQ(m.qk_head_dim, kDn);
-  EXPECT_EQ(m.qk_pos_emb_head_dim, kDr);
-  EXPECT_EQ(m.v_head_dim, kDv);
-  EXPECT_EQ(m.rope_type, "yarn");
-  EXPECT_EQ(m.rotary_scaling_factor, 40.0);
-  EXPECT_EQ(m.original_max_position_embeddings, 64);
-  EXPECT_EQ(m.mscale_all_dim, 1.0);
+  EXPECT_TRUE(m.mla.enabled);
+  EXPECT_EQ(m.mla.q_lora_rank, kQl);
+  EXPECT_EQ(m.mla.kv_lora_rank, kKvl);
+  EXPECT_EQ(m.mla.qk_head_dim, kDn);
+  EXPECT_EQ(m.mla.qk_pos_emb_head_dim, kDr);
+  EXPECT_EQ(m.mla.v_head_dim, kDv);
+  EXPECT_TRUE(m.mla.yarn);
+  EXPECT_EQ(m.mla.rotary_scaling_factor, 40.0);
+  EXPECT_EQ(m.mla.original_max_position, 64);
+  EXPECT_EQ(m.mla.mscale_all_dim, 1.0);
   EXPECT_EQ(m.mtp_num_layers, 1);
   EXPECT_TRUE(v3.quant.fp8);
   EXPECT_EQ(v3.quant.block_rows, 16);
@@ -480,7 +480,7 @@ TEST_F(CheckpointHfDeepSeek, ConfigMapsRoutingMlaYarnAndMtp) {
   EXPECT_FALSE(v2.moe.normalize_topk);
   EXPECT_EQ(v2.moe.num_groups, 0);  // greedy
   EXPECT_EQ(v2.moe.topk_scaling_factor, 1.5);
-  EXPECT_EQ(v2.q_lora_rank, 0);
+  EXPECT_EQ(v2.mla.q_lora_rank, 0);
   // group_limited_greedy: the group max equals our sum of the top topk/topk_group only when that is 1.
   json glg = ds_config(false, false);
   glg["topk_method"] = "group_limited_greedy";
@@ -554,11 +554,10 @@ TEST_F(CheckpointHfDeepSeek, UnsupportedRoutingAndMissingScalesAreRefusedNamingT
   EXPECT_NE(e.find("model.layers.2.shared_head.head.weight should be a copy of lm_head.weight"),
             std::string::npos)
       << e;
-  // The conversion itself waits for the model side.
+  // With MLA in the model the conversion runs (it was refused until then).
   ds_tensors(false, false).t.write(work + "/v2", ds_config(false, false));
-  e = error_of([&] { ckpt::convert_hf_to_primus(work + "/v2", work + "/v2-out"); });
-  EXPECT_NE(e.find("not supported yet: MLA attention in the model"), std::string::npos) << e;
-  EXPECT_FALSE(fs::exists(work + "/v2-out"));
+  ckpt::convert_hf_to_primus(work + "/v2", work + "/v2-out");
+  EXPECT_TRUE(fs::exists(work + "/v2-out"));
   fs::remove_all(work);
 }
 

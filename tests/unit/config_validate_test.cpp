@@ -115,8 +115,8 @@ TEST(ConfigValidate, WorldSizeGivesTheDataParallelSize) {
 
 TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
   Fixture f;
-  expect_has(f.error("micro_llama.yaml", "      fp8: hybrid\n      mtp_num_layers: 1\n"),
-             {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: mtp_num_layers=1",
+  expect_has(f.error("micro_llama.yaml", "      fp8: hybrid\n      mtp_use_repeated_layer: true\n"),
+             {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: mtp_use_repeated_layer=true",
               "exp.yaml:12:7"});
   expect_has(f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n"),
              {"not supported yet: tensor_model_parallel_size=2"});

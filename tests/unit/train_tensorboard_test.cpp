@@ -278,3 +278,33 @@ TEST(TensorBoardSink, DirectoryFromTheKeys) {
   cfg.dir = "/elsewhere/tb";
   EXPECT_EQ(tensorboard_dir(cfg, "/ws/amd/me/exp"), "/elsewhere/tb");
 }
+
+namespace {
+
+// Multi-token prediction: one scalar per depth under Megatron's names ("mtp_1 loss", ...), and the JSONL
+// record's mean and per-depth values; nothing without MTP.
+TEST(TensorBoardSink, MtpLossesUnderMegatronNames) {
+  ScratchDir d;
+  TensorBoardConfig cfg;
+  cfg.enabled = true;
+  std::string path;
+  {
+    TensorBoardSink sink(cfg, d.str(), 16, 1);
+    path = sink.path();
+    StepMetrics m = step_metrics(1);
+    m.mtp_losses = {2.5, 3.5};
+    sink.write_step(m);
+    sink.write_step(step_metrics(2));
+  }
+  auto sc = scalars(tb::read_event_file(path));
+  EXPECT_EQ(sc["mtp_1 loss"][1], 2.5f);
+  EXPECT_EQ(sc["mtp_2 loss"][1], 3.5f);
+  EXPECT_EQ(sc["mtp_1 loss"].count(2), 0u);
+  EXPECT_EQ(sc.count("mtp_3 loss"), 0u);
+  StepMetrics m = step_metrics(1);
+  m.mtp_losses = {2.5, 3.5};
+  EXPECT_NE(format_log_line(m, false).find("| mtp 3.0000"), std::string::npos) << format_log_line(m, false);
+  EXPECT_EQ(format_log_line(step_metrics(1), false).find("mtp"), std::string::npos);
+}
+
+}  // namespace

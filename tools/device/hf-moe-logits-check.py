@@ -10,7 +10,7 @@ transformers (save_pretrained), then, for each:
   3. `primus convert hf-to-primus` then `primus-to-hf` (per-expert, sharded), loaded back by transformers: every
      tensor bitwise equal to the original and the logits equal (rel err <= 1e-6); then `--expert-layout fused`
      (transformers 5's layout), loaded by transformers with the same logits.
-The DeepSeek families are refused by our binary ("not supported yet: MLA attention in the model") until the model
+The DeepSeek families were refused by our binary ("not supported yet: MLA attention in the model") until the model
 has multi-latent attention: such a refusal is reported as REFUSED, not as a failure; any other error fails.
 Routing is discontinuous, so the router weights are drawn wider than the rest (clear top-k margins): a bf16
 rounding must not flip an expert choice. Helpers come from hf-logits-check.py (the dense check).

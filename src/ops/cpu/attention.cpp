@@ -25,7 +25,8 @@ inline T dot(const T* a, const T* b, int64_t n) {
 }
 
 struct Layout {
-  int64_t b, t, h, kv, d, group, row;  // row: elements per token of qkv
+  int64_t b, t, h, kv, d, dv, group,
+      row;  // d: q/k head dim, dv: v/out head dim, row: elements per token of qkv
   bool causal;
   explicit Layout(const AttentionShape& s)
       : b(s.batch),
@@ -33,21 +34,24 @@ struct Layout {
         h(s.heads),
         kv(s.kv_heads),
         d(s.head_dim),
+        dv(s.dv()),
         group(s.heads / s.kv_heads),
-        row((s.heads + 2 * s.kv_heads) * s.head_dim),
+        row(s.qkv_width()),
         causal(s.causal) {}
   // Offsets of query head hh / kv head kh of token (bb, i) inside qkv.
   int64_t q(int64_t bb, int64_t i, int64_t hh) const { return (bb * t + i) * row + hh * d; }
   int64_t k(int64_t bb, int64_t i, int64_t kh) const { return (bb * t + i) * row + (h + kh) * d; }
-  int64_t v(int64_t bb, int64_t i, int64_t kh) const { return (bb * t + i) * row + (h + kv + kh) * d; }
-  int64_t o(int64_t bb, int64_t i, int64_t hh) const { return ((bb * t + i) * h + hh) * d; }
+  int64_t v(int64_t bb, int64_t i, int64_t kh) const { return (bb * t + i) * row + (h + kv) * d + kh * dv; }
+  int64_t o(int64_t bb, int64_t i, int64_t hh) const { return ((bb * t + i) * h + hh) * dv; }
   int64_t stat(int64_t bb, int64_t hh, int64_t i) const { return (bb * h + hh) * t + i; }
 };
 
 void check_shape_args(const char* op, const AttentionShape& s) {
-  PRIMUS_CHECK(s.batch >= 1 && s.seq >= 1 && s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1,
-               "{}: shape needs batch, seq, heads, kv_heads, head_dim >= 1, got B={} T={} H={} KV={} D={}",
-               op, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  PRIMUS_CHECK(
+      s.batch >= 1 && s.seq >= 1 && s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1 && s.v_head_dim >= 0,
+      "{}: shape needs batch, seq, heads, kv_heads, head_dim >= 1 and v_head_dim >= 0, got B={} T={} "
+      "H={} KV={} D={} Dv={}",
+      op, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.v_head_dim);
   PRIMUS_CHECK(s.heads % s.kv_heads == 0, "{}: heads ({}) must be a multiple of kv_heads ({})", op, s.heads,
                s.kv_heads);
   PRIMUS_CHECK(std::isfinite(s.scale), "{}: scale must be finite, got {}", op, s.scale);
@@ -65,7 +69,7 @@ template <typename T>
 void forward_impl(const T* qkv, const Layout& L, T scale, T* out, T* lse) {
   const int64_t blocks = (L.t + kBlockRows - 1) / kBlockRows;
   const int64_t tasks = L.b * L.h * blocks;
-  const int64_t ld_o = L.h * L.d;
+  const int64_t ld_o = L.h * L.dv;
 #pragma omp parallel if (tasks > 1 && L.b * L.h * L.t * L.t * L.d > kParallelWork)
   {
     std::vector<T> s(static_cast<size_t>(std::min(kBlockRows, L.t) * L.t));
@@ -93,7 +97,7 @@ void forward_impl(const T* qkv, const Layout& L, T scale, T* out, T* lse) {
         for (int64_t j = valid; j < nk; ++j) p[j] = T(0);
         lse[L.stat(bb, hh, i)] = mx + std::log(sum);
       }
-      gemm_raw<T>(false, false, m, L.d, nk, T(1), s.data(), nk, qkv + L.v(bb, 0, kh), L.row, T(0),
+      gemm_raw<T>(false, false, m, L.dv, nk, T(1), s.data(), nk, qkv + L.v(bb, 0, kh), L.row, T(0),
                   out + L.o(bb, i0, hh), ld_o);
     }
   }
@@ -108,7 +112,7 @@ void backward_impl(const T* dout, const T* qkv, const T* out, const T* lse, cons
                    T* dqkv) {
   const int64_t blocks = (L.t + kBlockRows - 1) / kBlockRows;
   const int64_t tasks = L.b * L.kv;
-  const int64_t ld_o = L.h * L.d;
+  const int64_t ld_o = L.h * L.dv;
 #pragma omp parallel if (tasks > 1 && L.b * L.h * L.t * L.t * L.d > kParallelWork)
   {
     const size_t buf = static_cast<size_t>(std::min(kBlockRows, L.t) * L.t);
@@ -118,7 +122,7 @@ void backward_impl(const T* dout, const T* qkv, const T* out, const T* lse, cons
       const int64_t kh = task % L.kv, bb = task / L.kv;
       for (int64_t j = 0; j < L.t; ++j) {
         std::fill_n(dqkv + L.k(bb, j, kh), L.d, T(0));
-        std::fill_n(dqkv + L.v(bb, j, kh), L.d, T(0));
+        std::fill_n(dqkv + L.v(bb, j, kh), L.dv, T(0));
       }
       const T* k = qkv + L.k(bb, 0, kh);
       const T* v = qkv + L.v(bb, 0, kh);
@@ -129,11 +133,11 @@ void backward_impl(const T* dout, const T* qkv, const T* out, const T* lse, cons
           const T* q = qkv + L.q(bb, i0, hh);
           const T* g = dout + L.o(bb, i0, hh);
           gemm_raw<T>(false, true, m, nk, L.d, scale, q, L.row, k, L.row, T(0), p.data(), nk);
-          gemm_raw<T>(false, true, m, nk, L.d, T(1), g, ld_o, v, L.row, T(0), ds.data(), nk);
+          gemm_raw<T>(false, true, m, nk, L.dv, T(1), g, ld_o, v, L.row, T(0), ds.data(), nk);
           for (int64_t r = 0; r < m; ++r) {
             const int64_t i = i0 + r, valid = L.causal ? i + 1 : nk;
             const T li = lse[L.stat(bb, hh, i)];
-            const T di = dot(g + r * ld_o, out + L.o(bb, i, hh), L.d);
+            const T di = dot(g + r * ld_o, out + L.o(bb, i, hh), L.dv);
             T* pr = p.data() + r * nk;
             T* dr = ds.data() + r * nk;
             for (int64_t j = 0; j < valid; ++j) {
@@ -146,7 +150,7 @@ void backward_impl(const T* dout, const T* qkv, const T* out, const T* lse, cons
                       L.row);
           gemm_raw<T>(true, false, nk, L.d, m, T(1), ds.data(), nk, q, L.row, T(1), dqkv + L.k(bb, 0, kh),
                       L.row);
-          gemm_raw<T>(true, false, nk, L.d, m, T(1), p.data(), nk, g, ld_o, T(1), dqkv + L.v(bb, 0, kh),
+          gemm_raw<T>(true, false, nk, L.dv, m, T(1), p.data(), nk, g, ld_o, T(1), dqkv + L.v(bb, 0, kh),
                       L.row);
         }
       }
@@ -163,7 +167,7 @@ void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& o
   const DType dt = check_float(op, "qkv", qkv);
   const Layout L(shape);
   check_tensor(op, "qkv", qkv, dt, {L.b, L.t, L.row});
-  check_tensor(op, "out", out, dt, {L.b, L.t, L.h * L.d});
+  check_tensor(op, "out", out, dt, {L.b, L.t, L.h * L.dv});
   check_tensor(op, "lse", lse, dt, {L.b, L.h, L.t});
   PRIMUS_CHECK(!overlaps(out, qkv) && !overlaps(lse, qkv) && !overlaps(lse, out),
                "attention_forward: out, lse and qkv must not overlap");
@@ -180,8 +184,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   const DType dt = check_float(op, "qkv", qkv);
   const Layout L(shape);
   check_tensor(op, "qkv", qkv, dt, {L.b, L.t, L.row});
-  check_tensor(op, "dout", dout, dt, {L.b, L.t, L.h * L.d});
-  check_tensor(op, "out", out, dt, {L.b, L.t, L.h * L.d});
+  check_tensor(op, "dout", dout, dt, {L.b, L.t, L.h * L.dv});
+  check_tensor(op, "out", out, dt, {L.b, L.t, L.h * L.dv});
   check_tensor(op, "lse", lse, dt, {L.b, L.h, L.t});
   check_tensor(op, "dqkv", dqkv, dt, {L.b, L.t, L.row});
   PRIMUS_CHECK(!overlaps(dqkv, qkv) && !overlaps(dqkv, dout) && !overlaps(dqkv, out) && !overlaps(dqkv, lse),

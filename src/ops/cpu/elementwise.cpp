@@ -151,4 +151,53 @@ int64_t count_nonfinite(const Tensor& x, const Stream& s) {
   return count;
 }
 
+namespace {
+// The shared shape rule of concat_columns / split_columns: wide [R, Ca + Cb], a [R, Ca], b [R, Cb].
+void check_columns(const char* op, const char* wide_name, const Tensor& wide, const Tensor& a,
+                   const Tensor& b, DType dt) {
+  check_ndim(op, "a", a, 2);
+  check_ndim(op, "b", b, 2);
+  check_tensor(op, "a", a, dt, a.shape());
+  check_tensor(op, "b", b, dt, {a.size(0), b.size(1)});
+  check_tensor(op, wide_name, wide, dt, {a.size(0), a.size(1) + b.size(1)});
+  PRIMUS_CHECK(!overlaps(wide, a) && !overlaps(wide, b), "{}: {} must not overlap a or b", op, wide_name);
+}
+}  // namespace
+
+void concat_columns(const Tensor& a, const Tensor& b, Tensor& out, const Stream& s) {
+  constexpr const char* op = "concat_columns";
+  const DType dt = check_float(op, "a", a);
+  check_columns(op, "out", out, a, b, dt);
+  const int64_t rows = a.size(0), ca = a.size(1), cb = b.size(1);
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    const T* ap = a.data<T>();
+    const T* bp = b.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (rows * (ca + cb) > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(ap + r * ca, ca, o + r * (ca + cb));
+      std::copy_n(bp + r * cb, cb, o + r * (ca + cb) + ca);
+    }
+  });
+}
+
+void split_columns(const Tensor& x, Tensor& a, Tensor& b, const Stream& s) {
+  constexpr const char* op = "split_columns";
+  const DType dt = check_float(op, "x", x);
+  check_columns(op, "x", x, a, b, dt);
+  const int64_t rows = a.size(0), ca = a.size(1), cb = b.size(1);
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* ap = a.data<T>();
+    T* bp = b.data<T>();
+#pragma omp parallel for schedule(static) if (rows * (ca + cb) > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(xp + r * (ca + cb), ca, ap + r * ca);
+      std::copy_n(xp + r * (ca + cb) + ca, cb, bp + r * cb);
+    }
+  });
+}
+
 }  // namespace primus::ops::cpu

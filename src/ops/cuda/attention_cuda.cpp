@@ -38,38 +38,30 @@ AttentionBackend& current() {
 struct ChoiceKey {
   int device;
   bool backward;
-  int64_t b, t, h, kv, d;
+  int64_t b, t, h, kv, d, dv;
   bool causal;
   float scale;
   AttentionBackend mode;
   bool deterministic;  // backward only: cuDNN's deterministic variant may be refused where the default is not
   bool operator<(const ChoiceKey& o) const {
-    return std::tie(device, backward, b, t, h, kv, d, causal, scale, mode, deterministic) <
-           std::tie(o.device, o.backward, o.b, o.t, o.h, o.kv, o.d, o.causal, o.scale, o.mode,
+    return std::tie(device, backward, b, t, h, kv, d, dv, causal, scale, mode, deterministic) <
+           std::tie(o.device, o.backward, o.b, o.t, o.h, o.kv, o.d, o.dv, o.causal, o.scale, o.mode,
                     o.deterministic);
   }
 };
 
 std::string shape_str(const AttentionShape& s) {
-  return fmt::format("B={} T={} H={} KV={} D={} causal={}", s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
-                     s.causal);
+  return fmt::format("B={} T={} H={} KV={} D={}{} causal={}", s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
+                     s.dv() != s.head_dim ? fmt::format(" Dv={}", s.dv()) : "", s.causal);
 }
 
 // true = cuDNN, false = flash. Throws when the forced backend cannot run the shape.
 bool choose(const AttentionShape& s, bool backward, int device) {
   const AttentionBackend mode = attention_backend();
   static std::map<ChoiceKey, bool> memo;
-  const ChoiceKey key{device,
-                      backward,
-                      s.batch,
-                      s.seq,
-                      s.heads,
-                      s.kv_heads,
-                      s.head_dim,
-                      s.causal,
-                      s.scale,
-                      mode,
-                      backward && deterministic_attention()};
+  const ChoiceKey key{device,   backward,   s.batch,    s.seq,
+                      s.heads,  s.kv_heads, s.head_dim, s.dv(),
+                      s.causal, s.scale,    mode,       backward && deterministic_attention()};
   {
     std::lock_guard<std::mutex> lock(mu());
     auto it = memo.find(key);
@@ -118,7 +110,8 @@ void check_shape(const char* op, const AttentionShape& s, const Stream& st) {
                "{}: bad shape {}", op, shape_str(s));
   PRIMUS_CHECK(s.heads % s.kv_heads == 0, "{}: heads {} is not a multiple of kv_heads {}", op, s.heads,
                s.kv_heads);
-  PRIMUS_CHECK(s.head_dim % 8 == 0, "{}: head_dim {} must be a multiple of 8", op, s.head_dim);
+  PRIMUS_CHECK(s.head_dim % 8 == 0 && s.dv() % 8 == 0 && s.v_head_dim >= 0,
+               "{}: head_dim {} and v_head_dim {} must be multiples of 8", op, s.head_dim, s.dv());
 }
 
 }  // namespace
@@ -161,9 +154,9 @@ void attention_forward(const Tensor& qkv, const AttentionShape& s, Tensor& out, 
                        const Stream& st) {
   constexpr const char* op = "attention_forward";
   check_shape(op, s, st);
-  const int64_t w = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const int64_t w = s.qkv_width();
   check_tensor(op, "qkv", qkv, {s.batch, s.seq, w}, DType::kBF16, st);
-  check_tensor(op, "out", out, {s.batch, s.seq, s.heads * s.head_dim}, DType::kBF16, st);
+  check_tensor(op, "out", out, {s.batch, s.seq, s.out_width()}, DType::kBF16, st);
   check_tensor(op, "lse", lse, {s.batch, s.heads, s.seq}, DType::kF32, st);
   if (choose(s, false, st.device.index))
     cudnn_attention_forward(s, qkv.data_ptr(), out.data_ptr(), lse.data<float>(), st);
@@ -175,11 +168,11 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
                         const AttentionShape& s, Tensor& dqkv, const Stream& st) {
   constexpr const char* op = "attention_backward";
   check_shape(op, s, st);
-  const int64_t w = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const int64_t w = s.qkv_width();
   check_tensor(op, "qkv", qkv, {s.batch, s.seq, w}, DType::kBF16, st);
   check_tensor(op, "dqkv", dqkv, {s.batch, s.seq, w}, DType::kBF16, st);
-  check_tensor(op, "out", out, {s.batch, s.seq, s.heads * s.head_dim}, DType::kBF16, st);
-  check_tensor(op, "dout", dout, {s.batch, s.seq, s.heads * s.head_dim}, DType::kBF16, st);
+  check_tensor(op, "out", out, {s.batch, s.seq, s.out_width()}, DType::kBF16, st);
+  check_tensor(op, "dout", dout, {s.batch, s.seq, s.out_width()}, DType::kBF16, st);
   check_tensor(op, "lse", lse, {s.batch, s.heads, s.seq}, DType::kF32, st);
   PRIMUS_CHECK(dqkv.data_ptr() != qkv.data_ptr(), "{}: dqkv must not alias qkv", op);
   if (choose(s, true, st.device.index))

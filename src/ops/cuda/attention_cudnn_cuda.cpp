@@ -8,11 +8,14 @@
 // layouts below follow what cudnn-frontend emits for a 9.x runtime, since the engines only accept graphs of
 // that exact shape.
 //
-// Packed layout: qkv[B, T, (H + 2 KV) D] is seen as Q[B,H,T,D] with strides [T R, D, R, 1] (R = (H + 2 KV)
-// D), K and V the same with KV heads at element offsets H D and (H + KV) D; K enters the first matmul as K^T
-// by swapping the last two dims and strides. No copies: cuDNN reads and writes the packed buffers in place.
+// Packed layout: qkv[B, T, (H + KV) D + KV Dv] is seen as Q[B,H,T,D] with strides [T R, D, R, 1] (R = the
+// row width), K the same with KV heads at element offset H D, and V[B,KV,T,Dv] with strides [T R, Dv, R, 1]
+// at offset (H + KV) D; K enters the first matmul as K^T by swapping the last two dims and strides. No
+// copies: cuDNN reads and writes the packed buffers in place. Dv differs from D only in multi-latent
+// attention (DeepSeek: D 192, Dv 128), which Hopper's fused engines take since the d <= 256 support of
+// cuDNN 9.x.
 //
-// Plans are cached per shape key (device, direction, B, T, H, KV, D, causal, scale): building one takes
+// Plans are cached per shape key (device, direction, B, T, H, KV, D, Dv, causal, scale): building one takes
 // milliseconds to seconds, executing one microseconds of host time.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -63,26 +66,28 @@ int64_t align_up(int64_t x) {
 }
 
 struct Dims {
-  int64_t b, t, h, kv, d, r;
+  int64_t b, t, h, kv, d, dv, r;
   explicit Dims(const AttentionShape& s)
-      : b(s.batch),
-        t(s.seq),
-        h(s.heads),
-        kv(s.kv_heads),
-        d(s.head_dim),
-        r((s.heads + 2 * s.kv_heads) * s.head_dim) {}
+      : b(s.batch), t(s.seq), h(s.heads), kv(s.kv_heads), d(s.head_dim), dv(s.dv()), r(s.qkv_width()) {}
   std::vector<int64_t> q_dims() const { return {b, h, t, d}; }
   std::vector<int64_t> kv_dims() const { return {b, kv, t, d}; }
   std::vector<int64_t> kvt_dims() const { return {b, kv, d, t}; }
+  std::vector<int64_t> v_dims() const { return {b, kv, t, dv}; }
+  std::vector<int64_t> vt_dims() const { return {b, kv, dv, t}; }
+  std::vector<int64_t> o_dims() const { return {b, h, t, dv}; }
   std::vector<int64_t> packed_strides() const { return {t * r, d, r, 1}; }  // a [B,heads,T,D] view of qkv
   std::vector<int64_t> packed_t_strides() const { return {t * r, d, 1, r}; }
-  std::vector<int64_t> o_strides() const { return {t * h * d, d, h * d, 1}; }
+  std::vector<int64_t> v_strides() const { return {t * r, dv, r, 1}; }  // a [B,KV,T,Dv] view of qkv
+  std::vector<int64_t> vt_strides() const { return {t * r, dv, 1, r}; }
+  std::vector<int64_t> o_strides() const { return {t * h * dv, dv, h * dv, 1}; }
+  int64_t v_offset() const { return (h + kv) * d; }  // elements
   std::vector<int64_t> s_dims() const { return {b, h, t, t}; }
   std::vector<int64_t> s_strides() const { return {h * t * t, t * t, t, 1}; }
   std::vector<int64_t> st_strides() const { return {h * t * t, t * t, 1, t}; }  // S^T as a view of S
   std::vector<int64_t> row_dims() const { return {b, h, t, 1}; }
   std::vector<int64_t> row_strides() const { return {h * t, t, 1, 1}; }
   std::vector<int64_t> bhsd_strides() const { return {h * t * d, t * d, d, 1}; }
+  std::vector<int64_t> bhsdv_strides() const { return {h * t * dv, t * dv, dv, 1}; }
 };
 
 // Adds the causal mask (keep column <= row, else the lowest float) to the score tensor `s`; returns the
@@ -104,8 +109,8 @@ int64_t add_causal_mask(cd::GraphBuilder& g, const Dims& dm, int64_t s) {
 void build_forward(cd::GraphBuilder& g, const Dims& dm, bool causal) {
   g.tensor(kQ, dm.q_dims(), dm.packed_strides(), CUDNN_DATA_BFLOAT16);
   g.tensor(kK, dm.kvt_dims(), dm.packed_t_strides(), CUDNN_DATA_BFLOAT16);
-  g.tensor(kV, dm.kv_dims(), dm.packed_strides(), CUDNN_DATA_BFLOAT16);
-  g.tensor(kO, dm.q_dims(), dm.o_strides(), CUDNN_DATA_BFLOAT16);
+  g.tensor(kV, dm.v_dims(), dm.v_strides(), CUDNN_DATA_BFLOAT16);
+  g.tensor(kO, dm.o_dims(), dm.o_strides(), CUDNN_DATA_BFLOAT16);
   g.tensor(kStats, dm.row_dims(), dm.row_strides(), CUDNN_DATA_FLOAT);
   g.scalar(kScale);
   if (causal) g.scalar(kNegInf);
@@ -143,13 +148,13 @@ void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal, bool deter
   const bool gqa = dm.h != dm.kv;
   g.tensor(kQ, dm.q_dims(), dm.packed_strides(), CUDNN_DATA_BFLOAT16);
   g.tensor(kK, dm.kvt_dims(), dm.packed_t_strides(), CUDNN_DATA_BFLOAT16);
-  g.tensor(kV, dm.kvt_dims(), dm.packed_t_strides(), CUDNN_DATA_BFLOAT16);
-  g.tensor(kO, dm.q_dims(), dm.o_strides(), CUDNN_DATA_BFLOAT16);
+  g.tensor(kV, dm.vt_dims(), dm.vt_strides(), CUDNN_DATA_BFLOAT16);
+  g.tensor(kO, dm.o_dims(), dm.o_strides(), CUDNN_DATA_BFLOAT16);
   g.tensor(kStats, dm.row_dims(), dm.row_strides(), CUDNN_DATA_FLOAT);
-  g.tensor(kDO, dm.q_dims(), dm.o_strides(), CUDNN_DATA_BFLOAT16);
+  g.tensor(kDO, dm.o_dims(), dm.o_strides(), CUDNN_DATA_BFLOAT16);
   g.tensor(kDQ, dm.q_dims(), dm.packed_strides(), CUDNN_DATA_BFLOAT16);
   g.tensor(kDK, dm.kv_dims(), dm.packed_strides(), CUDNN_DATA_BFLOAT16);
-  g.tensor(kDV, dm.kv_dims(), dm.packed_strides(), CUDNN_DATA_BFLOAT16);
+  g.tensor(kDV, dm.v_dims(), dm.v_strides(), CUDNN_DATA_BFLOAT16);
   g.scalar(kScale);
   g.scalar(kOne);
   if (causal) g.scalar(kNegInf);
@@ -159,7 +164,7 @@ void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal, bool deter
 
   // softmax_sum = sum_d(dO * O) * 1
   const int64_t dOO =
-      g.virt(dm.q_dims(), {dm.h * dm.t * dm.d, dm.t * dm.d, dm.h * dm.d, 1}, CUDNN_DATA_FLOAT);
+      g.virt(dm.o_dims(), {dm.h * dm.t * dm.dv, dm.t * dm.dv, dm.h * dm.dv, 1}, CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, kDO, kO, dOO, "mul_dO_O");
   const int64_t red = g.virt(dm.row_dims(), dm.row_strides(), CUDNN_DATA_FLOAT);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOO, red, "reduce_dO_o");
@@ -180,7 +185,7 @@ void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal, bool deter
   const int64_t pt = g.virt({dm.b, dm.h, dm.t, dm.t}, dm.st_strides(), CUDNN_DATA_BFLOAT16);
   g.reshape(p, pt, "reshape_p");
   if (gqa) {
-    const int64_t dv_full = g.virt(dm.q_dims(), dm.bhsd_strides(), CUDNN_DATA_BFLOAT16);
+    const int64_t dv_full = g.virt(dm.o_dims(), dm.bhsdv_strides(), CUDNN_DATA_BFLOAT16);
     g.matmul(pt, kDO, dv_full, "matmul_pT_dO");
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_full, kDV, "red_dV_head");
   } else {
@@ -222,16 +227,18 @@ void build_backward(cd::GraphBuilder& g, const Dims& dm, bool causal, bool deter
 struct Key {
   int device;
   bool backward;
-  int64_t b, t, h, kv, d;
+  int64_t b, t, h, kv, d, dv;
   bool causal;
   uint32_t scale_bits;
   bool deterministic;  // backward only (the forward has no cross-block accumulation)
-  auto tie() const { return std::tie(device, backward, b, t, h, kv, d, causal, scale_bits, deterministic); }
+  auto tie() const {
+    return std::tie(device, backward, b, t, h, kv, d, dv, causal, scale_bits, deterministic);
+  }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
   std::string str() const {
-    return fmt::format("{} B={} T={} H={} KV={} D={} causal={} scale={}{}", backward ? "bwd" : "fwd", b, t, h,
-                       kv, d, causal, std::bit_cast<float>(scale_bits),
-                       deterministic ? " deterministic" : "");
+    return fmt::format("{} B={} T={} H={} KV={} D={}{} causal={} scale={}{}", backward ? "bwd" : "fwd", b, t,
+                       h, kv, d, dv != d ? fmt::format(" Dv={}", dv) : "", causal,
+                       std::bit_cast<float>(scale_bits), deterministic ? " deterministic" : "");
   }
 };
 
@@ -256,8 +263,17 @@ std::map<Key, std::shared_ptr<Entry>>& cache() {
 Key make_key(const AttentionShape& s, bool backward, int device) {
   uint32_t bits;
   std::memcpy(&bits, &s.scale, 4);
-  return Key{device,     backward,   s.batch,  s.seq, s.heads,
-             s.kv_heads, s.head_dim, s.causal, bits,  backward && deterministic_attention()};
+  return Key{device,
+             backward,
+             s.batch,
+             s.seq,
+             s.heads,
+             s.kv_heads,
+             s.head_dim,
+             s.dv(),
+             s.causal,
+             bits,
+             backward && deterministic_attention()};
 }
 
 // PRIMUS_CUDNN_AUTOTUNE: 0/unset = the heuristic's first plan; 1 = time the heuristic's plans on the first
@@ -396,9 +412,11 @@ bool cudnn_attention_supported(const AttentionShape& s, bool backward, std::stri
     return false;
   };
   if (v < 90000) return no(fmt::format("cuDNN runtime {} is older than 9.0", cd::version_string(v)));
-  if (s.head_dim % 8 != 0 || s.head_dim > 128)
-    return no(
-        fmt::format("head_dim {} (cuDNN fused attention needs a multiple of 8, at most 128)", s.head_dim));
+  // Hopper's fused engines take head dims up to 256 (d_qk 192 / d_v 128 for MLA) on cuDNN 9.x; a runtime
+  // that refuses a shape says so when its plan is built, and the flash kernels take it instead.
+  if (s.head_dim % 8 != 0 || s.dv() % 8 != 0 || s.head_dim > 256 || s.dv() > 256)
+    return no(fmt::format("head dims {}/{} (cuDNN fused attention needs multiples of 8, at most 256)",
+                          s.head_dim, s.dv()));
   // Before 9.16 the fused bprop needs s_kv % 128 == 0 unless a padding mask with per-batch lengths is added
   // (what cudnn-frontend does as a workaround); such shapes go to our flash kernel instead.
   if (backward && v < 91600 && s.seq % 128 != 0)
@@ -422,8 +440,7 @@ void cudnn_attention_forward(const AttentionShape& s, const void* qkv, void* out
   float scale = s.scale;
   float neg_inf = std::numeric_limits<float>::lowest();  // what cudnn-frontend binds
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
-  std::vector<void*> ptrs = {base,  base + 2 * dm.h * dm.d, base + 2 * (dm.h + dm.kv) * dm.d, out, lse,
-                             &scale};
+  std::vector<void*> ptrs = {base, base + 2 * dm.h * dm.d, base + 2 * dm.v_offset(), out, lse, &scale};
   if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
   run(*e, key, uids, ptrs, st);
 }
@@ -437,8 +454,8 @@ void cudnn_attention_backward(const AttentionShape& s, const void* dout, const v
   auto* base = static_cast<char*>(const_cast<void*>(qkv));
   auto* dbase = static_cast<char*>(dqkv);
   float scale = s.scale, one = 1.0f;
-  float neg_inf = std::numeric_limits<float>::lowest();                    // what cudnn-frontend binds
-  const int64_t koff = 2 * dm.h * dm.d, voff = 2 * (dm.h + dm.kv) * dm.d;  // bytes
+  float neg_inf = std::numeric_limits<float>::lowest();            // what cudnn-frontend binds
+  const int64_t koff = 2 * dm.h * dm.d, voff = 2 * dm.v_offset();  // bytes
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kOne};
   std::vector<void*> ptrs = {base,
                              base + koff,

@@ -7,8 +7,11 @@
 //   B 16x8 "col":      b0 (k 2c..2c+1, n g), b1 (k 2c+8.., n g)
 //   C 16x8 f32:        c0,c1 (g, 2c..2c+1), c2,c3 (g+8, 2c..2c+1)
 // Two adjacent C tiles (n 0..7, 8..15) repacked to bf16 form the A fragment of a k16 step (FA2's register
-// reuse). fmt 9 (header-only) does not build under nvcc in C++20 (its consteval format-string checks): check
-// at run time.
+// reuse). The kernels are templates over the q/k head dim DQ and the v head dim DV (equal except for
+// multi-latent attention, DQ 192 / DV 128); other head dims run on the smallest instantiation that holds
+// them, with q, k, v, out and dout zero-padded (zero columns change neither the scores nor delta = sum dO O).
+// fmt 9 (header-only) does not build under nvcc in C++20 (its consteval format-string checks): check at run
+// time.
 #if defined(__CUDACC__) && !defined(FMT_CONSTEVAL)
 #define FMT_CONSTEVAL
 #define FMT_USE_CONSTEXPR 1
@@ -41,8 +44,8 @@ struct Params {
   const float* delta;
   bf16* dqkv;
   int T, H, KV, G;
-  int64_t row;   // qkv / dqkv elements per token: (H + 2 KV) D
-  int64_t orow;  // out elements per token: H D
+  int64_t row;   // qkv / dqkv elements per token: (H + KV) DQ + KV DV
+  int64_t orow;  // out elements per token: H DV
   float scale, scale_log2;
   bool causal;
 };
@@ -133,37 +136,37 @@ __device__ __forceinline__ float quad_sum(float v) {
 // ---------------------------------------------------------------------------------------------------------------
 // Forward: one block per (64 query rows, head, batch); each warp owns 16 rows; key blocks of 64.
 
-template <int D>
+template <int DQ, int DV>
 __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
-  constexpr int BM = 64, BN = 64, LDS = D + 8;
+  constexpr int BM = 64, BN = 64, LDQ = DQ + 8, LDV = DV + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sK = sQ + BM * LDS;
-  bf16* sV = sK + BN * LDS;
+  bf16* sK = sQ + BM * LDQ;
+  bf16* sV = sK + BN * LDQ;
 
   const int mb = gridDim.x - 1 - blockIdx.x;  // longest (causal) rows first
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / p.G;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = mb * BM;
   const bf16* base = p.qkv + static_cast<int64_t>(b) * p.T * p.row;
-  const bf16* qg = base + h * D;
-  const bf16* kg = base + (p.H + kvh) * D;
-  const bf16* vg = base + (p.H + p.KV + kvh) * D;
+  const bf16* qg = base + h * DQ;
+  const bf16* kg = base + (p.H + kvh) * DQ;
+  const bf16* vg = base + (p.H + p.KV) * DQ + kvh * DV;
 
   // Pipeline: V of block nb loads while S = Q K^T runs; K of block nb + 1 loads during softmax and P V.
-  load_tile<BM, D>(sQ, qg, p.row, q0, p.T);
+  load_tile<BM, DQ>(sQ, qg, p.row, q0, p.T);
   cp_async_commit();
-  load_tile<BN, D>(sK, kg, p.row, 0, p.T);
+  load_tile<BN, DQ>(sK, kg, p.row, 0, p.T);
   cp_async_commit();
   cp_async_wait<1>();  // Q landed (K0 may still be in flight)
   __syncthreads();
-  uint32_t qf[D / 16][4];
+  uint32_t qf[DQ / 16][4];
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) load_a<LDS>(qf[kk], sQ, warp * 16, kk * 16, lane);
+  for (int kk = 0; kk < DQ / 16; ++kk) load_a<LDQ>(qf[kk], sQ, warp * 16, kk * 16, lane);
 
-  float o[D / 8][4];
+  float o[DV / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int i = 0; i < DV / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const int row_a = q0 + warp * 16 + lane / 4;
   const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
@@ -171,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
 
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int k0 = nb * BN;
-    load_tile<BN, D>(sV, vg, p.row, k0, p.T);
+    load_tile<BN, DV>(sV, vg, p.row, k0, p.T);
     cp_async_commit();
     cp_async_wait<1>();  // K of this block landed (V may still be in flight)
     __syncthreads();
@@ -180,11 +183,11 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < DQ / 16; ++kk) {
 #pragma unroll
       for (int np = 0; np < BN / 16; ++np) {
         uint32_t bf[4];
-        load_b_nk<LDS>(bf, sK, np * 16, kk * 16, lane);
+        load_b_nk<LDQ>(bf, sK, np * 16, kk * 16, lane);
         mma(s[2 * np], qf[kk], bf[0], bf[1]);
         mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
       }
@@ -192,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
     __syncthreads();  // every warp is done with sK
     const bool more = nb + 1 < n_blocks;
     if (more) {
-      load_tile<BN, D>(sK, kg, p.row, k0 + BN, p.T);
+      load_tile<BN, DQ>(sK, kg, p.row, k0 + BN, p.T);
       cp_async_commit();
     }
     // Scale into the log2 domain and mask (keys past T; keys after the query under the causal mask).
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) l_run[i] = l_run[i] * alpha[i] + rs[i];
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
+    for (int dt = 0; dt < DV / 8; ++dt) {
       o[dt][0] *= alpha[0];
       o[dt][1] *= alpha[0];
       o[dt][2] *= alpha[1];
@@ -246,9 +249,9 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t bf[4];
-        load_b_kn<LDS>(bf, sV, kk * 16, dp * 16, lane);
+        load_b_kn<LDV>(bf, sV, kk * 16, dp * 16, lane);
         mma(o[2 * dp], a, bf[0], bf[1]);
         mma(o[2 * dp + 1], a, bf[2], bf[3]);
       }
@@ -262,9 +265,9 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
     const float l = quad_sum(l_run[i]);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     if (row < p.T) {
-      bf16* og = p.o + (static_cast<int64_t>(b) * p.T + row) * p.orow + h * D;
+      bf16* og = p.o + (static_cast<int64_t>(b) * p.T + row) * p.orow + h * DV;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
+      for (int dt = 0; dt < DV / 8; ++dt) {
         const int col = dt * 8 + (lane % 4) * 2;
         *reinterpret_cast<uint32_t*>(og + col) = pack_bf16(o[dt][2 * i] * inv, o[dt][2 * i + 1] * inv);
       }
@@ -300,24 +303,24 @@ __global__ void delta_kernel(const bf16* dout, const bf16* out, float* delta, in
 
 // Backward, pass 1: dQ for 64 query rows of one head, looping over key blocks (no atomics: one writer per
 // row).
-template <int D>
+template <int DQ, int DV>
 __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
-  constexpr int BM = 64, BN = 64, LDS = D + 8;
+  constexpr int BM = 64, BN = 64, LDQ = DQ + 8, LDV = DV + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sdO = sQ + BM * LDS;
-  bf16* sK = sdO + BM * LDS;
-  bf16* sV = sK + BN * LDS;
+  bf16* sdO = sQ + BM * LDQ;
+  bf16* sK = sdO + BM * LDV;
+  bf16* sV = sK + BN * LDQ;
 
   const int mb = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / p.G;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = mb * BM;
   const bf16* base = p.qkv + static_cast<int64_t>(b) * p.T * p.row;
-  const bf16* kg = base + (p.H + kvh) * D;
-  const bf16* vg = base + (p.H + p.KV + kvh) * D;
-  load_tile<BM, D>(sQ, base + h * D, p.row, q0, p.T);
-  load_tile<BM, D>(sdO, p.dout + static_cast<int64_t>(b) * p.T * p.orow + h * D, p.orow, q0, p.T);
+  const bf16* kg = base + (p.H + kvh) * DQ;
+  const bf16* vg = base + (p.H + p.KV) * DQ + kvh * DV;
+  load_tile<BM, DQ>(sQ, base + h * DQ, p.row, q0, p.T);
+  load_tile<BM, DV>(sdO, p.dout + static_cast<int64_t>(b) * p.T * p.orow + h * DV, p.orow, q0, p.T);
 
   const int row_a = q0 + warp * 16 + lane / 4;
   float lse2[2], dlt[2];
@@ -328,17 +331,17 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
     lse2[i] = row < p.T ? p.lse[idx] * kLog2e : 0.f;
     dlt[i] = row < p.T ? p.delta[idx] : 0.f;
   }
-  float dq[D / 8][4];
+  float dq[DQ / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+  for (int i = 0; i < DQ / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
   const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
   const int n_blocks = (kv_end + BN - 1) / BN;
 
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int k0 = nb * BN;
     __syncthreads();
-    load_tile<BN, D>(sK, kg, p.row, k0, p.T);
-    load_tile<BN, D>(sV, vg, p.row, k0, p.T);
+    load_tile<BN, DQ>(sK, kg, p.row, k0, p.T);
+    load_tile<BN, DV>(sV, vg, p.row, k0, p.T);
     cp_async_wait_all();
     __syncthreads();
     float s[BN / 8][4], dp[BN / 8][4];
@@ -346,18 +349,27 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
     for (int i = 0; i < BN / 8; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+        // S = Q K^T over DQ, dP = dO V^T over DV
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t aq[4], ado[4];
-      load_a<LDS>(aq, sQ, warp * 16, kk * 16, lane);
-      load_a<LDS>(ado, sdO, warp * 16, kk * 16, lane);
+    for (int kk = 0; kk < DQ / 16; ++kk) {
+      uint32_t aq[4];
+      load_a<LDQ>(aq, sQ, warp * 16, kk * 16, lane);
 #pragma unroll
       for (int np = 0; np < BN / 16; ++np) {
-        uint32_t bk[4], bv[4];
-        load_b_nk<LDS>(bk, sK, np * 16, kk * 16, lane);
-        load_b_nk<LDS>(bv, sV, np * 16, kk * 16, lane);
+        uint32_t bk[4];
+        load_b_nk<LDQ>(bk, sK, np * 16, kk * 16, lane);
         mma(s[2 * np], aq, bk[0], bk[1]);
         mma(s[2 * np + 1], aq, bk[2], bk[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < DV / 16; ++kk) {
+      uint32_t ado[4];
+      load_a<LDV>(ado, sdO, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t bv[4];
+        load_b_nk<LDV>(bv, sV, np * 16, kk * 16, lane);
         mma(dp[2 * np], ado, bv[0], bv[1]);
         mma(dp[2 * np + 1], ado, bv[2], bv[3]);
       }
@@ -381,9 +393,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
+      for (int dt = 0; dt < DQ / 16; ++dt) {
         uint32_t bf[4];
-        load_b_kn<LDS>(bf, sK, kk * 16, dt * 16, lane);
+        load_b_kn<LDQ>(bf, sK, kk * 16, dt * 16, lane);
         mma(dq[2 * dt], a, bf[0], bf[1]);
         mma(dq[2 * dt + 1], a, bf[2], bf[3]);
       }
@@ -393,9 +405,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   for (int i = 0; i < 2; ++i) {
     const int row = row_a + 8 * i;
     if (row >= p.T) continue;
-    bf16* g = p.dqkv + (static_cast<int64_t>(b) * p.T + row) * p.row + h * D;
+    bf16* g = p.dqkv + (static_cast<int64_t>(b) * p.T + row) * p.row + h * DQ;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
+    for (int dt = 0; dt < DQ / 8; ++dt)
       *reinterpret_cast<uint32_t*>(g + dt * 8 + (lane % 4) * 2) =
           pack_bf16(dq[dt][2 * i] * p.scale, dq[dt][2 * i + 1] * p.scale);
   }
@@ -405,29 +417,33 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
 // every query block that sees these keys, so the group sum happens in registers, in a fixed order
 // (deterministic). Warps own 16 keys each and compute the transposed products S^T = K Q^T and dP^T = V dO^T
 // directly.
-template <int D, int BMQ>
+template <int DQ, int DV, int BMQ>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
-  constexpr int BN = 64, LDS = D + 8;
+  constexpr int BN = 64, LDQ = DQ + 8, LDV = DV + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sV = sK + BN * LDS;
-  bf16* sQ = sV + BN * LDS;
-  bf16* sdO = sQ + BMQ * LDS;
-  float* sL = reinterpret_cast<float*>(sdO + BMQ * LDS);
+  bf16* sV = sK + BN * LDQ;
+  bf16* sQ = sV + BN * LDV;
+  bf16* sdO = sQ + BMQ * LDQ;
+  float* sL = reinterpret_cast<float*>(sdO + BMQ * LDV);
   float* sD = sL + BMQ;
 
   const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = nb * BN;
   const bf16* base = p.qkv + static_cast<int64_t>(b) * p.T * p.row;
-  load_tile<BN, D>(sK, base + (p.H + kvh) * D, p.row, k0, p.T);
-  load_tile<BN, D>(sV, base + (p.H + p.KV + kvh) * D, p.row, k0, p.T);
+  load_tile<BN, DQ>(sK, base + (p.H + kvh) * DQ, p.row, k0, p.T);
+  load_tile<BN, DV>(sV, base + (p.H + p.KV) * DQ + kvh * DV, p.row, k0, p.T);
 
-  float dk[D / 8][4], dv[D / 8][4];
+  float dk[DQ / 8][4], dv[DV / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i)
+  for (int i = 0; i < DQ / 8; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+    for (int e = 0; e < 4; ++e) dk[i][e] = 0.f;
+#pragma unroll
+  for (int i = 0; i < DV / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[i][e] = 0.f;
   const int key_a = k0 + warp * 16 + lane / 4;
   const int m_first = p.causal ? k0 / BMQ : 0;
   const int m_blocks = (p.T + BMQ - 1) / BMQ;
@@ -439,8 +455,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
     for (int mb = m_first; mb < m_blocks; ++mb) {
       const int q0 = mb * BMQ;
       __syncthreads();
-      load_tile<BMQ, D>(sQ, base + h * D, p.row, q0, p.T);
-      load_tile<BMQ, D>(sdO, p.dout + static_cast<int64_t>(b) * p.T * p.orow + h * D, p.orow, q0, p.T);
+      load_tile<BMQ, DQ>(sQ, base + h * DQ, p.row, q0, p.T);
+      load_tile<BMQ, DV>(sdO, p.dout + static_cast<int64_t>(b) * p.T * p.orow + h * DV, p.orow, q0, p.T);
       for (int i = threadIdx.x; i < BMQ; i += kThreads) {
         const bool valid = q0 + i < p.T;
         sL[i] = valid ? lse[q0 + i] * kLog2e : 0.f;
@@ -449,23 +465,32 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
       cp_async_wait_all();
       __syncthreads();
 
+      // S^T = K Q^T over DQ, dP^T = V dO^T over DV
       float st[BMQ / 8][4], dpt[BMQ / 8][4];
 #pragma unroll
       for (int i = 0; i < BMQ / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) st[i][e] = dpt[i][e] = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t ak[4], av[4];
-        load_a<LDS>(ak, sK, warp * 16, kk * 16, lane);
-        load_a<LDS>(av, sV, warp * 16, kk * 16, lane);
+      for (int kk = 0; kk < DQ / 16; ++kk) {
+        uint32_t ak[4];
+        load_a<LDQ>(ak, sK, warp * 16, kk * 16, lane);
 #pragma unroll
         for (int np = 0; np < BMQ / 16; ++np) {
-          uint32_t bq[4], bo[4];
-          load_b_nk<LDS>(bq, sQ, np * 16, kk * 16, lane);
-          load_b_nk<LDS>(bo, sdO, np * 16, kk * 16, lane);
+          uint32_t bq[4];
+          load_b_nk<LDQ>(bq, sQ, np * 16, kk * 16, lane);
           mma(st[2 * np], ak, bq[0], bq[1]);
           mma(st[2 * np + 1], ak, bq[2], bq[3]);
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < DV / 16; ++kk) {
+        uint32_t av[4];
+        load_a<LDV>(av, sV, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < BMQ / 16; ++np) {
+          uint32_t bo[4];
+          load_b_nk<LDV>(bo, sdO, np * 16, kk * 16, lane);
           mma(dpt[2 * np], av, bo[0], bo[1]);
           mma(dpt[2 * np + 1], av, bo[2], bo[3]);
         }
@@ -494,12 +519,16 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
                                 pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                                 pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
 #pragma unroll
-        for (int dt = 0; dt < D / 16; ++dt) {
-          uint32_t bo[4], bq[4];
-          load_b_kn<LDS>(bo, sdO, kk * 16, dt * 16, lane);
-          load_b_kn<LDS>(bq, sQ, kk * 16, dt * 16, lane);
+        for (int dt = 0; dt < DV / 16; ++dt) {
+          uint32_t bo[4];
+          load_b_kn<LDV>(bo, sdO, kk * 16, dt * 16, lane);
           mma(dv[2 * dt], ap, bo[0], bo[1]);
           mma(dv[2 * dt + 1], ap, bo[2], bo[3]);
+        }
+#pragma unroll
+        for (int dt = 0; dt < DQ / 16; ++dt) {
+          uint32_t bq[4];
+          load_b_kn<LDQ>(bq, sQ, kk * 16, dt * 16, lane);
           mma(dk[2 * dt], as, bq[0], bq[1]);
           mma(dk[2 * dt + 1], as, bq[2], bq[3]);
         }
@@ -511,16 +540,33 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
     const int key = key_a + 8 * i;
     if (key >= p.T) continue;
     bf16* g = p.dqkv + (static_cast<int64_t>(b) * p.T + key) * p.row;
-    bf16* gk = g + (p.H + kvh) * D;
-    bf16* gv = g + (p.H + p.KV + kvh) * D;
+    bf16* gk = g + (p.H + kvh) * DQ;
+    bf16* gv = g + (p.H + p.KV) * DQ + kvh * DV;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
+    for (int dt = 0; dt < DQ / 8; ++dt) {
       const int col = dt * 8 + (lane % 4) * 2;
       *reinterpret_cast<uint32_t*>(gk + col) =
           pack_bf16(dk[dt][2 * i] * p.scale, dk[dt][2 * i + 1] * p.scale);
+    }
+#pragma unroll
+    for (int dt = 0; dt < DV / 8; ++dt) {
+      const int col = dt * 8 + (lane % 4) * 2;
       *reinterpret_cast<uint32_t*>(gv + col) = pack_bf16(dv[dt][2 * i], dv[dt][2 * i + 1]);
     }
   }
+}
+
+// Copies `copy_d` elements of each of `heads` heads per token from src to dst and zero-fills dst's heads
+// up to dst_hd: pads (dst_hd > copy_d) or crops (copy_d = dst_hd < src_hd) head dims for the padded path.
+__global__ void copy_heads_kernel(bf16* dst, int64_t dst_row, int64_t dst_off, int dst_hd, const bf16* src,
+                                  int64_t src_row, int64_t src_off, int src_hd, int heads, int copy_d,
+                                  int64_t total) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int j = static_cast<int>(i % dst_hd);
+  const int64_t hh = (i / dst_hd) % heads, tok = i / (static_cast<int64_t>(dst_hd) * heads);
+  dst[tok * dst_row + dst_off + hh * dst_hd + j] =
+      j < copy_d ? src[tok * src_row + src_off + hh * src_hd + j] : __float2bfloat16(0.f);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -532,8 +578,8 @@ Params make_params(const AttentionShape& s) {
   p.H = static_cast<int>(s.heads);
   p.KV = static_cast<int>(s.kv_heads);
   p.G = static_cast<int>(s.heads / s.kv_heads);
-  p.row = (s.heads + 2 * s.kv_heads) * s.head_dim;
-  p.orow = s.heads * s.head_dim;
+  p.row = s.qkv_width();
+  p.orow = s.out_width();
   p.scale = s.scale;
   p.scale_log2 = s.scale * kLog2e;
   p.causal = s.causal;
@@ -550,27 +596,109 @@ void launch(K kernel, dim3 grid, size_t smem, const Params& p, const Stream& st)
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
+template <int DQ, int DV>
 void forward_d(const Params& p, int64_t batch, const Stream& st) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
-  launch(fwd_kernel<D>, grid, 3 * 64 * (D + 8) * sizeof(bf16), p, st);
+  launch(fwd_kernel<DQ, DV>, grid, (2 * 64 * (DQ + 8) + 64 * (DV + 8)) * sizeof(bf16), p, st);
 }
 
-template <int D>
+template <int DQ, int DV>
 void backward_d(const Params& p, int64_t batch, const Stream& st) {
-  constexpr int BMQ = D > 64 ? 32 : 64;
+  // Query rows per dK/dV step: fewer for wide heads, whose dK and dV accumulators fill the registers.
+  constexpr int BMQ = DQ > 128 ? 16 : DQ > 64 ? 32 : 64;
   const dim3 gq(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
-  launch(dq_kernel<D>, gq, 4 * 64 * (D + 8) * sizeof(bf16), p, st);
+  launch(dq_kernel<DQ, DV>, gq, 2 * 64 * (DQ + DV + 16) * sizeof(bf16), p, st);
   const dim3 gk(static_cast<unsigned>(ceil_div(p.T, 64)), p.KV, static_cast<unsigned>(batch));
-  launch(dkdv_kernel<D, BMQ>, gk, (2 * 64 + 2 * BMQ) * (D + 8) * sizeof(bf16) + 2 * BMQ * sizeof(float), p,
-         st);
+  launch(dkdv_kernel<DQ, DV, BMQ>, gk, (64 + BMQ) * (DQ + DV + 16) * sizeof(bf16) + 2 * BMQ * sizeof(float),
+         p, st);
+}
+
+// The instantiated (DQ, DV) pairs, smallest first; a shape runs on the first one that holds its head dims.
+struct Native {
+  int dq, dv;
+};
+constexpr Native kNative[] = {{32, 32}, {64, 64}, {128, 128}, {192, 128}};
+
+const Native* native_for(const AttentionShape& s) {
+  for (const Native& n : kNative)
+    if (s.head_dim <= n.dq && s.dv() <= n.dv) return &n;
+  return nullptr;
+}
+
+void run_forward(const Native& n, const Params& p, int64_t batch, const Stream& st) {
+  if (n.dq == 32)
+    forward_d<32, 32>(p, batch, st);
+  else if (n.dq == 64)
+    forward_d<64, 64>(p, batch, st);
+  else if (n.dq == 128)
+    forward_d<128, 128>(p, batch, st);
+  else
+    forward_d<192, 128>(p, batch, st);
+}
+
+void run_backward(const Native& n, const Params& p, int64_t batch, const Stream& st) {
+  if (n.dq == 32)
+    backward_d<32, 32>(p, batch, st);
+  else if (n.dq == 64)
+    backward_d<64, 64>(p, batch, st);
+  else if (n.dq == 128)
+    backward_d<128, 128>(p, batch, st);
+  else
+    backward_d<192, 128>(p, batch, st);
+}
+
+void copy_heads(void* dst, int64_t dst_row, int64_t dst_off, int64_t dst_hd, const void* src, int64_t src_row,
+                int64_t src_off, int64_t src_hd, int64_t tokens, int64_t heads, int64_t copy_d,
+                const Stream& st) {
+  const int64_t total = tokens * heads * dst_hd;
+  if (total == 0) return;
+  copy_heads_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(total, 256)), 256, 0, cuda_stream(st)>>>(
+      static_cast<bf16*>(dst), dst_row, dst_off, static_cast<int>(dst_hd), static_cast<const bf16*>(src),
+      src_row, src_off, static_cast<int>(src_hd), static_cast<int>(heads), static_cast<int>(copy_d), total);
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+// The shape as the instantiation `n` sees it, and the copies between the two packed layouts.
+struct Padded {
+  AttentionShape s;  // head dims of n
+  int64_t tokens;
+  explicit Padded(const AttentionShape& orig, const Native& n) : s(orig), tokens(orig.batch * orig.seq) {
+    s.head_dim = n.dq;
+    s.v_head_dim = n.dv;
+  }
+  // qkv (orig) -> qkv_p (padded), or back with crop = true (gradients).
+  static void qkv(const AttentionShape& o, const AttentionShape& p, int64_t tokens, const void* src,
+                  void* dst, bool crop, const Stream& st) {
+    const AttentionShape& from = crop ? p : o;
+    const AttentionShape& to = crop ? o : p;
+    const int64_t fr = from.qkv_width(), tr = to.qkv_width();
+    copy_heads(dst, tr, 0, to.head_dim, src, fr, 0, from.head_dim, tokens, o.heads, o.head_dim, st);
+    copy_heads(dst, tr, o.heads * to.head_dim, to.head_dim, src, fr, o.heads * from.head_dim, from.head_dim,
+               tokens, o.kv_heads, o.head_dim, st);
+    copy_heads(dst, tr, (o.heads + o.kv_heads) * to.head_dim, to.dv(), src, fr,
+               (o.heads + o.kv_heads) * from.head_dim, from.dv(), tokens, o.kv_heads, o.dv(), st);
+  }
+  static void out(const AttentionShape& o, const AttentionShape& p, int64_t tokens, const void* src,
+                  void* dst, bool crop, const Stream& st) {
+    const AttentionShape& from = crop ? p : o;
+    const AttentionShape& to = crop ? o : p;
+    copy_heads(dst, to.out_width(), 0, to.dv(), src, from.out_width(), 0, from.dv(), tokens, o.heads, o.dv(),
+               st);
+  }
+};
+
+bool is_native(const AttentionShape& s, const Native& n) {
+  return s.head_dim == n.dq && s.dv() == n.dv;
 }
 
 }  // namespace
 
 bool flash_attention_supported(const AttentionShape& s, std::string* why) {
-  if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
-    if (why) *why = fmt::format("head_dim {} (flash kernels are built for 32, 64, 128)", s.head_dim);
+  if (native_for(s) == nullptr) {
+    if (why)
+      *why = fmt::format(
+          "head dims {}/{} (flash kernels are built for 32, 64, 128 and 192/128; smaller dims are padded)",
+          s.head_dim, s.dv());
     return false;
   }
   if (s.seq > (1 << 30) || s.heads > 65535 || s.batch > 65535) {
@@ -582,55 +710,72 @@ bool flash_attention_supported(const AttentionShape& s, std::string* why) {
 
 void flash_attention_forward(const AttentionShape& s, const void* qkv, void* out, float* lse,
                              const Stream& st) {
-  Params p = make_params(s);
-  p.qkv = static_cast<const bf16*>(qkv);
-  p.o = static_cast<bf16*>(out);
-  p.lse = lse;
-  switch (s.head_dim) {
-    case 32:
-      forward_d<32>(p, s.batch, st);
-      break;
-    case 64:
-      forward_d<64>(p, s.batch, st);
-      break;
-    case 128:
-      forward_d<128>(p, s.batch, st);
-      break;
-    default:
-      PRIMUS_FAIL("flash attention: unsupported head_dim {}", s.head_dim);
+  const Native* n = native_for(s);
+  PRIMUS_CHECK(n != nullptr, "flash attention: unsupported head dims {}/{}", s.head_dim, s.dv());
+  if (is_native(s, *n)) {
+    Params p = make_params(s);
+    p.qkv = static_cast<const bf16*>(qkv);
+    p.o = static_cast<bf16*>(out);
+    p.lse = lse;
+    run_forward(*n, p, s.batch, st);
+    return;
   }
+  const Padded pd(s, *n);
+  const size_t qkv_bytes = static_cast<size_t>(pd.tokens * pd.s.qkv_width()) * sizeof(bf16);
+  const size_t out_bytes = static_cast<size_t>(pd.tokens * pd.s.out_width()) * sizeof(bf16);
+  void* qkv_p = device_alloc(qkv_bytes, st);
+  void* out_p = device_alloc(out_bytes, st);
+  Padded::qkv(s, pd.s, pd.tokens, qkv, qkv_p, false, st);
+  Params p = make_params(pd.s);
+  p.qkv = static_cast<const bf16*>(qkv_p);
+  p.o = static_cast<bf16*>(out_p);
+  p.lse = lse;
+  run_forward(*n, p, s.batch, st);
+  Padded::out(s, pd.s, pd.tokens, out_p, out, true, st);
+  device_free(out_p, st);
+  device_free(qkv_p, st);
 }
 
 void flash_attention_backward(const AttentionShape& s, const void* dout, const void* qkv, const void* out,
                               const float* lse, void* dqkv, const Stream& st) {
-  PRIMUS_CHECK(flash_attention_supported(s, nullptr), "flash attention: unsupported head_dim {}", s.head_dim);
-  const int64_t rows = s.batch * s.seq * s.heads;
+  const Native* n = native_for(s);
+  PRIMUS_CHECK(n != nullptr, "flash attention: unsupported head dims {}/{}", s.head_dim, s.dv());
+  const bool native = is_native(s, *n);
+  const Padded pd(s, *n);
+  const AttentionShape& ks = native ? s : pd.s;  // the shape the kernels run
+  void *qkv_p = nullptr, *dqkv_p = nullptr, *out_p = nullptr, *dout_p = nullptr;
+  if (!native) {
+    const size_t qkv_bytes = static_cast<size_t>(pd.tokens * ks.qkv_width()) * sizeof(bf16);
+    const size_t out_bytes = static_cast<size_t>(pd.tokens * ks.out_width()) * sizeof(bf16);
+    qkv_p = device_alloc(qkv_bytes, st);
+    dqkv_p = device_alloc(qkv_bytes, st);
+    out_p = device_alloc(out_bytes, st);
+    dout_p = device_alloc(out_bytes, st);
+    Padded::qkv(s, ks, pd.tokens, qkv, qkv_p, false, st);
+    Padded::out(s, ks, pd.tokens, out, out_p, false, st);
+    Padded::out(s, ks, pd.tokens, dout, dout_p, false, st);
+  }
+  const void* k_dout = native ? dout : dout_p;
+  const void* k_out = native ? out : out_p;
+  const int64_t rows = ks.batch * ks.seq * ks.heads;
   float* delta = static_cast<float*>(device_alloc(static_cast<size_t>(rows) * sizeof(float), st));
   delta_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(rows, 8)), 256, 0, cuda_stream(st)>>>(
-      static_cast<const bf16*>(dout), static_cast<const bf16*>(out), delta, rows, static_cast<int>(s.seq),
-      static_cast<int>(s.heads), static_cast<int>(s.head_dim));
+      static_cast<const bf16*>(k_dout), static_cast<const bf16*>(k_out), delta, rows,
+      static_cast<int>(ks.seq), static_cast<int>(ks.heads), static_cast<int>(ks.dv()));
   PRIMUS_CUDA_CHECK_LAUNCH();
-  Params p = make_params(s);
-  p.qkv = static_cast<const bf16*>(qkv);
-  p.out = static_cast<const bf16*>(out);
-  p.dout = static_cast<const bf16*>(dout);
+  Params p = make_params(ks);
+  p.qkv = static_cast<const bf16*>(native ? qkv : qkv_p);
+  p.out = static_cast<const bf16*>(k_out);
+  p.dout = static_cast<const bf16*>(k_dout);
   p.lse = const_cast<float*>(lse);
   p.delta = delta;
-  p.dqkv = static_cast<bf16*>(dqkv);
-  switch (s.head_dim) {
-    case 32:
-      backward_d<32>(p, s.batch, st);
-      break;
-    case 64:
-      backward_d<64>(p, s.batch, st);
-      break;
-    case 128:
-      backward_d<128>(p, s.batch, st);
-      break;
-    default:
-      break;
-  }
+  p.dqkv = static_cast<bf16*>(native ? dqkv : dqkv_p);
+  run_backward(*n, p, s.batch, st);
   device_free(delta, st);
+  if (!native) {
+    Padded::qkv(s, ks, pd.tokens, dqkv_p, dqkv, true, st);
+    for (void* b : {dout_p, out_p, dqkv_p, qkv_p}) device_free(b, st);
+  }
 }
 
 }  // namespace primus::ops::cuda

@@ -289,4 +289,52 @@ int64_t count_nonfinite(const Tensor& x, const Stream& s) {
   return static_cast<int64_t>(host);
 }
 
+namespace {
+// One thread per element of the wide [R, Ca + Cb] tensor; `into_wide` picks concat (true) or split.
+template <typename T>
+__global__ void columns_kernel(T* wide, T* a, T* b, int64_t rows, int64_t ca, int64_t cb, bool into_wide) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t w = ca + cb;
+  if (i >= rows * w) return;
+  const int64_t r = i / w, j = i % w;
+  T* part = j < ca ? a + r * ca + j : b + r * cb + (j - ca);
+  if (into_wide)
+    wide[i] = *part;
+  else
+    *part = wide[i];
+}
+
+void columns(const char* op, const Tensor& wide, const Tensor& a, const Tensor& b, bool into_wide,
+             const Stream& s) {
+  for (const auto& [name, t] : {std::pair{"wide", &wide}, std::pair{"a", &a}, std::pair{"b", &b}}) {
+    check_float_cuda(op, name, *t);
+    detail::check_same_cuda_device(op, wide, *t);
+  }
+  PRIMUS_CHECK(a.ndim() == 2 && b.ndim() == 2 && wide.ndim() == 2 && b.size(0) == a.size(0) &&
+                   wide.size(0) == a.size(0) && wide.size(1) == a.size(1) + b.size(1) &&
+                   a.dtype() == wide.dtype() && b.dtype() == wide.dtype(),
+               "{}: needs [R, Ca + Cb] = [a [R, Ca] | b [R, Cb]] of one dtype, got {} / {} / {}", op,
+               wide.describe(), a.describe(), b.describe());
+  PRIMUS_CHECK(!detail::overlaps(wide, a) && !detail::overlaps(wide, b),
+               "{}: the wide tensor overlaps a or b", op);
+  const int64_t n = wide.numel();
+  if (n == 0) return;
+  with_type(op, wide, [&](auto tag) {
+    using T = decltype(tag);
+    columns_kernel<T><<<grid_for(op, n, 1), kBlock, 0, cuda_stream(s)>>>(
+        static_cast<T*>(wide.data_ptr()), static_cast<T*>(a.data_ptr()), static_cast<T*>(b.data_ptr()),
+        a.size(0), a.size(1), b.size(1), into_wide);
+    PRIMUS_CUDA_CHECK_LAUNCH();
+  });
+}
+}  // namespace
+
+void concat_columns(const Tensor& a, const Tensor& b, Tensor& out, const Stream& s) {
+  columns("concat_columns", out, a, b, true, s);
+}
+
+void split_columns(const Tensor& x, Tensor& a, Tensor& b, const Stream& s) {
+  columns("split_columns", x, a, b, false, s);
+}
+
 }  // namespace primus::ops::cuda

@@ -1,0 +1,187 @@
+#include "model/mla_attention.h"
+
+#include "ops/gemm.h"
+#include "ops/norm.h"
+
+namespace primus {
+
+MlaAttention::MlaAttention(const ModelSpec& spec, ParamStore& params, const std::string& prefix)
+    : spec_(spec), params_(params) {
+  const std::string p = prefix + "self_attn.";
+  auto need = [&](const std::string& n) {
+    int i = params.find(p + n);
+    PRIMUS_CHECK(i >= 0, "parameter {}{} missing", p, n);
+    return i;
+  };
+  if (spec.mla.q_lora_rank > 0) {
+    w_qa_ = need("q_a_proj.weight");
+    w_qb_ = need("q_b_proj.weight");
+    q_norm_ = need("q_a_layernorm.weight");
+  } else {
+    w_q_ = need("q_proj.weight");
+  }
+  w_kva_ = need("kv_a_proj_with_mqa.weight");
+  kv_norm_ = need("kv_a_layernorm.weight");
+  w_kvb_ = need("kv_b_proj.weight");
+  w_o_ = need("o_proj.weight");
+}
+
+std::vector<int> MlaAttention::gemm_weight_entries() const {
+  std::vector<int> out = {w_kva_, w_kvb_, w_o_};
+  if (w_q_ >= 0) out.push_back(w_q_);
+  if (w_qa_ >= 0) out.insert(out.end(), {w_qa_, w_qb_});
+  return out;
+}
+
+ops::MlaDims MlaAttention::dims(const StepContext& ctx) const {
+  ops::MlaDims d;
+  d.batch = ctx.batch;
+  d.seq = ctx.seq;
+  d.heads = spec_.heads;
+  d.nope = spec_.mla.qk_head_dim;
+  d.rope = spec_.mla.qk_pos_emb_head_dim;
+  d.v_dim = spec_.mla.v_head_dim;
+  return d;
+}
+
+ops::AttentionShape MlaAttention::attention_shape(const StepContext& ctx) const {
+  ops::AttentionShape s;
+  s.batch = ctx.batch;
+  s.seq = ctx.seq;
+  s.heads = spec_.heads;
+  s.kv_heads = spec_.heads;
+  s.head_dim = spec_.mla.qk_head_dim + spec_.mla.qk_pos_emb_head_dim;
+  s.v_head_dim = spec_.mla.v_head_dim;
+  s.scale = spec_.attn_scale;
+  s.causal = true;
+  return s;
+}
+
+void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor& residual, Tensor& x_mid,
+                           MlaActivations& a) {
+  const MlaConfig& m = spec_.mla;
+  const ops::MlaDims d = dims(ctx);
+  const int64_t n = ctx.tokens();
+  const Stream& s = ctx.stream;
+  const float eps = spec_.norm_eps;
+
+  Tensor q = ctx.act({n, d.q_width()});
+  if (w_q_ >= 0) {
+    ops::linear_forward(h, params_.param(w_q_), nullptr, q, s);
+  } else {
+    a.q_a = ctx.act({n, m.q_lora_rank});
+    ops::linear_forward(h, params_.param(w_qa_), nullptr, a.q_a, s);
+    a.q_an = ctx.act({n, m.q_lora_rank});
+    a.q_rstd = ctx.empty({n}, ctx.stat_dtype());
+    ops::rmsnorm_forward(a.q_a, params_.param(q_norm_), eps, a.q_an, a.q_rstd, s);
+    ops::linear_forward(a.q_an, params_.param(w_qb_), nullptr, q, s);
+  }
+  // kv_a_proj_with_mqa's rows are [c_kv | k_pe]: two GEMMs on its row blocks keep both outputs contiguous
+  // (the latent norm and the pack read them as whole rows).
+  const Tensor w_kva = params_.param(w_kva_);
+  a.kv_c = ctx.act({n, m.kv_lora_rank});
+  ops::linear_forward(h, w_kva.slice(0, m.kv_lora_rank), nullptr, a.kv_c, s);
+  Tensor k_pe = ctx.act({n, d.rope});
+  ops::linear_forward(h, w_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope), nullptr, k_pe, s);
+  a.kv_cn = ctx.act({n, m.kv_lora_rank});
+  a.kv_rstd = ctx.empty({n}, ctx.stat_dtype());
+  ops::rmsnorm_forward(a.kv_c, params_.param(kv_norm_), eps, a.kv_cn, a.kv_rstd, s);
+  Tensor kv = ctx.act({n, d.kv_width()});
+  ops::linear_forward(a.kv_cn, params_.param(w_kvb_), nullptr, kv, s);
+
+  a.qkv = ctx.act({n, d.qkv_width()});
+  ops::mla_pack_qkv(q, kv, k_pe, d, *ctx.rope_table, ctx.pos_offset, a.qkv, s);
+  q = kv = k_pe = Tensor();
+
+  const ops::AttentionShape shape = attention_shape(ctx);
+  a.attn = ctx.act({n, shape.out_width()});
+  a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
+  Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, shape.out_width()});
+  ops::attention_forward(a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}), shape, attn3, a.lse, s);
+  ops::linear_forward(a.attn, params_.param(w_o_), nullptr, x_mid, s, &residual);
+}
+
+void MlaAttention::recompute_selective(const StepContext& ctx, MlaActivations& a) {
+  const Stream& s = ctx.stream;
+  if (w_qa_ >= 0 && !a.q_an.defined()) {
+    a.q_an = ctx.act(a.q_a.shape());
+    ops::rmsnorm_forward(a.q_a, params_.param(q_norm_), spec_.norm_eps, a.q_an, a.q_rstd, s);
+  }
+  if (!a.kv_cn.defined()) {
+    a.kv_cn = ctx.act(a.kv_c.shape());
+    ops::rmsnorm_forward(a.kv_c, params_.param(kv_norm_), spec_.norm_eps, a.kv_cn, a.kv_rstd, s);
+  }
+}
+
+void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const Tensor& h, MlaActivations& a,
+                            Tensor& dh) {
+  recompute_selective(ctx, a);
+  const MlaConfig& m = spec_.mla;
+  const ops::MlaDims d = dims(ctx);
+  const ops::AttentionShape shape = attention_shape(ctx);
+  const int64_t n = ctx.tokens();
+  const Stream& s = ctx.stream;
+
+  // x_mid = residual + a Wo^T
+  Tensor d_attn = ctx.act({n, shape.out_width()});
+  ops::linear_backward_input(dx_mid, params_.param(w_o_), d_attn, false, s);
+  Tensor g_o = params_.grad(w_o_);
+  ops::linear_backward_weight(dx_mid, a.attn, g_o, nullptr, s, params_.grad_accumulate(w_o_));
+  Tensor dqkv = ctx.act({n, d.qkv_width()});
+  Tensor dqkv3 = dqkv.view({ctx.batch, ctx.seq, shape.qkv_width()});
+  ops::attention_backward(d_attn.view({ctx.batch, ctx.seq, shape.out_width()}),
+                          a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}),
+                          a.attn.view({ctx.batch, ctx.seq, shape.out_width()}), a.lse, shape, dqkv3, s);
+  d_attn = Tensor();
+  a.attn = a.qkv = a.lse = Tensor();
+  Tensor dq = ctx.act({n, d.q_width()}), dkv = ctx.act({n, d.kv_width()}), dk_pe = ctx.act({n, d.rope});
+  ops::mla_unpack_dqkv(dqkv, d, *ctx.rope_table, ctx.pos_offset, dq, dkv, dk_pe, s);
+  dqkv = Tensor();
+
+  // kv = rmsnorm(c_kv) Wkvb^T; [c_kv | k_pe] = h Wkva^T (one gradient mode for both row blocks: the entry is
+  // written whole by the two GEMMs together)
+  Tensor d_kvcn = ctx.act({n, m.kv_lora_rank});
+  ops::linear_backward_input(dkv, params_.param(w_kvb_), d_kvcn, false, s);
+  Tensor g_kvb = params_.grad(w_kvb_);
+  ops::linear_backward_weight(dkv, a.kv_cn, g_kvb, nullptr, s, params_.grad_accumulate(w_kvb_));
+  dkv = Tensor();
+  Tensor d_kvc = ctx.act({n, m.kv_lora_rank});
+  Tensor g_kvn = params_.grad(kv_norm_);
+  ops::rmsnorm_backward(d_kvcn, a.kv_c, params_.param(kv_norm_), a.kv_rstd, d_kvc, g_kvn,
+                        /*accumulate_dx=*/false, s);
+  d_kvcn = Tensor();
+  const Tensor w_kva = params_.param(w_kva_);
+  const Tensor w_c = w_kva.slice(0, m.kv_lora_rank),
+               w_pe = w_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope);
+  const Tensor g_kva = params_.grad(w_kva_);
+  Tensor g_c = g_kva.slice(0, m.kv_lora_rank), g_pe = g_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope);
+  const bool acc_kva = params_.grad_accumulate(w_kva_);
+  ops::linear_backward_weight(d_kvc, h, g_c, nullptr, s, acc_kva);
+  ops::linear_backward_weight(dk_pe, h, g_pe, nullptr, s, acc_kva);
+  ops::linear_backward_input(d_kvc, w_c, dh, false, s);
+  ops::linear_backward_input(dk_pe, w_pe, dh, true, s);
+  d_kvc = dk_pe = Tensor();
+
+  // q
+  if (w_q_ >= 0) {
+    Tensor g_q = params_.grad(w_q_);
+    ops::linear_backward_weight(dq, h, g_q, nullptr, s, params_.grad_accumulate(w_q_));
+    ops::linear_backward_input(dq, params_.param(w_q_), dh, true, s);
+  } else {
+    Tensor d_qan = ctx.act({n, m.q_lora_rank});
+    ops::linear_backward_input(dq, params_.param(w_qb_), d_qan, false, s);
+    Tensor g_qb = params_.grad(w_qb_);
+    ops::linear_backward_weight(dq, a.q_an, g_qb, nullptr, s, params_.grad_accumulate(w_qb_));
+    dq = Tensor();
+    Tensor d_qa = ctx.act({n, m.q_lora_rank});
+    Tensor g_qn = params_.grad(q_norm_);
+    ops::rmsnorm_backward(d_qan, a.q_a, params_.param(q_norm_), a.q_rstd, d_qa, g_qn, /*accumulate_dx=*/false,
+                          s);
+    Tensor g_qa = params_.grad(w_qa_);
+    ops::linear_backward_weight(d_qa, h, g_qa, nullptr, s, params_.grad_accumulate(w_qa_));
+    ops::linear_backward_input(d_qa, params_.param(w_qa_), dh, true, s);
+  }
+  a = MlaActivations{};
+}
+
+}  // namespace primus

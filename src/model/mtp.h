@@ -1,0 +1,60 @@
+#pragma once
+// Multi-token prediction (DeepSeek-V3; Megatron's mtp_num_layers / mtp_loss_scaling_factor; docs/mla.md).
+// Depth k = 1..D predicts the token k + 1 positions ahead of each input position:
+//   h_0 = rmsnorm(x_L; norm)                                   the rows the output head reads
+//   u_k = [rmsnorm(emb(tokens shifted by k); enorm_k) | rmsnorm(h_{k-1}; hnorm_k)] eh_proj_k^T
+//   h_k = rmsnorm(layer_k(u_k); final_layernorm_k)
+//   loss_k = cross-entropy(h_k W_head^T, targets shifted by k)
+// The embedding and the output projection are the main model's. Positions t >= T - k have no shifted
+// target and do not count. The step's loss adds (mtp_loss_scaling_factor / D) * sum_k loss_k, each loss_k the
+// mean over its own counted tokens (Megatron's MTPLossAutoScaler scaling); the logged LM loss stays the main
+// one. Each depth's decoder layer has the kind of the main model's last layer (DeepSeek-V3: MLA + MoE).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/decoder_layer.h"
+#include "model/model_spec.h"
+#include "model/param_store.h"
+#include "model/step_context.h"
+
+namespace primus {
+
+struct MtpActivations {
+  Tensor e, e_rstd, en;  // the shifted tokens' embedding rows and their enorm
+  Tensor h_rstd, hn;     // hnorm of h_{k-1}
+  Tensor cat;            // [en | hn], [n, 2d]
+  LayerActivations layer;
+  Tensor x;          // the layer's output
+  Tensor f_rstd, h;  // h_k = final_layernorm(x)
+  void clear() { *this = MtpActivations{}; }
+};
+
+class MtpDepth {
+ public:
+  // depth: 0-based (parameters "mtp.{depth}.*").
+  MtpDepth(const ModelSpec& spec, ParamStore& params, int depth);
+
+  // h_k (a.h) from h_prev = h_{k-1} [n, d] and e = the embedding rows of the tokens shifted by k [n, d].
+  void forward(const StepContext& ctx, const Tensor& e, const Tensor& h_prev, MtpActivations& a,
+               RecomputeMode mode, bool record_stats);
+  // From dh_k = dL/dh_k [n, d] (consumed): de (overwritten) = dL/de and dh_prev (overwritten) = this depth's
+  // share of dL/dh_{k-1}. Accumulates the parameter gradients and frees the activations.
+  void backward(const StepContext& ctx, Tensor dh_k, const Tensor& h_prev, MtpActivations& a, Tensor& de,
+                Tensor& dh_prev);
+
+  DecoderLayer& layer() { return *layer_; }
+  std::vector<int> gemm_weight_entries() const;
+
+ private:
+  const ModelSpec& spec_;
+  ParamStore& params_;
+  int enorm_, hnorm_, eh_, fnorm_;
+  std::unique_ptr<DecoderLayer> layer_;
+};
+
+// Host-side bookkeeping of the shifted targets: for depth k (1-based), the tokens of targets [B, T] (host
+// i32) at positions t >= k, which are those the depth's shifted targets count.
+std::vector<int64_t> mtp_counted_tokens(const Tensor& host_targets, int64_t depths);
+
+}  // namespace primus
