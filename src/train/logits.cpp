@@ -66,7 +66,7 @@ Tensor compute_logits(const InferenceModel& im, const Tensor& tokens_host) {
   ctx.act_dtype = s.device.is_cpu() ? params.compute_flat().dtype() : DType::kBF16;
   ctx.batch = b;
   ctx.seq = t;
-  Tensor rope = ops::rope_table(rope_config(im.config), t, spec.head_dim).to(s);
+  Tensor rope = ops::rope_table(rope_config(im.config), t, spec.rope_dim()).to(s);  // MLA: the rotary slice
   ctx.rope_table = &rope;
   Tensor tokens = s.device.is_cpu() ? tokens_host : tokens_host.to(s);
   // The forward of LlamaModel::forward_loss, stopped at the logits.

@@ -18,6 +18,7 @@
 #include "checkpoint_test_util.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "train/logits.h"
 #include "unit/hf_test_util.h"
 
 namespace fs = std::filesystem;
@@ -569,4 +570,29 @@ TEST_F(CheckpointHfDeepSeek, TransformersSavedV3WithoutMtpTensorsImportsWithoutM
   ckpt::check_hf_names(hf);
   EXPECT_FALSE(hf.name_map().find("mtp.0.enorm.weight"));
   fs::remove_all(work);
+}
+
+// With MLA in the model: an HF DeepSeek directory (V2 without q_lora; V3 with q_lora, YaRN, the expert bias,
+// FP8 weights and an MTP layer) loaded directly gives bitwise the logits of its conversion, finite and varied.
+TEST_F(CheckpointHfDeepSeek, DirectLoadGivesTheLogitsOfTheConversion) {
+  for (bool v3 : {false, true}) {
+    SCOPED_TRACE(v3 ? "deepseek_v3 (fp8)" : "deepseek_v2");
+    const std::string work = scratch_dir(v3 ? "hf-ds-logits-v3" : "hf-ds-logits-v2");
+    ds_tensors(v3, v3).t.write(work + "/hf", ds_config(v3, v3));
+    ckpt::convert_hf_to_primus(work + "/hf", work + "/primus");
+    const Tensor tokens = Tensor::from_vector<int32_t>({1, 5, 9, 4, 7, 0, 3, 3, 8, 2, 9, 6}, {2, 6});
+    InferenceModel from_hf = load_inference_model(work + "/hf", "cpu");
+    InferenceModel from_ckpt = load_inference_model(work + "/primus", "cpu");
+    Tensor x = compute_logits(from_hf, tokens), y = compute_logits(from_ckpt, tokens);
+    ASSERT_EQ(x.shape(), y.shape());
+    EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0);
+    bool finite = true, varied = false;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      finite = finite && std::isfinite(x.data<float>()[i]);
+      varied = varied || x.data<float>()[i] != x.data<float>()[0];
+    }
+    EXPECT_TRUE(finite);
+    EXPECT_TRUE(varied);
+    fs::remove_all(work);
+  }
 }
