@@ -49,7 +49,6 @@ std::string default_model_type(const ModelConfig& m);
 // A Megatron-dialect model preset (YAML) describing `m`, as `convert hf-to-primus` writes it.
 std::string model_preset_yaml(const ModelConfig& m, const std::string& source);
 
-
 namespace detail {
 // Shared by hf_config.cpp and hf_config_moe.cpp.
 [[noreturn]] void bad_config(const std::string& what, const std::string& msg, const std::string& hint = {});

@@ -405,8 +405,8 @@ std::string moe_preset_yaml(const ModelConfig& m) {
     y += fmt::format(
         "rope_type: yarn\nrotary_scaling_factor: {}\noriginal_max_position_embeddings: {}\nbeta_fast: {}\n"
         "beta_slow: {}\nmscale: {}\nmscale_all_dim: {}\n",
-        m.mla.rotary_scaling_factor, m.mla.original_max_position, m.mla.beta_fast, m.mla.beta_slow, m.mla.mscale,
-        m.mla.mscale_all_dim);
+        m.mla.rotary_scaling_factor, m.mla.original_max_position, m.mla.beta_fast, m.mla.beta_slow,
+        m.mla.mscale, m.mla.mscale_all_dim);
   else if (m.mla.enabled)
     y += "rope_type: rope\n";
   if (m.mtp_num_layers > 0) y += fmt::format("mtp_num_layers: {}\n", m.mtp_num_layers);

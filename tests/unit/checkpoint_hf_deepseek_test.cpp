@@ -573,7 +573,8 @@ TEST_F(CheckpointHfDeepSeek, TransformersSavedV3WithoutMtpTensorsImportsWithoutM
 }
 
 // With MLA in the model: an HF DeepSeek directory (V2 without q_lora; V3 with q_lora, YaRN, the expert bias,
-// FP8 weights and an MTP layer) loaded directly gives bitwise the logits of its conversion, finite and varied.
+// FP8 weights and an MTP layer) loaded directly gives bitwise the logits of its conversion, finite and
+// varied.
 TEST_F(CheckpointHfDeepSeek, DirectLoadGivesTheLogitsOfTheConversion) {
   for (bool v3 : {false, true}) {
     SCOPED_TRACE(v3 ? "deepseek_v3 (fp8)" : "deepseek_v2");
