@@ -44,7 +44,9 @@ void validate_config(ResolvedConfig& rc) {
     bad.add(fmt::format("{} is not divisible by {} (rule: num_attention_heads % TP == 0)",
                         cite("num_attention_heads", m.num_attention_heads),
                         cite("tensor_model_parallel_size", p.tensor_model_parallel_size)));
-  if (m.num_layers % p.pipeline_model_parallel_size != 0)
+  // Planning leaves the pipeline split to parallel/pipeline_layout, which knows the uneven splits and
+  // layouts.
+  if (!rc.planning && m.num_layers % p.pipeline_model_parallel_size != 0)
     bad.add(fmt::format("{} is not divisible by {} (rule: num_layers % PP == 0)",
                         cite("num_layers", m.num_layers),
                         cite("pipeline_model_parallel_size", p.pipeline_model_parallel_size)));
@@ -72,7 +74,7 @@ void validate_config(ResolvedConfig& rc) {
 
   // The expert bias follows the loads of the whole global batch: with data parallelism they must be summed
   // over ranks first (expert parallelism's issue brings that reduction).
-  if (t.model.moe.expert_bias && p.data_parallel_size > 1)
+  if (t.model.moe.expert_bias && p.data_parallel_size > 1 && !rc.planning)
     throw NotSupportedError(
         fmt::format(
             "{}: not supported yet: moe_router_enable_expert_bias with data parallelism ({} ranks): the "
@@ -114,7 +116,7 @@ void validate_config(ResolvedConfig& rc) {
 
   // Device: CUDA must be compiled in (checked without touching any GPU).
 #ifndef PRIMUS_WITH_CUDA
-  if (t.device == "cuda")
+  if (t.device == "cuda" && !rc.planning)
     bad.add(
         "device=cuda but this build has no CUDA backend (built with PRIMUS_CUDA=OFF); use device: cpu or "
         "auto");
