@@ -6,7 +6,10 @@
 // Later issues add memory, performance and plan beside it.
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -67,9 +70,10 @@ config::ResolvedConfig load_for_projection(const std::string& path, const std::v
       log::warn("config: {}", w);
   }
   if (!refused.empty())
-    log::info("config: planning only; training would refuse {}: {}",
-              refused.size() == 1 ? "this value" : "these values",
-              fmt::format("{}", fmt::join(refused, ", ")));
+    // On stderr, like every message here: stdout is the table or the JSON.
+    std::fprintf(stderr, "config: planning only; training would refuse %s: %s\n",
+                 refused.size() == 1 ? "this value" : "these values",
+                 fmt::format("{}", fmt::join(refused, ", ")).c_str());
   return rc;
 }
 
@@ -78,6 +82,7 @@ struct PipelineArgs {
   int64_t pp = 0, vpp = 0, dp = 1, microbatches = 0;
   std::string schedule = "all";
   std::string output = "pipeline_projection.html";
+  std::string svg_dir;
   bool json = false;
   double p2p = 0;
   double embedding_cost = -1, loss_cost = -1;  // -1: from account_for_*_in_pipeline_split
@@ -87,7 +92,7 @@ struct PipelineArgs {
 const std::vector<std::string> kPipelineOptions = {
     "--config",         "--exp",       "--pp",          "--vpp",    "--dp",
     "--micro-batches",  "--schedule",  "--p2p-latency", "--output", "--json",
-    "--embedding-cost", "--loss-cost", "--help"};
+    "--embedding-cost", "--loss-cost", "--svg",         "--help"};
 
 int run_pipeline(PipelineArgs args) {
   check_mistyped_options(args.overrides, kPipelineOptions, "pipeline");
@@ -120,7 +125,18 @@ int run_pipeline(PipelineArgs args) {
     f << report::pipeline_projection_html(
         p, fmt::format("Pipeline projection: {} ({})", rc.info.exp_name, rc.info.path));
     if (!f) throw Error(ErrorKind::kRuntime, "projection pipeline: cannot write " + args.output);
-    log::info("projection: wrote {}", args.output);
+    std::fprintf(stderr, "projection: wrote %s\n", args.output.c_str());
+  }
+  if (!args.svg_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.svg_dir, ec);
+    for (const auto& [name, svg] : report::pipeline_projection_svgs(p)) {
+      const std::string path = (std::filesystem::path(args.svg_dir) / (name + ".svg")).string();
+      std::ofstream f(path);
+      f << svg;
+      if (!f) throw Error(ErrorKind::kRuntime, "projection pipeline: cannot write " + path);
+      std::fprintf(stderr, "projection: wrote %s\n", path.c_str());
+    }
   }
   return 0;
 }
@@ -151,6 +167,7 @@ void attach_pipeline(CLI::App& projection, CliContext& ctx) {
       "--loss-cost", args->loss_cost,
       "The loss's (final norm + output layer + cross-entropy) cost in decoder layers (default 1 with "
       "account_for_loss_in_pipeline_split, else 0)");
+  app->add_option("--svg", args->svg_dir, "Also write each schedule's timeline as DIR/<schedule>.svg");
   app->add_flag("--json", args->json, "Print JSON instead of the table");
   app->allow_extras();
   app->footer(

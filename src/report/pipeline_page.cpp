@@ -61,6 +61,13 @@ Picture picture_of(const parallel::ScheduleProjection& s, const parallel::Pipeli
   return pic;
 }
 
+std::string picture_title(const parallel::ScheduleProjection& s, const Picture& pic) {
+  return fmt::format(
+      "{}: bubble {:.2f}%, step {:.2f} F{}", parallel::schedule_name(s.kind), 100 * pic.sim.bubble_fraction,
+      pic.sim.step_time,
+      pic.reduced ? fmt::format(" (drawn with {} micro-batches)", pic.schedule.microbatches) : "");
+}
+
 }  // namespace
 
 std::string pipeline_timeline_svg(const std::string& title, const parallel::Schedule& schedule,
@@ -152,12 +159,7 @@ std::string pipeline_projection_html(const parallel::PipelineProjection& p, cons
           "<p class=\"note\">Drawn with {} micro-batches (bubble {:.2f}%, step {:.2f} F); the "
           "table below is for the step's {}.</p>\n",
           pic.schedule.microbatches, 100 * pic.sim.bubble_fraction, pic.sim.step_time, p.microbatches);
-    h += pipeline_timeline_svg(
-        fmt::format(
-            "{}: bubble {:.2f}%, step {:.2f} F{}", parallel::schedule_name(s.kind),
-            100 * pic.sim.bubble_fraction, pic.sim.step_time,
-            pic.reduced ? fmt::format(" (drawn with {} micro-batches)", pic.schedule.microbatches) : ""),
-        pic.schedule, pic.sim, t_end);
+    h += pipeline_timeline_svg(picture_title(s, pic), pic.schedule, pic.sim, t_end);
     h += "<table><tr><th>rank</th>";
     for (int r = 0; r < s.layout->pp(); ++r) h += fmt::format("<th>{}</th>", r);
     h += "</tr>\n<tr><td>idle</td>";
@@ -176,6 +178,22 @@ std::string pipeline_projection_html(const parallel::PipelineProjection& p, cons
   }
   h += "</body></html>\n";
   return h;
+}
+
+std::vector<std::pair<std::string, std::string>> pipeline_projection_svgs(
+    const parallel::PipelineProjection& p) {
+  std::vector<std::pair<const parallel::ScheduleProjection*, Picture>> pictures;
+  double t_end = 0;
+  for (const auto& s : p.schedules) {
+    if (!s.skipped.empty()) continue;
+    pictures.emplace_back(&s, picture_of(s, p));
+    t_end = std::max(t_end, pictures.back().second.sim.step_time);
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [s, pic] : pictures)
+    out.emplace_back(parallel::schedule_name(s->kind),
+                     pipeline_timeline_svg(picture_title(*s, pic), pic.schedule, pic.sim, t_end));
+  return out;
 }
 
 }  // namespace primus::report

@@ -5,6 +5,8 @@
 // The post-flight report is to draw a run's measured pipeline timeline with the same function (a
 // SimResult filled from the recorded action times).
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "parallel/pipeline_projection.h"
 
@@ -16,5 +18,9 @@ std::string pipeline_timeline_svg(const std::string& title, const parallel::Sche
 
 // The page: the summary table, notes, the split, and every projected schedule's timeline on one time scale.
 std::string pipeline_projection_html(const parallel::PipelineProjection& p, const std::string& title);
+
+// The same timelines as standalone SVG files' contents, (schedule name, svg), on one time scale.
+std::vector<std::pair<std::string, std::string>> pipeline_projection_svgs(
+    const parallel::PipelineProjection& p);
 
 }  // namespace primus::report
