@@ -63,7 +63,7 @@ std::string PipelineLayout::describe() const {
     out += fmt::format("rank {}", r);
     for (int c = 0; c < vpp(); ++c) {
       if (vpp() > 1) out += fmt::format(" | chunk {}", c);
-      out += (vpp() > 1 ? ": " : ": ") + at(r, c).describe();
+      out += ": " + at(r, c).describe();
     }
     out += "\n";
   }
@@ -360,12 +360,16 @@ PipelineLayout make_pipeline_layout(const PipelineSplitSpec& s) {
   if (s.vpp && *s.vpp < 1)
     throw ConfigError(
         fmt::format("{} must be >= 1", cite(s, "virtual_pipeline_model_parallel_size", *s.vpp)));
-  for (auto [key, value] : {std::pair{"num_layers_per_virtual_pipeline_stage", s.layers_per_virtual_stage},
-                            std::pair{"decoder_first_pipeline_num_layers", s.first_stage_layers},
-                            std::pair{"decoder_last_pipeline_num_layers", s.last_stage_layers}})
-    if (value && *value < (std::string(key).starts_with("num_layers_per") ? 1 : 0))
-      throw ConfigError(fmt::format("{} must be >= {}", cite(s, key, *value),
-                                    std::string(key).starts_with("num_layers_per") ? 1 : 0));
+  struct Bound {
+    const char* key;
+    std::optional<int64_t> value;
+    int64_t min;
+  };
+  for (const Bound& b : {Bound{"num_layers_per_virtual_pipeline_stage", s.layers_per_virtual_stage, 1},
+                         Bound{"decoder_first_pipeline_num_layers", s.first_stage_layers, 0},
+                         Bound{"decoder_last_pipeline_num_layers", s.last_stage_layers, 0}})
+    if (b.value && *b.value < b.min)
+      throw ConfigError(fmt::format("{} must be >= {}", cite(s, b.key, *b.value), b.min));
 
   PipelineTopology topo{static_cast<int>(s.pp), 1, s.v_shape};
   std::vector<std::vector<StageModules>> stages;
