@@ -359,6 +359,7 @@ PipelineProjection project_pipeline(const PipelinePlanInput& in, const Projectio
                                          .microbatches = static_cast<int>(out.microbatches),
                                          .group_size = in.group_size});
       sp.costs = costs_for(in, *sp.layout, options.p2p, out.embedding_layers, out.loss_layers);
+      sp.costs.overlap = in.overlap_p2p_comm;
       sp.sim = simulate(sp.schedule, sp.costs);
     } catch (const ConfigError& e) {
       // The configured schedule's problem (or the one schedule asked for) is the user's to fix.
@@ -394,11 +395,12 @@ std::string projection_text(const PipelineProjection& p) {
   out += fmt::format("configured schedule: {} ({})\n",
                      in.configured ? schedule_name(*in.configured) : "none generated", in.configured_from);
   out += fmt::format(
-      "cost model: {}; embedding {:g} and loss {:g} layers; p2p latency {:g} F\n",
+      "cost model: {}; embedding {:g} and loss {:g} layers; p2p latency {:g} F, {}\n",
       in.cost_f.empty() && in.cost_b.empty() && in.cost_w.empty()
           ? "F = one rank's forward of an even split, chunks weighed by their layers, B = 2F, BI = BW = F"
           : "Primus's pp_cost_f / pp_cost_b / pp_cost_w, normalised to a mean F of 1",
-      p.embedding_layers, p.loss_layers, p.p2p);
+      p.embedding_layers, p.loss_layers, p.p2p,
+      in.overlap_p2p_comm ? "overlapped (overlap_p2p_comm)" : "blocking sends (overlap_p2p_comm false)");
   for (const std::string& n : in.notes) out += "note: " + n + "\n";
   out += fmt::format("\n{:<14}{:>7}{:>10}{:>12}{:>22}\n", "schedule", "chunks", "bubble", "step (F)",
                      "peak micro-batches");
@@ -447,6 +449,7 @@ std::string projection_json(const PipelineProjection& p) {
   j["configured_from"] = p.input.configured_from;
   j["notes"] = p.input.notes;
   j["p2p_latency"] = p.p2p;
+  j["overlap_p2p_comm"] = p.input.overlap_p2p_comm;
   j["embedding_layers"] = p.embedding_layers;
   j["loss_layers"] = p.loss_layers;
   j["schedules"] = nlohmann::json::array();

@@ -71,10 +71,10 @@ SimResult simulate(const Schedule& s, const PipelineCosts& costs) {
     TimedAction ta{a, clock[r], clock[r]};
     switch (a.kind) {
       case ActionKind::kSendF:
-        arrival[{true, a.microbatch, stage + 1}] = clock[r] + costs.p2p;
-        break;
       case ActionKind::kSendB:
-        arrival[{false, a.microbatch, stage - 1}] = clock[r] + costs.p2p;
+        arrival[{a.kind == ActionKind::kSendF, a.microbatch,
+                 a.kind == ActionKind::kSendF ? stage + 1 : stage - 1}] = clock[r] + costs.p2p;
+        if (!costs.overlap) ta.end = clock[r] + costs.p2p;
         break;
       case ActionKind::kRecvF:
       case ActionKind::kRecvB: {

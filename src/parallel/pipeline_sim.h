@@ -7,7 +7,8 @@
 // Time model: a rank runs its list in order; a compute action starts when the rank is free (its inputs are
 // then local or already received); a send is posted instantly (non-blocking) and its data arrives p2p time
 // units later; a receive ends when the data has arrived, and the rank is idle until then. That is the
-// runtime's model with overlapped communication and no contention.
+// runtime's model with overlapped communication (overlap_p2p_comm) and no contention; without overlap a send
+// also holds its rank until the data has arrived (Megatron's blocking batched send/recv).
 //
 //   PipelineCosts c = uniform_costs(s.topo);             // F = 1 per rank-stage, B = 2, BI = BW = 1
 //   SimResult r = simulate(s, c);                         // r.bubble_fraction, r.step_time, r.peak_in_flight
@@ -26,6 +27,7 @@ struct ChunkCosts {
 struct PipelineCosts {
   std::vector<std::vector<ChunkCosts>> chunk;  // [rank][chunk]
   double p2p = 0;                              // from a send's post to its data's arrival
+  bool overlap = true;                         // false: a send holds its rank for p2p (blocking)
 };
 
 // The default cost model, in units of F = the forward of one micro-batch through one rank's layers of an

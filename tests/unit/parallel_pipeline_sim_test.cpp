@@ -91,6 +91,13 @@ TEST(PipelineSim, LatencyOnlyAddsIdleTime) {
   EXPECT_GT(slow.step_time, fast.step_time);
   EXPECT_GT(slow.bubble_fraction, fast.bubble_fraction);
   EXPECT_EQ(slow.busy, fast.busy);
+  // Without overlap each send also holds its rank: slower still, the same compute.
+  Schedule s = make_schedule(ScheduleKind::k1F1B, {.pp = 4, .microbatches = 8});
+  PipelineCosts blocking = uniform_costs(s.topo, {.p2p = 0.25});
+  blocking.overlap = false;
+  SimResult held = simulate(s, blocking);
+  EXPECT_GT(held.step_time, slow.step_time);
+  EXPECT_EQ(held.busy, fast.busy);
   // The first forward on the last rank waits for three hops.
   const auto& last = slow.ranks[3];
   EXPECT_EQ(last[0].action.kind, ActionKind::kRecvF);
