@@ -33,7 +33,8 @@ void attach_comm(CLI::App& root, CliContext& ctx);       // cmd_comm.cpp
 void attach_convert(CLI::App& root, CliContext& ctx);    // cmd_convert.cpp
 // cmd_checkpoint.cpp:
 void attach_checkpoint(CLI::App& root, CliContext& ctx);
-void attach_preflight(CLI::App& root, CliContext& ctx);  // cmd_preflight.cpp
-void attach_report(CLI::App& root, CliContext& ctx);     // cmd_report.cpp
+void attach_preflight(CLI::App& root, CliContext& ctx);   // cmd_preflight.cpp
+void attach_report(CLI::App& root, CliContext& ctx);      // cmd_report.cpp
+void attach_projection(CLI::App& root, CliContext& ctx);  // cmd_projection.cpp
 
 }  // namespace primus::cli

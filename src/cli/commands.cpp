@@ -8,6 +8,7 @@ const std::vector<CommandRegistration>& commands() {
       {"train", &attach_train},           {"benchmark", &attach_benchmark}, {"data", &attach_data},
       {"launch", &attach_launch},         {"comm", &attach_comm},           {"convert", &attach_convert},
       {"checkpoint", &attach_checkpoint}, {"preflight", &attach_preflight}, {"report", &attach_report},
+      {"projection", &attach_projection},
   };
   return kCommands;
 }

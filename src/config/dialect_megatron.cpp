@@ -67,6 +67,7 @@ void map_megatron(ResolvedConfig& rc) {
   // A key whose support rule admits one behaviour (others were refused as not supported yet): the engine does
   // exactly that; the read states it and records the key as used (config/key_use.h).
   auto only = [&](const char* key, bool holds) {
+    if (rc.planning) return;  // planning keeps refused values (listed in the warnings): nothing is trained
     PRIMUS_CHECK(holds, "{}: a value its support rule should have refused reached the mapper", key);
   };
   auto zero_or_null = [&](const char* key) { return k.is_null(key) || k.f(key) == 0.0; };
@@ -162,9 +163,12 @@ void map_megatron(ResolvedConfig& rc) {
   try {
     choice = choose_vocab_size(t.data.tokenizer_type, t.data.tokenizer_model, vocab, t.data.vocab_file);
   } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("{} [tokenizer_type from {}, tokenizer_model from {}]", e.what(),
-                                  k.origin("tokenizer_type").str(), k.origin("tokenizer_model").str()),
-                      e.hint());
+    const std::string msg = fmt::format("{} [tokenizer_type from {}, tokenizer_model from {}]", e.what(),
+                                        k.origin("tokenizer_type").str(), k.origin("tokenizer_model").str());
+    if (!rc.planning) throw ConfigError(msg, e.hint());
+    rc.warnings.push_back("planning only, training would refuse: " + msg +
+                          "; the vocabulary size is left at 0");
+    choice = VocabChoice{};
   }
   m.vocab_size = choice.size;
   if (vocab) {

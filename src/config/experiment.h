@@ -26,6 +26,13 @@ struct ResolveOptions {
   std::string module_name = "pre_trainer";
   EnvLookup env = process_env();
   std::optional<std::vector<std::string>> roots;  // preset search path; default: config_search_path(env)
+  // Planning (`primus projection`): describe a run that this build may not be able to train. Values of
+  // features not supported yet and broken cross-key rules (validate_config) become warnings
+  // (ResolvedConfig::warnings) instead of errors, the pipeline split is left to parallel/pipeline_layout
+  // (which checks it key by key), and the world size is the
+  // model-parallel ranks (TP x PP x CP; TorchTitan also x dp_replicate) x plan_data_parallel, not WORLD_SIZE.
+  bool planning = false;
+  int64_t plan_data_parallel = 1;
 };
 
 struct ExperimentInfo {

@@ -30,6 +30,25 @@ int64_t world_size_from_env(const EnvLookup& env) {
   return *n;
 }
 
+// Planning: the ranks that the model-parallel degrees need, times the data-parallel size asked for. Read with
+// get(), which is not a use of the keys (the mappers read them again).
+int64_t planning_world_size(const CheckedKeys& k, const std::string& framework, int64_t data_parallel) {
+  auto degree = [&](const char* key) -> int64_t {
+    const Value* v = k.get(key);
+    return v != nullptr && v->is_int() && v->as_int() > 0 ? v->as_int() : 1;
+  };
+  if (data_parallel < 1)
+    throw ConfigError(fmt::format("planning: data-parallel size {} must be >= 1", data_parallel));
+  if (framework == "megatron")
+    return degree("tensor_model_parallel_size") * degree("pipeline_model_parallel_size") *
+           degree("context_parallel_size") * data_parallel;
+  const Value* shard = k.get("parallelism.data_parallel_shard_degree");
+  const int64_t dp_shard = shard != nullptr && shard->is_int() && shard->as_int() > 0 ? shard->as_int() : 0;
+  return degree("parallelism.tensor_parallel_degree") * degree("parallelism.pipeline_parallel_degree") *
+         degree("parallelism.context_parallel_degree") *
+         degree("parallelism.data_parallel_replicate_degree") * (dp_shard > 0 ? dp_shard : data_parallel);
+}
+
 }  // namespace
 
 ResolvedConfig load_config(const std::string& experiment_path, const ResolveOptions& options) {
@@ -51,8 +70,15 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
   }
 
   const KeyTable& table = keys_for_framework(rc.info.framework);
+  std::vector<std::string> unsupported;
   rc.keys = check_keys(tree.module, table,
-                       fmt::format("module '{}' (framework {})", rc.info.module_name, rc.info.framework));
+                       fmt::format("module '{}' (framework {})", rc.info.module_name, rc.info.framework),
+                       options.planning ? &unsupported : nullptr);
+  for (const std::string& u : unsupported)
+    rc.warnings.push_back("planning only, training would refuse: " + u);
+  rc.planning = options.planning;
+  if (options.planning)
+    rc.world_size = planning_world_size(rc.keys, rc.info.framework, options.plan_data_parallel);
   rc.platform = check_keys(tree.platform, platform_keys(), "the platform preset");
   if (!rc.keys.is_null("framework") && rc.keys.s("framework") != rc.info.framework)
     throw ConfigError(fmt::format("{}: framework cannot be overridden (the experiment's module says '{}')",
@@ -75,7 +101,17 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
   } else {
     map_torchtitan(rc);
   }
-  validate_config(rc);
+  if (options.planning) {
+    // A plan needs the keys it reads, not a run the trainer would accept: the cross-key rules become
+    // warnings.
+    try {
+      validate_config(rc);
+    } catch (const ConfigError& e) {
+      rc.warnings.push_back(std::string("planning only, training would refuse: ") + e.what());
+    }
+  } else {
+    validate_config(rc);
+  }
   // A self-check of our key labels (config/key_use.h), on demand: the tests and the Primus sweep set it.
   if (auto check = options.env("PRIMUS_CHECK_KEY_USE"); check && *check == "1") {
     std::vector<std::string> bad = key_use_violations(rc.keys);

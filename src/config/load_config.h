@@ -26,6 +26,7 @@ struct ResolvedConfig {
   CheckedKeys platform;  // the platform preset's keys
   TrainConfig train;
   int64_t world_size = 1;             // WORLD_SIZE from the environment (1 when unset)
+  bool planning = false;              // loaded for a projection (ResolveOptions::planning)
   std::vector<std::string> derived;   // values computed from others ("ffn_hidden_size = ... (swiglu)")
   std::vector<std::string> warnings;  // accepted, but worth reading (shadowed values, unused keys)
   std::map<std::string, FieldSource> sources;  // TrainConfig field name -> key and origin

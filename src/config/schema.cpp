@@ -191,7 +191,8 @@ void flatten(const Value& map, const std::string& prefix, const KeyTable& table,
 
 }  // namespace
 
-CheckedKeys check_keys(const Value& tree, const KeyTable& table, const std::string& what) {
+CheckedKeys check_keys(const Value& tree, const KeyTable& table, const std::string& what,
+                       std::vector<std::string>* unsupported_out) {
   const std::string hint = "see docs/configuration.md for the keys and their status";
   if (!tree.is_map()) throw ConfigError(fmt::format("{}: expected a mapping of keys", what));
   const std::vector<std::string> all_names = table.names();
@@ -239,6 +240,10 @@ CheckedKeys check_keys(const Value& tree, const KeyTable& table, const std::stri
     std::string note = e.decl->reason.empty() ? e.decl->doc : e.decl->doc + "; " + e.decl->reason;
     unsupported.add(fmt::format("{}: not supported yet: {}={} ({})", e.value.origin().str(), e.decl->name,
                                 e.value.repr(), note));
+  }
+  if (unsupported_out != nullptr) {
+    unsupported_out->insert(unsupported_out->end(), unsupported.lines.begin(), unsupported.lines.end());
+    return out;
   }
   unsupported.throw_if_any<NotSupportedError>(
       what, "Primus-C++ does not have these features yet; see docs/configuration.md");

@@ -51,8 +51,10 @@ class CheckedKeys : public KeyLookup {
 };
 
 // `what` names the tree in messages ("module pre_trainer (framework megatron)", "platform").
-// Throws ConfigError listing every problem found (unknown keys, types, rules), or every "not supported yet".
-CheckedKeys check_keys(const Value& tree, const KeyTable& table, const std::string& what);
+// Throws ConfigError listing every problem found (unknown keys, types, rules), or every "not supported yet";
+// with `unsupported` given, the "not supported yet" lines go there instead (planning, config/experiment.h).
+CheckedKeys check_keys(const Value& tree, const KeyTable& table, const std::string& what,
+                       std::vector<std::string>* unsupported = nullptr);
 
 // Coerces one value to a declared type; on failure returns false and sets *problem.
 bool coerce_to_type(Value& v, KeyType type, bool nullable, std::string* problem);

@@ -44,7 +44,9 @@ void validate_config(ResolvedConfig& rc) {
     bad.add(fmt::format("{} is not divisible by {} (rule: num_attention_heads % TP == 0)",
                         cite("num_attention_heads", m.num_attention_heads),
                         cite("tensor_model_parallel_size", p.tensor_model_parallel_size)));
-  if (m.num_layers % p.pipeline_model_parallel_size != 0)
+  // Planning leaves the pipeline split to parallel/pipeline_layout, which knows the uneven splits and
+  // layouts.
+  if (!rc.planning && m.num_layers % p.pipeline_model_parallel_size != 0)
     bad.add(fmt::format("{} is not divisible by {} (rule: num_layers % PP == 0)",
                         cite("num_layers", m.num_layers),
                         cite("pipeline_model_parallel_size", p.pipeline_model_parallel_size)));
@@ -75,7 +77,7 @@ void validate_config(ResolvedConfig& rc) {
   // (TorchTitan's deepseek_v3 flavors always balance with the bias: the flavor is the key there.)
   const char* bias_key =
       rc.keys.get("moe_router_enable_expert_bias") ? "moe_router_enable_expert_bias" : "model.flavor";
-  if (t.model.moe.expert_bias && p.data_parallel_size > 1)
+  if (t.model.moe.expert_bias && p.data_parallel_size > 1 && !rc.planning)
     throw NotSupportedError(
         fmt::format("{}: not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with data "
                     "parallelism "
@@ -117,7 +119,7 @@ void validate_config(ResolvedConfig& rc) {
 
   // Device: CUDA must be compiled in (checked without touching any GPU).
 #ifndef PRIMUS_WITH_CUDA
-  if (t.device == "cuda")
+  if (t.device == "cuda" && !rc.planning)
     bad.add(
         "device=cuda but this build has no CUDA backend (built with PRIMUS_CUDA=OFF); use device: cpu or "
         "auto");

@@ -142,4 +142,63 @@ std::string line_chart(const std::string& title, const std::string& y_label,
   return svg;
 }
 
+std::string gantt_chart(const std::string& title, const std::vector<std::string>& lanes,
+                        const std::vector<GanttBox>& boxes, const std::vector<LegendEntry>& legend,
+                        const std::string& x_label, double t_end, int width, int lane_height) {
+  const double ml = 64, mr = 12, mt = 44, mb = 34;
+  for (const GanttBox& b : boxes) t_end = std::max(t_end, b.end);
+  if (!(t_end > 0)) t_end = 1;
+  const double pw = width - ml - mr;
+  const double ph = static_cast<double>(lane_height) * static_cast<double>(lanes.size());
+  const double height = mt + ph + mb;
+  auto X = [&](double t) { return ml + t / t_end * pw; };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1:.0f}\" viewBox=\"0 0 {0} "
+      "{1:.0f}\" "
+      "class=\"chart\" font-family=\"sans-serif\" font-size=\"10\">\n<text x=\"{2}\" y=\"16\" "
+      "font-size=\"13\" font-weight=\"bold\">{3}</text>\n",
+      width, height, ml, html_escape(title));
+  double lx = ml;
+  for (const LegendEntry& e : legend) {
+    svg += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"24\" width=\"12\" height=\"10\" fill=\"{}\" stroke=\"#999\" "
+        "stroke-width=\"0.5\"/><text x=\"{:.1f}\" y=\"33\">{}</text>\n",
+        lx, e.color, lx + 15, html_escape(e.name));
+    lx += 24 + 6.0 * static_cast<double>(e.name.size());
+  }
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const double y = mt + static_cast<double>(i) * lane_height;
+    svg += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"#e8e8e8\"/><text x=\"{:.1f}\" "
+        "y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+        ml, y + 1, pw, lane_height - 2, ml - 6, y + lane_height / 2.0 + 4, html_escape(lanes[i]));
+  }
+  for (const GanttBox& b : boxes) {
+    if (b.lane < 0 || b.lane >= static_cast<int>(lanes.size()) || !(b.end > b.start)) continue;
+    const double x0 = X(b.start), x1 = X(b.end), y = mt + static_cast<double>(b.lane) * lane_height;
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\" "
+        "stroke-width=\"0.5\"><title>{}</title></rect>",
+        x0, y + 1, x1 - x0, lane_height - 2, b.fill, html_escape(b.tooltip));
+    // A label needs about 6 px per character.
+    if (!b.label.empty() && x1 - x0 >= 6.0 * static_cast<double>(b.label.size()) + 2)
+      svg += fmt::format(
+          "<text x=\"{:.2f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#fff\" "
+          "pointer-events=\"none\">{}</text>",
+          (x0 + x1) / 2, y + lane_height / 2.0 + 4, html_escape(b.label));
+    svg += "\n";
+  }
+  for (double t : nice_ticks(0, t_end, 10)) {
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#888\"/><text "
+        "x=\"{0:.1f}\" "
+        "y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
+        X(t), mt + ph, mt + ph + 4, mt + ph + 15, fmt_tick(t));
+  }
+  svg +=
+      fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">{}</text>\n</svg>\n",
+                  ml + pw / 2, mt + ph + 29, html_escape(x_label));
+  return svg;
+}
+
 }  // namespace primus::report

@@ -23,6 +23,24 @@ std::string line_chart(const std::string& title, const std::string& y_label,
                        const std::vector<Series>& series, const std::vector<Marker>& markers = {},
                        int width = 560, int height = 260);
 
+// A timeline ("Gantt") chart: one lane per row, top to bottom, boxes placed by time on a shared axis from 0
+// to `t_end` (0: the last box's end); the lane's grey shows through where nothing runs. Labels are drawn
+// inside boxes wide enough for them; tooltips on hover.
+struct GanttBox {
+  int lane = 0;
+  double start = 0, end = 0;
+  std::string fill;
+  std::string label;
+  std::string tooltip;
+};
+struct LegendEntry {
+  std::string name;
+  std::string color;
+};
+std::string gantt_chart(const std::string& title, const std::vector<std::string>& lanes,
+                        const std::vector<GanttBox>& boxes, const std::vector<LegendEntry>& legend,
+                        const std::string& x_label, double t_end = 0, int width = 1000, int lane_height = 20);
+
 std::string html_escape(const std::string& s);
 // Tick positions covering [lo, hi] with about `n` steps of 1, 2 or 5 x 10^k.
 std::vector<double> nice_ticks(double lo, double hi, int n);
