@@ -15,6 +15,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <span>
 
 #include "checkpoint/load.h"
 #include "checkpoint/publish.h"
