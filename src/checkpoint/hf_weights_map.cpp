@@ -171,7 +171,6 @@ void load_hf_into_params(const HfCheckpoint& hf, ParamStore& params, const Strea
                  pe.name, hf.info().model_type);
     Tensor t = hf_param(hf, *e, DType::kF32);
     loaded.insert(pe.name);
-    Tensor dst = params.master_flat().slice(pe.offset, pe.offset + pe.numel).view(pe.shape);
     if (t.shape() != pe.shape) {
       const bool pad = t.ndim() == 2 && t.size(1) == pe.shape[1] && t.size(0) < pe.shape[0];
       PRIMUS_CHECK(pad, "{}: {} has shape {}, the model expects {}", hf.dir(), pe.name, shape_str(t.shape()),
@@ -180,13 +179,11 @@ void load_hf_into_params(const HfCheckpoint& hf, ParamStore& params, const Strea
       std::memcpy(padded.data_ptr(), t.data_ptr(), t.nbytes());
       t = padded;
     }
-    if (dst.dtype() != DType::kF32) t = cpu_cast(t, dst.dtype());
-    dst.copy_from(t, s);
+    params.set_master(i, t, s);  // with its compute copy (f32 master or remainders)
   }
   for (const std::string& p : map.params())
     PRIMUS_CHECK(loaded.count(p), "{}: the checkpoint's {} has no place in the model's parameters", hf.dir(),
                  p);
-  params.sync_compute_copy(s);
   params.adam_m_flat().zero_(s);
   params.adam_v_flat().zero_(s);
   stream_sync(s);

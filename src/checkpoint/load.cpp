@@ -316,11 +316,6 @@ Tensor CheckpointReader::read(const std::string& group, const std::string& name)
 void copy_into_param(ParamStore& params, int i, const std::string& which, const Tensor& src_in,
                      const Stream& s, bool allow_row_padding) {
   const ParamEntry& e = params.entry(i);
-  Tensor flat = which == "master"    ? params.master_flat()
-                : which == "compute" ? params.compute_flat()
-                : which == "m"       ? params.adam_m_flat()
-                                     : params.adam_v_flat();
-  Tensor dst = flat.slice(e.offset, e.offset + e.numel).view(e.shape);
   Tensor src = src_in;
   if (src.shape() != e.shape) {
     const bool pad_ok = allow_row_padding && src.ndim() == 2 && e.shape.size() == 2 &&
@@ -335,7 +330,16 @@ void copy_into_param(ParamStore& params, int i, const std::string& which, const 
     std::memcpy(padded.data_ptr(), src.data_ptr(), src.nbytes());
     src = padded;
   }
-  if (src.dtype() == DType::kF16 && dst.dtype() != DType::kF16) src = to_f32(src);  // cpu_cast has no f16
+  if (src.dtype() == DType::kF16) src = to_f32(src);  // cpu_cast has no f16 (no buffer is f16)
+  if (which == "master") {
+    // An f32 master buffer or (masters in remainders) the split into compute copy + remainder.
+    params.set_master(i, src, s);
+    return;
+  }
+  Tensor flat = which == "compute" ? params.compute_flat()
+                : which == "m"     ? params.adam_m_flat()
+                                   : params.adam_v_flat();
+  Tensor dst = flat.slice(e.offset, e.offset + e.numel).view(e.shape);
   if (src.dtype() != dst.dtype()) src = cpu_cast(src, dst.dtype());
   dst.copy_from(src, s);
 }
@@ -358,7 +362,9 @@ LoadReport load_into_params(const Verification& v, ParamStore& params, const Str
                 "the checkpoint was saved from a different model configuration (qk_layernorm, add_qkv_bias, "
                 "untie_embeddings_and_output_weights, num_layers)");
   rep.loaded_master = !r.names("master").empty();
-  const bool compute_separate = !params.compute_aliases_master();
+  // With masters in remainders the compute copy is the master's upper half, written by the master's split;
+  // a file's compute copy is the same bits (one rounding in every mode, core/master_split.h).
+  const bool compute_separate = !params.compute_aliases_master() && !params.master_in_remainders();
   const int n = static_cast<int>(params.entries().size());
   bool all_compute_from_file = true;
   for (int i = 0; i < n; ++i) {

@@ -16,6 +16,7 @@
 #include "core/cuda_runtime_bridge.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/master_split.h"
 
 namespace primus::ckpt {
 
@@ -162,7 +163,24 @@ Snapshot Stager::stage(const ParamStore& params, const Stream& s, const Training
   stage_flat(p.compute_flat(), compute_, pinned, s);
   staged_bytes_ += p.compute_flat().nbytes();
   add_views(params, compute_, cdt, "", snap.model);
-  if (!p.compute_aliases_master()) {
+  if (p.master_in_remainders()) {
+    // The master file holds f32 as always: each tensor is joined on the host from the staged compute copy
+    // and remainder when the writer reaches it (2 bytes per parameter staged instead of 4).
+    stage_flat(p.remainder_flat(), master_, pinned, s);
+    staged_bytes_ += p.remainder_flat().nbytes();
+    const auto* hi = static_cast<const uint16_t*>(compute_.data());
+    const auto* rem = static_cast<const int16_t*>(master_.data());
+    for (const ParamEntry& e : params.entries()) {
+      SnapshotTensor t{e.name, DType::kF32, e.shape, nullptr, {}};
+      t.produce = [hi = hi + e.offset, rem = rem + e.offset, shape = e.shape, n = e.numel] {
+        Tensor out = Tensor::empty(shape, DType::kF32);
+        auto* b = static_cast<uint32_t*>(out.data_ptr());
+        for (int64_t j = 0; j < n; ++j) b[j] = join_bits(hi[j], rem[j]);
+        return out;
+      };
+      snap.master.push_back(std::move(t));
+    }
+  } else if (!p.compute_aliases_master()) {
     stage_flat(p.master_flat(), master_, pinned, s);
     staged_bytes_ += p.master_flat().nbytes();
     add_views(params, master_, p.master_flat().dtype(), "", snap.master);

@@ -1,7 +1,8 @@
 #pragma once
 // A snapshot is everything one checkpoint holds, in host memory: named tensors in three groups (model =
-// the compute copy, master = f32 master weights when they differ from the compute copy, optim = Adam
-// moments), the training state and the resolved configuration. Staging a ParamStore copies its flat buffers
+// the compute copy, master = f32 master weights when they differ from the compute copy -- joined from the
+// compute copy and the remainders when the store keeps its masters that way --, optim = Adam moments), the
+// training state and the resolved configuration. Staging a ParamStore copies its flat buffers
 // into (pinned, on the GPU) host buffers in one copy each; training may then mutate the parameters while a
 // background thread writes the snapshot.
 #include <cstdint>
@@ -70,7 +71,7 @@ class Stager {
   uint64_t staged_bytes() const { return staged_bytes_; }
 
  private:
-  HostBuffer compute_, master_, m_, v_;
+  HostBuffer compute_, master_, m_, v_;  // master_ holds the i16 remainders when the store keeps those
   uint64_t staged_bytes_ = 0;
 };
 

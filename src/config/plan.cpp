@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/master_split.h"
+
 namespace primus::config {
 
 ParamCounts count_parameters(const ModelConfig& m) {
@@ -90,7 +92,14 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu) {
   const ModelConfig& m = cfg.model;
   MemoryEstimate e;
   const ParamCounts params = count_parameters(m);
-  e.bytes_per_param = gpu ? (cfg.bf16 ? 18.0 : 16.0) : 16.0;
+  // bf16 on the GPU: 2 (bf16 weights) + 4 (f32 master) + 12 (f32 grads, Adam m, v); with the master in
+  // remainders (core/master_split.h: one GPU and DDP, not ZeRO-1 / FSDP shards) the master costs 2.
+  const auto& par = cfg.parallel;
+  const bool sharded = par.data_parallel_size > 1 && (par.use_distributed_optimizer || par.use_torch_fsdp2 ||
+                                                      par.data_parallel_sharding_strategy != "no_shard");
+  e.master_in_remainders =
+      use_master_remainders(gpu, cfg.bf16 ? DType::kBF16 : DType::kF32, DType::kF32, sharded);
+  e.bytes_per_param = gpu && cfg.bf16 ? (e.master_in_remainders ? 16.0 : 18.0) : 16.0;
   e.param_state_bytes = e.bytes_per_param * static_cast<double>(params.total);
 
   const double act_bytes = gpu && cfg.bf16 ? 2.0 : 4.0;
@@ -132,8 +141,11 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu) {
       "logits: one chunk of at most 256 MiB at a time; no allocator fragmentation, workspaces or CUDA "
       "context",
       e.bytes_per_param,
-      gpu && cfg.bf16 ? "bf16 weights 2 + fp32 master 4 + fp32 grads 4 + fp32 Adam m, v 8"
-                      : "fp32 weights 4 + fp32 grads 4 + fp32 Adam m, v 8",
+      !(gpu && cfg.bf16) ? "fp32 weights 4 + fp32 grads 4 + fp32 Adam m, v 8"
+      : e.master_in_remainders
+          ? "bf16 weights 2 + fp32 master as their i16 remainder 2 + fp32 grads 4 + fp32 "
+            "Adam m, v 8"
+          : "bf16 weights 2 + fp32 master 4 + fp32 grads 4 + fp32 Adam m, v 8",
       act_bytes == 2.0 ? "bf16" : "fp32",
       g == "full" ? ", full recomputation keeps only each layer's input" : "");
   return e;

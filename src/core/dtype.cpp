@@ -26,6 +26,8 @@ size_t dtype_size(DType t) {
       return 1;
     case DType::kU16:
       return 2;
+    case DType::kI16:
+      return 2;
   }
   return 0;
 }
@@ -52,6 +54,8 @@ const char* dtype_name(DType t) {
       return "u8";
     case DType::kU16:
       return "u16";
+    case DType::kI16:
+      return "i16";
   }
   return "?";
 }
@@ -67,8 +71,10 @@ DType dtype_from_name(std::string_view n) {
   if (n == "i64" || n == "int64") return DType::kI64;
   if (n == "u8" || n == "uint8") return DType::kU8;
   if (n == "u16" || n == "uint16") return DType::kU16;
+  if (n == "i16" || n == "int16") return DType::kI16;
   throw ConfigError(fmt::format(
-      "unknown dtype '{}' (expected one of f32, f64, bf16, f16, fp8e4m3, fp8e5m2, i32, i64, u8, u16)", n));
+      "unknown dtype '{}' (expected one of f32, f64, bf16, f16, fp8e4m3, fp8e5m2, i32, i64, u8, u16, i16)",
+      n));
 }
 
 }  // namespace primus

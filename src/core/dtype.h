@@ -8,14 +8,14 @@
 
 namespace primus {
 
-enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kFP8E4M3, kFP8E5M2, kI32, kI64, kU8, kU16 };
+enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kFP8E4M3, kFP8E5M2, kI32, kI64, kU8, kU16, kI16 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 // Parses "f32", "float32", "fp32", "bf16", "bfloat16", ... ; throws ConfigError on an unknown name.
 DType dtype_from_name(std::string_view name);
 inline bool is_floating(DType t) {
-  return t != DType::kI32 && t != DType::kI64 && t != DType::kU8 && t != DType::kU16;
+  return t != DType::kI32 && t != DType::kI64 && t != DType::kU8 && t != DType::kU16 && t != DType::kI16;
 }
 
 struct bf16_t {
@@ -68,6 +68,10 @@ struct DTypeOf<uint8_t> {
 template <>
 struct DTypeOf<uint16_t> {
   static constexpr DType value = DType::kU16;
+};
+template <>
+struct DTypeOf<int16_t> {
+  static constexpr DType value = DType::kI16;
 };
 
 }  // namespace primus

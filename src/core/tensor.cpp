@@ -208,6 +208,8 @@ double element_as_double(const void* base, DType t, int64_t i) {
       return static_cast<const uint8_t*>(base)[i];
     case DType::kU16:
       return static_cast<const uint16_t*>(base)[i];
+    case DType::kI16:
+      return static_cast<const int16_t*>(base)[i];
     default:
       PRIMUS_FAIL("element conversion from {} is not supported", dtype_name(t));
   }

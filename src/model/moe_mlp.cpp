@@ -77,8 +77,11 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   ops::gemm(h, false, params_.param(router_), true, a.logits, 1.0f, 0.0f, s);
   a.ids = ctx.empty({n, k}, DType::kI32);
   a.probs = ctx.empty({n, k}, st);
-  // The expert bias is read from the f32 master: its updates (1e-3) would vanish in a bf16 copy.
-  Tensor bias = bias_ >= 0 ? params_.master(bias_) : Tensor();
+  // The expert bias is read from the f32 master: its updates (1e-3) would vanish in a bf16 copy. With masters
+  // in remainders that is a join of E floats.
+  Tensor bias;
+  if (bias_ >= 0)
+    bias = params_.master_in_remainders() ? params_.master_f32(bias_, s) : params_.master(bias_);
   ops::moe_router_forward(a.logits, bias_ >= 0 ? &bias : nullptr, router_cfg_, a.ids, a.probs, s);
 
   Tensor kept_ids = a.ids;
@@ -257,13 +260,11 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
 
 void MoeMlp::end_step(const Stream& s) {
   if (bias_ < 0 || !step_load_.defined()) return;
-  Tensor master = params_.master(bias_);
-  if (master.dtype() != DType::kF32) return;  // f64 gradient-check models take no update steps
+  if (params_.master_dtype() != DType::kF32) return;  // f64 gradient-check models take no update steps
+  // The master's view, or a joined copy in remainders; set_master writes it back with its compute copy.
+  Tensor master = params_.master_f32(bias_, s);
   ops::moe_expert_bias_update(step_load_, static_cast<float>(spec_.moe.bias_update_rate), master, s);
-  if (!params_.compute_aliases_master()) {
-    Tensor compute = params_.param(bias_);
-    ops::cast(master, compute, s);
-  }
+  params_.set_master(bias_, master, s);
   step_load_.zero_(s);
 }
 

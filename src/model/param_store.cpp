@@ -4,8 +4,10 @@
 #include <cmath>
 #include <functional>
 
+#include "core/master_split.h"
 #include "core/philox.h"
 #include "ops/elementwise.h"
+#include "ops/optimizer.h"
 
 namespace primus {
 
@@ -176,11 +178,103 @@ int ParamStore::require(const std::string& name) const {
   return i;
 }
 
+namespace {
+constexpr const char* kRemaindersHint =
+    "it is stored as the bf16 compute copy + an i16 remainder (ParamStore::master_in_remainders()): read it "
+    "with master_f32(i), write it with set_master(i), or allocate with MasterStorage::kF32";
+}  // namespace
+
 Tensor ParamStore::master(int i) const {
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "master weights of '{}' are sharded over {} data-parallel ranks (this rank holds chunk {})",
                entries_[i].name, shard_ranks_, shard_rank_);
+  PRIMUS_CHECK(!remainders_, "master(): the f32 master of '{}' has no buffer of its own: {}",
+               entries_[i].name, kRemaindersHint);
   return view(master_, i);
+}
+
+Tensor& ParamStore::master_flat() {
+  PRIMUS_CHECK(!remainders_, "master_flat(): the f32 master weights have no buffer of their own: {}",
+               kRemaindersHint);
+  return master_;
+}
+
+Tensor& ParamStore::remainder_flat() {
+  PRIMUS_CHECK(
+      remainders_,
+      "remainder_flat(): this store keeps an f32 master buffer (master_flat()); remainders exist only "
+      "with MasterStorage::kRemainders (bf16 compute on CUDA by default)");
+  return remainder_;
+}
+
+DType ParamStore::master_dtype() const {
+  return remainders_ ? DType::kF32 : master_.dtype();
+}
+
+Tensor ParamStore::master_f32(int i, const Stream& s) const {
+  const ParamEntry& e = entries_[i];
+  PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
+               "master_f32('{}'): master weights are sharded over {} data-parallel ranks", e.name,
+               shard_ranks_);
+  if (!remainders_) {
+    PRIMUS_CHECK(master_.dtype() == DType::kF32,
+                 "master_f32('{}'): the master weights are {} (a gradient-check store): use master(i)",
+                 e.name, dtype_name(master_.dtype()));
+    return view(master_, i);
+  }
+  Tensor out = Tensor::empty(e.shape, DType::kF32, s);
+  ops::master_join(view(compute_, i), view(remainder_, i), out, s);
+  return out;
+}
+
+void ParamStore::set_master(int i, const Tensor& value, const Stream& s) {
+  const ParamEntry& e = entries_[i];
+  PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
+               "set_master('{}'): master weights are sharded over {} data-parallel ranks", e.name,
+               shard_ranks_);
+  PRIMUS_CHECK(
+      value.defined() && value.numel() == e.numel && is_floating(value.dtype()) && value.is_contiguous(),
+      "set_master('{}'): expected a contiguous float tensor of {} elements ({}), got {}", e.name, e.numel,
+      shape_str(e.shape), value.defined() ? value.describe() : "an undefined tensor");
+  const Device dev = compute_.device();
+  PRIMUS_CHECK(value.device().is_cpu() || value.device() == dev,
+               "set_master('{}'): the value is on {}, the parameters on {}", e.name, value.device().str(),
+               dev.str());
+  // On the host, convert there (no device temporary as large as the tensor); on the device, cast there.
+  auto to_dtype = [&](const Tensor& v, DType dt) {
+    if (v.dtype() == dt) return v.view(e.shape);
+    if (v.device().is_cpu()) return cpu_cast(v, dt).view(e.shape);
+    Tensor out = Tensor::empty(e.shape, dt, s);
+    ops::cast(v, out, s);
+    return out;
+  };
+  Tensor hi = view(compute_, i);
+  if (!remainders_) {
+    Tensor dst = view(master_, i);
+    if (value.data_ptr() != dst.data_ptr()) dst.copy_from(to_dtype(value, dst.dtype()), s);
+    if (!compute_aliases_master_) compute_from_master(dst, hi, s);
+    return;
+  }
+  Tensor f32 = to_dtype(value, DType::kF32);
+  Tensor rem = view(remainder_, i);
+  if (f32.device() == dev) {
+    ops::master_split(f32, hi, &rem, s);
+    return;
+  }
+  Tensor h = Tensor::empty(e.shape, DType::kBF16), r = Tensor::empty(e.shape, DType::kI16);
+  ops::master_split(f32, h, &r, Stream::cpu());
+  hi.copy_from(h, s);
+  rem.copy_from(r, s);
+}
+
+void ParamStore::compute_from_master(const Tensor& master, Tensor& compute, const Stream& s) {
+  if (compute.dtype() == master.dtype()) {
+    compute.copy_from(master, s);
+  } else if (compute.dtype() == DType::kBF16 && master.dtype() == DType::kF32) {
+    ops::master_split(master, compute, nullptr, s);
+  } else {
+    ops::cast(master, compute, s);
+  }
 }
 
 Tensor ParamStore::region_view(const Tensor& flat, bool compute, int i) const {
@@ -211,13 +305,27 @@ Tensor ParamStore::view(const Tensor& flat, int i) const {
   return flat.slice(e.offset, e.offset + e.numel).view(e.shape);
 }
 
-void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dtype) {
+void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dtype, MasterStorage storage) {
   PRIMUS_CHECK(master_dtype == DType::kF32 || (master_dtype == DType::kF64 && s.device.is_cpu()),
                "master weights must be f32 (or f64 on the CPU), got {}", dtype_name(master_dtype));
-  master_ = Tensor::zeros({total_}, master_dtype, s);
+  remainders_ = storage == MasterStorage::kRemainders ||
+                (storage == MasterStorage::kAuto &&
+                 use_master_remainders(s.device.is_cuda(), compute_dtype, master_dtype, /*sharded=*/false));
+  PRIMUS_CHECK(!remainders_ || (compute_dtype == DType::kBF16 && master_dtype == DType::kF32),
+               "master weights in remainders need a bf16 compute copy of f32 masters, got {} compute and {} "
+               "master weights",
+               dtype_name(compute_dtype), dtype_name(master_dtype));
   grad_ = Tensor::zeros({total_}, master_dtype, s);
   adam_m_ = Tensor::zeros({total_}, master_dtype, s);
   adam_v_ = Tensor::zeros({total_}, master_dtype, s);
+  if (remainders_) {
+    master_ = Tensor();
+    remainder_ = Tensor::zeros({total_}, DType::kI16, s);
+    compute_ = Tensor::zeros({total_}, compute_dtype, s);
+    compute_aliases_master_ = false;
+    return;
+  }
+  master_ = Tensor::zeros({total_}, master_dtype, s);
   compute_aliases_master_ = compute_dtype == master_dtype;
   compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({total_}, compute_dtype, s);
 }
@@ -285,9 +393,26 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
           .copy_from(host.slice(chunk_begin(ri), chunk_begin(ri) + chunk_len(ri)), s);
     }
     if (shard_mode_ == ShardMode::kOptimizer) {
-      compute_.copy_from(compute_.dtype() == DType::kF32 ? host : cpu_cast(host, compute_.dtype()), s);
+      Tensor c = Tensor::empty({total_}, compute_.dtype());
+      compute_from_master(host, c, Stream::cpu());
+      compute_.copy_from(c, s);
     } else if (!compute_aliases_master_) {
-      ops::cast(master_, compute_, s);
+      compute_from_master(master_, compute_, s);
+    }
+    return;
+  }
+  if (remainders_) {
+    // Split on the host in slices (no whole-model temporaries beyond `host`), then copy both halves.
+    constexpr int64_t kSlice = int64_t{1} << 24;
+    Tensor h = Tensor::empty({std::min(kSlice, total_)}, DType::kBF16);
+    Tensor r = Tensor::empty({std::min(kSlice, total_)}, DType::kI16);
+    for (int64_t b = 0; b < total_; b += kSlice) {
+      const int64_t e = std::min(total_, b + kSlice);
+      Tensor hs = h.slice(0, e - b), rs = r.slice(0, e - b);
+      ops::master_split(host.slice(b, e), hs, &rs, Stream::cpu());
+      compute_.slice(b, e).copy_from(hs, s);
+      remainder_.slice(b, e).copy_from(rs, s);
+      stream_sync(s);  // the slices are reused by the next round
     }
     return;
   }
@@ -300,10 +425,10 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
 }
 
 void ParamStore::sync_compute_copy(const Stream& s) {
-  if (compute_aliases_master_) return;
+  if (compute_aliases_master_ || remainders_) return;
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "sync_compute_copy on sharded parameters: the data-parallel engine gathers them");
-  ops::cast(master_, compute_, s);
+  compute_from_master(master_, compute_, s);
 }
 
 void ParamStore::set_overwritten_grads(const std::vector<int>& entries) {

@@ -4,6 +4,13 @@
 // region, so DDP buckets, ZeRO shards and FSDP all-gathers are views of these buffers, not copies. Within a
 // region the tensors that take weight decay come first, so the optimizer runs over two contiguous spans per
 // region.
+//
+// Master weights in remainders (core/master_split.h): with a bf16 compute copy on CUDA and whole-model
+// buffers (one GPU, DDP) there is no f32 master buffer. The compute copy holds the master's upper 16 bits
+// (rounded) and an i16 buffer the remainder, which together are the f32 master exactly: 16 bytes per
+// parameter for weights + optimizer state instead of 18. master(i) / master_flat() then throw; master_f32(i)
+// (a joined copy) and set_master(i) (a split write) work in both modes. In every mode the bf16 compute copy
+// made from a master is compute_bits() of it, so both layouts hold bitwise the same weights.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -24,6 +31,13 @@ enum class InitKind { kNormal, kScaledNormal, kOnes, kZeros };
 //   kFull       FSDP: master, moments, compute copy and gradients hold only this rank's chunks; a layer's
 //               whole parameters and gradients exist only while attached (attach_region)
 enum class ShardMode { kNone, kOptimizer, kFull };
+
+// How allocate() holds the f32 master weights.
+//   kAuto        use_master_remainders() decides (core/master_split.h): remainders for bf16 compute on CUDA
+//   kF32         a master buffer of its own (or the compute copy itself when it has the master's dtype)
+//   kRemainders  the bf16 compute copy plus an i16 remainder buffer (needs bf16 compute, an f32 master and
+//                whole-model buffers; allowed on the CPU too, for tests)
+enum class MasterStorage { kAuto, kF32, kRemainders };
 
 struct ParamEntry {
   std::string name;  // HF-style name, e.g. "layers.3.mlp.down_proj.weight"
@@ -49,15 +63,21 @@ class ParamStore {
 
   // Allocates the buffers on `s`'s device. compute_dtype is f32 on the CPU (aliases master) or bf16 on CUDA.
   // master_dtype is f32 for training; f64 (CPU only, compute aliases master) serves whole-model gradient
-  // checks.
-  void allocate(DType compute_dtype, const Stream& s, DType master_dtype = DType::kF32);
-  // Sharded allocation: `ranks` must divide region_multiple. See ShardMode.
+  // checks. `storage`: see MasterStorage.
+  void allocate(DType compute_dtype, const Stream& s, DType master_dtype = DType::kF32,
+                MasterStorage storage = MasterStorage::kAuto);
+  // Sharded allocation: `ranks` must divide region_multiple. See ShardMode. Shards keep an f32 master
+  // (kNone allocates as allocate() does).
   void allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank);
   // Deterministic initialisation (Megatron's scheme: N(0, std), output projections N(0, std / sqrt(2L)),
   // norms 1, biases 0) keyed by (seed, parameter name, element index): the same for any device or layout.
   void initialize(uint64_t seed, const Stream& s);
-  // Copies master -> compute copy (after initialisation or a checkpoint load).
+  // Master -> compute copy (compute_from_master) after the master was written through master_flat(). Nothing
+  // to do when the compute copy is the master or its upper half (remainders).
   void sync_compute_copy(const Stream& s);
+  // compute = the compute copy of `master` (same numel, same device): a copy for equal dtypes, compute_bits()
+  // for f32 -> bf16 (core/master_split.h), else a cast. Every master -> compute conversion goes through it.
+  static void compute_from_master(const Tensor& master, Tensor& compute, const Stream& s);
 
   int find(const std::string& name) const;  // -1 when absent
   const ParamEntry& entry(int i) const { return entries_[i]; }
@@ -68,7 +88,15 @@ class ParamStore {
 
   // Views into the flat buffers.
   Tensor param(int i) const { return region_view(compute_, true, i); }
-  Tensor master(int i) const;  // whole-model master only (throws when sharded)
+  Tensor master(int i) const;  // whole-model f32/f64 master view (throws when sharded or in remainders)
+  // Master weights in either layout (whole-model stores only). master_f32: the f32 master of entry i -- its
+  // view, or in remainders a fresh tensor joined on `s` (throws for an f64 master: use master(i)).
+  // set_master: writes entry i's master from `value` (any float dtype, `numel` elements, on the CPU or the
+  // store's device) and its compute copy: cast + compute_from_master, or a split into compute + remainder.
+  Tensor master_f32(int i, const Stream& s) const;
+  void set_master(int i, const Tensor& value, const Stream& s);
+  bool master_in_remainders() const { return remainders_; }
+  DType master_dtype() const;  // f32, or f64 for a gradient-check store
   Tensor grad(int i) const { return region_view(grad_, false, i); }
   Tensor param(const std::string& name) const { return param(require(name)); }
   Tensor grad(const std::string& name) const { return grad(require(name)); }
@@ -88,8 +116,10 @@ class ParamStore {
   void detach_region(int r);
   int region_of_entry(int i) const { return entries_[i].region; }
 
-  // The flat buffers: whole-model in kNone; shard-sized where the mode shards them.
-  Tensor& master_flat() { return master_; }
+  // The flat buffers: whole-model in kNone; shard-sized where the mode shards them. master_flat() throws in
+  // remainders, remainder_flat() (i16, whole-model) everywhere else.
+  Tensor& master_flat();
+  Tensor& remainder_flat();
   Tensor& compute_flat() { return compute_; }
   Tensor& grad_flat() { return grad_; }
   Tensor& adam_m_flat() { return adam_m_; }
@@ -122,7 +152,9 @@ class ParamStore {
   std::vector<ParamRegion> regions_;
   int64_t total_ = 0;
   Tensor master_, compute_, grad_, adam_m_, adam_v_;
+  Tensor remainder_;  // i16, in remainders only (master_ is then undefined)
   bool compute_aliases_master_ = false;
+  bool remainders_ = false;
   ShardMode shard_mode_ = ShardMode::kNone;
   int region_multiple_ = 1, shard_ranks_ = 1, shard_rank_ = 0;
   std::vector<int64_t> shard_offsets_;

@@ -20,6 +20,14 @@ void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const
   PRIMUS_DISPATCH(master, embedding_forward_updated, tokens, master, grad, m, v, p, out, s);
 }
 
+void embedding_forward_updated_split(const Tensor& tokens, const Tensor& hi, const Tensor& rem,
+                                     const Tensor& grad, const Tensor& m, const Tensor& v,
+                                     const AdamWParams& p, Tensor& out, const Stream& s) {
+  check_same_device("embedding_forward_updated_split", hi.device(),
+                    {&tokens, &hi, &rem, &grad, &m, &v, &out});
+  PRIMUS_DISPATCH(hi, embedding_forward_updated_split, tokens, hi, rem, grad, m, v, p, out, s);
+}
+
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
   check_same_device("embedding_backward", dtable.device(), {&tokens, &dout, &dtable});
   PRIMUS_DISPATCH(dtable, embedding_backward, tokens, dout, dtable, s);

@@ -56,6 +56,10 @@ DataParallel::DataParallel(const DpConfig& cfg, ParamStore& params, const parall
   PRIMUS_CHECK(groups_ != nullptr, "data parallelism needs process groups");
   PRIMUS_CHECK(params_.shard_mode() == cfg_.shard_mode() && params_.shard_ranks() == cfg_.shard_ranks(),
                "parameters are not sharded for {}", cfg_.describe());
+  // Shards keep f32 master chunks (shard_spans, gather_full, load_from_full read master_flat()); DDP's whole
+  // buffers may hold them in remainders and go through AdamW::step like one GPU.
+  PRIMUS_CHECK(cfg_.shard_mode() == ShardMode::kNone || !params_.master_in_remainders(),
+               "{}: sharded parameters must keep an f32 master buffer, not remainders", cfg_.describe());
   comm_ = make_comm_stream(compute_);
   if (cfg_.zero1()) zero_grad_shard_ = Tensor::zeros({params_.shard_total()}, DType::kF32, compute_);
 }
@@ -427,11 +431,11 @@ void DataParallel::load_from_full(ParamStore& full) {
     }
   Tensor& compute = params_.compute_flat();
   if (cfg_.zero1()) {
-    compute.copy_from(
-        compute.dtype() == DType::kF32 ? full.master_flat() : cpu_cast(full.master_flat(), compute.dtype()),
-        compute_);
+    Tensor c = Tensor::empty({full.total_numel()}, compute.dtype());
+    ParamStore::compute_from_master(full.master_flat(), c, Stream::cpu());
+    compute.copy_from(c, compute_);
   } else if (!params_.compute_aliases_master()) {
-    ops::cast(params_.master_flat(), compute, compute_);
+    ParamStore::compute_from_master(params_.master_flat(), compute, compute_);
   }
   stream_sync(compute_);
   params_ready_ = nullptr;

@@ -16,6 +16,7 @@ double AdamW::grad_norm(const Stream& s) {
 
 std::vector<AdamSpan> AdamW::region_spans(const ParamRegion& r) const {
   const bool separate_copy = !params_.compute_aliases_master();
+  const bool remainders = params_.master_in_remainders();
   std::vector<AdamSpan> spans;
   for (int span = 0; span < 2; ++span) {
     const int64_t b = span == 0 ? r.begin : r.decay_end;
@@ -23,7 +24,11 @@ std::vector<AdamSpan> AdamW::region_spans(const ParamRegion& r) const {
     if (e <= b) continue;
     AdamSpan a;
     a.decay = span == 0;
-    a.master = params_.master_flat().slice(b, e);
+    if (remainders) {
+      a.rem = params_.remainder_flat().slice(b, e);
+    } else {
+      a.master = params_.master_flat().slice(b, e);
+    }
     a.grad = params_.grad_flat().slice(b, e);
     a.m = params_.adam_m_flat().slice(b, e);
     a.v = params_.adam_v_flat().slice(b, e);
@@ -61,10 +66,14 @@ void AdamW::step_spans(double lr, float grad_scale, const std::vector<AdamSpan>&
 
 void AdamW::launch(const std::vector<AdamSpan>& spans, double lr, float grad_scale, const Stream& s) const {
   for (const AdamSpan& a : spans) {
-    if (a.master.numel() == 0) continue;
+    if (a.grad.numel() == 0) continue;
     const ops::AdamWParams p = kernel_params(lr, grad_scale, a.decay);
-    Tensor master = a.master, m = a.m, v = a.v, copy = a.copy;
-    ops::adamw_step(master, a.grad, m, v, p, copy.defined() ? &copy : nullptr, s);
+    Tensor master = a.master, m = a.m, v = a.v, copy = a.copy, rem = a.rem;
+    if (rem.defined()) {
+      ops::adamw_step_split(copy, rem, a.grad, m, v, p, s);
+    } else {
+      ops::adamw_step(master, a.grad, m, v, p, copy.defined() ? &copy : nullptr, s);
+    }
   }
 }
 

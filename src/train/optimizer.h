@@ -9,9 +9,12 @@
 
 namespace primus {
 
-// One contiguous run of parameters updated together (views of equal length; copy may be undefined).
+// One contiguous run of parameters updated together (views of equal length; copy may be undefined). With
+// master weights in remainders (ParamStore::master_in_remainders) `master` is undefined and the master is the
+// pair (copy, rem): ops::adamw_step_split.
 struct AdamSpan {
   Tensor master, grad, m, v, copy;
+  Tensor rem;
   bool decay = true;
 };
 

@@ -90,9 +90,16 @@ bool OverlappedUpdate::embedding_forward(const Tensor& tokens, Tensor& out) {
   const ParamEntry& e = params_.entry(embed_entry_);
   const int64_t b = e.offset, end = e.offset + e.numel;
   auto table = [&](Tensor& flat) { return flat.slice(b, end).view(e.shape); };
-  ops::embedding_forward_updated(tokens, table(params_.master_flat()), table(params_.grad_flat()),
-                                 table(params_.adam_m_flat()), table(params_.adam_v_flat()),
-                                 optim_.kernel_params(lr_, grad_scale_, e.decay), out, compute_);
+  const ops::AdamWParams p = optim_.kernel_params(lr_, grad_scale_, e.decay);
+  if (params_.master_in_remainders()) {
+    ops::embedding_forward_updated_split(
+        tokens, table(params_.compute_flat()), table(params_.remainder_flat()), table(params_.grad_flat()),
+        table(params_.adam_m_flat()), table(params_.adam_v_flat()), p, out, compute_);
+  } else {
+    ops::embedding_forward_updated(tokens, table(params_.master_flat()), table(params_.grad_flat()),
+                                   table(params_.adam_m_flat()), table(params_.adam_v_flat()), p, out,
+                                   compute_);
+  }
   // The table's update may overwrite what the lookup read only after the lookup.
   stream_wait(update_, StreamEvent::record(compute_));
   update_region(0);

@@ -128,19 +128,22 @@ void Trainer::init_data_parallel() {
             micro_batches_, cfg_.micro_batch_size);
   // Persistent parameter state per rank (FSDP adds the gathered regions in use, ZeRO-1 its f32 gradient
   // chunks), against the whole model's.
-  const double whole_bytes =
-      static_cast<double>(params_->total_numel()) *
-      (4.0 * 4 + (compute == DType::kF32 ? 0.0 : static_cast<double>(dtype_size(compute))));
+  // DDP on the GPU keeps its master weights in remainders (2 bytes beside the bf16 copy instead of 4).
+  const bool rem = params_->master_in_remainders();
+  const double whole_bytes = static_cast<double>(params_->total_numel()) *
+                             ((rem ? 2.0 : 4.0) + 3 * 4.0 +
+                              (compute == DType::kF32 ? 0.0 : static_cast<double>(dtype_size(compute))));
   const bool big = whole_bytes >= 1e9;
   auto sz = [&](double bytes) {
     return fmt::format("{:.2f} {}", bytes / (big ? 1e9 : 1e6), big ? "GB" : "MB");
   };
   auto nb = [](const Tensor& t) { return static_cast<double>(t.nbytes()); };
   log::info(
-      "parameter state per rank: master {}, Adam moments {}, gradients {}, compute copy {} (whole model: {})",
-      sz(nb(params_->master_flat())), sz(nb(params_->adam_m_flat()) + nb(params_->adam_v_flat())),
-      sz(nb(params_->grad_flat())), sz(params_->compute_aliases_master() ? 0.0 : nb(params_->compute_flat())),
-      sz(whole_bytes));
+      "parameter state per rank: master {}{}, Adam moments {}, gradients {}, compute copy {} (whole model: "
+      "{})",
+      sz(nb(rem ? params_->remainder_flat() : params_->master_flat())), rem ? " (i16 remainders)" : "",
+      sz(nb(params_->adam_m_flat()) + nb(params_->adam_v_flat())), sz(nb(params_->grad_flat())),
+      sz(params_->compute_aliases_master() ? 0.0 : nb(params_->compute_flat())), sz(whole_bytes));
   if (world_) log::info("parallel layout: {}", groups_->dims().describe());
 }
 

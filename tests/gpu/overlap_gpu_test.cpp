@@ -6,15 +6,20 @@
 // reserved for the update the GEMMs keep their algorithms (only the grid shrinks), so that case must be
 // bitwise equal too: results may not depend on how many SMs the update took, or a resumed run would not
 // repeat its original.
+// The runs keep their f32 master weights in remainders (the default on CUDA, core/master_split.h): the
+// remainders are compared too, and a run with an f32 master buffer must be bitwise the same as one in
+// remainders (one compute rounding in both layouts).
 #include <fmt/format.h>
 
 #include <random>
 
 #include "core/error.h"
+#include "gpu/fused_test_util.h"
 #include "gpu/gpu_test.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
 #include "ops/gemm.h"
+#include "ops/optimizer.h"
 #include "train/grad_norm.h"
 #include "train/optimizer.h"
 #include "train/overlapped_update.h"
@@ -48,9 +53,10 @@ struct Run {
   std::unique_ptr<OverlappedUpdate> overlap;
   std::vector<double> losses, norms;
 
-  Run(Context& ctx, const ModelConfig& m, const OptimConfig& oc, int sm_reserve, bool overlapped)
+  Run(Context& ctx, const ModelConfig& m, const OptimConfig& oc, int sm_reserve, bool overlapped,
+      MasterStorage storage = MasterStorage::kAuto)
       : params(ModelSpec::from_config(m)),
-        model(m, RecomputeConfig{}, alloc(params, ctx.stream), ctx.stream, 512),
+        model(m, RecomputeConfig{}, alloc(params, ctx.stream, storage), ctx.stream, 512),
         optim(oc, params),
         norm(params, ctx.stream) {
     params.set_overwritten_grads(model.gemm_written_grad_entries());
@@ -59,8 +65,8 @@ struct Run {
       model.set_hooks(overlap.get());
     }
   }
-  static ParamStore& alloc(ParamStore& p, const Stream& s) {
-    p.allocate(DType::kBF16, s);
+  static ParamStore& alloc(ParamStore& p, const Stream& s, MasterStorage storage) {
+    p.allocate(DType::kBF16, s, DType::kF32, storage);
     p.initialize(1234, s);
     return p;
   }
@@ -91,14 +97,17 @@ struct Run {
     if (overlap) overlap->finish();
     stream_sync(s);
   }
+  // The whole f32 master: its buffer, or joined from the compute copy and the remainders.
+  Tensor master(const Stream& s) {
+    if (!params.master_in_remainders()) return params.master_flat();
+    Tensor out = Tensor::empty({params.total_numel()}, DType::kF32, s);
+    ops::master_join(params.compute_flat(), params.remainder_flat(), out, s);
+    return out;
+  }
 };
 
-void overlap_case(Context& ctx, int sm_reserve) {
-  const ModelConfig m = overlap_model();
-  OptimConfig oc;
-  oc.weight_decay = 0.1;
-  oc.adam_beta2 = 0.95;
-  Run serial(ctx, m, oc, 0, false), overlapped(ctx, m, oc, sm_reserve, true);
+// Trains `a` and `b` on the same five batches.
+void train_both(Context& ctx, const ModelConfig& m, Run& a, Run& b) {
   const int64_t B = 4, T = 256;
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab_size) - 1);
   for (int step = 0; step < 5; ++step) {
@@ -107,33 +116,63 @@ void overlap_case(Context& ctx, int sm_reserve) {
     for (auto& v : y) v = tok(ctx.rng);
     Tensor tokens = Tensor::from_vector(t, {B, T}).to(ctx.stream);
     Tensor targets = Tensor::from_vector(y, {B, T}).to(ctx.stream);
-    serial.step(ctx.stream, tokens, targets, 1e-3);
-    overlapped.step(ctx.stream, tokens, targets, 1e-3);
+    a.step(ctx.stream, tokens, targets, 1e-3);
+    b.step(ctx.stream, tokens, targets, 1e-3);
   }
-  serial.finish(ctx.stream);
-  overlapped.finish(ctx.stream);
+  a.finish(ctx.stream);
+  b.finish(ctx.stream);
+}
+
+// Losses, norms, masters, moments and compute copies of two runs, bitwise.
+void check_runs_equal(Context& ctx, Run& a, Run& b, const std::string& tag) {
+  ctx.check("overlap", fmt::format("losses, 5 steps ({})", tag), Tensor::from_vector(a.losses, {5}),
+            Tensor::from_vector(b.losses, {5}), 0.0);
+  ctx.check("overlap", fmt::format("gradient norms, 5 steps ({})", tag), Tensor::from_vector(a.norms, {5}),
+            Tensor::from_vector(b.norms, {5}), 0.0);
+  stream_sync(ctx.stream);
+  fused::check_true(ctx, "overlap", fmt::format("master weights ({})", tag),
+                    fused::bitwise_equal(a.master(ctx.stream), b.master(ctx.stream)), "bitwise");
+  fused::check_true(ctx, "overlap", fmt::format("adam m, v ({})", tag),
+                    fused::bitwise_equal(a.params.adam_m_flat(), b.params.adam_m_flat()) &&
+                        fused::bitwise_equal(a.params.adam_v_flat(), b.params.adam_v_flat()),
+                    "bitwise");
+  fused::check_true(ctx, "overlap", fmt::format("bf16 compute copy ({})", tag),
+                    fused::bitwise_equal(a.params.compute_flat(), b.params.compute_flat()), "bitwise");
+  if (a.params.master_in_remainders() && b.params.master_in_remainders())
+    fused::check_true(ctx, "overlap", fmt::format("i16 remainders ({})", tag),
+                      fused::bitwise_equal(a.params.remainder_flat(), b.params.remainder_flat()), "bitwise");
+}
+
+void overlap_case(Context& ctx, int sm_reserve) {
+  const ModelConfig m = overlap_model();
+  OptimConfig oc;
+  oc.weight_decay = 0.1;
+  oc.adam_beta2 = 0.95;
+  Run serial(ctx, m, oc, 0, false), overlapped(ctx, m, oc, sm_reserve, true);
+  fused::check_true(ctx, "overlap", "masters in remainders (the CUDA default)",
+                    serial.params.master_in_remainders() && overlapped.params.master_in_remainders());
+  train_both(ctx, m, serial, overlapped);
   ops::reserve_gemm_sms(ctx.stream, 0);
-  const double tol = 0.0;
   const std::string tag = sm_reserve == 0 ? "bitwise"
                                           : fmt::format("{} SMs reserved, released from region {}",
                                                         sm_reserve, overlapped.overlap->release_region());
-  ctx.check("overlap", fmt::format("losses, 5 steps ({})", tag), Tensor::from_vector(overlapped.losses, {5}),
-            Tensor::from_vector(serial.losses, {5}), tol);
-  ctx.check("overlap", fmt::format("gradient norms, 5 steps ({})", tag),
-            Tensor::from_vector(overlapped.norms, {5}), Tensor::from_vector(serial.norms, {5}), tol);
+  check_runs_equal(ctx, overlapped, serial, tag);
   // The chunked norm against the whole-buffer one (another summation order): f32 partials, so ~1e-7.
   ctx.check("overlap", "chunked gradient norm vs one sum_squares",
             Tensor::from_vector(std::vector<double>{serial.norms.back()}, {1}),
             Tensor::from_vector(std::vector<double>{serial.optim.grad_norm(ctx.stream)}, {1}), 1e-6);
-  ctx.check("overlap", fmt::format("master weights ({})", tag), overlapped.params.master_flat(),
-            serial.params.master_flat(), tol);
-  const double moment_tol = 0.0;
-  ctx.check("overlap", fmt::format("adam m ({})", tag), overlapped.params.adam_m_flat(),
-            serial.params.adam_m_flat(), moment_tol);
-  ctx.check("overlap", fmt::format("adam v ({})", tag), overlapped.params.adam_v_flat(),
-            serial.params.adam_v_flat(), moment_tol);
-  ctx.check("overlap", fmt::format("bf16 compute copy ({})", tag), overlapped.params.compute_flat(),
-            serial.params.compute_flat(), tol);
+}
+
+// The two master layouts: a serial run with an f32 master buffer against the overlapped run in remainders
+// (its deferred embedding lookup reads the pair), bitwise.
+void layouts_case(Context& ctx) {
+  const ModelConfig m = overlap_model();
+  OptimConfig oc;
+  oc.weight_decay = 0.1;
+  oc.adam_beta2 = 0.95;
+  Run f32(ctx, m, oc, 0, false, MasterStorage::kF32), rem(ctx, m, oc, 0, true, MasterStorage::kRemainders);
+  train_both(ctx, m, f32, rem);
+  check_runs_equal(ctx, rem, f32, "remainders + overlap vs f32 master, serial");
 }
 
 }  // namespace
@@ -141,6 +180,7 @@ void overlap_case(Context& ctx, int sm_reserve) {
 PRIMUS_GPU_TEST(overlap) {
   overlap_case(ctx, 0);
   overlap_case(ctx, 16);
+  layouts_case(ctx);
 }
 
 }  // namespace primus::gputest

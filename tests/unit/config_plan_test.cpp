@@ -62,8 +62,21 @@ TEST(ConfigPlan, MemoryEstimateAndBatchLayout) {
   t.global_batch_size = 16;
   t.data.seq_length = 8192;
   MemoryEstimate gpu = estimate_memory(t, true);
-  EXPECT_DOUBLE_EQ(gpu.bytes_per_param, 18.0);
-  EXPECT_NEAR(gpu.param_state_bytes / 1e9, 18 * 8.03, 0.1);
+  // One GPU: f32 masters as bf16 weights + i16 remainders (core/master_split.h).
+  EXPECT_TRUE(gpu.master_in_remainders);
+  EXPECT_DOUBLE_EQ(gpu.bytes_per_param, 16.0);
+  EXPECT_NEAR(gpu.param_state_bytes / 1e9, 16 * 8.03, 0.1);
+  {
+    // ZeRO-1 / FSDP shards keep an f32 master buffer (18 B/param before sharding); DDP keeps remainders.
+    TrainConfig z = t;
+    z.parallel.data_parallel_size = 2;
+    EXPECT_DOUBLE_EQ(estimate_memory(z, true).bytes_per_param, 16.0);
+    z.parallel.use_distributed_optimizer = true;
+    EXPECT_DOUBLE_EQ(estimate_memory(z, true).bytes_per_param, 18.0);
+    z.parallel.use_distributed_optimizer = false;
+    z.parallel.use_torch_fsdp2 = true;
+    EXPECT_FALSE(estimate_memory(z, true).master_in_remainders);
+  }
   MemoryEstimate cpu = estimate_memory(t, false);
   EXPECT_DOUBLE_EQ(cpu.bytes_per_param, 16.0);
   t.recompute.granularity = "full";

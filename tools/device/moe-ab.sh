@@ -18,6 +18,7 @@ for w in ${WORKLOADS:-bench_qwen3-30B-A3B-4L bench_mixtral-8x7B-2L}; do
       GG=*) env+=(PRIMUS_GROUPED_GEMM=${v#GG=}) ;;
       OVERLAP=*) env+=(PRIMUS_OVERLAP_UPDATE=${v#OVERLAP=}) ;;
       RESERVE=*) env+=(PRIMUS_UPDATE_SM_RESERVE=${v#RESERVE=}) ;;
+      REM=*) env+=(PRIMUS_MASTER_REMAINDERS=${v#REM=}) ;;  # REM=0: an f32 master buffer (18 B/param)
     esac
     name="${w}_${v//=/_}"
     rm -rf "$ws"

@@ -63,6 +63,19 @@ void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const
   cpu::adamw_step(rows[0], rows[1], rows[2], rows[3], p, &out, s);
 }
 
+void embedding_forward_updated_split(const Tensor& tokens, const Tensor& hi, const Tensor& rem,
+                                     const Tensor& grad, const Tensor& m, const Tensor& v,
+                                     const AdamWParams& p, Tensor& out, const Stream& s) {
+  constexpr const char* op = "embedding_forward_updated_split";
+  check_host(op, "hi", hi);
+  check_ndim(op, "hi", hi, 2);
+  check_tensor(op, "rem", rem, DType::kI16, hi.shape());
+  // The definition: the updated lookup of the joined f32 master table.
+  Tensor master = Tensor::empty(hi.shape(), DType::kF32);
+  cpu::master_join(hi, rem, master, s);
+  cpu::embedding_forward_updated(tokens, master, grad, m, v, p, out, s);
+}
+
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
   constexpr const char* op = "embedding_backward";
   const DType dt = check_float(op, "dtable", dtable);

@@ -1,7 +1,9 @@
-// CPU reference for AdamW and the gradient-norm reduction. The update is computed in double and stored in the
-// element type; sum_squares uses a fixed chunking so the result is bitwise independent of the thread count.
+// CPU reference for AdamW, the master split / join and the gradient-norm reduction. The update is computed in
+// double and stored in the element type; sum_squares uses a fixed chunking so the result is bitwise
+// independent of the thread count. The split variant of AdamW is literally join -> adamw_step -> split.
 #include <cmath>
 
+#include "core/master_split.h"
 #include "ops/cpu/cpu_common.h"
 #include "ops/cpu/optimizer_cpu.h"
 
@@ -29,7 +31,7 @@ void adamw_impl(T* master, const T* grad, T* m, T* v, const AdamWParams& p, P* c
     master[i] = nw;
     if constexpr (!std::is_same_v<P, void>) {
       if constexpr (std::is_same_v<P, bf16_t>) {
-        copy[i] = float_to_bf16(static_cast<float>(nw));
+        copy[i] = compute_round(static_cast<float>(nw));
       } else {
         copy[i] = static_cast<P>(nw);
       }
@@ -89,6 +91,67 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
       adamw_impl<T, double>(w, g, mp, vp, p, param_copy->data<double>(), n);
     }
   });
+}
+
+void master_split(const Tensor& master, Tensor& hi, Tensor* rem, const Stream& s) {
+  constexpr const char* op = "master_split";
+  const int64_t n = master.numel();
+  check_host(op, "master", master);
+  check_dtype(op, "master", master, DType::kF32);
+  check_host(op, "hi", hi);
+  check_dtype(op, "hi", hi, DType::kBF16);
+  PRIMUS_CHECK(hi.numel() == n, "{}: hi must have {} elements like master, got {}", op, n, hi.describe());
+  PRIMUS_CHECK(!overlaps(hi, master), "{}: hi must not overlap master", op);
+  const bool with_rem = rem != nullptr && rem->defined();
+  if (with_rem) {
+    check_host(op, "rem", *rem);
+    check_dtype(op, "rem", *rem, DType::kI16);
+    PRIMUS_CHECK(rem->numel() == n, "{}: rem must have {} elements like master, got {}", op, n,
+                 rem->describe());
+    PRIMUS_CHECK(!overlaps(*rem, master) && !overlaps(*rem, hi), "{}: rem must not overlap master or hi", op);
+  }
+  const auto* b = static_cast<const uint32_t*>(master.data_ptr());
+  auto* h = static_cast<uint16_t*>(hi.data_ptr());
+  int16_t* r = with_rem ? rem->data<int16_t>() : nullptr;
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    h[i] = compute_bits(b[i]);
+    if (r) r[i] = remainder_bits(b[i], h[i]);
+  }
+}
+
+void master_join(const Tensor& hi, const Tensor& rem, Tensor& master, const Stream& s) {
+  constexpr const char* op = "master_join";
+  const int64_t n = master.numel();
+  check_host(op, "master", master);
+  check_dtype(op, "master", master, DType::kF32);
+  check_host(op, "hi", hi);
+  check_dtype(op, "hi", hi, DType::kBF16);
+  check_host(op, "rem", rem);
+  check_dtype(op, "rem", rem, DType::kI16);
+  PRIMUS_CHECK(hi.numel() == n && rem.numel() == n,
+               "{}: hi ({}) and rem ({}) must have {} elements like master", op, hi.describe(),
+               rem.describe(), n);
+  PRIMUS_CHECK(!overlaps(master, hi) && !overlaps(master, rem), "{}: master must not overlap hi or rem", op);
+  const auto* h = static_cast<const uint16_t*>(hi.data_ptr());
+  const int16_t* r = rem.data<int16_t>();
+  auto* b = static_cast<uint32_t*>(master.data_ptr());
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) b[i] = join_bits(h[i], r[i]);
+}
+
+void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                      const Stream& s) {
+  constexpr const char* op = "adamw_step_split";
+  check_dtype(op, "grad", grad, DType::kF32);
+  PRIMUS_CHECK(!overlaps(hi, grad) && !overlaps(hi, m) && !overlaps(hi, v) && !overlaps(rem, grad) &&
+                   !overlaps(rem, m) && !overlaps(rem, v),
+               "{}: hi and rem must not overlap grad, m or v", op);
+  // The reference is the definition: the f32 master, updated by the f32 reference AdamW, split again.
+  Tensor master = Tensor::empty({hi.numel()}, DType::kF32);
+  cpu::master_join(hi, rem, master, s);
+  cpu::adamw_step(master, grad, m, v, p, nullptr, s);
+  cpu::master_split(master, hi, &rem, s);
 }
 
 void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* /*scratch*/) {

@@ -58,22 +58,26 @@ __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const b
   store_vec<bf16, E>(out + idx * E, r);
 }
 
-// The rows adamw_step would write to the bf16 copy, computed on the fly (adam_math.cuh: the same element
-// update), one element per thread.
+// The rows adamw_step would write to the bf16 copy (adamw_step_split to hi, with kSplit: the master is read
+// as (hi, rem) pairs), computed on the fly (adam_math.cuh: the same element update), one element per thread.
+template <bool kSplit>
 __global__ void embedding_fwd_updated_kernel(const int32_t* __restrict__ tokens,
-                                             const float* __restrict__ master, const float* __restrict__ grad,
-                                             const float* __restrict__ m, const float* __restrict__ v,
-                                             bf16* __restrict__ out, int64_t total, int64_t d, int64_t vocab,
-                                             detail::AdamCoeffs c, int* flag) {
+                                             const float* __restrict__ master,
+                                             const uint16_t* __restrict__ hi, const int16_t* __restrict__ rem,
+                                             const float* __restrict__ grad, const float* __restrict__ m,
+                                             const float* __restrict__ v, bf16* __restrict__ out,
+                                             int64_t total, int64_t d, int64_t vocab, detail::AdamCoeffs c,
+                                             int* flag) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int64_t n = idx / d, col = idx % d;
   const int32_t t = __ldg(tokens + n);
   if (t >= 0 && t < vocab) {
     const int64_t i = static_cast<int64_t>(t) * d + col;
-    float w = master[i], mi = m[i], vi = v[i];
+    float w = kSplit ? detail::join_master(hi[i], rem[i]) : master[i];
+    float mi = m[i], vi = v[i];
     detail::adam_update(w, grad[i], mi, vi, c);
-    out[idx] = detail::from_f32<bf16>(w);
+    out[idx] = detail::compute_bf16(w);
   } else {
     out[idx] = __float2bfloat16_rn(__int_as_float(0x7fc00000));
     if (col == 0) report_bad_id(flag, t);
@@ -297,22 +301,33 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
-                               const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
-                               const Stream& s) {
-  constexpr const char* op = "embedding_forward_updated";
+namespace {
+
+// Shared by both updated lookups: `master` (f32) or `hi` + `rem` (bf16, i16) is the [V, D] master table.
+void launch_forward_updated(const char* op, const Tensor& tokens, const Tensor* master, const Tensor* hi,
+                            const Tensor* rem, const Tensor& grad, const Tensor& m, const Tensor& v,
+                            const AdamWParams& p, Tensor& out, const Stream& s) {
+  const Tensor& table = master ? *master : *hi;
   detail::check_cuda_tensor(op, "tokens", tokens, DType::kI32);
-  detail::check_cuda_tensor(op, "master", master, DType::kF32);
+  if (master) {
+    detail::check_cuda_tensor(op, "master", *master, DType::kF32);
+  } else {
+    detail::check_cuda_tensor(op, "hi", *hi, DType::kBF16);
+    detail::check_cuda_tensor(op, "rem", *rem, DType::kI16);
+    detail::check_same_cuda_device(op, *hi, *rem);
+    PRIMUS_CHECK(rem->shape() == hi->shape(), "{}: rem must have hi's shape {}, got {}", op,
+                 shape_str(hi->shape()), rem->describe());
+  }
   detail::check_cuda_tensor(op, "out", out, DType::kBF16);
-  PRIMUS_CHECK(master.ndim() == 2, "{}: master must be [V, D], got {}", op, master.describe());
-  const int64_t vocab = master.size(0), d = master.size(1), n = tokens.numel();
+  PRIMUS_CHECK(table.ndim() == 2, "{}: the master table must be [V, D], got {}", op, table.describe());
+  const int64_t vocab = table.size(0), d = table.size(1), n = tokens.numel();
   for (const Tensor* t : {&grad, &m, &v}) {
     detail::check_cuda_tensor(op, "grad/m/v", *t, DType::kF32);
-    detail::check_same_cuda_device(op, master, *t);
-    PRIMUS_CHECK(t->numel() == vocab * d, "{}: {} must have {} x {} elements like master", op, t->describe(),
-                 vocab, d);
+    detail::check_same_cuda_device(op, table, *t);
+    PRIMUS_CHECK(t->numel() == vocab * d, "{}: {} must have {} x {} elements like the master table", op,
+                 t->describe(), vocab, d);
   }
-  detail::check_same_cuda_device(op, tokens, master);
+  detail::check_same_cuda_device(op, tokens, table);
   detail::check_same_cuda_device(op, tokens, out);
   PRIMUS_CHECK(out.numel() == n * d && out.size(-1) == d, "{}: out must be [{}, {}], got {}", op, n, d,
                out.describe());
@@ -322,10 +337,35 @@ void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const
   if (total == 0) return;
   const int64_t grid = ceil_div<int64_t>(total, 256);
   PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} elements)", op, total);
-  embedding_fwd_updated_kernel<<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(
-      tokens.data<int32_t>(), master.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
-      static_cast<bf16*>(out.data_ptr()), total, d, vocab, detail::adam_coeffs(p), error_word_device());
+  const auto g = static_cast<unsigned>(grid);
+  auto* o = static_cast<bf16*>(out.data_ptr());
+  const detail::AdamCoeffs c = detail::adam_coeffs(p);
+  if (master) {
+    embedding_fwd_updated_kernel<false><<<g, 256, 0, cuda_stream(s)>>>(
+        tokens.data<int32_t>(), master->data<float>(), nullptr, nullptr, grad.data<float>(), m.data<float>(),
+        v.data<float>(), o, total, d, vocab, c, error_word_device());
+  } else {
+    embedding_fwd_updated_kernel<true><<<g, 256, 0, cuda_stream(s)>>>(
+        tokens.data<int32_t>(), nullptr, static_cast<const uint16_t*>(hi->data_ptr()), rem->data<int16_t>(),
+        grad.data<float>(), m.data<float>(), v.data<float>(), o, total, d, vocab, c, error_word_device());
+  }
   PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
+                               const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
+                               const Stream& s) {
+  launch_forward_updated("embedding_forward_updated", tokens, &master, nullptr, nullptr, grad, m, v, p, out,
+                         s);
+}
+
+void embedding_forward_updated_split(const Tensor& tokens, const Tensor& hi, const Tensor& rem,
+                                     const Tensor& grad, const Tensor& m, const Tensor& v,
+                                     const AdamWParams& p, Tensor& out, const Stream& s) {
+  launch_forward_updated("embedding_forward_updated_split", tokens, nullptr, &hi, &rem, grad, m, v, p, out,
+                         s);
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {

@@ -11,5 +11,8 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
 void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
                                const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
                                const Stream& s);
+void embedding_forward_updated_split(const Tensor& tokens, const Tensor& hi, const Tensor& rem,
+                                     const Tensor& grad, const Tensor& m, const Tensor& v,
+                                     const AdamWParams& p, Tensor& out, const Stream& s);
 
 }  // namespace primus::ops::cuda

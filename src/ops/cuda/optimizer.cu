@@ -1,8 +1,10 @@
 // AdamW over flat f32 regions (master weights, gradients, moments), with the bf16 compute copy of the
-// parameters written in the same pass; and a deterministic sum of squares for the gradient norm.
+// parameters written in the same pass; its variant on masters stored as (bf16, i16 remainder) pairs; the
+// master split / join; and a deterministic sum of squares for the gradient norm.
 //
 // adamw_step: one pass, 4 elements per thread (16-byte f32 accesses, 8-byte bf16 stores). Bytes per
-// parameter: read master, grad, m, v (16) + write master, m, v (12) + bf16 copy (2) = 30. sum_squares: a
+// parameter: read master, grad, m, v (16) + write master, m, v (12) + bf16 copy (2) = 30. adamw_step_split:
+// read hi, rem, grad, m, v (16) + write hi, rem, m, v (12) = 28, and 2 bytes less memory. sum_squares: a
 // fixed grid (a function of n only) of per-thread f64 accumulators and fixed-order block trees, then one
 // block sums the per-block partials in block order: bitwise reproducible, no float atomics. f64 costs nothing
 // here (the kernel is bound by reading x) and keeps 1e9-element sums accurate to f32 rounding.
@@ -28,6 +30,17 @@ using detail::adam_coeffs;
 using detail::adam_update;
 using detail::AdamCoeffs;
 
+// The param_copy element of an updated master: bf16 by the compute rounding (core/master_split.h), so that
+// the copy is bitwise the hi a split store would hold; f32 as is.
+template <typename P>
+__device__ __forceinline__ P copy_value(float w) {
+  if constexpr (std::is_same_v<P, bf16>) {
+    return detail::compute_bf16(w);
+  } else {
+    return w;
+  }
+}
+
 // P = the param_copy element type (bf16 or float), or void for none. N = elements per thread (4, or 1 when a
 // pointer is not 16-byte aligned); the last thread handles a partial group element by element.
 template <int N, typename P>
@@ -47,7 +60,7 @@ __global__ void adamw_kernel(float* __restrict__ master, const float* __restrict
     if constexpr (!std::is_void_v<P>) {
       Vec<P, N> out;
 #pragma unroll
-      for (int e = 0; e < N; ++e) out.v[e] = detail::from_f32<P>(w.v[e]);
+      for (int e = 0; e < N; ++e) out.v[e] = copy_value<P>(w.v[e]);
       store_vec<P, N>(copy + i0, out);
     }
   } else {
@@ -57,9 +70,95 @@ __global__ void adamw_kernel(float* __restrict__ master, const float* __restrict
       master[i] = w;
       m[i] = mi;
       v[i] = vi;
-      if constexpr (!std::is_void_v<P>) copy[i] = detail::from_f32<P>(w);
+      if constexpr (!std::is_void_v<P>) copy[i] = copy_value<P>(w);
     }
   }
+}
+
+// AdamW on (hi, rem) pairs: join, the same element update as adamw_kernel, split. N as above.
+template <int N>
+__global__ void adamw_split_kernel(uint16_t* __restrict__ hi, int16_t* __restrict__ rem,
+                                   const float* __restrict__ grad, float* __restrict__ m,
+                                   float* __restrict__ v, int64_t n, AdamCoeffs c) {
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+  if (i0 >= n) return;
+  if (i0 + N <= n) {
+    Vec<uint16_t, N> h = load_vec<uint16_t, N>(hi + i0);
+    Vec<int16_t, N> r = load_vec<int16_t, N>(rem + i0);
+    const Vec<float, N> g = load_vec<float, N>(grad + i0);
+    Vec<float, N> mv = load_vec<float, N>(m + i0), vv = load_vec<float, N>(v + i0);
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float w = detail::join_master(h.v[e], r.v[e]);
+      adam_update(w, g.v[e], mv.v[e], vv.v[e], c);
+      detail::split_master(w, h.v[e], r.v[e]);
+    }
+    store_vec<uint16_t, N>(hi + i0, h);
+    store_vec<int16_t, N>(rem + i0, r);
+    store_vec<float, N>(m + i0, mv);
+    store_vec<float, N>(v + i0, vv);
+  } else {
+    for (int64_t i = i0; i < n; ++i) {
+      float w = detail::join_master(hi[i], rem[i]), mi = m[i], vi = v[i];
+      adam_update(w, grad[i], mi, vi, c);
+      detail::split_master(w, hi[i], rem[i]);
+      m[i] = mi;
+      v[i] = vi;
+    }
+  }
+}
+
+// master -> (hi, rem); without rem (null) only hi. N elements per thread as above.
+template <int N, bool kRem>
+__global__ void master_split_kernel(const float* __restrict__ master, uint16_t* __restrict__ hi,
+                                    int16_t* __restrict__ rem, int64_t n) {
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+  if (i0 >= n) return;
+  if (i0 + N <= n) {
+    const Vec<float, N> w = load_vec<float, N>(master + i0);
+    Vec<uint16_t, N> h;
+    Vec<int16_t, N> r;
+#pragma unroll
+    for (int e = 0; e < N; ++e) detail::split_master(w.v[e], h.v[e], r.v[e]);
+    store_vec<uint16_t, N>(hi + i0, h);
+    if constexpr (kRem) store_vec<int16_t, N>(rem + i0, r);
+  } else {
+    for (int64_t i = i0; i < n; ++i) {
+      uint16_t h;
+      int16_t r;
+      detail::split_master(master[i], h, r);
+      hi[i] = h;
+      if constexpr (kRem) rem[i] = r;
+    }
+  }
+}
+
+template <int N>
+__global__ void master_join_kernel(const uint16_t* __restrict__ hi, const int16_t* __restrict__ rem,
+                                   float* __restrict__ master, int64_t n) {
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+  if (i0 >= n) return;
+  if (i0 + N <= n) {
+    const Vec<uint16_t, N> h = load_vec<uint16_t, N>(hi + i0);
+    const Vec<int16_t, N> r = load_vec<int16_t, N>(rem + i0);
+    Vec<float, N> w;
+#pragma unroll
+    for (int e = 0; e < N; ++e) w.v[e] = detail::join_master(h.v[e], r.v[e]);
+    store_vec<float, N>(master + i0, w);
+  } else {
+    for (int64_t i = i0; i < n; ++i) master[i] = detail::join_master(hi[i], rem[i]);
+  }
+}
+
+// Grid of a one-pass elementwise kernel with `per_thread` elements per thread.
+dim3 elementwise_grid(const char* op, int64_t n, int per_thread, int block) {
+  const int64_t grid = ceil_div<int64_t>(ceil_div<int64_t>(n, per_thread), block);
+  PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} elements)", op, n);
+  return dim3(static_cast<unsigned>(grid));
+}
+
+bool aligned8(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 7u) == 0;
 }
 
 constexpr int kSumBlock = 256;
@@ -171,6 +270,113 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   } else {
     run.template operator()<1>();
   }
+}
+
+void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                      const Stream& s) {
+  constexpr const char* op = "adamw_step_split";
+  detail::check_cuda_tensor(op, "hi", hi, DType::kBF16);
+  detail::check_cuda_tensor(op, "rem", rem, DType::kI16);
+  detail::check_cuda_tensor(op, "grad", grad, DType::kF32);
+  detail::check_cuda_tensor(op, "m", m, DType::kF32);
+  detail::check_cuda_tensor(op, "v", v, DType::kF32);
+  const int64_t n = hi.numel();
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&rem, &grad, &m, &v}) {
+    detail::check_same_cuda_device(op, hi, *t);
+    PRIMUS_CHECK(t->numel() == n, "{}: {} must have {} elements like hi", op, t->describe(), n);
+  }
+  const Tensor* all[5] = {&hi, &rem, &grad, &m, &v};
+  for (int a = 0; a < 5; ++a)
+    for (int b = a + 1; b < 5; ++b)
+      PRIMUS_CHECK(!detail::overlaps(*all[a], *all[b]),
+                   "{}: hi, rem, grad, m and v must not overlap ({} and {})", op, all[a]->describe(),
+                   all[b]->describe());
+  PRIMUS_CHECK(p.step >= 1, "{}: step is 1-based, got {}", op, p.step);
+  PRIMUS_CHECK(p.beta1 >= 0.0f && p.beta1 < 1.0f && p.beta2 >= 0.0f && p.beta2 < 1.0f,
+               "{}: betas must be in [0, 1), got {} and {}", op, p.beta1, p.beta2);
+  if (n == 0) return;
+  const AdamCoeffs c = adam_coeffs(p);
+  const bool vec = aligned8(hi.data_ptr()) && aligned8(rem.data_ptr()) &&
+                   detail::aligned16(grad.data_ptr()) && detail::aligned16(m.data_ptr()) &&
+                   detail::aligned16(v.data_ptr());
+  constexpr int kBlock = 256;
+  const dim3 g = elementwise_grid(op, n, vec ? 4 : 1, kBlock);
+  cudaStream_t cs = cuda_stream(s);
+  auto* h = static_cast<uint16_t*>(hi.data_ptr());
+  int16_t* r = rem.data<int16_t>();
+  if (vec) {
+    adamw_split_kernel<4>
+        <<<g, kBlock, 0, cs>>>(h, r, grad.data<float>(), m.data<float>(), v.data<float>(), n, c);
+  } else {
+    adamw_split_kernel<1>
+        <<<g, kBlock, 0, cs>>>(h, r, grad.data<float>(), m.data<float>(), v.data<float>(), n, c);
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void master_split(const Tensor& master, Tensor& hi, Tensor* rem, const Stream& s) {
+  constexpr const char* op = "master_split";
+  detail::check_cuda_tensor(op, "master", master, DType::kF32);
+  detail::check_cuda_tensor(op, "hi", hi, DType::kBF16);
+  detail::check_same_cuda_device(op, master, hi);
+  const int64_t n = master.numel();
+  PRIMUS_CHECK(hi.numel() == n, "{}: hi must have {} elements like master, got {}", op, n, hi.describe());
+  PRIMUS_CHECK(!detail::overlaps(hi, master), "{}: hi must not overlap master", op);
+  const bool with_rem = rem != nullptr && rem->defined();
+  if (with_rem) {
+    detail::check_cuda_tensor(op, "rem", *rem, DType::kI16);
+    detail::check_same_cuda_device(op, master, *rem);
+    PRIMUS_CHECK(rem->numel() == n, "{}: rem must have {} elements like master, got {}", op, n,
+                 rem->describe());
+    PRIMUS_CHECK(!detail::overlaps(*rem, master) && !detail::overlaps(*rem, hi),
+                 "{}: rem must not overlap master or hi", op);
+  }
+  if (n == 0) return;
+  const bool vec = detail::aligned16(master.data_ptr()) && aligned8(hi.data_ptr()) &&
+                   (!with_rem || aligned8(rem->data_ptr()));
+  constexpr int kBlock = 256;
+  const dim3 g = elementwise_grid(op, n, vec ? 4 : 1, kBlock);
+  cudaStream_t cs = cuda_stream(s);
+  const float* w = master.data<float>();
+  auto* h = static_cast<uint16_t*>(hi.data_ptr());
+  int16_t* r = with_rem ? rem->data<int16_t>() : nullptr;
+  if (vec && with_rem) {
+    master_split_kernel<4, true><<<g, kBlock, 0, cs>>>(w, h, r, n);
+  } else if (vec) {
+    master_split_kernel<4, false><<<g, kBlock, 0, cs>>>(w, h, r, n);
+  } else if (with_rem) {
+    master_split_kernel<1, true><<<g, kBlock, 0, cs>>>(w, h, r, n);
+  } else {
+    master_split_kernel<1, false><<<g, kBlock, 0, cs>>>(w, h, r, n);
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void master_join(const Tensor& hi, const Tensor& rem, Tensor& master, const Stream& s) {
+  constexpr const char* op = "master_join";
+  detail::check_cuda_tensor(op, "hi", hi, DType::kBF16);
+  detail::check_cuda_tensor(op, "rem", rem, DType::kI16);
+  detail::check_cuda_tensor(op, "master", master, DType::kF32);
+  detail::check_same_cuda_device(op, master, hi);
+  detail::check_same_cuda_device(op, master, rem);
+  const int64_t n = master.numel();
+  PRIMUS_CHECK(hi.numel() == n && rem.numel() == n,
+               "{}: hi ({}) and rem ({}) must have {} elements like master", op, hi.describe(),
+               rem.describe(), n);
+  PRIMUS_CHECK(!detail::overlaps(master, hi) && !detail::overlaps(master, rem),
+               "{}: master must not overlap hi or rem", op);
+  if (n == 0) return;
+  const bool vec =
+      detail::aligned16(master.data_ptr()) && aligned8(hi.data_ptr()) && aligned8(rem.data_ptr());
+  constexpr int kBlock = 256;
+  const dim3 g = elementwise_grid(op, n, vec ? 4 : 1, kBlock);
+  const auto* h = static_cast<const uint16_t*>(hi.data_ptr());
+  if (vec) {
+    master_join_kernel<4><<<g, kBlock, 0, cuda_stream(s)>>>(h, rem.data<int16_t>(), master.data<float>(), n);
+  } else {
+    master_join_kernel<1><<<g, kBlock, 0, cuda_stream(s)>>>(h, rem.data<int16_t>(), master.data<float>(), n);
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
 }
 
 void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* scratch) {
