@@ -1,5 +1,6 @@
 #include "checkpoint/manifest.h"
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -33,6 +34,23 @@ Shape shape_of(const nlohmann::json& j, const std::string& what, const std::stri
     s.push_back(static_cast<int64_t>(v));
   }
   return s;
+}
+
+// nlohmann's get<integer>() casts a JSON float to the integer type, which is undefined behaviour when it is
+// out of range (fuzzing found `"bytes": 1.3e63`): every integer field must be a JSON integer within range.
+uint64_t unsigned_field(const nlohmann::json& j, const char* key, const std::string& what) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_unsigned()) bad(what, fmt::format("{} is {}, not a non-negative integer", key, v.dump()));
+  return v.get<uint64_t>();
+}
+
+int64_t signed_field(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi, const std::string& what) {
+  const nlohmann::json& v = j.at(key);
+  const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                        : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
+                                                : false;
+  if (!in_range) bad(what, fmt::format("{} is {}, not an integer in [{}, {}]", key, v.dump(), lo, hi));
+  return v.get<int64_t>();
 }
 
 // Position of the 16 hex digits of the self-hash, or npos.
@@ -121,21 +139,21 @@ Manifest parse_manifest(const std::string& text_in, const std::string& what) {
   try {
     if (j.value("format", "") != kCheckpointFormat) bad(what, "not a primus-cpp-checkpoint manifest");
     Manifest m;
-    m.version = j.at("version").get<int>();
+    m.version = static_cast<int>(signed_field(j, "version", 0, INT32_MAX, what));
     if (m.version != kCheckpointVersion)
       bad(what,
           fmt::format("checkpoint format version {} (this primus reads {})", m.version, kCheckpointVersion));
-    m.iteration = j.at("iteration").get<int64_t>();
-    m.world_size = j.at("world_size").get<int>();
+    m.iteration = signed_field(j, "iteration", 0, INT64_MAX, what);
+    m.world_size = static_cast<int>(signed_field(j, "world_size", 1, INT32_MAX, what));
     m.created = j.value("created", "");
-    m.chunk_bytes = j.at("chunk_bytes").get<uint64_t>();
+    m.chunk_bytes = unsigned_field(j, "chunk_bytes", what);
     if (m.chunk_bytes == 0) bad(what, "chunk_bytes is 0");
     for (const auto& f : j.at("files")) {
       FileRecord r;
       r.name = f.at("name").get<std::string>();
       if (r.name.empty() || r.name.find('/') != std::string::npos || r.name[0] == '.')
         bad(what, fmt::format("file name '{}' is not a plain file name", r.name));
-      r.bytes = f.at("bytes").get<uint64_t>();
+      r.bytes = unsigned_field(f, "bytes", what);
       if (!parse_hex64(f.at("xxh3").get<std::string>(), &r.xxh3)) bad(what, "bad xxh3 of " + r.name);
       for (const auto& c : f.at("chunks")) {
         uint64_t v = 0;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "checkpoint/file_io.h"
 #include "checkpoint/load.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/publish.h"
@@ -314,6 +315,41 @@ TEST_F(CheckpointIntegrity, ManifestShapesTooLargeForInt64ArithmeticAreRefused) 
     }
     EXPECT_NE(msg.find("ckpt/manifest.json: w."), std::string::npos) << which << ": " << msg;
     EXPECT_NE(msg.find("more elements than any tensor can have"), std::string::npos) << which << ": " << msg;
+  }
+}
+
+TEST_F(CheckpointIntegrity, ManifestIntegerFieldsMustBeJsonIntegersInRange) {
+  // Fuzzing (docs/fuzzing.md) found `"bytes": 1.3e63` behind a valid self-hash: nlohmann's get<uint64_t>()
+  // casts the float, undefined behaviour. Every integer field is now checked as a JSON integer in range.
+  ckpt::Manifest m;
+  m.iteration = 7;
+  m.files.push_back({"model.safetensors", 10, 0x1234, {0x1234}});
+  const std::string good = ckpt::manifest_to_text(m);
+  ASSERT_NO_THROW(ckpt::parse_manifest(good, "m"));
+  auto sealed = [](std::string text) {  // recompute the self-hash, as manifest.cpp checks it
+    const std::string key = "\"manifest_xxh3\": \"";
+    const size_t start = text.rfind(key) + key.size();
+    text.replace(start, 16, "0000000000000000");
+    text.replace(start, 16, ckpt::hex64(ckpt::xxh3_bytes(text.data(), text.size())));
+    return text;
+  };
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {"\"bytes\": 10", "\"bytes\": 1.3e63"},       {"\"bytes\": 10", "\"bytes\": -10"},
+      {"\"iteration\": 7", "\"iteration\": 7.5"},   {"\"iteration\": 7", "\"iteration\": -1"},
+      {"\"world_size\": 1", "\"world_size\": 4e12"}, {"\"version\": ", "\"version\": 1e300, \"x\": "}};
+  for (const auto& [from, to] : edits) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in " << text;
+    text.replace(at, from.size(), to);
+    std::string msg;
+    try {
+      ckpt::parse_manifest(sealed(text), "ckpt/manifest.json");
+    } catch (const Error& err) {
+      msg = err.what();
+    }
+    EXPECT_NE(msg.find("ckpt/manifest.json"), std::string::npos) << to << ": " << msg;
+    EXPECT_NE(msg.find("integer"), std::string::npos) << to << ": " << msg;
   }
 }
 
