@@ -182,7 +182,14 @@ void read_moe_config(const nlohmann::json& c, HfModelInfo& info, const std::stri
       bad_config(what, "router_jitter_noise is not supported (0 is)");
     e.aux_loss_coeff = opt_number(c, "router_aux_loss_coef", 0.0, what);
   } else {  // qwen2_moe, qwen3_moe
-    e.num_experts = req_int(c, "num_experts", what);
+    // Qwen's key is num_experts; transformers 5 can save Qwen3-MoE's as num_local_experts (its attribute map;
+    // seen on the device with transformers 5.17): accept either, and both only when they agree.
+    const bool has_local = c.contains("num_local_experts") && !c["num_local_experts"].is_null();
+    const bool has_qwen = c.contains("num_experts") && !c["num_experts"].is_null();
+    e.num_experts = req_int(c, has_qwen || !has_local ? "num_experts" : "num_local_experts", what);
+    if (has_qwen && has_local && req_int(c, "num_local_experts", what) != e.num_experts)
+      bad_config(what, fmt::format("num_experts {} and num_local_experts {} disagree", e.num_experts,
+                                   req_int(c, "num_local_experts", what)));
     e.topk = req_int(c, "num_experts_per_tok", what);
     e.ffn_hidden_size = req_int(c, "moe_intermediate_size", what);
     const int64_t step = opt_int(c, "decoder_sparse_step", 1, what);

@@ -311,6 +311,29 @@ TEST_P(CheckpointHfMoe, DirectLoadGivesTheLogitsOfTheConversion) {
   fs::remove_all(work);
 }
 
+// transformers 5.17 saved a Qwen3-MoE config the importer refused ("'num_experts' must be an integer", the
+// device check of 2026-11-25): its attribute map can write the count as num_local_experts. Either key is
+// read; both must then agree.
+TEST(CheckpointHfMoeKeys, QwenExpertCountUnderEitherKey) {
+  json c = make_config(MoeCase{"qwen3_moe"});
+  ASSERT_TRUE(c.contains("num_experts"));
+  const int64_t experts = c["num_experts"].get<int64_t>();
+  EXPECT_EQ(ckpt::model_config_from_hf(c, "c").model.moe.num_experts, experts);
+  json local = c;
+  local.erase("num_experts");
+  local["num_local_experts"] = experts;
+  EXPECT_EQ(ckpt::model_config_from_hf(local, "c").model.moe.num_experts, experts);
+  json both = c;
+  both["num_local_experts"] = experts + 1;
+  std::string msg;
+  try {
+    ckpt::model_config_from_hf(both, "c");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("disagree"), std::string::npos) << msg;
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CheckpointHfMoe,
                          ::testing::Values(MoeCase{"mixtral", "bfloat16", false, false, false},
                                            MoeCase{"mixtral", "float32", true, true, true},
