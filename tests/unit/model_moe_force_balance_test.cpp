@@ -318,6 +318,11 @@ TEST(ModelMoeForceBalance, EvenGradientsMatchFiniteDifferences) {
   m.moe.load_balancing = "seq_aux_loss";
   m.moe.capacity_factor = 0.8;  // 28 entries / 8 x 0.8 -> capacity 3 of 3 or 4 per expert: drops
   check_gradients(m, {});
+  ModelConfig q = tiny_moe(6, 3, {1, 0}, "even");  // Qwen2-MoE: the full softmax weighs, not renormalised
+  q.moe.pre_softmax = true;
+  q.moe.shared_ffn_hidden_size = 8;
+  q.moe.shared_expert_gate = true;
+  check_gradients(q, {});
 }
 
 TEST(ModelMoeForceBalance, RoundRobinGradientsMatchFiniteDifferences) {
