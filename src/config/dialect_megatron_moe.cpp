@@ -51,6 +51,9 @@ void map_megatron_moe(ResolvedConfig& rc) {
   e.pad_to_capacity = k.b("moe_pad_expert_input_to_capacity");
   e.drop_policy = k.s("moe_token_drop_policy");
   e.per_layer_logging = k.b("moe_per_layer_logging");
+  // Read whatever the flag: a type is checked (even | uniform) even while forced balancing is off.
+  const std::string force_type = k.s("moe_router_force_load_balancing_type");
+  e.force_balance = k.b("moe_router_force_load_balancing") ? force_type : "none";
   if (!e.enabled()) return;
 
   // Rules (each names its key), before any memory is touched.

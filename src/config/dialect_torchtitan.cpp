@@ -73,6 +73,9 @@ void map_torchtitan(ResolvedConfig& rc) {
   for (const char* field : {"num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
                             "kv_channels", "ffn_hidden_size"})
     rc.set_source(field, "model.flavor", k.origin("model.flavor"));
+  // TorchTitan's balanced round-robin routing (TokenChoiceTopKRouter._debug_force_load_balance_routing); a
+  // dense flavor has no router to force.
+  if (k.b("debug.moe_force_load_balance") && m.moe.enabled()) m.moe.force_balance = "round_robin";
   if (!k.is_null("model.n_layers")) {  // Primus's model override (model_override_patches.py)
     m.num_layers = k.i("model.n_layers");
     rc.set_source("num_layers", "model.n_layers", k.origin("model.n_layers"));

@@ -47,6 +47,15 @@ void add_megatron_moe_keys(KeyTable& t) {
   t.add(
       impl("moe_token_drop_policy", kS, "probs", "which entries an over-full expert drops: probs | position")
           .check(one_of({"probs", "position"})));
+  t.add(impl("moe_router_force_load_balancing", kB, "false",
+             "benchmarking aid: balanced expert loads whatever the router learned "
+             "(moe_router_force_load_balancing_type; docs/moe.md)"));
+  // Primus's module default (primus_megatron_module.yaml) is even; its code falls back to uniform only when
+  // the argument is missing altogether.
+  t.add(impl("moe_router_force_load_balancing_type", kS, "even",
+             "forced balancing: even (round-robin dispatch, the router's top-k weights carried; Primus) | "
+             "uniform (routing by random logits; Megatron)")
+            .check(one_of({"even", "uniform"})));
   t.add(impl("moe_per_layer_logging", kB, "false",
              "per-layer MoE statistics in the log line (metrics.jsonl always has them)"));
 
@@ -56,7 +65,6 @@ void add_megatron_moe_keys(KeyTable& t) {
              "weight of the mean MTP loss over depths, added to the LM loss (docs/mla.md)")
             .check(non_negative()));
   t.add(unsup("moe_input_jitter_eps", kF, "null", "router input jitter"));
-  t.add(unsup("moe_router_force_load_balancing", kB, "false", "route tokens uniformly (benchmarking)"));
   t.add(unsup("moe_use_upcycling", kB, "false", "upcycle a dense checkpoint into MoE"));
   t.add(unsup("router_logit_softcapping", kF, "null", "tanh soft-capping of router logits"));
   t.add(unsup_unless_default("moe_router_dtype", kS, "null", "router compute dtype: fp32 (ours) | fp64")
@@ -77,8 +85,7 @@ void add_megatron_moe_keys(KeyTable& t) {
            {"overlap_moe_expert_parallel_comm", kB, "false", "overlap expert-parallel all-to-all"},
            {"patch_moe_overlap", kB, "false", "Primus MoE communication/compute overlap"}});
   add_all(t, kWhyMoE,
-          {{"moe_router_force_load_balancing_type", kS, "even", "forced balancing: even | uniform"},
-           {"moe_layer_recompute", kB, "false", "recompute MoE layers"},
+          {{"moe_layer_recompute", kB, "false", "recompute MoE layers"},
            {"moe_extended_tp", kB, "false", "extended tensor parallelism for experts"},
            {"expert_tensor_parallel_size", kI, "null", "tensor-parallel degree inside experts"}});
 }

@@ -90,7 +90,9 @@ void add_torchtitan_keys(KeyTable& t) {
   t.add(impl("debug.deterministic", kB, "false",
              "bitwise reproducible GPU runs (cuDNN's deterministic attention backward; slower)"));
   t.add(noeff("debug.deterministic_warn_only", kB, "false", kWhyTorch, "warn instead of failing"));
-  t.add(noeff("debug.moe_force_load_balance", kB, "false", kWhyMoE, "uniform expert routing"));
+  t.add(impl(
+      "debug.moe_force_load_balance", kB, "false",
+      "benchmarking aid: round-robin experts weighed by the router's probabilities of them (docs/moe.md)"));
 
   t.group("parallelism");
   t.add(section("parallelism", "parallel degrees"));

@@ -85,6 +85,16 @@ void emit_yaml(std::string& out, const Node& node, int indent) {
   }
 }
 
+// The forced-balancing clause of the routing line (docs/moe.md).
+std::string force_balance_text(const std::string& mode) {
+  if (mode == "even")
+    return "; FORCED BALANCING even (round-robin dispatch, the router's top-k weights carried)";
+  if (mode == "uniform") return "; FORCED BALANCING uniform (routing by random logits)";
+  if (mode == "round_robin")
+    return "; FORCED BALANCING round-robin (dispatch weighed by the router's probabilities of those experts)";
+  return "";
+}
+
 }  // namespace
 
 std::string resolved_yaml(const ResolvedConfig& rc) {
@@ -252,12 +262,12 @@ std::string dry_run_report(const ResolvedConfig& rc) {
                                                    e.shared_expert_gate ? " gated" : "")
                                      : "",
         count(static_cast<double>(params.active_non_embedding)));
-    out += fmt::format("routing        {}; load balancing {} (coeff {}), z-loss coeff {}\n",
-                       e.capacity_factor > 0
-                           ? fmt::format("capacity factor {} ({} policy{})", e.capacity_factor, e.drop_policy,
-                                         e.pad_to_capacity ? ", padded to capacity" : "")
-                           : std::string("dropless"),
-                       e.load_balancing, e.aux_loss_coeff, e.z_loss_coeff);
+    out += fmt::format(
+        "routing        {}; load balancing {} (coeff {}), z-loss coeff {}{}\n",
+        e.capacity_factor > 0 ? fmt::format("capacity factor {} ({} policy{})", e.capacity_factor,
+                                            e.drop_policy, e.pad_to_capacity ? ", padded to capacity" : "")
+                              : std::string("dropless"),
+        e.load_balancing, e.aux_loss_coeff, e.z_loss_coeff, force_balance_text(e.force_balance));
   }
   out += fmt::format(
       "FLOPs/token    {}FLOP (6N' + 6·L·S·d, causal attention: what the trainer logs); {}FLOP with "

@@ -31,6 +31,11 @@ struct MoeConfig {
   bool pad_to_capacity = false;
   std::string drop_policy = "probs";  // probs | position
   bool per_layer_logging = false;
+  // Forced load balancing, a benchmarking aid (docs/moe.md): none | even (Primus: round-robin dispatch, each
+  // slot carrying the router's top-k weight) | uniform (Megatron: routing by random logits) | round_robin
+  // (TorchTitan: round-robin dispatch weighted by the router's probabilities of those experts). A switch of
+  // the run, not of the model: checkpoints do not record it.
+  std::string force_balance = "none";
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const {
     return enabled() && layer >= 0 && layer < static_cast<int64_t>(layer_is_moe.size()) &&

@@ -159,9 +159,11 @@ Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tens
 }
 
 Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
-                                    float aux_grad_scale, const Tensor* host_targets) {
+                                    float aux_grad_scale, const Tensor* host_targets,
+                                    const BatchOrigin& origin) {
   StepContext ctx = context(tokens);
   ctx.aux_grad_scale = aux_grad_scale;
+  ctx.origin = origin;
   const int64_t n = ctx.tokens(), D = spec_.mtp_layers;
   const int head_region = static_cast<int>(layers_.size()) + 1;
   auto hook = [&](void (ParamHooks::*f)(int), int region) {
@@ -244,8 +246,10 @@ std::vector<int> LlamaModel::gemm_written_grad_entries() const {
   return out;
 }
 
-Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp) {
+Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp,
+                                const BatchOrigin& origin) {
   StepContext ctx = context(tokens);
+  ctx.origin = origin;
   const int64_t n = ctx.tokens(), D = with_mtp ? spec_.mtp_layers : 0;
   const int head_region = static_cast<int>(layers_.size()) + 1;
   Tensor lookup = D > 0 ? lookup_tokens(ctx, tokens) : tokens.view({n});

@@ -54,15 +54,19 @@ class LlamaModel {
   // main loss's normalisation moved to the depth's own counted tokens: grad_scale * counted / counted_k, with
   // the counts taken from host_targets (a host copy of `targets`; when null, `targets` is copied to the host,
   // which waits for the device).
+  // origin: where the micro-batch comes from (keys data-dependent randomness: forced MoE balancing's random
+  // router logits; step_context.h).
   Tensor forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
-                          float aux_grad_scale = 0.0f, const Tensor* host_targets = nullptr);
+                          float aux_grad_scale = 0.0f, const Tensor* host_targets = nullptr,
+                          const BatchOrigin& origin = {});
   // Multi-token prediction, after forward_backward: per-token losses of each depth ([B*T] on the device,
   // positions without a shifted target hold 0) and each depth's counted tokens. Empty without MTP.
   const std::vector<Tensor>& mtp_losses() const { return mtp_losses_; }
   const std::vector<int64_t>& mtp_counts() const { return mtp_counts_; }
   // Forward only (evaluation): per-token losses f32 [B*T]. with_mtp also runs the MTP depths and leaves their
   // per-token losses in mtp_losses() (mtp_counts() is not updated).
-  Tensor forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp = false);
+  Tensor forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp = false,
+                      const BatchOrigin& origin = {});
   // MoE models: after a step's last micro-batch (the expert-bias update); the routing statistics since the
   // last call, one entry per MoE layer (synchronises); the sum of every MoE layer's balancing losses in the
   // latest forward (synchronises; tests). No-ops / empty for dense models.

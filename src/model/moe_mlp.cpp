@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/philox.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -21,6 +22,12 @@ ops::MoeRouterConfig router_config(const MoeConfig& m) {
   c.group_topk = m.group_topk;
   c.scaling_factor = static_cast<float>(m.topk_scaling_factor);
   return c;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms and builds
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 }  // namespace
 
@@ -46,6 +53,17 @@ MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, const std::string& p, 
   PRIMUS_CHECK(!spec.moe.shared_expert_gate || sh_gu_ >= 0,
                "moe_shared_expert_gate needs a shared expert (moe_shared_expert_intermediate_size)");
   ops::validate_moe_router_config(router_cfg_, spec.moe.num_experts);
+  const std::string& fb = spec.moe.force_balance;
+  if (fb == "even") {
+    force_ = ForceBalance::kEven;
+  } else if (fb == "uniform") {
+    force_ = ForceBalance::kUniform;
+  } else if (fb == "round_robin") {
+    force_ = ForceBalance::kRoundRobin;
+  } else {
+    PRIMUS_CHECK(fb == "none", "MoE force_balance must be none, even, uniform or round_robin, got '{}'", fb);
+  }
+  name_hash_ = fnv1a(p);
   stats_.layer = layer_index;
 }
 
@@ -75,16 +93,40 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   // Router: f32 logits from the (bf16 on the GPU) input and weights; selection and probabilities in f32.
   a.logits = ctx.empty({n, E}, st);
   ops::gemm(h, false, params_.param(router_), true, a.logits, 1.0f, 0.0f, s);
+  if (force_ == ForceBalance::kUniform) {
+    // Megatron's apply_random_logits: everything downstream (selection, weights, balancing losses, the bias
+    // loads) sees the random logits, and backward treats them as the GEMM's output (straight-through).
+    ops::MoeRandomLogitsKey key;
+    key.stream = mix64(mix64(ctx.origin.seed ^ name_hash_) + (ctx.origin.eval ? 1 : 0));
+    key.first_sample = ctx.origin.first_sample;
+    key.seq_len = ctx.seq;
+    key.pos_offset = ctx.pos_offset;
+    ops::moe_random_logits(key, a.logits, s);
+  }
   a.ids = ctx.empty({n, k}, DType::kI32);
   a.probs = ctx.empty({n, k}, st);
-  // The expert bias is read from the f32 master: its updates (1e-3) would vanish in a bf16 copy. With masters
-  // in remainders that is a join of E floats.
-  Tensor bias;
-  if (bias_ >= 0)
-    bias = params_.master_in_remainders() ? params_.master_f32(bias_, s) : params_.master(bias_);
-  ops::moe_router_forward(a.logits, bias_ >= 0 ? &bias : nullptr, router_cfg_, a.ids, a.probs, s);
+  Tensor dispatch_ids = a.ids;
+  if (force_ == ForceBalance::kRoundRobin) {
+    // TorchTitan: the round-robin experts, weighed with the router's probabilities of them (no selection).
+    ops::moe_round_robin_ids(E, /*num_seqs=*/1, a.ids, s);  // TorchTitan's tokens are batch-major
+    ops::moe_router_probs(a.logits, a.ids, router_cfg_, a.probs, s);
+  } else {
+    // The expert bias is read from the f32 master: its updates (1e-3) would vanish in a bf16 copy. With
+    // masters in remainders that is a join of E floats.
+    Tensor bias;
+    if (bias_ >= 0)
+      bias = params_.master_in_remainders() ? params_.master_f32(bias_, s) : params_.master(bias_);
+    ops::moe_router_forward(a.logits, bias_ >= 0 ? &bias : nullptr, router_cfg_, a.ids, a.probs, s);
+  }
+  if (force_ == ForceBalance::kEven) {
+    // Primus: slot j goes round-robin, carrying the j-th largest real weight; ids stay the real experts
+    // (reordered alike) for the router backward and the bias loads.
+    dispatch_ids = ctx.empty({n, k}, DType::kI32);
+    ops::moe_round_robin_ids(E, /*num_seqs=*/ctx.batch, dispatch_ids, s);  // Megatron's [S, B] order
+    ops::moe_sort_by_prob(a.ids, a.probs, a.ids, a.probs, s);
+  }
 
-  Tensor kept_ids = a.ids;
+  Tensor kept_ids = dispatch_ids;
   a.kept_probs = a.probs;
   int64_t capacity = 0;
   if (moe.capacity_factor > 0) {
@@ -92,7 +134,7 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
     kept_ids = ctx.empty({n, k}, DType::kI32);
     a.kept_probs = ctx.empty({n, k}, st);
     ops::moe_capacity_drop(
-        a.ids, a.probs, E, capacity,
+        dispatch_ids, a.probs, E, capacity,
         moe.drop_policy == "position" ? ops::MoeDropPolicy::kPosition : ops::MoeDropPolicy::kProbs, kept_ids,
         a.kept_probs, s);
   }
@@ -149,6 +191,8 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
       step_load_ = Tensor::empty({E}, DType::kI32, s);
       step_load_.zero_(s);
     }
+    // The router's choices, as the bias selects them: under forced "even" balancing the real routing
+    // (Primus counts the routing map before its override), under "round_robin" the dispatch (TorchTitan).
     ops::moe_expert_load(a.ids, E, step_load_, /*accumulate=*/true, s);
   }
   const std::vector<int32_t> counts = a.plan.counts.to_vector<int32_t>();

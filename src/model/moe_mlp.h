@@ -13,6 +13,13 @@
 //
 // The per-expert row counts go to the host once per forward (the grouped GEMMs take host counts; see
 // ops/grouped_gemm.h); backward reuses them.
+//
+// Forced load balancing (MoeConfig::force_balance; docs/moe.md): "uniform" overwrites the logits with random
+// ones before routing and treats them as the logits in backward (Megatron's straight-through RandomSTE: the
+// router weight and the input still get a gradient, through the random logits); "even" routes for real, then
+// dispatches token t's slot j to expert (t k + j) % E (Megatron's token order) carrying the j-th largest real
+// weight, and backward takes the real experts' probabilities; "round_robin" (TorchTitan) dispatches
+// round-robin and weighs each slot with the router's probability of its expert.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,10 +34,13 @@ namespace primus {
 
 // What an MoE MLP forward saved for backward.
 struct MoeActivations {
-  Tensor logits;              // [n, E], f32 (f64 in whole-model gradient checks)
-  Tensor ids, probs;          // [n, k] as routed (before capacity dropping)
+  Tensor logits;  // [n, E], f32 (f64 in whole-model gradient checks)
+  // [n, k]: the experts whose router probabilities weigh the slots, and those weights, before capacity
+  // dropping (the router backward takes them). Slot j of token t is dispatched to ids[t][j], except under
+  // forced "even" balancing: to its round-robin expert (ids are then the real top-k, largest weight first).
+  Tensor ids, probs;
   Tensor kept_probs;          // [n, k]: probs with dropped entries 0 (= probs when dropless)
-  ops::MoePermutePlan plan;   // built from the kept ids
+  ops::MoePermutePlan plan;   // built from the kept dispatched ids
   std::vector<int64_t> rows;  // host: rows of each expert's block (the grouped GEMMs' counts)
   Tensor x_perm;              // [rows, d]
   Tensor gu_perm;             // [rows, 2F]
@@ -85,6 +95,8 @@ class MoeMlp {
   int layer_;
   int router_, bias_ = -1, w_gu_, w_down_, sh_gu_ = -1, sh_down_ = -1, sh_gate_ = -1;
   ops::MoeRouterConfig router_cfg_;
+  enum class ForceBalance { kNone, kEven, kUniform, kRoundRobin } force_ = ForceBalance::kNone;
+  uint64_t name_hash_ = 0;  // of the parameter prefix: keys this layer's random logits
   // Device accumulators (lazily allocated on the first forward's stream).
   Tensor last_losses_;   // [2] stat dtype: aux, z of the latest forward
   Tensor sum_losses_;    // [2] summed over recorded forwards since take_stats

@@ -14,6 +14,15 @@ enum class RecomputeMode {
   kFull,       // keep only the layer input; rerun the whole layer forward in backward
 };
 
+// Where a micro-batch comes from, for randomness keyed by the data rather than by the call order (forced MoE
+// balancing's random router logits): a recompute, a resume, another micro-batch split or data-parallel layout
+// give a token the same values.
+struct BatchOrigin {
+  uint64_t seed = 0;         // the run's seed
+  bool eval = false;         // evaluation batches draw from a stream of their own
+  int64_t first_sample = 0;  // global index of the batch's first sequence (training: consumed samples)
+};
+
 struct StepContext {
   Stream stream;
   DType act_dtype = DType::kF32;  // f32 on the CPU, bf16 on CUDA
@@ -24,6 +33,7 @@ struct StepContext {
   // d(step loss)/d(a router balancing loss of this micro-batch): Megatron adds each micro-batch's aux and z
   // losses to its loss, and the step averages micro-batches, so 1 / micro-batches.
   float aux_grad_scale = 0.0f;
+  BatchOrigin origin;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }
   Tensor act(const Shape& shape) const { return Tensor::empty(shape, act_dtype, stream); }

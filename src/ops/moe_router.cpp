@@ -1,6 +1,7 @@
 #include "ops/moe_router.h"
 
 #include <cmath>
+#include <limits>
 
 #include "ops/cpu/moe_router_cpu.h"
 #include "ops/op_dispatch.h"
@@ -83,6 +84,51 @@ void moe_capacity_drop(const Tensor& ids, const Tensor& probs, int64_t num_exper
                        MoeDropPolicy policy, Tensor& kept_ids, Tensor& kept_probs, const Stream& s) {
   check_same_device("moe_capacity_drop", ids.device(), {&ids, &probs, &kept_ids, &kept_probs});
   PRIMUS_DISPATCH(ids, moe_capacity_drop, ids, probs, num_experts, capacity, policy, kept_ids, kept_probs, s);
+}
+
+void validate_moe_random_logits(const MoeRandomLogitsKey& key, int64_t rows, int64_t num_experts) {
+  constexpr int64_t k2p32 = int64_t{1} << 32;
+  PRIMUS_CHECK(num_experts >= 1 && num_experts < k2p32,
+               "moe_random_logits: num_experts must be in [1, 2^32), got {}", num_experts);
+  PRIMUS_CHECK(key.seq_len >= 1 && rows % key.seq_len == 0,
+               "moe_random_logits: seq_len {} must be >= 1 and divide the {} rows", key.seq_len, rows);
+  PRIMUS_CHECK(key.first_sample >= 0, "moe_random_logits: first_sample must be >= 0, got {}",
+               key.first_sample);
+  PRIMUS_CHECK(key.pos_offset >= 0 && key.pos_offset + key.seq_len <= k2p32,
+               "moe_random_logits: positions pos_offset {} + seq_len {} must lie in [0, 2^32)",
+               key.pos_offset, key.seq_len);
+}
+
+void validate_moe_round_robin(int64_t num_experts, int64_t num_seqs, int64_t rows, int64_t topk) {
+  PRIMUS_CHECK(num_experts >= 1 && num_experts <= std::numeric_limits<int32_t>::max(),
+               "moe_round_robin_ids: num_experts must be in [1, 2^31), got {}", num_experts);
+  PRIMUS_CHECK(topk >= 1 && topk <= num_experts,
+               "moe_round_robin_ids: topk (ids' columns) must be in [1, num_experts = {}], got {}",
+               num_experts, topk);
+  PRIMUS_CHECK(num_seqs >= 1 && rows % num_seqs == 0,
+               "moe_round_robin_ids: num_seqs {} must be >= 1 and divide the {} rows", num_seqs, rows);
+}
+
+void moe_random_logits(const MoeRandomLogitsKey& key, Tensor& logits, const Stream& s) {
+  check_same_device("moe_random_logits", logits.device(), {&logits});
+  PRIMUS_DISPATCH(logits, moe_random_logits, key, logits, s);
+}
+
+void moe_round_robin_ids(int64_t num_experts, int64_t num_seqs, Tensor& ids, const Stream& s) {
+  check_same_device("moe_round_robin_ids", ids.device(), {&ids});
+  PRIMUS_DISPATCH(ids, moe_round_robin_ids, num_experts, num_seqs, ids, s);
+}
+
+void moe_sort_by_prob(const Tensor& ids, const Tensor& probs, Tensor& sorted_ids, Tensor& sorted_probs,
+                      const Stream& s) {
+  check_same_device("moe_sort_by_prob", probs.device(), {&ids, &probs, &sorted_ids, &sorted_probs});
+  PRIMUS_DISPATCH(probs, moe_sort_by_prob, ids, probs, sorted_ids, sorted_probs, s);
+}
+
+void moe_router_probs(const Tensor& logits, const Tensor& ids, const MoeRouterConfig& cfg, Tensor& probs,
+                      const Stream& s) {
+  check_same_device("moe_router_probs", logits.device(), {&logits, &ids, &probs});
+  PRIMUS_DISPATCH(logits, moe_router_probs, logits, ids, cfg, probs, s);
 }
 
 }  // namespace primus::ops

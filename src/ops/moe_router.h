@@ -115,4 +115,54 @@ int64_t moe_expert_capacity(int64_t num_tokens, int64_t topk, int64_t num_expert
 void moe_capacity_drop(const Tensor& ids, const Tensor& probs, int64_t num_experts, int64_t capacity,
                        MoeDropPolicy policy, Tensor& kept_ids, Tensor& kept_probs, const Stream& s);
 
+// ---------------------------------------------------------------------------------------------------------------
+// Forced load balancing (moe_router_force_load_balancing, TorchTitan's debug.moe_force_load_balance; a
+// benchmarking aid that makes expert loads balanced whatever the router has learned; docs/moe.md).
+
+// The stream and the data position of a batch's random router logits (moe_random_logits).
+struct MoeRandomLogitsKey {
+  uint64_t stream = 0;       // the stream: the run's seed mixed with the layer's name (evaluation: its own)
+  int64_t first_sample = 0;  // global index of the batch's first sequence (training: consumed samples)
+  int64_t seq_len = 1;       // tokens per sequence; rows are batch-major, row t = b * seq_len + i
+  int64_t pos_offset = 0;    // position of each sequence's first row (a context-parallel shard)
+};
+
+// Megatron's apply_random_logits (force_load_balancing_type uniform): overwrites logits [T, E] with standard
+// normals, logits[t][e] = portable_normal(stream, first_sample + t / seq_len, (position << 32) | e) with
+// position = pos_offset + t % seq_len. Keyed by the data, not by the call order: a recompute, a resume, a
+// different micro-batch split or data-parallel layout give a token the same values (Megatron draws from a
+// per-rank generator instead). The values are bitwise the same on the CPU and the GPU
+// (core/portable_normal.h). T must be a multiple of seq_len; positions and E below 2^32. CPU: f32 or f64 (the
+// f32 values, widened).
+void moe_random_logits(const MoeRandomLogitsKey& key, Tensor& logits, const Stream& s);
+// Throws primus::Error naming the field unless key fits logits [rows, num_experts] (seq_len >= 1 dividing
+// rows, first_sample and pos_offset >= 0, positions and num_experts below 2^32).
+void validate_moe_random_logits(const MoeRandomLogitsKey& key, int64_t rows, int64_t num_experts);
+
+// Round-robin dispatch: ids [T, k] (i32) = (n(t) * k + j) % E, where n(t) numbers the tokens of num_seqs
+// equal batch-major sequences (t = b * S + i) in sequence-major order, n = i * num_seqs + b, as Megatron's
+// [S, B] activations (Primus's _force_even_routing and TorchTitan's _debug_force_load_balance_routing use
+// arange over their own token order; pass num_seqs = 1 for TorchTitan's batch-major [B, S]). The k experts
+// of a token are distinct since k <= E, and every expert gets floor or ceil of T * k / E entries (exactly
+// T * k / E when E divides it).
+void moe_round_robin_ids(int64_t num_experts, int64_t num_seqs, Tensor& ids, const Stream& s);
+// Throws primus::Error unless 1 <= topk <= num_experts and num_seqs >= 1 divides rows.
+void validate_moe_round_robin(int64_t num_experts, int64_t num_seqs, int64_t rows, int64_t topk);
+
+// Primus's "even" carries each token's real top-k probabilities, largest first, onto its round-robin slots:
+// sorted_ids / sorted_probs [T, k] = each row's (id, prob) pairs of ids / probs ordered by descending prob
+// (stable: equal probabilities keep their order; torch.topk leaves that order unspecified). Slot j of the
+// round-robin dispatch then carries sorted_probs[t][j], and the router backward takes sorted_ids with the
+// dispatch's dprobs (its per-row result does not depend on the order of the pairs). The outputs may be the
+// inputs (in place). probs f32 / f64 (CPU), f32 (CUDA).
+void moe_sort_by_prob(const Tensor& ids, const Tensor& probs, Tensor& sorted_ids, Tensor& sorted_probs,
+                      const Stream& s);
+
+// The router's probabilities of given experts: probs [T, k] = what moe_router_forward would weigh ids [T, k]
+// with had it chosen them (the score function, normalisation and scaling of cfg; no bias, no selection).
+// TorchTitan's forced balancing gathers the router's scores at the round-robin experts this way; its gradient
+// is moe_router_backward with the same ids. ids must be in [0, E) and distinct per row.
+void moe_router_probs(const Tensor& logits, const Tensor& ids, const MoeRouterConfig& cfg, Tensor& probs,
+                      const Stream& s);
+
 }  // namespace primus::ops

@@ -142,8 +142,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     if (overlap_ && mb == micro_batches_ - 1) overlap_->arm_norm();
-    losses.push_back(model_->forward_backward(tokens, targets, scale,
-                                              1.0f / static_cast<float>(micro_batches_), &b.targets));
+    losses.push_back(model_->forward_backward(
+        tokens, targets, scale, 1.0f / static_cast<float>(micro_batches_), &b.targets,
+        BatchOrigin{static_cast<uint64_t>(cfg_.seed), false, b.first_sample}));
     valid.push_back(b.valid_tokens);
     note_mtp();
   }
@@ -316,7 +317,11 @@ double Trainer::evaluate() {
                          cfg_.data.eod_mask_loss);
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
-    std::vector<double> l = model_->forward_loss(tokens, targets).to_vector<double>();
+    std::vector<double> l =
+        model_
+            ->forward_loss(tokens, targets, false,
+                           BatchOrigin{static_cast<uint64_t>(cfg_.seed), true, b.first_sample})
+            .to_vector<double>();
     for (double x : l) total += x;
     count += b.valid_tokens;
   }

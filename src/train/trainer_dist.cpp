@@ -178,7 +178,8 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     PRIMUS_TRACE_RANGE("forward_backward");
     loss_t[k] =
-        model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(A * D), &b.targets);
+        model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(A * D), &b.targets,
+                                 BatchOrigin{static_cast<uint64_t>(cfg_.seed), false, b.first_sample});
     valid[k] = b.valid_tokens;
     note_mtp();
     if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {

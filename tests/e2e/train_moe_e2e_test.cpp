@@ -3,7 +3,7 @@
 // group-limited routing, expert bias, shared expert) resumes bit-exactly from a checkpoint taken mid-run,
 // which needs the expert bias (moved by every step) restored with the weights; a micro Qwen2-MoE (gated
 // shared expert, a dense layer between MoE layers) trains, saves, exports to a Hugging Face directory and
-// back with bitwise the same logits.
+// back with bitwise the same logits; forced balancing (even, uniform) trains and resumes bit-exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -131,6 +131,63 @@ TEST(TrainMoeE2E, DeepSeekStyleMoeResumesBitExactlyWithItsExpertBias) {
     moved += v != 0.0f;
   }
   EXPECT_GT(moved, 0);
+}
+
+// Primus's MoE benchmarks force balanced routing (moe_router_force_load_balancing): the micro Mixtral trains
+// with each type, and a run split by a checkpoint equals the straight run bitwise ("uniform" draws its random
+// logits by sample index, so the second half draws what the straight run drew). "even" dispatches exactly
+// 2 x 32 x 2 / 4 = 32 entries to each expert of every layer.
+TEST(TrainMoeE2E, ForcedBalancingTrainsAndResumesBitExactly) {
+  for (const std::string type : {"even", "uniform"}) {
+    SCOPED_TRACE(type);
+    Scratch s;
+    const std::string exp = s.dir + "/exp.yaml";
+    std::ofstream(exp)
+        << "work_group: amd\nuser_name: ${PRIMUS_USER:root}\nexp_name: ${PRIMUS_EXP_NAME:mx}\n"
+           "workspace: ${PRIMUS_WORKSPACE:./output}\nmodules:\n  pre_trainer:\n"
+           "    framework: megatron\n    config: pre_trainer.yaml\n    model: micro_mixtral.yaml\n"
+           "    overrides:\n      device: cpu\n      mock_data: true\n      make_vocab_size_divisible_by: 8\n"
+           "      micro_batch_size: 2\n      global_batch_size: 4\n      seq_length: 32\n"
+           "      lr: 1.0e-3\n      lr_warmup_iters: 1\n      log_interval: 1\n      eval_interval: 0\n"
+           "      moe_router_force_load_balancing: true\n"
+           "      moe_router_force_load_balancing_type: "
+        << type << "\n";
+    CliResult dry =
+        run_primus({"train", "pretrain", "--config", exp, "--dry-run"}, env_for(s.dir, "dry"), s.dir);
+    ASSERT_EQ(dry.exit_code, 0) << dry.err << dry.out;
+    EXPECT_NE(dry.out.find("FORCED BALANCING " + type), std::string::npos) << dry.out;
+    auto run = [&](const std::string& name, const std::string& save, std::vector<std::string> extra) {
+      std::vector<std::string> a = {"train",  "pretrain", "--config",        exp, "--train_iters", "6",
+                                    "--save", save,       "--save_interval", "3"};
+      a.insert(a.end(), extra.begin(), extra.end());
+      return run_primus(a, env_for(s.dir, name), s.dir);
+    };
+    CliResult straight = run("straight", s.dir + "/ckpt-a", {});
+    ASSERT_EQ(straight.exit_code, 0) << straight.err << straight.out;
+    CliResult first = run("split", s.dir + "/ckpt-b", {"--exit_interval", "3"});
+    ASSERT_EQ(first.exit_code, 0) << first.err << first.out;
+    CliResult second = run("split", s.dir + "/ckpt-b", {"--resume", "auto"});
+    ASSERT_EQ(second.exit_code, 0) << second.err << second.out;
+    const auto a = steps_of(s.dir + "/amd/ci/straight/metrics.jsonl");
+    const auto b = steps_of(s.dir + "/amd/ci/split/metrics.jsonl");
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 6u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_TRUE(std::isfinite(a[i]["loss"].get<double>()));
+      EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>());
+      EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>());
+      EXPECT_EQ(a[i]["moe_aux_loss"].get<double>(), b[i]["moe_aux_loss"].get<double>());
+      EXPECT_EQ(a[i]["moe_max_load_ratio"].get<double>(), b[i]["moe_max_load_ratio"].get<double>());
+      if (type == "even") {
+        EXPECT_EQ(a[i]["moe_max_load_ratio"].get<double>(), 1.0);
+      } else {
+        EXPECT_GT(a[i]["moe_max_load_ratio"].get<double>(), 1.0);  // random routing of 128 entries
+      }
+    }
+    // The router learns: its weights moved (uniform: straight through the random logits).
+    EXPECT_NE(a.front()["loss"].get<double>(), a.back()["loss"].get<double>());
+  }
 }
 
 TEST(TrainMoeE2E, MicroQwen2MoeTrainsAndRoundTripsThroughHuggingFace) {

@@ -137,11 +137,11 @@ TEST(ConfigMla, PresetSizesUnderMlaOffAreInertWithAWarning) {
 
 TEST(ConfigMla, TorchTitanDeepSeekV3Flavors) {
   Loader l;
-  auto tt = [&](const std::string& flavor, int64_t seq) {
+  auto tt = [&](const std::string& flavor, int64_t seq, const std::string& extra = "") {
     return l
         .load("micro_llama.yaml",
               "      model:\n        name: deepseek_v3\n        flavor: \"" + flavor +
-                  "\"\n      training:\n        seq_len: " + std::to_string(seq) + "\n",
+                  "\"\n      training:\n        seq_len: " + std::to_string(seq) + "\n" + extra,
               {}, "torchtitan")
         .train.model;
   };
@@ -171,6 +171,11 @@ TEST(ConfigMla, TorchTitanDeepSeekV3Flavors) {
   EXPECT_EQ(v3.moe.moe_layers(), 58);
   EXPECT_EQ(v3.mla.q_lora_rank, 1536);
   EXPECT_EQ(tt("236B", 4096).moe.topk_scaling_factor, 16.0);
+  // TorchTitan's balanced routing (Primus's DeepSeek examples turn it on): round-robin experts weighed by the
+  // router's probabilities of them.
+  EXPECT_EQ(m.moe.force_balance, "none");
+  EXPECT_EQ(tt("16B", 4096, "      debug:\n        moe_force_load_balance: true\n").moe.force_balance,
+            "round_robin");
   const std::string debug = testing::config_error_of([&] { tt("debugmodel", 256); });
   expect_has(debug, {"not supported yet: deepseek_v3 flavor 'debugmodel'", "16B, 236B and 671B"});
 }

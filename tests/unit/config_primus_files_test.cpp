@@ -111,12 +111,29 @@ TEST(ConfigPrimusExamples, MoEExperimentsNeedOneRankAndFp8IsNotSupportedYet) {
   std::string mixtral = config_error_of(
       [] { load_config(example("megatron", "mixtral_8x7B_v0.1-BF16-pretrain.yaml"), primus_options()); });
   EXPECT_NE(mixtral.find("not supported yet: expert_model_parallel_size=8"), std::string::npos) << mixtral;
-  EXPECT_NE(mixtral.find("not supported yet: moe_router_force_load_balancing=true"), std::string::npos)
-      << mixtral;
-  // On one rank with real routing the MoE layer is there: Mixtral 8x7B (8 experts, top-2) resolves.
+  EXPECT_EQ(mixtral.find("moe_router_force_load_balancing"), std::string::npos) << mixtral;
+  // On one rank the MoE layer is there: Mixtral 8x7B (8 experts, top-2) resolves, with forced balancing of
+  // Primus's default type (primus_megatron_module.yaml: even), uniform on request, and real routing.
   ResolveOptions one = primus_options();
-  one.cli_overrides = {"--expert_model_parallel_size", "1", "--moe_router_force_load_balancing", "false"};
+  one.cli_overrides = {"--expert_model_parallel_size", "1"};
+  EXPECT_EQ(load_config(example("megatron", "mixtral_8x7B_v0.1-BF16-pretrain.yaml"), one)
+                .train.model.moe.force_balance,
+            "even");
+  ResolveOptions uniform = one;
+  uniform.cli_overrides.insert(uniform.cli_overrides.end(),
+                               {"--moe_router_force_load_balancing_type", "uniform"});
+  EXPECT_EQ(load_config(example("megatron", "mixtral_8x7B_v0.1-BF16-pretrain.yaml"), uniform)
+                .train.model.moe.force_balance,
+            "uniform");
+  ResolveOptions bad = one;
+  bad.cli_overrides.insert(bad.cli_overrides.end(), {"--moe_router_force_load_balancing_type", "random"});
+  const std::string bad_type =
+      config_error_of([&] { load_config(example("megatron", "mixtral_8x7B_v0.1-BF16-pretrain.yaml"), bad); });
+  EXPECT_NE(bad_type.find("moe_router_force_load_balancing_type"), std::string::npos) << bad_type;
+  EXPECT_NE(bad_type.find("random"), std::string::npos) << bad_type;
+  one.cli_overrides.insert(one.cli_overrides.end(), {"--moe_router_force_load_balancing", "false"});
   ResolvedConfig rc = load_config(example("megatron", "mixtral_8x7B_v0.1-BF16-pretrain.yaml"), one);
+  EXPECT_EQ(rc.train.model.moe.force_balance, "none");
   EXPECT_EQ(rc.train.model.moe.num_experts, 8);
   EXPECT_EQ(rc.train.model.moe.topk, 2);
   EXPECT_EQ(rc.train.model.moe.ffn_hidden_size, 14336);

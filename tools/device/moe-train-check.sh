@@ -7,7 +7,8 @@
 #  3. the PyTorch anchor's MoE training section (../shared/perf/torch_moe_baseline.py, section 3: eager and
 #     torch.compile on the same two shapes), writing $OUT/torch_moe_baseline.json;
 #  4. tools/device/tensorboard-check.sh (#17 item 4);
-#  gg: the grouped_gemm, moe_router and moe_permute GPU test families first.
+#  gg: the grouped_gemm, moe_router, moe_permute and moe_force_balance GPU test families first;
+#  force: forced balancing (moe_router_force_load_balancing even / uniform), the micro Mixtral GPU vs CPU.
 # Carry .device (stop25.tgz with stripped primus + primus_gpu_tests, fortunes/) and .perf (../shared/perf).
 # Usage: tools/device/moe-train-check.sh    PARTS="track ours torch tb" selects.
 set -uo pipefail
@@ -33,7 +34,7 @@ run() {  # run NAME ARGS...: one training run, its log in $out/NAME.log
 metrics() { find "$ws" -path "*/$1/metrics.jsonl" | head -1; }
 
 if [[ " $parts " == *" gg "* ]]; then  # the grouped-GEMM and MoE op families against the CPU reference
-  timeout 200 "$bin/primus_gpu_tests" grouped_gemm moe_router moe_permute >/tmp/gpu_moe.txt 2>&1
+  timeout 200 "$bin/primus_gpu_tests" grouped_gemm moe_router moe_permute moe_force_balance >/tmp/gpu_moe.txt 2>&1
   echo "gpu tests rc=$?: $(grep -E 'checked cases' /tmp/gpu_moe.txt)"
   grep -E "FAIL|crash" /tmp/gpu_moe.txt | head -10
 fi
@@ -46,6 +47,18 @@ if [[ " $parts " == *" track "* ]]; then
     done
     echo "tracking $model: $(python3 tools/device/compare_tracking.py "$(metrics track_${model}_cpu)" \
       "$(metrics track_${model}_cuda)" --tol 0.02 | tail -1)"
+  done
+fi
+if [[ " $parts " == *" force "* ]]; then  # forced balancing (docs/moe.md): GPU vs CPU under each type
+  for type in even uniform; do
+    for dev in cpu cuda; do
+      PRIMUS_E2E_MODEL=micro_mixtral.yaml PRIMUS_QUICKSTART_DATA=$PWD/.device/fortunes OMP_NUM_THREADS=16 \
+        run "track_force_${type}_$dev" --config tests/e2e/configs/fortunes_micro_llama.yaml --device $dev \
+        --train_iters 30 --lr_warmup_iters 3 --eval_interval 0 --log_interval 10 \
+        --moe_router_force_load_balancing true --moe_router_force_load_balancing_type $type
+    done
+    echo "tracking forced $type: $(python3 tools/device/compare_tracking.py "$(metrics track_force_${type}_cpu)" \
+      "$(metrics track_force_${type}_cuda)" --tol 0.02 | tail -1)"
   done
 fi
 if [[ " $parts " == *" ours "* ]]; then

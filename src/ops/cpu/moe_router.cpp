@@ -174,6 +174,31 @@ void moe_router_forward(const Tensor& logits, const Tensor* expert_bias, const M
   });
 }
 
+void moe_router_probs(const Tensor& logits, const Tensor& ids, const MoeRouterConfig& cfg, Tensor& probs,
+                      const Stream& s) {
+  (void)s;
+  constexpr const char* op = "moe_router_probs";
+  const DType dt = check_float(op, "logits", logits);
+  check_ndim(op, "logits", logits, 2);
+  const int64_t rows = logits.size(0), e_count = logits.size(1), k = cfg.topk;
+  validate_moe_router_config(cfg, e_count);
+  check_ids(op, ids, rows, k, e_count);
+  check_tensor(op, "probs", probs, dt, {rows, k});
+  const ProbKind kind = prob_kind(cfg);
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = logits.data<T>();
+    const int32_t* id = ids.data<int32_t>();
+    T* out_p = probs.data<T>();
+#pragma omp parallel for schedule(static) if (rows * e_count > kParallelGrain)
+    for (int64_t t = 0; t < rows; ++t) {
+      std::vector<double> p(static_cast<size_t>(k)), full;
+      row_probs(x + t * e_count, e_count, id + t * k, k, kind, p.data(), full);
+      for (int64_t j = 0; j < k; ++j) out_p[t * k + j] = static_cast<T>(p[j] * cfg.scaling_factor);
+    }
+  });
+}
+
 void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& dprobs,
                          const MoeRouterConfig& cfg, Tensor& dlogits, const Stream& s) {
   (void)s;

@@ -262,6 +262,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The probabilities of given ids: the forward's last step without its selection (bitwise what the forward
+// writes for the ids it chose).
+__global__ void __launch_bounds__(kWarps * 32)
+    router_probs_kernel(const float* __restrict__ logits, const int32_t* __restrict__ ids, int64_t rows,
+                        RouterArgs a, float* __restrict__ probs) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (t >= rows) return;
+  const WarpSmem w = carve(smem, a.e, a.groups);
+  const float m = load_row(logits, t, a.e, w);
+  if (lane < a.k) w.chosen[lane] = ids[t * a.k + lane];
+  __syncwarp();
+  double sig;
+  const double p = chosen_prob(w, a, m, sig);
+  if (lane < a.k) probs[t * a.k + lane] = static_cast<float>(p * static_cast<double>(a.scale));
+}
+
 // Aux loss, pass 1: per-sequence counts of the plain top-k of the logits.
 __global__ void __launch_bounds__(kWarps * 32)
     aux_count_kernel(const float* __restrict__ logits, int64_t rows, int e, int k, int64_t seq,
@@ -466,6 +484,25 @@ void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& 
   const size_t smem = smem_for(router_bwd_kernel, a.e, a.groups);
   router_bwd_kernel<<<blocks_for(rows), kWarps * 32, smem, cuda_stream(s)>>>(
       logits.data<float>(), ids.data<int32_t>(), dprobs.data<float>(), rows, a, dlogits.data<float>());
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void moe_router_probs(const Tensor& logits, const Tensor& ids, const MoeRouterConfig& cfg, Tensor& probs,
+                      const Stream& s) {
+  constexpr const char* op = "moe_router_probs";
+  check_logits(op, logits);
+  const int64_t rows = logits.size(0), e = logits.size(1);
+  validate_moe_router_config(cfg, e);
+  PRIMUS_CHECK(cfg.topk <= kMaxTopk, "{}: the CUDA router takes topk <= {}, got {}", op, kMaxTopk, cfg.topk);
+  check_cuda_tensor(op, "ids", ids, DType::kI32);
+  check_shape(op, "ids", ids, {rows, cfg.topk});
+  check_cuda_tensor(op, "probs", probs, DType::kF32);
+  check_shape(op, "probs", probs, {rows, cfg.topk});
+  if (rows == 0) return;
+  const RouterArgs a = router_args(cfg, e);
+  const size_t smem = smem_for(router_probs_kernel, a.e, a.groups);
+  router_probs_kernel<<<blocks_for(rows), kWarps * 32, smem, cuda_stream(s)>>>(
+      logits.data<float>(), ids.data<int32_t>(), rows, a, probs.data<float>());
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,4 +20,12 @@ void moe_expert_bias_update(const Tensor& counts, float rate, Tensor& bias, cons
 void moe_capacity_drop(const Tensor& ids, const Tensor& probs, int64_t num_experts, int64_t capacity,
                        MoeDropPolicy policy, Tensor& kept_ids, Tensor& kept_probs, const Stream& s);
 
+void moe_router_probs(const Tensor& logits, const Tensor& ids, const MoeRouterConfig& cfg, Tensor& probs,
+                      const Stream& s);
+// Forced balancing (moe_force_balance.cu).
+void moe_random_logits(const MoeRandomLogitsKey& key, Tensor& logits, const Stream& s);
+void moe_round_robin_ids(int64_t num_experts, int64_t num_seqs, Tensor& ids, const Stream& s);
+void moe_sort_by_prob(const Tensor& ids, const Tensor& probs, Tensor& sorted_ids, Tensor& sorted_probs,
+                      const Stream& s);
+
 }  // namespace primus::ops::cuda
