@@ -44,7 +44,8 @@ uint64_t unsigned_field(const nlohmann::json& j, const char* key, const std::str
   return v.get<uint64_t>();
 }
 
-int64_t signed_field(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi, const std::string& what) {
+int64_t signed_field(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi,
+                     const std::string& what) {
   const nlohmann::json& v = j.at(key);
   const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
                         : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi

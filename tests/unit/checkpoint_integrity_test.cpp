@@ -334,8 +334,8 @@ TEST_F(CheckpointIntegrity, ManifestIntegerFieldsMustBeJsonIntegersInRange) {
     return text;
   };
   const std::vector<std::pair<std::string, std::string>> edits = {
-      {"\"bytes\": 10", "\"bytes\": 1.3e63"},       {"\"bytes\": 10", "\"bytes\": -10"},
-      {"\"iteration\": 7", "\"iteration\": 7.5"},   {"\"iteration\": 7", "\"iteration\": -1"},
+      {"\"bytes\": 10", "\"bytes\": 1.3e63"},        {"\"bytes\": 10", "\"bytes\": -10"},
+      {"\"iteration\": 7", "\"iteration\": 7.5"},    {"\"iteration\": 7", "\"iteration\": -1"},
       {"\"world_size\": 1", "\"world_size\": 4e12"}, {"\"version\": ", "\"version\": 1e300, \"x\": "}};
   for (const auto& [from, to] : edits) {
     std::string text = good;
