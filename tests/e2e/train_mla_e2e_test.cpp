@@ -10,40 +10,13 @@
 
 #include "cli_process.h"
 #include "train/metrics.h"
+#include "train_run_util.h"
 
 namespace fs = std::filesystem;
 using namespace primus::cli_test;
 
-namespace {
-
-struct Scratch {
-  std::string dir;
-  Scratch() {
-    dir = (fs::temp_directory_path() / "primus-mla-e2e-XXXXXX").string();
-    if (mkdtemp(dir.data()) == nullptr) dir.clear();
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
-
-std::vector<nlohmann::json> steps_of(const std::string& metrics) {
-  std::vector<nlohmann::json> out;
-  for (nlohmann::json& j : primus::read_jsonl_records(metrics))
-    if (j.contains("loss")) out.push_back(std::move(j));
-  return out;
-}
-
-std::map<std::string, std::optional<std::string>> env_for(const std::string& ws, const std::string& exp) {
-  return {
-      {"PRIMUS_WORKSPACE", ws}, {"PRIMUS_EXP_NAME", exp}, {"PRIMUS_USER", "ci"}, {"OMP_NUM_THREADS", "1"}};
-}
-
-}  // namespace
-
 TEST(TrainMlaE2E, MicroDeepSeekLearnsAndLogsItsMtpLoss) {
-  Scratch s;
+  Scratch s("mla-e2e");
   std::map<std::string, std::optional<std::string>> env = env_for(s.dir, "mla");
   env["PRIMUS_E2E_MODEL"] = "micro_deepseek_mla.yaml";
   if (!fs::exists("/usr/share/games/fortunes")) GTEST_SKIP() << "Debian's fortunes not installed";
@@ -70,7 +43,7 @@ TEST(TrainMlaE2E, MicroDeepSeekLearnsAndLogsItsMtpLoss) {
 }
 
 TEST(TrainMlaE2E, MlaWithMtpResumesBitExactly) {
-  Scratch s;
+  Scratch s("mla-e2e");
   const std::string exp = s.dir + "/exp.yaml";
   std::ofstream(exp)
       << "work_group: amd\nuser_name: ${PRIMUS_USER:root}\nexp_name: ${PRIMUS_EXP_NAME:ds}\n"

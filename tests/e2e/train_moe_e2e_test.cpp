@@ -16,40 +16,13 @@
 #include "checkpoint/safetensors.h"
 #include "cli_process.h"
 #include "train/metrics.h"
+#include "train_run_util.h"
 
 namespace fs = std::filesystem;
 using namespace primus::cli_test;
 
-namespace {
-
-struct Scratch {
-  std::string dir;
-  Scratch() {
-    dir = (fs::temp_directory_path() / "primus-moe-e2e-XXXXXX").string();
-    if (mkdtemp(dir.data()) == nullptr) dir.clear();
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
-
-std::vector<nlohmann::json> steps_of(const std::string& metrics) {
-  std::vector<nlohmann::json> out;
-  for (nlohmann::json& j : primus::read_jsonl_records(metrics))
-    if (j.contains("loss")) out.push_back(std::move(j));
-  return out;
-}
-
-std::map<std::string, std::optional<std::string>> env_for(const std::string& ws, const std::string& exp) {
-  return {
-      {"PRIMUS_WORKSPACE", ws}, {"PRIMUS_EXP_NAME", exp}, {"PRIMUS_USER", "ci"}, {"OMP_NUM_THREADS", "1"}};
-}
-
-}  // namespace
-
 TEST(TrainMoeE2E, MicroMixtralLearnsAndLogsItsRouting) {
-  Scratch s;
+  Scratch s("moe-e2e");
   // The byte-level fortunes corpus (real text: the loss can fall), with the micro Mixtral in the e2e
   // experiment.
   std::map<std::string, std::optional<std::string>> env = env_for(s.dir, "mixtral");
@@ -79,7 +52,7 @@ TEST(TrainMoeE2E, MicroMixtralLearnsAndLogsItsRouting) {
 }
 
 TEST(TrainMoeE2E, DeepSeekStyleMoeResumesBitExactlyWithItsExpertBias) {
-  Scratch s;
+  Scratch s("moe-e2e");
   const std::string exp = s.dir + "/exp.yaml";
   std::ofstream(exp)
       << "work_group: amd\nuser_name: ${PRIMUS_USER:root}\nexp_name: ${PRIMUS_EXP_NAME:ds}\n"
@@ -140,7 +113,7 @@ TEST(TrainMoeE2E, DeepSeekStyleMoeResumesBitExactlyWithItsExpertBias) {
 TEST(TrainMoeE2E, ForcedBalancingTrainsAndResumesBitExactly) {
   for (const std::string type : {"even", "uniform"}) {
     SCOPED_TRACE(type);
-    Scratch s;
+    Scratch s("moe-e2e");
     const std::string exp = s.dir + "/exp.yaml";
     std::ofstream(exp)
         << "work_group: amd\nuser_name: ${PRIMUS_USER:root}\nexp_name: ${PRIMUS_EXP_NAME:mx}\n"
@@ -191,7 +164,7 @@ TEST(TrainMoeE2E, ForcedBalancingTrainsAndResumesBitExactly) {
 }
 
 TEST(TrainMoeE2E, MicroQwen2MoeTrainsAndRoundTripsThroughHuggingFace) {
-  Scratch s;
+  Scratch s("moe-e2e");
   const std::string save = s.dir + "/save", hf = s.dir + "/hf", back = s.dir + "/back";
   CliResult r = run_primus(
       {"train", "pretrain", "--config", project_dir() + "/configs/examples/megatron/micro_qwen2_moe-cpu.yaml",
