@@ -89,14 +89,14 @@ std::string find_preset(const std::vector<std::string>& roots, const std::string
         fmt::format("replace {} with the name of a {} (this file is a template to copy)", name, what));
   std::string file = has_yaml_suffix(name) ? name : name + ".yaml";
   if (fs::path(file).is_absolute()) {
-    if (fs::exists(file)) return file;
+    if (std::error_code ec; fs::exists(file, ec)) return file;
     throw ConfigError(fmt::format("{}: {} '{}' not found", where.str(), what, file));
   }
   std::vector<std::string> looked;
   std::vector<std::string> nearby;
   for (const std::string& root : roots) {
     fs::path candidate = fs::path(root) / subdir / file;
-    if (fs::exists(candidate)) return candidate.lexically_normal().string();
+    if (std::error_code ec; fs::exists(candidate, ec)) return candidate.lexically_normal().string();
     looked.push_back(candidate.lexically_normal().string());
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(fs::path(root) / subdir, ec))

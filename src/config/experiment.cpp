@@ -157,7 +157,8 @@ Value load_platform(const Value& experiment, const std::vector<std::string>& roo
     overrides.set("master_sink_level",
                   Value::string("INFO", Origin::derived("Primus default platform overrides")));
     bool exists = false;
-    for (const auto& root : roots) exists = exists || fs::exists(fs::path(root) / "platforms" / name);
+    std::error_code ec;
+    for (const auto& root : roots) exists = exists || fs::exists(fs::path(root) / "platforms" / name, ec);
     if (!exists) {
       info.warnings.push_back(
           "no platforms/platform_azure.yaml in the config roots; no platform preset loaded");
@@ -174,7 +175,9 @@ Value load_platform(const Value& experiment, const std::vector<std::string>& roo
 }  // namespace
 
 ResolvedTree resolve_experiment(const std::string& path, const ResolveOptions& options) {
-  if (!fs::exists(path)) throw ConfigError(fmt::format("experiment file '{}' not found", path));
+  if (std::error_code ec; !fs::exists(path, ec))
+    throw ConfigError(
+        fmt::format("experiment file '{}' not found{}", path, ec ? ": " + ec.message() : std::string()));
   ResolvedTree out;
   ExperimentInfo& info = out.info;
   info.path = path;

@@ -74,9 +74,13 @@ Value load_recursive(const std::string& path, const EnvLookup& env, std::vector<
       throw ConfigError(fmt::format("{}: an 'extends' entry must be a file name, not {}",
                                     parent->origin().str(), parent->repr()));
     fs::path parent_path = dir / parent->as_string();
-    if (!fs::exists(parent_path))
-      throw ConfigError(fmt::format("{}: extends file '{}' not found (looked for {})", parent->origin().str(),
-                                    parent->as_string(), parent_path.lexically_normal().string()));
+    // The non-throwing exists: a name the file system rejects (too long, say) is a config error, not an
+    // uncaught std::filesystem_error (found by fuzzing).
+    std::error_code ec;
+    if (!fs::exists(parent_path, ec))
+      throw ConfigError(fmt::format(
+          "{}: extends file '{}' not found (looked for {}{})", parent->origin().str(), parent->as_string(),
+          parent_path.lexically_normal().string(), ec ? ": " + ec.message() : std::string()));
     deep_merge(merged,
                load_recursive(parent_path.lexically_normal().string(), env, stack, files_read, warnings));
   }

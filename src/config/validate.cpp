@@ -128,7 +128,9 @@ void validate_config(ResolvedConfig& rc) {
   // Accepted, but worth saying.
   if (t.data.mock_data && (!t.data.text_data_path.empty() || !t.data.data_path.empty()))
     rc.warnings.push_back("mock_data is true: text_data_path / data_path are not read");
-  if (!t.data.mock_data && !t.data.text_data_path.empty() && !std::filesystem::exists(t.data.text_data_path))
+  std::error_code exists_ec;  // the non-throwing form: any path string is user input
+  if (!t.data.mock_data && !t.data.text_data_path.empty() &&
+      !std::filesystem::exists(t.data.text_data_path, exists_ec))
     rc.warnings.push_back(
         fmt::format("text_data_path '{}' does not exist (yet); the run stops when it opens its data",
                     t.data.text_data_path));

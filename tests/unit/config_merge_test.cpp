@@ -61,6 +61,13 @@ TEST(ConfigMerge, CyclicAndMissingExtendsAreErrorsNamingTheFiles) {
   EXPECT_NE(missing.find("nothere.yaml"), std::string::npos) << missing;
   EXPECT_NE(missing.find("c.yaml:3:5"), std::string::npos) << missing;
 
+  // A name the file system rejects (ENAMETOOLONG) is the same clear error, not an uncaught
+  // std::filesystem_error (found by the YAML fuzzer in CI).
+  dir.write("long.yaml", "extends: " + std::string(5000, 'n') + ".yaml\n");
+  std::string too_long = config_error_of([&] { load_preset(dir.path("long.yaml"), fake_env()); });
+  EXPECT_NE(too_long.find("not found"), std::string::npos) << too_long.substr(0, 300);
+  EXPECT_NE(too_long.find("long.yaml:1:"), std::string::npos) << too_long.substr(0, 300);
+
   dir.write("self.yaml", "extends: self.yaml\n");
   EXPECT_NE(config_error_of([&] { load_preset(dir.path("self.yaml"), fake_env()); }).find("cyclic"),
             std::string::npos);
