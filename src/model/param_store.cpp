@@ -190,6 +190,7 @@ Tensor ParamStore::master(int i) const {
                entries_[i].name, shard_ranks_, shard_rank_);
   PRIMUS_CHECK(!remainders_, "master(): the f32 master of '{}' has no buffer of its own: {}",
                entries_[i].name, kRemaindersHint);
+  if (gate_) gate_->before_read(i);
   return view(master_, i);
 }
 
@@ -213,6 +214,7 @@ DType ParamStore::master_dtype() const {
 
 Tensor ParamStore::master_f32(int i, const Stream& s) const {
   const ParamEntry& e = entries_[i];
+  if (gate_) gate_->before_read(i);
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "master_f32('{}'): master weights are sharded over {} data-parallel ranks", e.name,
                shard_ranks_);

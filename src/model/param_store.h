@@ -23,6 +23,16 @@ namespace primus {
 
 enum class InitKind { kNormal, kScaledNormal, kOnes, kZeros };
 
+// Something that may still be writing parameters on another stream: the overlapped optimizer update
+// (train/overlapped_update.h) writes a layer's weights piece by piece while the next forward runs. Every read
+// of a parameter's values (param(i), master(i), master_f32(i)) calls before_read(i) first, so the reading
+// stream waits for exactly the piece holding entry i and not for the whole layer.
+class ParamReadGate {
+ public:
+  virtual ~ParamReadGate() = default;
+  virtual void before_read(int entry) = 0;
+};
+
 // Data-parallel sharding of the flat buffers (src/train/data_parallel.h). Region r is split into `ranks`
 // equal chunks (regions are padded so that they divide); a rank owns chunk `rank` of every region.
 //   kNone       every buffer holds the whole model
@@ -86,8 +96,12 @@ class ParamStore {
   int64_t total_numel() const { return total_; }  // including alignment padding
   int64_t parameter_count() const;                // sum of entry sizes
 
-  // Views into the flat buffers.
-  Tensor param(int i) const { return region_view(compute_, true, i); }
+  // Views into the flat buffers. The reads of values pass the read gate (nullptr = none; not owned).
+  void set_read_gate(ParamReadGate* gate) { gate_ = gate; }
+  Tensor param(int i) const {
+    if (gate_) gate_->before_read(i);
+    return region_view(compute_, true, i);
+  }
   Tensor master(int i) const;  // whole-model f32/f64 master view (throws when sharded or in remainders)
   // Master weights in either layout (whole-model stores only). master_f32: the f32 master of entry i -- its
   // view, or in remainders a fresh tensor joined on `s` (throws for an f64 master: use master(i)).
@@ -160,6 +174,7 @@ class ParamStore {
   std::vector<int64_t> shard_offsets_;
   int64_t shard_total_ = 0;
   std::vector<Tensor> attached_compute_, attached_grad_;
+  ParamReadGate* gate_ = nullptr;
   std::vector<char> overwritten_, written_;              // per entry
   std::vector<std::pair<int64_t, int64_t>> zero_spans_;  // [begin, end) of the buffer begin_grad_step zeroes
   std::vector<std::vector<std::pair<int64_t, int64_t>>> region_zero_spans_;  // the same per region, relative

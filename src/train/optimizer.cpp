@@ -14,27 +14,25 @@ double AdamW::grad_norm(const Stream& s) {
   return std::sqrt(out.to_vector<double>()[0]);
 }
 
-std::vector<AdamSpan> AdamW::region_spans(const ParamRegion& r) const {
-  const bool separate_copy = !params_.compute_aliases_master();
-  const bool remainders = params_.master_in_remainders();
-  std::vector<AdamSpan> spans;
-  for (int span = 0; span < 2; ++span) {
-    const int64_t b = span == 0 ? r.begin : r.decay_end;
-    const int64_t e = span == 0 ? r.decay_end : r.end;
-    if (e <= b) continue;
-    AdamSpan a;
-    a.decay = span == 0;
-    if (remainders) {
-      a.rem = params_.remainder_flat().slice(b, e);
-    } else {
-      a.master = params_.master_flat().slice(b, e);
-    }
-    a.grad = params_.grad_flat().slice(b, e);
-    a.m = params_.adam_m_flat().slice(b, e);
-    a.v = params_.adam_v_flat().slice(b, e);
-    if (separate_copy) a.copy = params_.compute_flat().slice(b, e);
-    spans.push_back(std::move(a));
+AdamSpan AdamW::span(int64_t b, int64_t e, bool decay) const {
+  AdamSpan a;
+  a.decay = decay;
+  if (params_.master_in_remainders()) {
+    a.rem = params_.remainder_flat().slice(b, e);
+  } else {
+    a.master = params_.master_flat().slice(b, e);
   }
+  a.grad = params_.grad_flat().slice(b, e);
+  a.m = params_.adam_m_flat().slice(b, e);
+  a.v = params_.adam_v_flat().slice(b, e);
+  if (!params_.compute_aliases_master()) a.copy = params_.compute_flat().slice(b, e);
+  return a;
+}
+
+std::vector<AdamSpan> AdamW::region_spans(const ParamRegion& r) const {
+  std::vector<AdamSpan> spans;
+  if (r.decay_end > r.begin) spans.push_back(span(r.begin, r.decay_end, true));
+  if (r.end > r.decay_end) spans.push_back(span(r.decay_end, r.end, false));
   return spans;
 }
 
@@ -45,6 +43,11 @@ void AdamW::step(double lr, float grad_scale, const Stream& s) {
 
 void AdamW::launch_region(int r, double lr, float grad_scale, const Stream& s) {
   launch(region_spans(params_.regions().at(r)), lr, grad_scale, s);
+}
+
+void AdamW::launch_span(int64_t begin, int64_t end, bool decay, double lr, float grad_scale,
+                        const Stream& s) {
+  if (end > begin) launch({span(begin, end, decay)}, lr, grad_scale, s);
 }
 
 ops::AdamWParams AdamW::kernel_params(double lr, float grad_scale, bool decay) const {

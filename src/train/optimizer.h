@@ -30,6 +30,9 @@ class AdamW {
   // begin_step() once, then launch_region(r) for every region.
   void begin_step() { ++step_; }
   void launch_region(int r, double lr, float grad_scale, const Stream& s);
+  // One piece of a region: flat elements [begin, end), all with or all without weight decay. AdamW is
+  // elementwise, so a region updated piece by piece is bitwise the region updated at once.
+  void launch_span(int64_t begin, int64_t end, bool decay, double lr, float grad_scale, const Stream& s);
   // The kernel parameters of the current step for a span with or without weight decay.
   ops::AdamWParams kernel_params(double lr, float grad_scale, bool decay) const;
   // The same update over explicit spans (data-parallel shards: src/train/data_parallel.cpp).
@@ -44,6 +47,7 @@ class AdamW {
 
   // The two spans of region r: [begin, decay_end) with weight decay, [decay_end, end) without.
   std::vector<AdamSpan> region_spans(const ParamRegion& r) const;
+  AdamSpan span(int64_t begin, int64_t end, bool decay) const;
   void launch(const std::vector<AdamSpan>& spans, double lr, float grad_scale, const Stream& s) const;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -17,7 +18,15 @@ namespace {
 // 235 / 234 / 237 / 238 ms on the 1B shape (serial update 239) and 137 / 135 / 135 / 140 ms on 8B-4L
 // (serial 142).
 constexpr int kDefaultSmReserve = 24;
+// The smallest piece of a region's update the forward can wait for: 4 M parameters are ~110 MB of AdamW
+// traffic (~40 us), so events and launches cost nothing next to them, and a Mixtral layer still splits into
+// its attention, router and expert tensors.
+constexpr int64_t kMinPieceElems = int64_t{4} << 20;
 }  // namespace
+
+bool update_in_pieces() {
+  return env_int("PRIMUS_UPDATE_PIECES", 1, 0, 1) == 1;
+}
 
 bool overlap_update_enabled() {
   return env_int("PRIMUS_OVERLAP_UPDATE", 1, 0, 1) == 1;
@@ -40,6 +49,11 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
       norm_launched_(params.regions().size(), 0) {
   PRIMUS_CHECK(compute.device.is_cuda(), "the overlapped optimizer update needs a CUDA stream, got {}",
                compute.device.str());
+  const int64_t min_piece = update_in_pieces() ? kMinPieceElems : std::numeric_limits<int64_t>::max();
+  for (int r = 0; r < static_cast<int>(params.regions().size()); ++r)
+    pieces_.push_back(update_pieces(params, r, min_piece));
+  entry_pending_.resize(params.entries().size());
+  params_.set_read_gate(this);
   // Deferrable when region 0 is the input embedding alone (its decaying span) and the head does not use it.
   const int e = params.find("embed_tokens.weight");
   const ParamRegion& r0 = params.regions().front();
@@ -49,6 +63,7 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
 }
 
 OverlappedUpdate::~OverlappedUpdate() {
+  params_.set_read_gate(nullptr);
   // The GEMM SM target is process-wide: never leave it reduced behind.
   if (sms_reserved_) ops::reserve_gemm_sms(compute_, 0);
 }
@@ -76,7 +91,11 @@ void OverlappedUpdate::launch(double lr, float grad_scale) {
 }
 
 void OverlappedUpdate::update_region(int r) {
-  optim_.launch_region(r, lr_, grad_scale_, update_);
+  for (const UpdatePiece& p : pieces_[r]) {
+    optim_.launch_span(p.begin, p.end, p.decay, lr_, grad_scale_, update_);
+    auto done = StreamEvent::record(update_);
+    for (int e : p.entries) entry_pending_[e] = done;
+  }
   // Region r's gradients were read: its accumulated ones (norms, biases, an untied embedding) are zeroed for
   // the next step before r's event, so the next backward cannot write them early.
   const ParamRegion& reg = params_.regions()[r];
@@ -107,12 +126,26 @@ bool OverlappedUpdate::embedding_forward(const Tensor& tokens, Tensor& out) {
   return true;
 }
 
-void OverlappedUpdate::before_backward(int region) {
-  // The embedding's backward writes the gradients its deferred update reads and zeroes.
-  if (region == 0 && pending_[0]) {
-    stream_wait(compute_, pending_[0]);
-    pending_[0] = nullptr;
+void OverlappedUpdate::before_read(int entry) {
+  std::shared_ptr<StreamEvent>& e = entry_pending_[entry];
+  if (!e) return;
+  stream_wait(compute_, e);
+  e = nullptr;
+}
+
+void OverlappedUpdate::wait_region(int region) {
+  if (pending_[region]) {
+    stream_wait(compute_, pending_[region]);
+    pending_[region] = nullptr;
   }
+  for (const UpdatePiece& p : pieces_[region])
+    for (int e : p.entries) entry_pending_[e] = nullptr;
+}
+
+void OverlappedUpdate::before_backward(int region) {
+  // Region r's backward writes the gradients its update read and zeroed for this step (the embedding's: its
+  // deferred update); the forward waited only for the pieces it read.
+  if (region >= 0 && region < static_cast<int>(pending_.size())) wait_region(region);
 }
 
 void OverlappedUpdate::adapt_release() {
@@ -131,10 +164,8 @@ void OverlappedUpdate::adapt_release() {
 void OverlappedUpdate::before_forward(int region) {
   if (region < 0 || region >= static_cast<int>(pending_.size())) return;
   const int head = static_cast<int>(pending_.size()) - 1;
-  if (pending_[region]) {
-    stream_wait(compute_, pending_[region]);
-    pending_[region] = nullptr;
-  }
+  // Layers wait piece by piece as they read (before_read); the head, whose backward follows at once, whole.
+  if (region == head) wait_region(region);
   if (timing_) {
     starts_[region] = StreamEvent::record(compute_, /*timed=*/true);
     if (region == head) timing_ = false;
@@ -172,10 +203,7 @@ void OverlappedUpdate::finish() {
     update_region(0);
     embedding_deferred_ = false;
   }
-  for (auto& e : pending_) {
-    stream_wait(compute_, e);
-    e = nullptr;
-  }
+  for (int r = 0; r < static_cast<int>(pending_.size()); ++r) wait_region(r);
   timing_ = false;  // a forward after this (evaluation) is not the one the update ran under
   release_sms();
 }

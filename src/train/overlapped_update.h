@@ -3,9 +3,11 @@
 //
 // Why: AdamW is memory-bound (30 bytes per parameter: 17 ms per step on the llama3.2-1B shape, 7% of it) and
 // the forward is mostly compute-bound GEMMs. The update is enqueued on a low-priority stream region by region
-// (embedding, layer 1 .. L, head), an event after each; the next forward waits for region r's event just
-// before it uses region r (ParamHooks::before_forward), so layer r's GEMMs run while the update of layers
-// r + 1 .. L and the head goes on beside them. While updates are in flight the GEMMs may leave `sm_reserve`
+// (embedding, layer 1 .. L, head), each region in pieces (train/update_pieces.h) with an event after each
+// piece; the next forward waits for a piece's event just before it reads a weight inside it (the store's
+// read gate, ParamReadGate), so a layer's GEMMs run while the rest of its update, of layers r + 1 .. L and
+// of the head goes on beside them. The head (with the MTP depths) is waited for as a whole: it comes last in
+// the update and first in the backward. While updates are in flight the GEMMs may leave `sm_reserve`
 // SMs to the update stream (cuBLASLt's SM count target). Each step measures (timed events) during which
 // layer's forward the update ended, and the next step gives the GEMMs every SM again from the layer after
 // that one (at the latest for the head, which comes after every update): reserved SMs that no update uses are
@@ -34,10 +36,11 @@
 #include "train/dp_streams.h"
 #include "train/grad_norm.h"
 #include "train/optimizer.h"
+#include "train/update_pieces.h"
 
 namespace primus {
 
-class OverlappedUpdate : public ParamHooks {
+class OverlappedUpdate : public ParamHooks, public ParamReadGate {
  public:
   // compute: the trainer's stream (the model runs on it). sm_reserve: SMs the forward GEMMs leave to the
   // update while it runs (0 = none).
@@ -66,6 +69,8 @@ class OverlappedUpdate : public ParamHooks {
   void before_backward(int region) override;
   void after_backward(int region) override;
   bool embedding_forward(const Tensor& tokens, Tensor& out) override;
+  // ParamReadGate: the compute stream waits for the piece that writes entry i, if still pending.
+  void before_read(int entry) override;
 
   // The region from which the GEMMs get every SM again (adapted each step; regions().size() - 1 = the head).
   int release_region() const { return release_at_; }
@@ -74,6 +79,8 @@ class OverlappedUpdate : public ParamHooks {
   void release_sms();
   // Region r's update and the zeroing of its accumulated gradients for the next step, then r's event.
   void update_region(int r);
+  // The compute stream waits for all of region r's update (the grads zeroing included); its pieces are done.
+  void wait_region(int r);
   // From the last step's timed events: the update ended during the forward of region r - 1, where r is the
   // first region that started after it; the reservation then ends one region later, r + 1.
   void adapt_release();
@@ -87,6 +94,8 @@ class OverlappedUpdate : public ParamHooks {
   bool sms_reserved_ = false;
   bool grads_prepared_ = false;
   std::vector<std::shared_ptr<StreamEvent>> pending_;  // per region; null once the compute stream waited
+  std::vector<std::vector<UpdatePiece>> pieces_;       // per region, in update order
+  std::vector<std::shared_ptr<StreamEvent>> entry_pending_;  // per entry: its piece's event, or null
   int release_at_;                                     // see release_region()
   bool timing_ = false;                                // the forward after launch() records its region starts
   std::vector<std::shared_ptr<StreamEvent>> starts_;   // timed, per region, on the compute stream
@@ -99,9 +108,11 @@ class OverlappedUpdate : public ParamHooks {
   std::vector<char> norm_launched_;  // per region, since arm_norm()
 };
 
-// PRIMUS_OVERLAP_UPDATE (default on for one CUDA process) and PRIMUS_UPDATE_SM_RESERVE (default below): the
-// A/B switches of docs/performance.md.
+// PRIMUS_OVERLAP_UPDATE (default on for one CUDA process), PRIMUS_UPDATE_SM_RESERVE (default below) and
+// PRIMUS_UPDATE_PIECES (default 1; 0: each region is one piece, so a layer's forward waits for its whole
+// update, as before pieces): the A/B switches of docs/performance.md.
 bool overlap_update_enabled();
+bool update_in_pieces();
 int update_sm_reserve();
 
 }  // namespace primus

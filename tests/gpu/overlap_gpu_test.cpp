@@ -175,12 +175,34 @@ void layouts_case(Context& ctx) {
   check_runs_equal(ctx, rem, f32, "remainders + overlap vs f32 master, serial");
 }
 
+// An MoE model: the update writes each layer in pieces (train/update_pieces.h) and the forward waits per
+// weight: the router, the experts' gate|up and down and the shared expert each read their own piece, and the
+// router's expert bias (a no-decay entry read through master_f32) the first piece. Routing amplifies any
+// weight read before its update into different losses.
+void overlap_moe_case(Context& ctx) {
+  ModelConfig m = overlap_model();
+  m.num_layers = 2;
+  m.moe.num_experts = 8;
+  m.moe.topk = 2;
+  m.moe.ffn_hidden_size = 2048;  // gate|up 33.5 M and down 16.8 M parameters per layer: pieces of their own
+  m.moe.shared_ffn_hidden_size = 1024;
+  m.moe.expert_bias = true;
+  m.moe.layer_is_moe = {1, 1};
+  OptimConfig oc;
+  oc.weight_decay = 0.1;
+  oc.adam_beta2 = 0.95;
+  Run serial(ctx, m, oc, 0, false), overlapped(ctx, m, oc, 0, true);
+  train_both(ctx, m, serial, overlapped);
+  check_runs_equal(ctx, overlapped, serial, "MoE, update in pieces");
+}
+
 }  // namespace
 
 PRIMUS_GPU_TEST(overlap) {
   overlap_case(ctx, 0);
   overlap_case(ctx, 16);
   layouts_case(ctx);
+  overlap_moe_case(ctx);
 }
 
 }  // namespace primus::gputest

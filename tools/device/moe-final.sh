@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Stop 25's closing device call (issues #17, #18), time-boxed parts, most important first:
-#  gpu    the GPU test families of this stop's new kernels against the CPU reference (master remainders,
-#         the overlapped update with them, AdamW, embedding, Qwen2-MoE's sigmoid gate);
+# The MoE issue's (#18) closing device checks, time-boxed parts:
+#  gpu    primus_gpu_tests --quick for the families in GPU_FAMILIES (default: all) against the CPU reference;
 #  hf     tools/device/hf-moe-logits-check.py: transformers vs our logits (CPU f32, GPU bf16) for random
 #         Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3 models, and round trips;
 #  moe    our MoE bench workloads (Qwen3-30B-A3B dims 4L, Mixtral-8x7B dims 2L; T 4096 B 1), 30 steps, median of
-#         steps 11-30 and peak memory, then the PyTorch MoE anchor (torch.compile only) in the same call.
-# Carry .device (stop25.tgz: stripped primus + primus_gpu_tests) and .perf (../shared/perf).
-# Usage: tools/device/stop25-final.sh    PARTS="gpu hf moe" selects.
+#         steps 11-30 and peak memory, once per VARIANTS entry (environment settings, e.g. the A/B switches
+#         PRIMUS_UPDATE_PIECES=0; "-" = defaults), then the PyTorch MoE anchor (torch.compile only) in the
+#         same call.
+# Carry .device (BIN_TGZ, default moe.tgz: stripped primus + primus_gpu_tests) and .perf (../shared/perf).
+# Usage: PARTS="gpu hf moe" VARIANTS="- PRIMUS_UPDATE_PIECES=0" tools/device/moe-final.sh
 set -uo pipefail
 out=/tmp/final-out  # everything here; $OUT gets one archive (a call returns at most 8 files)
 rm -rf "$out" && mkdir -p "$out"
 bin=/tmp/final-bin
-mkdir -p "$bin" && tar xzf .device/stop25.tgz -C "$bin" || exit 1
+mkdir -p "$bin" && tar xzf ".device/${BIN_TGZ:-moe.tgz}" -C "$bin" || exit 1
 parts=${PARTS:-gpu hf moe}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 date -u +"%Y-%m-%dT%H:%M:%SZ"
@@ -20,8 +21,8 @@ t0=$SECONDS
 finish() { tar czf "${OUT:-/tmp}/final-logs.tgz" -C "$out" . 2>/dev/null; date -u +"%Y-%m-%dT%H:%M:%SZ"; }
 trap finish EXIT
 if [[ " $parts " == *" gpu "* ]]; then
-  timeout 45 "$bin/primus_gpu_tests" --quick optimizer_remainder overlap optimizer embedding sigmoid_gate \
-    >"$out/gpu.txt" 2>&1
+  # shellcheck disable=SC2086  # the family list splits into arguments
+  timeout "${GPU_BOX:-240}" "$bin/primus_gpu_tests" --quick ${GPU_FAMILIES:-} >"$out/gpu.txt" 2>&1
   echo "== gpu rc=$? ($((SECONDS - t0)) s): $(grep -E 'checked cases' "$out/gpu.txt")"
   grep -E "FAIL|crash|exception" "$out/gpu.txt" | cut -c1-200 | head -12
 fi
@@ -33,12 +34,16 @@ if [[ " $parts " == *" hf "* ]]; then
 fi
 if [[ " $parts " == *" moe "* ]]; then
   ws=/tmp/final-ws
+  for variant in ${VARIANTS:--}; do
   for w in bench_qwen3-30B-A3B-4L bench_mixtral-8x7B-2L; do
     rm -rf "$ws"
-    PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$w PRIMUS_USER=dev timeout 45 "$bin/primus" train pretrain \
-      --config configs/examples/megatron/$w.yaml --train_iters 30 --log_interval 10 >"$out/$w.log" 2>&1
+    settings=()
+    [ "$variant" != "-" ] && read -ra settings <<<"${variant//,/ }"
+    env "${settings[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$w PRIMUS_USER=dev timeout 45 "$bin/primus" \
+      train pretrain --config configs/examples/megatron/$w.yaml --train_iters 30 --log_interval 10 \
+      >"$out/$w.${variant//[^A-Za-z0-9_=-]/_}.log" 2>&1
     rc=$?
-    python3 - "$(find $ws -name metrics.jsonl | head -1)" "$w" "$rc" <<'PY'
+    python3 - "$(find $ws -name metrics.jsonl | head -1)" "$w [$variant]" "$rc" <<'PY'
 import json, sys, statistics
 path, w, rc = sys.argv[1:]
 rec = [json.loads(l) for l in open(path) if l.endswith("\n")] if path else []
@@ -51,7 +56,8 @@ print(f"== ours {w} rc={rc} steps={len(rec)} median(11..)={med:.1f} ms ({4096 / 
       f"loss {rec[0]['loss'] if rec else 0:.4f} -> {rec[-1]['loss'] if rec else 0:.4f}")
 PY
   done
-  timeout 100 env PYTHONUNBUFFERED=1 OUT="$out" python3 -c "
+  done
+  timeout "${TORCH_BOX:-220}" env PYTHONUNBUFFERED=1 OUT="$out" python3 -c "
 src = open('.perf/torch_moe_baseline.py').read()
 head, rest = src.split('# ---- 1. grouped GEMM', 1)
 moe = rest.split('# ---- 3. MoE training', 1)[1].split(chr(10), 1)[1].replace('for comp in [False, True]:', 'for comp in [True]:')
