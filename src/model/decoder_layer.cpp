@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/param_hooks.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -237,6 +238,10 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s, params_.grad_accumulate(w_gu_));
   }
   a.h2 = Tensor();
+  if (ctx.hooks) {  // the MLP's matrices are complete: their norm can run beside the attention's backward
+    const std::vector<int> done = moe_ ? moe_->gemm_weight_entries() : std::vector<int>{w_gu_, w_down_};
+    ctx.hooks->grads_final(done);
+  }
   // dx becomes dL/dx_mid: the residual gradient plus the norm's contribution, accumulated in place.
   Tensor g_norm2 = params_.grad(norm2_);
   ops::rmsnorm_backward(d_h2, a.x_mid, params_.param(norm2_), a.rstd2, dx, g_norm2, /*accumulate_dx=*/true,

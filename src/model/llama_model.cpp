@@ -78,6 +78,7 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
   ctx.batch = tokens.size(0);
   ctx.seq = tokens.size(1);
   ctx.rope_table = &rope_table_;
+  ctx.hooks = hooks_;
   PRIMUS_CHECK(ctx.seq <= rope_table_.size(0), "sequence length {} exceeds the rope table ({})", ctx.seq,
                rope_table_.size(0));
   return ctx;

@@ -9,6 +9,7 @@
 #include "model/lm_head.h"
 #include "model/model_spec.h"
 #include "model/mtp.h"
+#include "model/param_hooks.h"
 #include "model/param_store.h"
 #include "ops/rope.h"
 
@@ -17,23 +18,6 @@ namespace primus {
 // Which layers recompute what, from Megatron's keys (recompute_granularity / _method / _num_layers).
 std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t num_layers);
 ops::RopeConfig rope_config(const ModelConfig& m);
-
-// Called around the use of each parameter region (0 = embedding, 1..L = layers, L+1 = final norm + head) so
-// that data parallelism can gather sharded parameters ahead of use (FSDP) and reduce a region's gradients as
-// soon as its backward is over (DDP buckets). The head runs forward and backward together:
-// before_forward(L+1) ... after_backward(L+1). Evaluation calls only the forward pair.
-class ParamHooks {
- public:
-  virtual ~ParamHooks() = default;
-  virtual void before_forward(int region) = 0;
-  virtual void after_forward(int region) = 0;
-  virtual void before_backward(int region) = 0;
-  virtual void after_backward(int region) = 0;
-  // May compute the input embedding's lookup itself (out [N, D]) and return true: the overlapped update looks
-  // rows up as its pending update will leave them (ops::embedding_forward_updated). Called after
-  // before_forward(0).
-  virtual bool embedding_forward(const Tensor& tokens, Tensor& out) { return false; }
-};
 
 class LlamaModel {
  public:

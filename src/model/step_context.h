@@ -6,6 +6,8 @@
 
 namespace primus {
 
+class ParamHooks;  // model/param_hooks.h
+
 // How much of a layer's forward state is kept for backward.
 enum class RecomputeMode {
   kNone,       // keep everything backward needs
@@ -34,6 +36,8 @@ struct StepContext {
   // losses to its loss, and the step averages micro-batches, so 1 / micro-batches.
   float aux_grad_scale = 0.0f;
   BatchOrigin origin;
+  // The model's region hooks (nullptr = none): layers report mid-backward progress (ParamHooks::grads_final).
+  ParamHooks* hooks = nullptr;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }
   Tensor act(const Shape& shape) const { return Tensor::empty(shape, act_dtype, stream); }

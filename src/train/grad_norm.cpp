@@ -4,29 +4,41 @@
 #include <cmath>
 
 #include "ops/optimizer.h"
+#include "train/update_pieces.h"
 
 namespace primus {
 
 ChunkedGradNorm::ChunkedGradNorm(ParamStore& params, const Stream& compute) : params_(params) {
-  for (const ParamRegion& r : params.regions()) {
-    first_chunk_.push_back(static_cast<int>(ranges_.size()));
-    for (int64_t b = r.begin; b < r.end; b += kChunk) ranges_.emplace_back(b, std::min(r.end, b + kChunk));
+  for (int r = 0; r < static_cast<int>(params.regions().size()); ++r) {
+    std::vector<Piece>& out = pieces_.emplace_back();
+    for (const UpdatePiece& up : update_pieces(params, r, kUpdatePieceElems)) {
+      Piece p;
+      p.first_chunk = static_cast<int>(ranges_.size());
+      for (int64_t b = up.begin; b < up.end; b += kChunk) ranges_.emplace_back(b, std::min(up.end, b + kChunk));
+      p.end_chunk = static_cast<int>(ranges_.size());
+      p.entries = up.entries;
+      out.push_back(std::move(p));
+    }
   }
-  first_chunk_.push_back(static_cast<int>(ranges_.size()));
   partials_ = Tensor::zeros({std::max<int64_t>(1, chunks())}, params.grad_flat().dtype(), compute);
   if (compute.device.is_cuda()) scratch_ = Tensor::empty({ops::kSumSquaresScratch}, DType::kF64, compute);
 }
 
-void ChunkedGradNorm::launch_region(int r, const Stream& s) {
-  for (int c = first_chunk_[r]; c < first_chunk_[r + 1]; ++c) {
+void ChunkedGradNorm::launch_piece(int r, int p, const Stream& s) {
+  const Piece& piece = pieces_[r][p];
+  for (int c = piece.first_chunk; c < piece.end_chunk; ++c) {
     Tensor out = partials_.slice(c, c + 1);
     ops::sum_squares(params_.grad_flat().slice(ranges_[c].first, ranges_[c].second), out,
                      /*accumulate=*/false, s, scratch_.defined() ? &scratch_ : nullptr);
   }
 }
 
+void ChunkedGradNorm::launch_region(int r, const Stream& s) {
+  for (int p = 0; p < pieces(r); ++p) launch_piece(r, p, s);
+}
+
 void ChunkedGradNorm::launch_all(const Stream& s) {
-  for (int r = 0; r + 1 < static_cast<int>(first_chunk_.size()); ++r) launch_region(r, s);
+  for (int r = 0; r < static_cast<int>(pieces_.size()); ++r) launch_region(r, s);
 }
 
 double ChunkedGradNorm::read() {

@@ -1,12 +1,14 @@
 #pragma once
 // The global gradient norm of one process, as partial sums of fixed chunks of the flat gradient buffer.
 //
-// Why chunks: the overlapped update (train/overlapped_update.h) sums region r's squares on its background
-// stream as soon as region r's backward is over, so that only the input embedding's share is left when the
-// backward ends. The serial path launches the same chunks in the same order on the compute stream, so both
-// paths give the same norm to the last bit. Each chunk is at most kChunk elements (a short kernel: a
-// background block never holds an SM for long) and never crosses a region; its f32 partial is summed on the
-// host in f64, in chunk order: deterministic.
+// Why chunks: the overlapped update (train/overlapped_update.h) sums a piece of the gradients on its
+// background stream as soon as that piece is complete -- a layer's MLP matrices when the MLP's backward is
+// over (ParamHooks::grads_final), the rest of the region when its backward is over -- so that only the input
+// embedding's share is left when the backward ends. The serial path launches the same chunks in the same
+// order on the compute stream, so both paths give the same norm to the last bit. Chunks follow the update's
+// pieces (train/update_pieces.h): each is at most kChunk elements (a short kernel: a background block never
+// holds an SM for long) and never crosses a piece; their f32 partials are summed on the host in f64, in
+// chunk order: deterministic.
 #include <vector>
 
 #include "model/param_store.h"
@@ -24,14 +26,22 @@ class ChunkedGradNorm {
   void launch_region(int r, const Stream& s);
   // Every region, in region order, on s.
   void launch_all(const Stream& s);
+  // The pieces of region r: their entries, and the squares of one piece's gradients on s.
+  int pieces(int r) const { return static_cast<int>(pieces_[r].size()); }
+  const std::vector<int>& piece_entries(int r, int p) const { return pieces_[r][p].entries; }
+  void launch_piece(int r, int p, const Stream& s);
   // sqrt of the sum of every partial; the compute stream must already be ordered after the launches.
   double read();
   int64_t chunks() const { return static_cast<int64_t>(ranges_.size()); }
 
  private:
+  struct Piece {
+    int first_chunk = 0, end_chunk = 0;
+    std::vector<int> entries;
+  };
   ParamStore& params_;
   std::vector<std::pair<int64_t, int64_t>> ranges_;  // element ranges of the chunks
-  std::vector<int> first_chunk_;                     // per region, plus one past the end
+  std::vector<std::vector<Piece>> pieces_;           // per region, in update order
   Tensor partials_;                                  // f32 [chunks] on the device
   Tensor scratch_;                                   // f64 per-block partials of one sum_squares
 };

@@ -18,14 +18,14 @@ namespace {
 // 235 / 234 / 237 / 238 ms on the 1B shape (serial update 239) and 137 / 135 / 135 / 140 ms on 8B-4L
 // (serial 142).
 constexpr int kDefaultSmReserve = 24;
-// The smallest piece of a region's update the forward can wait for: 4 M parameters are ~110 MB of AdamW
-// traffic (~40 us), so events and launches cost nothing next to them, and a Mixtral layer still splits into
-// its attention, router and expert tensors.
-constexpr int64_t kMinPieceElems = int64_t{4} << 20;
 }  // namespace
 
 bool update_in_pieces() {
   return env_int("PRIMUS_UPDATE_PIECES", 1, 0, 1) == 1;
+}
+
+bool early_norm_enabled() {
+  return env_int("PRIMUS_EARLY_NORM", 1, 0, 1) == 1;
 }
 
 bool overlap_update_enabled() {
@@ -49,10 +49,14 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
       norm_launched_(params.regions().size(), 0) {
   PRIMUS_CHECK(compute.device.is_cuda(), "the overlapped optimizer update needs a CUDA stream, got {}",
                compute.device.str());
-  const int64_t min_piece = update_in_pieces() ? kMinPieceElems : std::numeric_limits<int64_t>::max();
+  const int64_t min_piece = update_in_pieces() ? kUpdatePieceElems : std::numeric_limits<int64_t>::max();
   for (int r = 0; r < static_cast<int>(params.regions().size()); ++r)
     pieces_.push_back(update_pieces(params, r, min_piece));
   entry_pending_.resize(params.entries().size());
+  entry_final_.assign(params.entries().size(), 0);
+  for (int r = 0; r < static_cast<int>(params.regions().size()); ++r)
+    piece_norm_launched_.emplace_back(static_cast<size_t>(norm.pieces(r)), 0);
+  early_norm_ = early_norm_enabled();
   params_.set_read_gate(this);
   // Deferrable when region 0 is the input embedding alone (its decaying span) and the head does not use it.
   const int e = params.find("embed_tokens.weight");
@@ -176,6 +180,8 @@ void OverlappedUpdate::before_forward(int region) {
 void OverlappedUpdate::arm_norm() {
   norm_armed_ = true;
   std::fill(norm_launched_.begin(), norm_launched_.end(), 0);
+  std::fill(entry_final_.begin(), entry_final_.end(), 0);
+  for (auto& v : piece_norm_launched_) std::fill(v.begin(), v.end(), 0);
 }
 
 bool OverlappedUpdate::norm_complete() const {
@@ -194,8 +200,31 @@ void OverlappedUpdate::after_backward(int region) {
   // later), then the background sums the squares while the compute stream goes on with the backward.
   params_.end_region_grads(region, compute_);
   stream_wait(update_, StreamEvent::record(compute_));
-  norm_.launch_region(region, update_);
+  for (int p = 0; p < norm_.pieces(region); ++p)
+    if (!piece_norm_launched_[region][p]) norm_.launch_piece(region, p, update_);
   norm_launched_[region] = 1;
+}
+
+void OverlappedUpdate::grads_final(std::span<const int> entries) {
+  if (!norm_armed_ || !early_norm_ || entries.empty()) return;
+  for (int e : entries) {
+    // As ParamStore::end_region_grads does for the whole region: a GEMM-written entry that no GEMM wrote in
+    // this step is zeroed (grad_accumulate answers false once for it and marks it written).
+    if (!params_.grad_accumulate(e)) params_.grad(e).zero_(compute_);
+    entry_final_[e] = 1;
+  }
+  const int r = params_.region_of_entry(entries.front());
+  bool waited = false;
+  for (int p = 0; p < norm_.pieces(r); ++p) {
+    const std::vector<int>& in = norm_.piece_entries(r, p);
+    if (piece_norm_launched_[r][p] || in.empty() ||
+        !std::all_of(in.begin(), in.end(), [&](int e) { return entry_final_[e] != 0; }))
+      continue;
+    if (!waited) stream_wait(update_, StreamEvent::record(compute_));
+    waited = true;
+    norm_.launch_piece(r, p, update_);
+    piece_norm_launched_[r][p] = 1;
+  }
 }
 
 void OverlappedUpdate::finish() {

@@ -20,9 +20,10 @@
 // backward (before_backward(0) waits for it).
 //
 // The same kernels run in the same order on the same data, so results are bitwise those of the serial update.
-// The gradient norm moves to the background too: armed for a step's last micro-batch, each region's squares
-// are summed (ChunkedGradNorm) as soon as its backward is over, so the step's end waits only for the input
-// embedding's share.
+// The gradient norm moves to the background too: armed for a step's last micro-batch, each piece's squares
+// are summed (ChunkedGradNorm) as soon as its gradients are complete -- a layer's MLP matrices when the
+// MLP's backward is over (grads_final), the rest of the region when the region's backward is over -- so the
+// step's end waits only for the input embedding's share and the last layer's attention.
 // The next step's gradient zeroing runs on the update stream too, region by region right after the region's
 // update read its gradients and before the region's event, so nothing of the next step writes one early.
 // Anything else that reads parameters or optimizer state (evaluation, checkpoints, the end of training) calls
@@ -68,6 +69,7 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   void after_forward(int) override {}
   void before_backward(int region) override;
   void after_backward(int region) override;
+  void grads_final(std::span<const int> entries) override;
   bool embedding_forward(const Tensor& tokens, Tensor& out) override;
   // ParamReadGate: the compute stream waits for the piece that writes entry i, if still pending.
   void before_read(int entry) override;
@@ -106,13 +108,18 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   float grad_scale_ = 1;
   bool norm_armed_ = false;
   std::vector<char> norm_launched_;  // per region, since arm_norm()
+  std::vector<std::vector<char>> piece_norm_launched_;  // per region and norm piece, since arm_norm()
+  std::vector<char> entry_final_;                       // per entry: grads_final() since arm_norm()
+  bool early_norm_ = true;                              // PRIMUS_EARLY_NORM
 };
 
 // PRIMUS_OVERLAP_UPDATE (default on for one CUDA process), PRIMUS_UPDATE_SM_RESERVE (default below) and
 // PRIMUS_UPDATE_PIECES (default 1; 0: each region is one piece, so a layer's forward waits for its whole
 // update, as before pieces): the A/B switches of docs/performance.md.
+// PRIMUS_EARLY_NORM (default 1; 0: a region's norm starts only when its whole backward is over).
 bool overlap_update_enabled();
 bool update_in_pieces();
+bool early_norm_enabled();
 int update_sm_reserve();
 
 }  // namespace primus

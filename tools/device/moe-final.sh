@@ -6,7 +6,8 @@
 #  moe    our MoE bench workloads (Qwen3-30B-A3B dims 4L, Mixtral-8x7B dims 2L; T 4096 B 1), 30 steps, median of
 #         steps 11-30 and peak memory, once per VARIANTS entry (environment settings, e.g. the A/B switches
 #         PRIMUS_UPDATE_PIECES=0; "-" = defaults), then the PyTorch MoE anchor (torch.compile only) in the
-#         same call.
+#         same call (TORCH=0 skips it; WORKLOADS selects the workloads);
+#  prof   a profiled run of each workload (steps 9-10, CUPTI kernels) and `primus report timeline` of it.
 # Carry .device (BIN_TGZ, default moe.tgz: stripped primus + primus_gpu_tests) and .perf (../shared/perf).
 # Usage: PARTS="gpu hf moe" VARIANTS="- PRIMUS_UPDATE_PIECES=0" tools/device/moe-final.sh
 set -uo pipefail
@@ -35,7 +36,7 @@ fi
 if [[ " $parts " == *" moe "* ]]; then
   ws=/tmp/final-ws
   for variant in ${VARIANTS:--}; do
-  for w in bench_qwen3-30B-A3B-4L bench_mixtral-8x7B-2L; do
+  for w in ${WORKLOADS:-bench_qwen3-30B-A3B-4L bench_mixtral-8x7B-2L}; do
     rm -rf "$ws"
     settings=()
     [ "$variant" != "-" ] && read -ra settings <<<"${variant//,/ }"
@@ -57,12 +58,25 @@ print(f"== ours {w} rc={rc} steps={len(rec)} median(11..)={med:.1f} ms ({4096 / 
 PY
   done
   done
-  timeout "${TORCH_BOX:-220}" env PYTHONUNBUFFERED=1 OUT="$out" python3 -c "
+  [ "${TORCH:-1}" = 1 ] && timeout "${TORCH_BOX:-220}" env PYTHONUNBUFFERED=1 OUT="$out" python3 -c "
 src = open('.perf/torch_moe_baseline.py').read()
 head, rest = src.split('# ---- 1. grouped GEMM', 1)
 moe = rest.split('# ---- 3. MoE training', 1)[1].split(chr(10), 1)[1].replace('for comp in [False, True]:', 'for comp in [True]:')
 exec(compile(head + moe, 'torch_moe_baseline.py[section 3, compile only]', 'exec'))
 " >"$out/torch_moe.txt" 2>&1
-  echo "== torch rc=$? ($((SECONDS - t0)) s)"
-  grep -E '^[{]"model|^fail' "$out/torch_moe.txt" | cut -c1-330
+  [ "${TORCH:-1}" = 1 ] && echo "== torch rc=$? ($((SECONDS - t0)) s)" &&
+    grep -E '^[{]"model|^fail' "$out/torch_moe.txt" | cut -c1-330
+fi
+if [[ " $parts " == *" prof "* ]]; then
+  source tools/device/find-cupti.sh
+  for w in ${WORKLOADS:-bench_qwen3-30B-A3B-4L bench_mixtral-8x7B-2L}; do
+    rm -rf /tmp/prof-ws
+    PRIMUS_WORKSPACE=/tmp/prof-ws PRIMUS_EXP_NAME=prof PRIMUS_USER=dev timeout 60 "$bin/primus" train pretrain \
+      --config configs/examples/megatron/$w.yaml --train_iters 12 --profile true --profile_step_start 9 \
+      --profile_step_end 10 >"$out/prof_$w.log" 2>&1
+    echo "== prof $w rc=$? ($((SECONDS - t0)) s)"
+    tr=$(find /tmp/prof-ws -name rank0.json | head -1)
+    [ -n "$tr" ] && "$bin/primus" report timeline "$tr" >"$out/prof_$w.timeline.txt" 2>&1 &&
+      head -60 "$out/prof_$w.timeline.txt" && cp "$tr" "$out/prof_$w.trace.json"
+  done
 fi
