@@ -16,6 +16,7 @@
 #include "config/report.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "parallel/layout_report.h"
 #include "train/run.h"
 
 namespace primus::cli {
@@ -26,11 +27,13 @@ struct PretrainArgs {
   bool dry_run = false;
   std::string backend_path;
   std::string resume;  // "auto" or a checkpoint path
+  int nnodes = 0;         // with nproc_per_node: plan for that world (--dry-run only)
+  int nproc_per_node = 0;
   std::vector<std::string> overrides;
 };
 
-const std::vector<std::string> kPretrainOptions = {"--config",       "--exp",    "--dry-run",
-                                                   "--backend_path", "--resume", "--help"};
+const std::vector<std::string> kPretrainOptions = {
+    "--config", "--exp", "--dry-run", "--backend_path", "--resume", "--nnodes", "--nproc-per-node", "--help"};
 
 bool is_config_key(const std::string& key) {
   for (const config::KeyTable* t : {&config::megatron_keys(), &config::torchtitan_keys()})
@@ -67,6 +70,20 @@ int run_pretrain_command(const PretrainArgs& args) {
   check_mistyped_options(args.overrides);
   config::ResolveOptions options;
   options.cli_overrides = args.overrides;
+  // A world the run is not in: its size replaces WORLD_SIZE (planning mode), and features not supported yet (tensor, pipeline,
+  // context, expert parallelism) are listed as warnings instead of refusing, so the layout can be checked.
+  const bool planned_world = args.nnodes > 0 || args.nproc_per_node > 0;
+  if (planned_world) {
+    if (!args.dry_run)
+      throw ConfigError("--nnodes / --nproc-per-node plan a world for --dry-run only",
+                        "to run on several processes use `primus launch --nnodes N --nproc-per-node G -- train "
+                        "pretrain ...`");
+    if (args.nnodes < 1 || args.nproc_per_node < 1)
+      throw ConfigError(fmt::format("--nnodes {} --nproc-per-node {}: both must be given, each >= 1",
+                                    args.nnodes, args.nproc_per_node));
+    options.planning = true;
+    options.plan_world_size = int64_t{args.nnodes} * args.nproc_per_node;
+  }
   config::ResolvedConfig rc = config::load_config(args.config, options);
   if (!args.backend_path.empty())
     rc.warnings.push_back(
@@ -81,7 +98,9 @@ int run_pretrain_command(const PretrainArgs& args) {
     rc.train.checkpoint.load = args.resume;
   }
   if (args.dry_run) {
-    std::string report = config::dry_run_report(rc);
+    const int nproc = planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size);
+    std::string report = config::dry_run_report(rc) +
+                         parallel::layout_report(rc.train, static_cast<int>(rc.world_size), nproc);
     std::fwrite(report.data(), 1, report.size(), stdout);
     return 0;
   }
@@ -134,6 +153,11 @@ void attach_train(CLI::App& root, CliContext& ctx) {
       "--dry-run", args->dry_run,
       "Print the resolved configuration and the plan (parameters, FLOPs/token, memory); touch no GPU");
   pretrain->add_option("--backend_path", args->backend_path, "Accepted for Primus compatibility; no effect");
+  pretrain->add_option("--nnodes", args->nnodes,
+                       "With --dry-run: plan for this many nodes (checks the parallel layout of a world the "
+                       "run is not in; features not supported yet become warnings)");
+  pretrain->add_option("--nproc-per-node,--nproc_per_node", args->nproc_per_node,
+                       "With --dry-run and --nnodes: processes (GPUs) per node");
   pretrain->add_option(
       "--resume", args->resume,
       "auto: continue from the newest valid checkpoint in the save directory (as "

@@ -33,6 +33,9 @@ struct ResolveOptions {
   // model-parallel ranks (TP x PP x CP; TorchTitan also x dp_replicate) x plan_data_parallel, not WORLD_SIZE.
   bool planning = false;
   int64_t plan_data_parallel = 1;
+  // Planning for a given world (`train pretrain --dry-run --nnodes N --nproc-per-node G`): its size, which
+  // the parallel degrees must fit; 0 = the model-parallel ranks x plan_data_parallel, as above.
+  int64_t plan_world_size = 0;
 };
 
 struct ExperimentInfo {

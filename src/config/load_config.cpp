@@ -78,7 +78,9 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
     rc.warnings.push_back("planning only, training would refuse: " + u);
   rc.planning = options.planning;
   if (options.planning)
-    rc.world_size = planning_world_size(rc.keys, rc.info.framework, options.plan_data_parallel);
+    rc.world_size = options.plan_world_size > 0
+                        ? options.plan_world_size
+                        : planning_world_size(rc.keys, rc.info.framework, options.plan_data_parallel);
   rc.platform = check_keys(tree.platform, platform_keys(), "the platform preset");
   if (!rc.keys.is_null("framework") && rc.keys.s("framework") != rc.info.framework)
     throw ConfigError(fmt::format("{}: framework cannot be overridden (the experiment's module says '{}')",

@@ -74,7 +74,9 @@ ParallelDims ParallelDims::make(const ParallelDegrees& in, int world_size) {
         "expert parallel degree ep = {} does not divide dp {} x cp {} = {} (rule: EP borrows ranks from data "
         "and context parallelism: world % (tp * ep * pp) == 0)",
         in.ep, d.dp(), in.cp, int64_t{d.dp()} * in.cp));
-  if (in.ep > 1 && (int64_t{d.d_.dp_shard} * in.cp * in.tp) % in.ep != 0)
+  // On a sharded (FSDP) mesh, TorchTitan carves EP out of the shard dimensions; with replicas only
+  // (Megatron's DDP / distributed optimizer: dp_shard 1) EP comes from the replicas and the rule above is all.
+  if (in.ep > 1 && d.d_.dp_shard > 1 && (int64_t{d.d_.dp_shard} * in.cp * in.tp) % in.ep != 0)
     throw ConfigError(
         fmt::format("expert parallel degree ep = {} does not divide dp_shard {} x cp {} x tp {} "
                     "(rule, TorchTitan: ep must divide dp_shard * cp * tp)",
@@ -138,29 +140,43 @@ std::vector<int> ParallelDims::group_ranks(const std::string& name, int rank) co
 }
 
 void ParallelDims::validate_training(const TrainConfig& cfg) const {
+  // Each rule names the keys of both dialects (Megatron / TorchTitan), so the message points at the file's own.
+  constexpr const char* kTp = "tensor_model_parallel_size / parallelism.tensor_parallel_degree";
+  constexpr const char* kPp = "pipeline_model_parallel_size / parallelism.pipeline_parallel_degree";
+  constexpr const char* kCp = "context_parallel_size / parallelism.context_parallel_degree";
+  constexpr const char* kEp = "expert_model_parallel_size / parallelism.expert_parallel_degree";
   std::vector<std::string> bad;
   const ModelConfig& m = cfg.model;
   if (m.num_attention_heads % tp() != 0)
-    bad.push_back(fmt::format("num_attention_heads {} is not divisible by tp {} (rule: heads % TP == 0)",
-                              m.num_attention_heads, tp()));
+    bad.push_back(fmt::format("num_attention_heads {} is not divisible by the tensor-parallel degree {} ({}) "
+                              "(rule: heads % TP == 0)",
+                              m.num_attention_heads, tp(), kTp));
   if (m.num_query_groups % tp() != 0 && tp() % m.num_query_groups != 0)
-    bad.push_back(
-        fmt::format("num_query_groups {} is neither a multiple nor a divisor of tp {} (rule: KV heads "
-                    "must split evenly or replicate over TP)",
-                    m.num_query_groups, tp()));
+    bad.push_back(fmt::format(
+        "num_query_groups {} is neither a multiple nor a divisor of the tensor-parallel degree {} ({}) "
+        "(rule: KV heads must split evenly or replicate over TP)",
+        m.num_query_groups, tp(), kTp));
   if (m.num_layers % pp() != 0)
-    bad.push_back(
-        fmt::format("num_layers {} is not divisible by pp {} (rule: layers % PP == 0)", m.num_layers, pp()));
+    bad.push_back(fmt::format("num_layers {} is not divisible by the pipeline-parallel degree {} ({}) (rule: "
+                              "layers % PP == 0 without an explicit layout)",
+                              m.num_layers, pp(), kPp));
   if (cp() > 1 && cfg.data.seq_length % (2 * cp()) != 0)
-    bad.push_back(
-        fmt::format("seq_length {} is not divisible by 2 x cp = {} (rule: load-balanced causal CP needs "
-                    "seq % (2*CP) == 0)",
-                    cfg.data.seq_length, 2 * cp()));
+    bad.push_back(fmt::format("seq_length {} is not divisible by 2 x the context-parallel degree {} = {} ({}) "
+                              "(rule: load-balanced causal CP needs seq % (2*CP) == 0)",
+                              cfg.data.seq_length, cp(), 2 * cp(), kCp));
+  if (ep() > 1 && !m.moe.enabled())
+    bad.push_back(fmt::format("the expert-parallel degree is {} ({}) but the model has no experts "
+                              "(num_experts / moe settings unset) (rule: EP needs an MoE model)",
+                              ep(), kEp));
+  if (ep() > 1 && m.moe.enabled() && m.moe.num_experts % ep() != 0)
+    bad.push_back(fmt::format("num_experts {} is not divisible by the expert-parallel degree {} ({}) (rule: "
+                              "every EP rank owns num_experts / EP experts)",
+                              m.moe.num_experts, ep(), kEp));
   const int64_t per_step = cfg.micro_batch_size * dp();
   if (per_step <= 0 || cfg.global_batch_size % per_step != 0)
     bad.push_back(
         fmt::format("global_batch_size {} is not divisible by micro_batch_size {} x data-parallel size {} "
-                    "= {} (rule: GBS % (MBS * DP) == 0)",
+                    "= {} (rule: GBS % (MBS * DP) == 0; DP = world / (TP x PP x CP))",
                     cfg.global_batch_size, cfg.micro_batch_size, dp(), per_step));
   if (bad.empty()) return;
   std::string msg = fmt::format("the parallel layout {} does not fit the run:", describe());
@@ -191,8 +207,9 @@ ParallelLayout layout_from_config(const ParallelConfig& p, int world_size) {
   const int64_t model_parallel = int64_t{d.tp} * d.pp * d.cp;
   if (model_parallel < 1 || world_size % model_parallel != 0)
     throw ConfigError(
-        fmt::format("WORLD_SIZE={} is not divisible by TP {} x PP {} x CP {} = {} (rule: world % "
-                    "(TP*PP*CP) == 0)",
+        fmt::format("WORLD_SIZE={} is not divisible by tensor_model_parallel_size {} x "
+                    "pipeline_model_parallel_size {} x context_parallel_size {} = {} (rule: world % (TP*PP*CP) "
+                    "== 0; TorchTitan: parallelism.tensor/pipeline/context_parallel_degree)",
                     world_size, d.tp, d.pp, d.cp, model_parallel));
   const int dp = static_cast<int>(world_size / model_parallel);
   if (s == Sharding::kOptimGradsParams) {

@@ -7,6 +7,7 @@
 #include "checkpoint/hf_weights.h"
 #include "comm/world.h"
 #include "core/log.h"
+#include "parallel/config_agreement.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
@@ -76,6 +77,10 @@ void Trainer::init_distributed() {
     wo.timeout_s = cfg_.parallel.distributed_timeout_s;
     wo.cuda_device = gpu ? gpu_index_ : -1;
     world_.reset(new comm::World(comm::init_world(env, wo)));
+    // Every rank must run the same experiment before any group or shape is derived from it.
+    parallel::check_ranks_agree(*world_->comm, resolved_yaml_,
+                                world_->comm->device_type() == DeviceType::kCUDA ? cuda_compute_stream(gpu_index_)
+                                                                                 : Stream::cpu());
     layout = parallel::layout_from_config(cfg_.parallel, env.world_size);
     if (layout.dims.tp() > 1 || layout.dims.pp() > 1 || layout.dims.cp() > 1)
       throw ConfigError(

@@ -11,6 +11,8 @@
 #        output names the dead rank
 #   sigterm NP: DDP; rank 1 alone gets SIGTERM as iteration 3 starts: the job saves iteration 3 and every rank
 #        stops there with exit code 0, rank 0 saying "received SIGTERM" (the request travels with the losses)
+#   disagree NP: mpirun's MPMD form gives the last rank another seed: every rank stops at start-up, exit
+#        non-zero within 60 s, the odd rank naming the differing line (parallel/config_agreement.h)
 #   launch_<mode>: the same with ranks started by `primus launch` (tcp backend) instead of mpirun
 # Usage: dp_train_test.sh MODE MPIRUN PRIMUS NP [NP2]
 set -u
@@ -89,7 +91,7 @@ case "$mode" in
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   fsdp | resume) keys=(--use_torch_fsdp2 true) ;;
   hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2) ;;
-  kill) keys=() ;;
+  kill | disagree) keys=() ;;
   sigterm) keys=(--overlap_grad_reduce true) ;;
   *) fail "unknown mode $mode" ;;
 esac
@@ -140,6 +142,22 @@ sys.exit(0 if abs(per * k - whole) <= 0.02 * whole else 1)' "$shards" || fail "p
       fail "the latest checkpoint is not iteration 3: $(ls "$work/ckpt")"
     steps=$(grep -c '"loss"' "$work/dist.jsonl")
     [ "$steps" -eq 3 ] || fail "$steps steps recorded, expected 3"
+    ;;
+  disagree)
+    start=$(date +%s%N)
+    out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME=disagree \
+          -np $((np - 1)) "$primus" train pretrain "${common[@]}" --seed 1234 : \
+          -np 1 "$primus" train pretrain "${common[@]}" --seed 99 2>&1)
+    code=$?
+    elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    echo "$out" | grep -E "configuration|seed" | head -12
+    echo "dp_train_test: disagree: exit code $code, ${elapsed_ms} ms"
+    [ "$code" -ne 0 ] || fail "the job exited 0"
+    [ "$code" -ne 124 ] || fail "the job hung (killed by timeout after 60 s)"
+    echo "$out" | grep -q "rank $((np - 1)) resolved a different configuration than rank 0" ||
+      fail "rank $((np - 1)) did not report its different configuration"
+    echo "$out" | grep -q "seed: 99 (rank 0: seed: 1234)" || fail "the differing line (seed) is not named"
+    echo "$out" | grep -q "iter 1" && fail "a step ran although the ranks disagree"
     ;;
   kill)
     start=$(date +%s%N)

@@ -36,6 +36,13 @@ TEST(ParallelDims, InfersDpShardAndChecksTheProduct) {
             }).find("ep = 3 does not divide"),
             std::string::npos);
   EXPECT_NO_THROW(ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 4}, 8));
+  // Megatron's DDP / distributed optimizer: EP 8 out of 8 replicas (Primus's Mixtral experiment on 8 GPUs).
+  EXPECT_NO_THROW(ParallelDims::make({.dp_replicate = 8, .dp_shard = 1, .ep = 8}, 8));
+  // A sharded mesh (TorchTitan): EP must also divide dp_shard x cp x tp.
+  EXPECT_NE(error_of([] {
+              ParallelDims::make({.dp_replicate = 4, .dp_shard = 2, .ep = 4}, 8);
+            }).find("ep must divide dp_shard * cp * tp"),
+            std::string::npos);
 }
 
 TEST(ParallelDims, MegatronExampleTp2Pp4On8Ranks) {
@@ -97,10 +104,21 @@ TEST(ParallelDims, TrainingRules) {
   cfg.global_batch_size = 10;
   ParallelDims d = ParallelDims::make({.dp_shard = -1, .cp = 2, .tp = 4, .pp = 2}, 32);
   std::string e = error_of([&] { d.validate_training(cfg); });
-  EXPECT_NE(e.find("num_attention_heads 6 is not divisible by tp 4"), std::string::npos) << e;
-  EXPECT_NE(e.find("num_query_groups 3 is neither a multiple nor a divisor of tp 4"), std::string::npos) << e;
-  EXPECT_NE(e.find("num_layers 5 is not divisible by pp 2"), std::string::npos) << e;
-  EXPECT_NE(e.find("seq_length 130 is not divisible by 2 x cp = 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_attention_heads 6 is not divisible by the tensor-parallel degree 4 "
+                   "(tensor_model_parallel_size / parallelism.tensor_parallel_degree)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("num_query_groups 3 is neither a multiple nor a divisor of the tensor-parallel degree 4"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("num_layers 5 is not divisible by the pipeline-parallel degree 2 "
+                   "(pipeline_model_parallel_size / parallelism.pipeline_parallel_degree)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("seq_length 130 is not divisible by 2 x the context-parallel degree 2 = 4 "
+                   "(context_parallel_size / parallelism.context_parallel_degree)"),
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("global_batch_size 10 is not divisible by micro_batch_size 2 x data-parallel size 2"),
             std::string::npos)
       << e;
@@ -108,6 +126,30 @@ TEST(ParallelDims, TrainingRules) {
   cfg.model.num_layers = 4;
   cfg.global_batch_size = 8;
   EXPECT_NO_THROW(ok.validate_training(cfg));
+}
+
+TEST(ParallelDims, ExpertParallelRules) {
+  TrainConfig cfg;
+  cfg.model.num_attention_heads = 8;
+  cfg.model.num_query_groups = 8;
+  cfg.model.num_layers = 2;
+  cfg.data.seq_length = 64;
+  cfg.micro_batch_size = 1;
+  cfg.global_batch_size = 8;
+  ParallelDims d = ParallelDims::make({.dp_shard = -1, .ep = 4}, 8);
+  std::string e = error_of([&] { d.validate_training(cfg); });
+  EXPECT_NE(e.find("the expert-parallel degree is 4 (expert_model_parallel_size / "
+                   "parallelism.expert_parallel_degree) but the model has no experts"),
+            std::string::npos)
+      << e;
+  cfg.model.moe.num_experts = 6;
+  cfg.model.moe.topk = 2;
+  cfg.model.moe.ffn_hidden_size = 16;
+  cfg.model.moe.layer_is_moe = {1, 1};
+  e = error_of([&] { d.validate_training(cfg); });
+  EXPECT_NE(e.find("num_experts 6 is not divisible by the expert-parallel degree 4"), std::string::npos) << e;
+  cfg.model.moe.num_experts = 8;
+  EXPECT_NO_THROW(d.validate_training(cfg));
 }
 
 TEST(ParallelLayout, FromMegatronAndTorchTitanKeys) {
@@ -139,7 +181,7 @@ TEST(ParallelLayout, FromMegatronAndTorchTitanKeys) {
   EXPECT_NE(error_of([&] { layout_from_config(q, 4); }).find("'zero3' is not one of"), std::string::npos);
   ParallelConfig t;
   t.tensor_model_parallel_size = 3;
-  EXPECT_NE(error_of([&] { layout_from_config(t, 4); }).find("not divisible by TP 3"), std::string::npos);
+  EXPECT_NE(error_of([&] { layout_from_config(t, 4); }).find("not divisible by tensor_model_parallel_size 3"), std::string::npos);
 }
 
 }  // namespace

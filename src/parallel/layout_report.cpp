@@ -1,0 +1,66 @@
+#include "parallel/layout_report.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "parallel/parallel_dims.h"
+
+namespace primus::parallel {
+
+namespace {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  const size_t shown = ranks.size() <= 12 ? ranks.size() : 8;
+  for (size_t i = 0; i < shown; ++i) out += (i ? " " : "") + std::to_string(ranks[i]);
+  if (shown < ranks.size()) out += fmt::format(" ... {}", ranks.back());
+  return fmt::format("[{}] ({})", out, ranks.size());
+}
+
+}  // namespace
+
+std::string layout_report(const TrainConfig& cfg, int world_size, int nproc_per_node, int max_rows) {
+  if (nproc_per_node < 1 || world_size % nproc_per_node != 0)
+    throw ConfigError(fmt::format("world size {} is not a whole number of nodes of {} processes", world_size,
+                                  nproc_per_node));
+  const ParallelLayout layout = layout_from_config(cfg.parallel, world_size);
+  const ParallelDims& d = layout.dims;
+  d.validate_training(cfg);
+
+  std::string out = "\n== Parallel layout ==\n";
+  out += fmt::format("world          {} rank(s) = {} node(s) x {} process(es)\n", world_size,
+                     world_size / nproc_per_node, nproc_per_node);
+  out += fmt::format("degrees        {}\n", layout.describe());
+  const int64_t accumulation = cfg.global_batch_size / (cfg.micro_batch_size * d.dp());
+  out += fmt::format("batch          micro-batch {} x {} accumulation step(s) x data-parallel {} = global batch {}\n",
+                     cfg.micro_batch_size, accumulation, d.dp(), cfg.global_batch_size);
+  if (d.ep() > 1)
+    out += fmt::format("experts        {} per expert-parallel rank ({} / ep {}); expert data-parallel {}\n",
+                       cfg.model.moe.num_experts / d.ep(), cfg.model.moe.num_experts, d.ep(), d.edp());
+  out += "groups of rank 0:";
+  for (const std::string& g : ParallelDims::group_names()) {
+    if (g == "world") continue;
+    const std::vector<int> ranks = d.group_ranks(g, 0);
+    if (ranks.size() > 1) out += fmt::format(" {} {}", g, rank_list(ranks));
+  }
+  out += "\n";
+
+  out += " rank  node  local |  tp  cp  dp (replica.shard)  pp |  ep  edp\n";
+  auto row = [&](int r) {
+    const ParallelCoords c = d.coords(r);
+    out += fmt::format("{:5} {:5} {:6} | {:3} {:3} {:3} ({:>7}) {:7} | {:3} {:4}\n", r, r / nproc_per_node,
+                       r % nproc_per_node, c.tp, c.cp, c.dp, fmt::format("{}.{}", c.dp_replicate, c.dp_shard),
+                       c.pp, c.ep, c.edp);
+  };
+  if (world_size <= max_rows) {
+    for (int r = 0; r < world_size; ++r) row(r);
+  } else {  // the first and the last node (or ranks, when a node alone is too long)
+    const int edge = 2 * nproc_per_node <= max_rows ? nproc_per_node : max_rows / 2;
+    for (int r = 0; r < edge; ++r) row(r);
+    out += fmt::format("  ... ranks {} to {} not shown ...\n", edge, world_size - edge - 1);
+    for (int r = world_size - edge; r < world_size; ++r) row(r);
+  }
+  return out;
+}
+
+}  // namespace primus::parallel
