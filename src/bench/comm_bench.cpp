@@ -16,7 +16,7 @@ using namespace primus::comm;
 double bus_factor(const std::string& op, int n) {
   if (n <= 1) return op == "sendrecv" || op == "broadcast" ? 1.0 : 0.0;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "reduce_scatter" || op == "all_gather" || op == "all_to_all")
+  if (op == "reduce_scatter" || op == "all_gather" || op == "all_to_all" || op == "all_to_all_v")
     return static_cast<double>(n - 1) / n;
   return 1.0;
 }
@@ -120,6 +120,14 @@ Tensor host_tensor(DType dt, int64_t n, int r, int salt, int64_t offset = 0) {
   return t;
 }
 
+// all_to_all_v's uneven split, as an MoE dispatch makes it: rank s sends rank j base x 2k / (n - 1) elements,
+// k = (s + j) % n, so every rank sends and receives base x n in all but each pair differs and one chunk per
+// rank is empty (k = 0).
+int64_t v_count(int s, int j, int n, int64_t base) {
+  if (n <= 1) return base;
+  return base * 2 * ((s + j) % n) / (n - 1);
+}
+
 struct Bufs {
   Communicator& comm;
   Stream stream;
@@ -147,9 +155,9 @@ int run_comm_benchmark(const CommBenchOptions& o) {
         fmt::format("benchmark comm: --warmup {} --iters {} (need >= 0 and > 0)", o.warmup, o.iters));
   for (const std::string& op : o.ops)
     if (op != "all_reduce" && op != "reduce_scatter" && op != "all_gather" && op != "all_to_all" &&
-        op != "sendrecv" && op != "broadcast")
+        op != "all_to_all_v" && op != "sendrecv" && op != "broadcast")
       throw ConfigError(fmt::format("benchmark comm: unknown op '{}'", op),
-                        "ops: all_reduce reduce_scatter all_gather all_to_all sendrecv broadcast");
+                        "ops: all_reduce reduce_scatter all_gather all_to_all all_to_all_v sendrecv broadcast");
   const std::vector<int64_t> sizes = o.bytes.empty() ? power_of_two_sizes(o.min_bytes, o.max_bytes) : o.bytes;
   const DType dt = dtype_from_name(o.dtype);
   if (dt != DType::kBF16 && dt != DType::kF32 && dt != DType::kI32)
@@ -170,12 +178,28 @@ int run_comm_benchmark(const CommBenchOptions& o) {
   for (const std::string& op : o.ops) {
     for (int64_t bytes : sizes) {
       // Element counts: the buffer nccl-tests sizes by S, rounded to a multiple of n where it is split.
-      const bool split = op == "reduce_scatter" || op == "all_gather" || op == "all_to_all";
+      const bool split =
+          op == "reduce_scatter" || op == "all_gather" || op == "all_to_all" || op == "all_to_all_v";
       int64_t count = std::max<int64_t>(1, bytes / es);
       if (split) count = std::max<int64_t>(n, count / n * n);
       const int64_t chunk = split ? count / n : count;
       Tensor full_in, small_in, out;
-      if (op == "all_reduce" || op == "broadcast") {
+      std::vector<int64_t> send_counts(static_cast<size_t>(n)), recv_counts(static_cast<size_t>(n));
+      std::vector<int64_t> recv_start(static_cast<size_t>(n) + 1, 0), offset_at_sender(static_cast<size_t>(n));
+      if (op == "all_to_all_v") {
+        for (int j = 0; j < n; ++j) {
+          send_counts[j] = v_count(r, j, n, chunk);
+          recv_counts[j] = v_count(j, r, n, chunk);
+          recv_start[j + 1] = recv_start[j] + recv_counts[j];
+          int64_t off = 0;  // where rank j's chunk for us starts in its send buffer
+          for (int k = 0; k < r; ++k) off += v_count(j, k, n, chunk);
+          offset_at_sender[j] = off;
+        }
+      }
+      if (op == "all_to_all_v") {
+        full_in = b.dev(host_tensor(dt, count, r, 5));
+        out = b.empty(std::max<int64_t>(1, recv_start[n]), dt);
+      } else if (op == "all_reduce" || op == "broadcast") {
         full_in = b.dev(host_tensor(dt, count, r, 1));
       } else if (op == "reduce_scatter" || op == "all_to_all") {
         full_in = b.dev(host_tensor(dt, count, r, 2));
@@ -197,6 +221,8 @@ int run_comm_benchmark(const CommBenchOptions& o) {
           comm.all_gather(small_in, out, stream, "benchmark");
         } else if (op == "all_to_all") {
           comm.all_to_all(full_in, out, stream, "benchmark");
+        } else if (op == "all_to_all_v") {
+          comm.all_to_all_v(full_in, send_counts, out, recv_counts, stream, "benchmark");
         } else if (op == "broadcast") {
           comm.broadcast(full_in, 0, stream, "benchmark");
         } else if (n > 1) {
@@ -216,6 +242,7 @@ int run_comm_benchmark(const CommBenchOptions& o) {
         if (op == "all_reduce" || op == "broadcast") full_in = b.dev(host_tensor(dt, count, r, 1));
         once();
         std::vector<double> got = b.host(op == "all_reduce" || op == "broadcast" ? full_in : out);
+        if (op == "all_to_all_v") got.resize(static_cast<size_t>(recv_start[n]));
         bool ok = true;
         for (int64_t i = 0; i < static_cast<int64_t>(got.size()) && ok; ++i) {
           double e = 0;
@@ -227,6 +254,10 @@ int run_comm_benchmark(const CommBenchOptions& o) {
             for (int s = 0; s < n; ++s) e += pattern(s, r * chunk + i, 2);
           } else if (op == "all_to_all") {
             e = pattern(static_cast<int>(i / chunk), r * chunk + i % chunk, 2);
+          } else if (op == "all_to_all_v") {
+            int s_from = 0;
+            while (i >= recv_start[s_from + 1]) ++s_from;
+            e = pattern(s_from, offset_at_sender[s_from] + (i - recv_start[s_from]), 5);
           } else if (op == "all_gather") {
             e = pattern(static_cast<int>(i / chunk), i % chunk, 3);
           } else {
@@ -250,7 +281,13 @@ int run_comm_benchmark(const CommBenchOptions& o) {
       stream_sync(stream);
       const double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o.iters;
-      CommBenchRow row{op, o.dtype, n, count * es, count, us, 0, 0, check};
+      // all_to_all_v: S is what this rank sends (its share of the uneven split).
+      int64_t sent = count;
+      if (op == "all_to_all_v") {
+        sent = 0;
+        for (int64_t c : send_counts) sent += c;
+      }
+      CommBenchRow row{op, o.dtype, n, sent * es, sent, us, 0, 0, check};
       row.algbw_gbps = static_cast<double>(row.bytes) / (us * 1e-6) / 1e9;
       row.busbw_gbps = row.algbw_gbps * bus_factor(op, n);
       log::info("{:>14} {:>12} {:>12.1f} {:>11.2f} {:>11.2f} {:>6}", op, row.bytes, us, row.algbw_gbps,

@@ -3,10 +3,12 @@
 // defines it, run under a launcher (primus launch, mpirun, srun, torchrun) on any communicator backend.
 //
 // For each op and message size S (bytes per rank buffer as nccl-tests counts it: the all_reduce buffer, the
-// all_gather/reduce_scatter full buffer, the all_to_all send buffer, the send/recv message), after --warmup
+// all_gather/reduce_scatter full buffer, the all_to_all send buffer, the send/recv message; all_to_all_v: the
+// elements this rank sends in an uneven, MoE-dispatch-like split where each pair's count differs and one
+// chunk per rank is empty), after --warmup
 // untimed runs, --iters runs are timed together (host clock around the loop, synchronised at both ends):
 //   time = elapsed / iters;  algbw = S / time;  busbw = algbw x factor
-//   factor: all_reduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n; broadcast, sendrecv 1.
+//   factor: all_reduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all(_v) (n-1)/n; broadcast, sendrecv 1.
 // --check fills every input with small integers (exact in bf16 and in any summation order) and verifies
 // every result element on every rank; a mismatch fails the run (exit 1).
 // Sizes: --min-bytes 1K to --max-bytes 1G by powers of two (or an explicit --bytes list). Output: a
@@ -19,7 +21,8 @@ namespace primus::bench {
 
 struct CommBenchOptions {
   std::string backend = "auto";
-  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv"};
+  std::vector<std::string> ops = {"all_reduce",   "reduce_scatter", "all_gather",
+                                  "all_to_all",   "all_to_all_v",   "sendrecv"};
   int64_t min_bytes = 1 << 10;
   int64_t max_bytes = int64_t{1} << 30;
   std::vector<int64_t> bytes;  // explicit sizes (overrides min/max)

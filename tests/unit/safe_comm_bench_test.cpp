@@ -17,6 +17,7 @@ TEST(SafeCommBench, BusBandwidthFactorsAsNcclTests) {
   EXPECT_DOUBLE_EQ(bus_factor("reduce_scatter", 8), 7.0 / 8);
   EXPECT_DOUBLE_EQ(bus_factor("all_gather", 4), 3.0 / 4);
   EXPECT_DOUBLE_EQ(bus_factor("all_to_all", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor("all_to_all_v", 4), 0.75);
   EXPECT_DOUBLE_EQ(bus_factor("sendrecv", 8), 1);
   EXPECT_DOUBLE_EQ(bus_factor("broadcast", 8), 1);
   EXPECT_DOUBLE_EQ(bus_factor("all_reduce", 1), 0);
