@@ -289,7 +289,11 @@ int run_comm_benchmark(const CommBenchOptions& o) {
       }
       CommBenchRow row{op, o.dtype, n, sent * es, sent, us, 0, 0, check};
       row.algbw_gbps = static_cast<double>(row.bytes) / (us * 1e-6) / 1e9;
-      row.busbw_gbps = row.algbw_gbps * bus_factor(op, n);
+      // The share of S that leaves the rank: (n-1)/n for even splits; all_to_all_v's own chunk varies by rank.
+      const double leaves = op == "all_to_all_v" && sent > 0
+                                ? static_cast<double>(sent - send_counts[static_cast<size_t>(r)]) / sent
+                                : bus_factor(op, n);
+      row.busbw_gbps = row.algbw_gbps * leaves;
       log::info("{:>14} {:>12} {:>12.1f} {:>11.2f} {:>11.2f} {:>6}", op, row.bytes, us, row.algbw_gbps,
                 row.busbw_gbps, check);
       rows.push_back(row);

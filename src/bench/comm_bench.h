@@ -8,7 +8,8 @@
 // chunk per rank is empty), after --warmup
 // untimed runs, --iters runs are timed together (host clock around the loop, synchronised at both ends):
 //   time = elapsed / iters;  algbw = S / time;  busbw = algbw x factor
-//   factor: all_reduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all(_v) (n-1)/n; broadcast, sendrecv 1.
+//   factor: all_reduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n; broadcast, sendrecv 1;
+//   all_to_all_v: the share of S sent to other ranks (S minus this rank's own chunk, over S).
 // --check fills every input with small integers (exact in bf16 and in any summation order) and verifies
 // every result element on every rank; a mismatch fails the run (exit 1).
 // Sizes: --min-bytes 1K to --max-bytes 1G by powers of two (or an explicit --bytes list). Output: a
