@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "comm/rank_names.h"
 #include "core/log.h"
 #include "profile/trace.h"
 
@@ -122,8 +123,8 @@ Communicator::~Communicator() {
 }
 
 std::string Communicator::describe_op(std::string_view op, std::string_view label, uint64_t seq) const {
-  if (label.empty()) return fmt::format("rank {}, group {}, op {} (seq {})", world_rank_, name_, op, seq);
-  return fmt::format("rank {}, group {}, op {} '{}' (seq {})", world_rank_, name_, op, label, seq);
+  if (label.empty()) return fmt::format("{}, group {}, op {} (seq {})", rank_name(world_rank_), name_, op, seq);
+  return fmt::format("{}, group {}, op {} '{}' (seq {})", rank_name(world_rank_), name_, op, label, seq);
 }
 
 Communicator::OpInfo Communicator::current_op() const {

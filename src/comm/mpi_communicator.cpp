@@ -8,6 +8,7 @@
 #include <exception>
 #include <vector>
 
+#include "comm/rank_names.h"
 #include "core/log.h"
 
 namespace primus::comm {
@@ -133,7 +134,7 @@ class MpiCommunicator : public HostCommunicator {
  protected:
   void check(int code, const char* call, int peer) {
     if (code == kMpiSuccess) return;
-    fail(fmt::format("{} with rank {} failed: {}", call, peer >= 0 ? world_ranks_[peer] : -1,
+    fail(fmt::format("{} with {} failed: {}", call, rank_name(peer >= 0 ? world_ranks_[peer] : -1),
                      rt_->api.error_string(code)));
   }
 

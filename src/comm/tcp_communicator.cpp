@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "comm/job_auth.h"
+#include "comm/rank_names.h"
 #include "comm/socket_util.h"
 
 namespace primus::comm {
@@ -53,7 +54,7 @@ TcpCommunicator::~TcpCommunicator() {
 }
 
 std::string TcpCommunicator::peer_name(int peer) const {
-  return fmt::format("rank {}", world_ranks_[peer]);
+  return rank_name(world_ranks_[peer]);
 }
 
 // Rank i listens on the address it reaches the store from, publishes ip:port in the store, connects to every

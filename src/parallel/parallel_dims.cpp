@@ -107,6 +107,13 @@ ParallelCoords ParallelDims::coords(int rank) const {
   return c;
 }
 
+std::string ParallelDims::describe_rank(int rank) const {
+  const ParallelCoords c = coords(rank);
+  std::string out = fmt::format("tp {}, cp {}, dp {}, pp {}", c.tp, c.cp, c.dp, c.pp);
+  if (ep() > 1) out += fmt::format(", ep {}", c.ep);
+  return out;
+}
+
 const std::vector<std::string>& ParallelDims::group_names() {
   static const std::vector<std::string> kNames = {
       "world", "tp", "cp", "dp", "dp_shard", "dp_replicate", "dp_cp", "dp_shard_cp", "pp", "ep", "edp"};

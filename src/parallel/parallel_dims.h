@@ -59,6 +59,8 @@ class ParallelDims {
   int edp() const { return dp() * cp() / ep(); }  // expert data-parallel degree
 
   ParallelCoords coords(int rank) const;
+  // "tp 1, cp 0, dp 2, pp 0" (", ep 1" when EP > 1): how messages name a rank's place (comm/rank_names.h).
+  std::string describe_rank(int rank) const;
   int rank_of(int tp_r, int cp_r, int dp_r, int pp_r) const;
 
   // The names build_groups() knows, and the world ranks of `rank`'s group of that name (ascending, so that

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "comm/rank_names.h"
 #include "core/log.h"
 
 namespace primus::safe {
@@ -68,10 +69,10 @@ std::string describe_hang(const std::vector<Heartbeat>& beats, const std::vector
           : fmt::format("stuck rank(s): {}", who);
   for (const Heartbeat& b : beats) {
     if (b.missing) {
-      s += fmt::format("; rank {}: no heartbeat", b.rank);
+      s += fmt::format("; {}: no heartbeat", comm::rank_name(b.rank));
       continue;
     }
-    s += fmt::format("; rank {}{}: step {}, {}, last collective {}", b.rank,
+    s += fmt::format("; {}{}: step {}, {}, last collective {}", comm::rank_name(b.rank),
                      b.host.empty() ? "" : " (" + b.host + ")", b.step, b.phase.empty() ? "-" : b.phase,
                      b.last_collective.empty() ? "none" : b.last_collective);
   }

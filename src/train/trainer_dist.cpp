@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "checkpoint/hf_weights.h"
+#include "comm/rank_names.h"
 #include "comm/world.h"
 #include "core/log.h"
 #include "parallel/config_agreement.h"
@@ -82,6 +83,9 @@ void Trainer::init_distributed() {
                                 world_->comm->device_type() == DeviceType::kCUDA ? cuda_compute_stream(gpu_index_)
                                                                                  : Stream::cpu());
     layout = parallel::layout_from_config(cfg_.parallel, env.world_size);
+    std::vector<std::string> places;  // failure reports name a rank with its coordinates from here on
+    for (int r = 0; r < env.world_size; ++r) places.push_back(layout.dims.describe_rank(r));
+    comm::set_rank_coordinates(std::move(places));
     if (layout.dims.tp() > 1 || layout.dims.pp() > 1 || layout.dims.cp() > 1)
       throw ConfigError(
           fmt::format("{}: tensor, pipeline and context parallelism are not implemented yet "

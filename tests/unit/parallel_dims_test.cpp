@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "comm/rank_names.h"
 #include "parallel/parallel_dims.h"
 
 namespace primus::parallel {
@@ -182,6 +183,20 @@ TEST(ParallelLayout, FromMegatronAndTorchTitanKeys) {
   ParallelConfig t;
   t.tensor_model_parallel_size = 3;
   EXPECT_NE(error_of([&] { layout_from_config(t, 4); }).find("not divisible by tensor_model_parallel_size 3"), std::string::npos);
+}
+
+// Failure messages name a rank with its place in the layout once the trainer has set it (comm/rank_names.h).
+TEST(ParallelDims, RanksAreNamedWithTheirCoordinates) {
+  ParallelDims d = ParallelDims::make({.dp_shard = -1, .tp = 2, .pp = 2, .ep = 2}, 8);
+  EXPECT_EQ(d.describe_rank(5), "tp 1, cp 0, dp 0, pp 1, ep 0");
+  EXPECT_EQ(comm::rank_name(5), "rank 5");
+  std::vector<std::string> places;
+  for (int r = 0; r < d.world_size(); ++r) places.push_back(d.describe_rank(r));
+  comm::set_rank_coordinates(places);
+  EXPECT_EQ(comm::rank_name(3), "rank 3 (tp 1, cp 0, dp 1, pp 0, ep 1)");
+  EXPECT_EQ(comm::rank_name(9), "rank 9") << "outside the table: the number alone";
+  comm::set_rank_coordinates({});
+  EXPECT_EQ(comm::rank_name(3), "rank 3");
 }
 
 }  // namespace
