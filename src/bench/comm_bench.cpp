@@ -156,8 +156,9 @@ int run_comm_benchmark(const CommBenchOptions& o) {
   for (const std::string& op : o.ops)
     if (op != "all_reduce" && op != "reduce_scatter" && op != "all_gather" && op != "all_to_all" &&
         op != "all_to_all_v" && op != "sendrecv" && op != "broadcast")
-      throw ConfigError(fmt::format("benchmark comm: unknown op '{}'", op),
-                        "ops: all_reduce reduce_scatter all_gather all_to_all all_to_all_v sendrecv broadcast");
+      throw ConfigError(
+          fmt::format("benchmark comm: unknown op '{}'", op),
+          "ops: all_reduce reduce_scatter all_gather all_to_all all_to_all_v sendrecv broadcast");
   const std::vector<int64_t> sizes = o.bytes.empty() ? power_of_two_sizes(o.min_bytes, o.max_bytes) : o.bytes;
   const DType dt = dtype_from_name(o.dtype);
   if (dt != DType::kBF16 && dt != DType::kF32 && dt != DType::kI32)
@@ -185,7 +186,8 @@ int run_comm_benchmark(const CommBenchOptions& o) {
       const int64_t chunk = split ? count / n : count;
       Tensor full_in, small_in, out;
       std::vector<int64_t> send_counts(static_cast<size_t>(n)), recv_counts(static_cast<size_t>(n));
-      std::vector<int64_t> recv_start(static_cast<size_t>(n) + 1, 0), offset_at_sender(static_cast<size_t>(n));
+      std::vector<int64_t> recv_start(static_cast<size_t>(n) + 1, 0),
+          offset_at_sender(static_cast<size_t>(n));
       if (op == "all_to_all_v") {
         for (int j = 0; j < n; ++j) {
           send_counts[j] = v_count(r, j, n, chunk);
@@ -289,7 +291,8 @@ int run_comm_benchmark(const CommBenchOptions& o) {
       }
       CommBenchRow row{op, o.dtype, n, sent * es, sent, us, 0, 0, check};
       row.algbw_gbps = static_cast<double>(row.bytes) / (us * 1e-6) / 1e9;
-      // The share of S that leaves the rank: (n-1)/n for even splits; all_to_all_v's own chunk varies by rank.
+      // The share of S that leaves the rank: (n-1)/n for even splits; all_to_all_v's own chunk varies by
+      // rank.
       const double leaves = op == "all_to_all_v" && sent > 0
                                 ? static_cast<double>(sent - send_counts[static_cast<size_t>(r)]) / sent
                                 : bus_factor(op, n);

@@ -22,8 +22,8 @@ namespace primus::bench {
 
 struct CommBenchOptions {
   std::string backend = "auto";
-  std::vector<std::string> ops = {"all_reduce",   "reduce_scatter", "all_gather",
-                                  "all_to_all",   "all_to_all_v",   "sendrecv"};
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather",
+                                  "all_to_all", "all_to_all_v",   "sendrecv"};
   int64_t min_bytes = 1 << 10;
   int64_t max_bytes = int64_t{1} << 30;
   std::vector<int64_t> bytes;  // explicit sizes (overrides min/max)

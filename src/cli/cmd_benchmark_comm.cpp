@@ -16,7 +16,8 @@ void attach_benchmark_comm(CLI::App* parent, CliContext& ctx, const std::string&
   CLI::App* app = parent->add_subcommand(
       name, "Collective bandwidth: algbw and busbw as nccl-tests defines them (run under a launcher)");
   app->add_option("--backend", o->backend, "auto | tcp | mpi | nccl")->capture_default_str();
-  app->add_option("--ops", o->ops, "all_reduce, reduce_scatter, all_gather, all_to_all, all_to_all_v, sendrecv, broadcast")
+  app->add_option("--ops", o->ops,
+                  "all_reduce, reduce_scatter, all_gather, all_to_all, all_to_all_v, sendrecv, broadcast")
       ->delimiter(',')
       ->capture_default_str();
   app->add_option("--min-bytes", *min_b, "Smallest message (powers of two up to --max-bytes)")

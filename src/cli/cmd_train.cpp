@@ -27,7 +27,7 @@ struct PretrainArgs {
   bool dry_run = false;
   std::string backend_path;
   std::string resume;  // "auto" or a checkpoint path
-  int nnodes = 0;         // with nproc_per_node: plan for that world (--dry-run only)
+  int nnodes = 0;      // with nproc_per_node: plan for that world (--dry-run only)
   int nproc_per_node = 0;
   std::vector<std::string> overrides;
 };
@@ -70,14 +70,16 @@ int run_pretrain_command(const PretrainArgs& args) {
   check_mistyped_options(args.overrides);
   config::ResolveOptions options;
   options.cli_overrides = args.overrides;
-  // A world the run is not in: its size replaces WORLD_SIZE (planning mode), and features not supported yet (tensor, pipeline,
-  // context, expert parallelism) are listed as warnings instead of refusing, so the layout can be checked.
+  // A world the run is not in: its size replaces WORLD_SIZE (planning mode), and features not supported yet
+  // (tensor, pipeline, context, expert parallelism) are listed as warnings instead of refusing, so the layout
+  // can be checked.
   const bool planned_world = args.nnodes > 0 || args.nproc_per_node > 0;
   if (planned_world) {
     if (!args.dry_run)
-      throw ConfigError("--nnodes / --nproc-per-node plan a world for --dry-run only",
-                        "to run on several processes use `primus launch --nnodes N --nproc-per-node G -- train "
-                        "pretrain ...`");
+      throw ConfigError(
+          "--nnodes / --nproc-per-node plan a world for --dry-run only",
+          "to run on several processes use `primus launch --nnodes N --nproc-per-node G -- train "
+          "pretrain ...`");
     if (args.nnodes < 1 || args.nproc_per_node < 1)
       throw ConfigError(fmt::format("--nnodes {} --nproc-per-node {}: both must be given, each >= 1",
                                     args.nnodes, args.nproc_per_node));

@@ -123,7 +123,8 @@ Communicator::~Communicator() {
 }
 
 std::string Communicator::describe_op(std::string_view op, std::string_view label, uint64_t seq) const {
-  if (label.empty()) return fmt::format("{}, group {}, op {} (seq {})", rank_name(world_rank_), name_, op, seq);
+  if (label.empty())
+    return fmt::format("{}, group {}, op {} (seq {})", rank_name(world_rank_), name_, op, seq);
   return fmt::format("{}, group {}, op {} '{}' (seq {})", rank_name(world_rank_), name_, op, label, seq);
 }
 

@@ -1,9 +1,9 @@
 #pragma once
 // Called around the use of each parameter region (0 = embedding, 1..L = layers, L+1 = final norm + head) so
 // that data parallelism can gather sharded parameters ahead of use (FSDP) and reduce a region's gradients as
-// soon as its backward is over (DDP buckets), and the overlapped optimizer update can wait for and sum what it
-// needs (train/overlapped_update.h). The head runs forward and backward together:
-// before_forward(L+1) ... after_backward(L+1). Evaluation calls only the forward pair.
+// soon as its backward is over (DDP buckets), and the overlapped optimizer update can wait for and sum what
+// it needs (train/overlapped_update.h). The head runs forward and backward together: before_forward(L+1) ...
+// after_backward(L+1). Evaluation calls only the forward pair.
 #include <span>
 
 namespace primus {

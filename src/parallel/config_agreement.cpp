@@ -31,7 +31,7 @@ std::string config_semantics(const std::string& resolved_yaml) {
   std::string out;
   for (const std::string& line : lines_of(resolved_yaml)) {
     if (trimmed(line).rfind('#', 0) == 0) continue;  // header comments: paths, names, versions
-    const size_t comment = line.rfind("  # ");        // the origin of the value (file:line, may be a path)
+    const size_t comment = line.rfind("  # ");       // the origin of the value (file:line, may be a path)
     const std::string kept = comment == std::string::npos ? line : line.substr(0, comment);
     out += kept.substr(0, kept.find_last_not_of(' ') + 1) + "\n";
   }
@@ -88,10 +88,11 @@ void check_ranks_agree(comm::Communicator& world, const std::string& resolved, c
   if (hashes[static_cast<size_t>(world.rank())] != hashes[0]) {
     std::string what;
     for (const std::string& d : config_differences(rank0, resolved_yaml)) what += "\n  - " + d;
-    throw ConfigError(fmt::format("rank {} resolved a different configuration than rank 0 (ranks that differ: "
-                                  "{}); the job stops before building anything:{}",
-                                  world.rank(), ranks, what),
-                      hint);
+    throw ConfigError(
+        fmt::format("rank {} resolved a different configuration than rank 0 (ranks that differ: "
+                    "{}); the job stops before building anything:{}",
+                    world.rank(), ranks, what),
+        hint);
   }
   throw ConfigError(fmt::format("rank(s) {} resolved a different configuration than rank 0 (each names the "
                                 "differing lines in its log); the job stops before building anything",

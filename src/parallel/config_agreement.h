@@ -1,11 +1,11 @@
 #pragma once
-// Ranks must run the same experiment: the same parallel degrees, batch, model and data. A rank that resolved a
-// different configuration (another file, an override given to one rank, an environment variable that differs
-// between nodes inside a ${VAR}) would build other groups or shapes and hang or corrupt the run at its first
-// collective. So right after the world communicator exists, every rank's resolved configuration is compared
-// with rank 0's (an xxh3 of the resolved YAML without its comments, all-gathered: the origins there hold
-// paths that may differ between nodes), and on a mismatch every rank stops with a clear
-// error before any model memory is allocated: the differing ranks name the differing lines.
+// Ranks must run the same experiment: the same parallel degrees, batch, model and data. A rank that resolved
+// a different configuration (another file, an override given to one rank, an environment variable that
+// differs between nodes inside a ${VAR}) would build other groups or shapes and hang or corrupt the run at
+// its first collective. So right after the world communicator exists, every rank's resolved configuration is
+// compared with rank 0's (an xxh3 of the resolved YAML without its comments, all-gathered: the origins there
+// hold paths that may differ between nodes), and on a mismatch every rank stops with a clear error before any
+// model memory is allocated: the differing ranks name the differing lines.
 #include <string>
 #include <vector>
 

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "core/error.h"
 #include "parallel/parallel_dims.h"
 
@@ -23,7 +26,24 @@ std::string layout_report(const TrainConfig& cfg, int world_size, int nproc_per_
   if (nproc_per_node < 1 || world_size % nproc_per_node != 0)
     throw ConfigError(fmt::format("world size {} is not a whole number of nodes of {} processes", world_size,
                                   nproc_per_node));
-  const ParallelLayout layout = layout_from_config(cfg.parallel, world_size);
+  ParallelLayout layout;
+  try {
+    layout = layout_from_config(cfg.parallel, world_size);
+  } catch (const ConfigError& e) {
+    // Most of Primus's big experiments are written for several nodes: say which worlds fit the degrees.
+    const ParallelConfig& p = cfg.parallel;
+    const int64_t model =
+        p.tensor_model_parallel_size * p.pipeline_model_parallel_size * p.context_parallel_size;
+    const int64_t expert =
+        p.tensor_model_parallel_size * p.expert_model_parallel_size * p.pipeline_model_parallel_size;
+    const int64_t need = std::lcm(std::max<int64_t>(1, model), std::max<int64_t>(1, expert));
+    const int64_t world = std::lcm(need, int64_t{nproc_per_node});
+    throw ConfigError(
+        e.what(),
+        fmt::format("the degrees need a world that is a multiple of {} ranks (TP x PP x CP = {}, "
+                    "TP x EP x PP = {}); with {} processes per node: --nnodes {} --nproc-per-node {}",
+                    need, model, expert, nproc_per_node, world / nproc_per_node, nproc_per_node));
+  }
   const ParallelDims& d = layout.dims;
   d.validate_training(cfg);
 
@@ -32,8 +52,9 @@ std::string layout_report(const TrainConfig& cfg, int world_size, int nproc_per_
                      world_size / nproc_per_node, nproc_per_node);
   out += fmt::format("degrees        {}\n", layout.describe());
   const int64_t accumulation = cfg.global_batch_size / (cfg.micro_batch_size * d.dp());
-  out += fmt::format("batch          micro-batch {} x {} accumulation step(s) x data-parallel {} = global batch {}\n",
-                     cfg.micro_batch_size, accumulation, d.dp(), cfg.global_batch_size);
+  out += fmt::format(
+      "batch          micro-batch {} x {} accumulation step(s) x data-parallel {} = global batch {}\n",
+      cfg.micro_batch_size, accumulation, d.dp(), cfg.global_batch_size);
   if (d.ep() > 1)
     out += fmt::format("experts        {} per expert-parallel rank ({} / ep {}); expert data-parallel {}\n",
                        cfg.model.moe.num_experts / d.ep(), cfg.model.moe.num_experts, d.ep(), d.edp());

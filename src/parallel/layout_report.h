@@ -5,7 +5,8 @@
 // (tp, cp, dp = dp_replicate x dp_shard, pp) and on the expert grid (ep, edp), plus rank 0's groups.
 //
 // With `--nnodes N --nproc-per-node G` the world is one the run is not in: that is how an experiment written
-// for 8-128 GPUs is checked on a laptop before a job is queued. Bad layouts throw ConfigError naming the keys.
+// for 8-128 GPUs is checked on a laptop before a job is queued. Bad layouts throw ConfigError naming the
+// keys.
 #include <string>
 
 #include "config/train_config.h"

@@ -75,7 +75,8 @@ ParallelDims ParallelDims::make(const ParallelDegrees& in, int world_size) {
         "and context parallelism: world % (tp * ep * pp) == 0)",
         in.ep, d.dp(), in.cp, int64_t{d.dp()} * in.cp));
   // On a sharded (FSDP) mesh, TorchTitan carves EP out of the shard dimensions; with replicas only
-  // (Megatron's DDP / distributed optimizer: dp_shard 1) EP comes from the replicas and the rule above is all.
+  // (Megatron's DDP / distributed optimizer: dp_shard 1) EP comes from the replicas and the rule above is
+  // all.
   if (in.ep > 1 && d.d_.dp_shard > 1 && (int64_t{d.d_.dp_shard} * in.cp * in.tp) % in.ep != 0)
     throw ConfigError(
         fmt::format("expert parallel degree ep = {} does not divide dp_shard {} x cp {} x tp {} "
@@ -147,7 +148,8 @@ std::vector<int> ParallelDims::group_ranks(const std::string& name, int rank) co
 }
 
 void ParallelDims::validate_training(const TrainConfig& cfg) const {
-  // Each rule names the keys of both dialects (Megatron / TorchTitan), so the message points at the file's own.
+  // Each rule names the keys of both dialects (Megatron / TorchTitan), so the message points at the file's
+  // own.
   constexpr const char* kTp = "tensor_model_parallel_size / parallelism.tensor_parallel_degree";
   constexpr const char* kPp = "pipeline_model_parallel_size / parallelism.pipeline_parallel_degree";
   constexpr const char* kCp = "context_parallel_size / parallelism.context_parallel_degree";
@@ -155,30 +157,35 @@ void ParallelDims::validate_training(const TrainConfig& cfg) const {
   std::vector<std::string> bad;
   const ModelConfig& m = cfg.model;
   if (m.num_attention_heads % tp() != 0)
-    bad.push_back(fmt::format("num_attention_heads {} is not divisible by the tensor-parallel degree {} ({}) "
-                              "(rule: heads % TP == 0)",
-                              m.num_attention_heads, tp(), kTp));
+    bad.push_back(
+        fmt::format("num_attention_heads {} is not divisible by the tensor-parallel degree {} ({}) "
+                    "(rule: heads % TP == 0)",
+                    m.num_attention_heads, tp(), kTp));
   if (m.num_query_groups % tp() != 0 && tp() % m.num_query_groups != 0)
     bad.push_back(fmt::format(
         "num_query_groups {} is neither a multiple nor a divisor of the tensor-parallel degree {} ({}) "
         "(rule: KV heads must split evenly or replicate over TP)",
         m.num_query_groups, tp(), kTp));
   if (m.num_layers % pp() != 0)
-    bad.push_back(fmt::format("num_layers {} is not divisible by the pipeline-parallel degree {} ({}) (rule: "
-                              "layers % PP == 0 without an explicit layout)",
-                              m.num_layers, pp(), kPp));
+    bad.push_back(
+        fmt::format("num_layers {} is not divisible by the pipeline-parallel degree {} ({}) (rule: "
+                    "layers % PP == 0 without an explicit layout)",
+                    m.num_layers, pp(), kPp));
   if (cp() > 1 && cfg.data.seq_length % (2 * cp()) != 0)
-    bad.push_back(fmt::format("seq_length {} is not divisible by 2 x the context-parallel degree {} = {} ({}) "
-                              "(rule: load-balanced causal CP needs seq % (2*CP) == 0)",
-                              cfg.data.seq_length, cp(), 2 * cp(), kCp));
+    bad.push_back(
+        fmt::format("seq_length {} is not divisible by 2 x the context-parallel degree {} = {} ({}) "
+                    "(rule: load-balanced causal CP needs seq % (2*CP) == 0)",
+                    cfg.data.seq_length, cp(), 2 * cp(), kCp));
   if (ep() > 1 && !m.moe.enabled())
-    bad.push_back(fmt::format("the expert-parallel degree is {} ({}) but the model has no experts "
-                              "(num_experts / moe settings unset) (rule: EP needs an MoE model)",
-                              ep(), kEp));
+    bad.push_back(
+        fmt::format("the expert-parallel degree is {} ({}) but the model has no experts "
+                    "(num_experts / moe settings unset) (rule: EP needs an MoE model)",
+                    ep(), kEp));
   if (ep() > 1 && m.moe.enabled() && m.moe.num_experts % ep() != 0)
-    bad.push_back(fmt::format("num_experts {} is not divisible by the expert-parallel degree {} ({}) (rule: "
-                              "every EP rank owns num_experts / EP experts)",
-                              m.moe.num_experts, ep(), kEp));
+    bad.push_back(
+        fmt::format("num_experts {} is not divisible by the expert-parallel degree {} ({}) (rule: "
+                    "every EP rank owns num_experts / EP experts)",
+                    m.moe.num_experts, ep(), kEp));
   const int64_t per_step = cfg.micro_batch_size * dp();
   if (per_step <= 0 || cfg.global_batch_size % per_step != 0)
     bad.push_back(
@@ -213,11 +220,11 @@ ParallelLayout layout_from_config(const ParallelConfig& p, int world_size) {
   d.ep = static_cast<int>(p.expert_model_parallel_size);
   const int64_t model_parallel = int64_t{d.tp} * d.pp * d.cp;
   if (model_parallel < 1 || world_size % model_parallel != 0)
-    throw ConfigError(
-        fmt::format("WORLD_SIZE={} is not divisible by tensor_model_parallel_size {} x "
-                    "pipeline_model_parallel_size {} x context_parallel_size {} = {} (rule: world % (TP*PP*CP) "
-                    "== 0; TorchTitan: parallelism.tensor/pipeline/context_parallel_degree)",
-                    world_size, d.tp, d.pp, d.cp, model_parallel));
+    throw ConfigError(fmt::format(
+        "WORLD_SIZE={} is not divisible by tensor_model_parallel_size {} x "
+        "pipeline_model_parallel_size {} x context_parallel_size {} = {} (rule: world % (TP*PP*CP) "
+        "== 0; TorchTitan: parallelism.tensor/pipeline/context_parallel_degree)",
+        world_size, d.tp, d.pp, d.cp, model_parallel));
   const int dp = static_cast<int>(world_size / model_parallel);
   if (s == Sharding::kOptimGradsParams) {
     d.dp_replicate = static_cast<int>(p.data_parallel_replicate_degree);

@@ -14,7 +14,8 @@ ChunkedGradNorm::ChunkedGradNorm(ParamStore& params, const Stream& compute) : pa
     for (const UpdatePiece& up : update_pieces(params, r, kUpdatePieceElems)) {
       Piece p;
       p.first_chunk = static_cast<int>(ranges_.size());
-      for (int64_t b = up.begin; b < up.end; b += kChunk) ranges_.emplace_back(b, std::min(up.end, b + kChunk));
+      for (int64_t b = up.begin; b < up.end; b += kChunk)
+        ranges_.emplace_back(b, std::min(up.end, b + kChunk));
       p.end_chunk = static_cast<int>(ranges_.size());
       p.entries = up.entries;
       out.push_back(std::move(p));

@@ -98,16 +98,16 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   std::vector<std::shared_ptr<StreamEvent>> pending_;  // per region; null once the compute stream waited
   std::vector<std::vector<UpdatePiece>> pieces_;       // per region, in update order
   std::vector<std::shared_ptr<StreamEvent>> entry_pending_;  // per entry: its piece's event, or null
-  int release_at_;                                     // see release_region()
-  bool timing_ = false;                                // the forward after launch() records its region starts
-  std::vector<std::shared_ptr<StreamEvent>> starts_;   // timed, per region, on the compute stream
-  std::shared_ptr<StreamEvent> update_end_;            // timed, on the update stream
+  int release_at_;                                           // see release_region()
+  bool timing_ = false;                               // the forward after launch() records its region starts
+  std::vector<std::shared_ptr<StreamEvent>> starts_;  // timed, per region, on the compute stream
+  std::shared_ptr<StreamEvent> update_end_;           // timed, on the update stream
   int embed_entry_ = -1;             // the input embedding, when its update can be deferred (untied)
   bool embedding_deferred_ = false;  // region 0's update is not enqueued yet
   double lr_ = 0;
   float grad_scale_ = 1;
   bool norm_armed_ = false;
-  std::vector<char> norm_launched_;  // per region, since arm_norm()
+  std::vector<char> norm_launched_;                     // per region, since arm_norm()
   std::vector<std::vector<char>> piece_norm_launched_;  // per region and norm piece, since arm_norm()
   std::vector<char> entry_final_;                       // per entry: grads_final() since arm_norm()
   bool early_norm_ = true;                              // PRIMUS_EARLY_NORM

@@ -79,9 +79,9 @@ void Trainer::init_distributed() {
     wo.cuda_device = gpu ? gpu_index_ : -1;
     world_.reset(new comm::World(comm::init_world(env, wo)));
     // Every rank must run the same experiment before any group or shape is derived from it.
-    parallel::check_ranks_agree(*world_->comm, resolved_yaml_,
-                                world_->comm->device_type() == DeviceType::kCUDA ? cuda_compute_stream(gpu_index_)
-                                                                                 : Stream::cpu());
+    parallel::check_ranks_agree(
+        *world_->comm, resolved_yaml_,
+        world_->comm->device_type() == DeviceType::kCUDA ? cuda_compute_stream(gpu_index_) : Stream::cpu());
     layout = parallel::layout_from_config(cfg_.parallel, env.world_size);
     std::vector<std::string> places;  // failure reports name a rank with its coordinates from here on
     for (int r = 0; r < env.world_size; ++r) places.push_back(layout.dims.describe_rank(r));

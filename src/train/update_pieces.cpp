@@ -33,7 +33,8 @@ std::vector<UpdatePiece> update_pieces(const ParamStore& params, int region, int
       cur = UpdatePiece{cur.end, cur.end, true, {}};
     }
   }
-  // The last piece reaches the span's end (alignment padding lies there); padding alone joins the piece before.
+  // The last piece reaches the span's end (alignment padding lies there); padding alone joins the piece
+  // before.
   cur.end = reg.decay_end;
   if (cur.end > cur.begin) {
     if (cur.entries.empty() && !out.empty() && out.back().decay)

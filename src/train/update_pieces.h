@@ -4,7 +4,8 @@
 //
 // Why: waiting for a whole layer's update before its forward serialised the two. A Mixtral-8x7B layer is
 // 1.45 B parameters (~14 ms of AdamW at 3 TB/s) and its forward ~5 ms, so with two layers most of the update
-// stood in front of the forward instead of beside it. In pieces, the first GEMM waits only for its own weights.
+// stood in front of the forward instead of beside it. In pieces, the first GEMM waits only for its own
+// weights.
 //
 // Order: the region's no-decay span first (norms, biases, the router's expert bias: tiny, and the input norm
 // is the first thing a layer reads), then the decay span in entry order, which is the order in which the

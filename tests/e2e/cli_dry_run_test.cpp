@@ -92,18 +92,20 @@ TEST(ConfigCliDryRun, OurExamplesAndQuickstartPlan) {
   }
 }
 
-// The parallel layout of a world the run is not in (#19): Primus's Mixtral experiment is written for 8 GPUs with
-// expert parallelism 8; planned for one node of 8, the layout and every rank's coordinates print, and what
-// training would still refuse is a warning.
+// The parallel layout of a world the run is not in (#19): Primus's Mixtral experiment is written for 8 GPUs
+// with expert parallelism 8; planned for one node of 8, the layout and every rank's coordinates print, and
+// what training would still refuse is a warning.
 TEST(ConfigCliDryRun, PlansTheLayoutOfAWorldItIsNotIn) {
-  CliResult r = run_primus({"train", "pretrain", "--config",
-                            primus_examples() + "/megatron/configs/MI300X/mixtral_8x7B_v0.1-BF16-pretrain.yaml",
-                            "--dry-run", "--nnodes", "1", "--nproc-per-node", "8"},
-                           {{"PRIMUS_CONFIG_PATH", primus_configs()}});
+  CliResult r =
+      run_primus({"train", "pretrain", "--config",
+                  primus_examples() + "/megatron/configs/MI300X/mixtral_8x7B_v0.1-BF16-pretrain.yaml",
+                  "--dry-run", "--nnodes", "1", "--nproc-per-node", "8"},
+                 {{"PRIMUS_CONFIG_PATH", primus_configs()}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("== Parallel layout =="), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("world          8 rank(s) = 1 node(s) x 8 process(es)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("dp_replicate 8 x dp_shard 1 x cp 1 x tp 1 x pp 1 (ep 8) = 8 ranks"), std::string::npos)
+  EXPECT_NE(r.out.find("dp_replicate 8 x dp_shard 1 x cp 1 x tp 1 x pp 1 (ep 8) = 8 ranks"),
+            std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("experts        1 per expert-parallel rank (8 / ep 8); expert data-parallel 1"),
             std::string::npos)
@@ -115,11 +117,13 @@ TEST(ConfigCliDryRun, PlansTheLayoutOfAWorldItIsNotIn) {
       << r.out;
 
   // Two nodes of 8 with TP 2 on our 8B example: 8 data-parallel ranks, TP pairs on one node.
-  r = run_primus({"train", "pretrain", "--config", project_dir() + "/configs/examples/megatron/llama3.1_8B-pretrain.yaml",
-                  "--dry-run", "--nnodes", "2", "--nproc-per-node", "8", "--tensor_model_parallel_size", "2",
+  r = run_primus({"train", "pretrain", "--config",
+                  project_dir() + "/configs/examples/megatron/llama3.1_8B-pretrain.yaml", "--dry-run",
+                  "--nnodes", "2", "--nproc-per-node", "8", "--tensor_model_parallel_size", "2",
                   "--global_batch_size", "64"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("dp_replicate 8 x dp_shard 1 x cp 1 x tp 2 x pp 1 (ep 1) = 16 ranks"), std::string::npos)
+  EXPECT_NE(r.out.find("dp_replicate 8 x dp_shard 1 x cp 1 x tp 2 x pp 1 (ep 1) = 16 ranks"),
+            std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("groups of rank 0: tp [0 1] (2)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("   15     1      7 |   1   0   7"), std::string::npos) << r.out;
@@ -131,6 +135,8 @@ TEST(ConfigCliDryRun, APlannedWorldTheLayoutDoesNotFitIsRefusedNamingTheKey) {
                             "--nproc-per-node", "8", "--tensor_model_parallel_size", "3"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.err.find("tensor_model_parallel_size"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a multiple of 3 ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--nnodes 3 --nproc-per-node 8"), std::string::npos) << r.err;
   r = run_primus({"train", "pretrain", "--config", cfg, "--dry-run", "--nnodes", "1", "--nproc-per-node", "8",
                   "--expert_model_parallel_size", "2"});
   EXPECT_EQ(r.exit_code, 2) << r.out;

@@ -63,7 +63,8 @@ TEST(ModelParamHooks, EachLayerReportsItsMlpMatricesCompleteInsideItsBackward) {
     auto at = [&](const std::string& ev) {
       return std::find(rec.events.begin(), rec.events.end(), ev) - rec.events.begin();
     };
-    ASSERT_LT(at("G" + r), static_cast<long>(rec.events.size())) << "layer region " << r << " reported nothing";
+    ASSERT_LT(at("G" + r), static_cast<long>(rec.events.size()))
+        << "layer region " << r << " reported nothing";
     EXPECT_LT(at("B" + r), at("G" + r));
     EXPECT_LT(at("G" + r), at("b" + r));
   }
@@ -82,6 +83,7 @@ TEST(ModelParamHooks, EachLayerReportsItsMlpMatricesCompleteInsideItsBackward) {
     for (double v : end) norm += v * v;
     EXPECT_GT(norm, 0.0) << name << ": a zero gradient would make the comparison vacuous";
   }
-  // dense: gate_up, down; each MoE layer: router, experts' gate_up and down, shared expert's gate_up and down.
+  // dense: gate_up, down; each MoE layer: router, experts' gate_up and down, shared expert's gate_up and
+  // down.
   EXPECT_EQ(mlp_matrices, 2 + 2 * 5);
 }

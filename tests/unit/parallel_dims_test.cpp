@@ -2,8 +2,8 @@
 // membership, and the mapping from both config dialects.
 #include <gtest/gtest.h>
 
-#include "core/error.h"
 #include "comm/rank_names.h"
+#include "core/error.h"
 #include "parallel/parallel_dims.h"
 
 namespace primus::parallel {
@@ -182,7 +182,8 @@ TEST(ParallelLayout, FromMegatronAndTorchTitanKeys) {
   EXPECT_NE(error_of([&] { layout_from_config(q, 4); }).find("'zero3' is not one of"), std::string::npos);
   ParallelConfig t;
   t.tensor_model_parallel_size = 3;
-  EXPECT_NE(error_of([&] { layout_from_config(t, 4); }).find("not divisible by tensor_model_parallel_size 3"), std::string::npos);
+  EXPECT_NE(error_of([&] { layout_from_config(t, 4); }).find("not divisible by tensor_model_parallel_size 3"),
+            std::string::npos);
 }
 
 // Failure messages name a rank with its place in the layout once the trainer has set it (comm/rank_names.h).

@@ -1,6 +1,6 @@
-// The pieces of the overlapped update (train/update_pieces.h): they tile each region exactly, the no-decay span
-// first and then the matrices in the order the forward reads them, merge small entries, and AdamW launched
-// piece by piece (AdamW::launch_span) is bitwise AdamW launched per region.
+// The pieces of the overlapped update (train/update_pieces.h): they tile each region exactly, the no-decay
+// span first and then the matrices in the order the forward reads them, merge small entries, and AdamW
+// launched piece by piece (AdamW::launch_span) is bitwise AdamW launched per region.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,16 +89,19 @@ TEST(UpdatePieces, MatricesComeInTheOrderTheForwardReadsThem) {
       ASSERT_EQ(pc.entries.size(), 1u) << "min_elems 1: one matrix per piece";
       order.push_back(short_name(p, pc.entries[0]));
     }
-  const std::vector<std::string> expect = {
-      "self_attn.qkv_proj.weight",          "self_attn.o_proj.weight",
-      "mlp.router.weight",                  "mlp.experts.gate_up_proj.weight",
-      "mlp.experts.down_proj.weight",       "mlp.shared_expert.gate_up_proj.weight",
-      "mlp.shared_expert.down_proj.weight"};
+  const std::vector<std::string> expect = {"self_attn.qkv_proj.weight",
+                                           "self_attn.o_proj.weight",
+                                           "mlp.router.weight",
+                                           "mlp.experts.gate_up_proj.weight",
+                                           "mlp.experts.down_proj.weight",
+                                           "mlp.shared_expert.gate_up_proj.weight",
+                                           "mlp.shared_expert.down_proj.weight"};
   EXPECT_EQ(order, expect);
   ASSERT_FALSE(pieces.front().decay);
   std::vector<std::string> plain;
   for (int e : pieces.front().entries) plain.push_back(short_name(p, e));
-  for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight", "mlp.router.expert_bias"})
+  for (const char* n :
+       {"input_layernorm.weight", "post_attention_layernorm.weight", "mlp.router.expert_bias"})
     EXPECT_NE(std::find(plain.begin(), plain.end(), n), plain.end()) << n;
 }
 
