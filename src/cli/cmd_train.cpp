@@ -101,8 +101,8 @@ int run_pretrain_command(const PretrainArgs& args) {
   }
   if (args.dry_run) {
     const int nproc = planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size);
-    std::string report = config::dry_run_report(rc) +
-                         parallel::layout_report(rc.train, static_cast<int>(rc.world_size), nproc);
+    std::string report =
+        config::dry_run_report(rc) + parallel::layout_report(rc, static_cast<int>(rc.world_size), nproc);
     std::fwrite(report.data(), 1, report.size(), stdout);
     return 0;
   }

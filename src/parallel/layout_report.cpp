@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "parallel/parallel_dims.h"
+#include "parallel/pipeline_layout.h"
+#include "parallel/pipeline_projection.h"
 
 namespace primus::parallel {
 
@@ -22,7 +24,9 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::string layout_report(const TrainConfig& cfg, int world_size, int nproc_per_node, int max_rows) {
+std::string layout_report(const config::ResolvedConfig& rc, int world_size, int nproc_per_node,
+                          int max_rows) {
+  const TrainConfig& cfg = rc.train;
   if (nproc_per_node < 1 || world_size % nproc_per_node != 0)
     throw ConfigError(fmt::format("world size {} is not a whole number of nodes of {} processes", world_size,
                                   nproc_per_node));
@@ -45,7 +49,16 @@ std::string layout_report(const TrainConfig& cfg, int world_size, int nproc_per_
                     need, model, expert, nproc_per_node, world / nproc_per_node, nproc_per_node));
   }
   const ParallelDims& d = layout.dims;
-  d.validate_training(cfg);
+  std::string stages;  // layers per pipeline stage, when PP > 1
+  if (d.pp() > 1 && rc.info.framework == "megatron") {
+    const PipelineLayout pl = make_pipeline_layout(pipeline_input_from_config(rc).split);
+    for (int r = 0; r < pl.pp(); ++r) {
+      int layers = 0;
+      for (int c = 0; c < pl.vpp(); ++c) layers += pl.layer_count(r, c);
+      stages += (stages.empty() ? "" : " ") + std::to_string(layers);
+    }
+  }
+  d.validate_training(cfg, /*pipeline_split_checked=*/!stages.empty());
 
   std::string out = "\n== Parallel layout ==\n";
   out += fmt::format("world          {} rank(s) = {} node(s) x {} process(es)\n", world_size,
@@ -55,6 +68,11 @@ std::string layout_report(const TrainConfig& cfg, int world_size, int nproc_per_
   out += fmt::format(
       "batch          micro-batch {} x {} accumulation step(s) x data-parallel {} = global batch {}\n",
       cfg.micro_batch_size, accumulation, d.dp(), cfg.global_batch_size);
+  if (!stages.empty())
+    out += fmt::format(
+        "pipeline       layers per stage: {} (docs/pipeline.md; `primus projection pipeline` for "
+        "the schedules)\n",
+        stages);
   if (d.ep() > 1)
     out += fmt::format("experts        {} per expert-parallel rank ({} / ep {}); expert data-parallel {}\n",
                        cfg.model.moe.num_experts / d.ep(), cfg.model.moe.num_experts, d.ep(), d.edp());

@@ -9,12 +9,14 @@
 // keys.
 #include <string>
 
-#include "config/train_config.h"
+#include "config/load_config.h"
 
 namespace primus::parallel {
 
 // world_size = nnodes x nproc_per_node. Ranks are listed one per row up to `max_rows`; beyond that the first
-// and the last node's rows are shown.
-std::string layout_report(const TrainConfig& cfg, int world_size, int nproc_per_node, int max_rows = 64);
+// and the last node's rows are shown. With PP > 1 (Megatron dialect) the split is computed by
+// parallel/pipeline_layout.h, which knows uneven splits and layout strings, and its layers per stage printed.
+std::string layout_report(const config::ResolvedConfig& rc, int world_size, int nproc_per_node,
+                          int max_rows = 64);
 
 }  // namespace primus::parallel

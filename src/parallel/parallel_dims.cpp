@@ -147,7 +147,7 @@ std::vector<int> ParallelDims::group_ranks(const std::string& name, int rank) co
   return out;
 }
 
-void ParallelDims::validate_training(const TrainConfig& cfg) const {
+void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split_checked) const {
   // Each rule names the keys of both dialects (Megatron / TorchTitan), so the message points at the file's
   // own.
   constexpr const char* kTp = "tensor_model_parallel_size / parallelism.tensor_parallel_degree";
@@ -166,7 +166,7 @@ void ParallelDims::validate_training(const TrainConfig& cfg) const {
         "num_query_groups {} is neither a multiple nor a divisor of the tensor-parallel degree {} ({}) "
         "(rule: KV heads must split evenly or replicate over TP)",
         m.num_query_groups, tp(), kTp));
-  if (m.num_layers % pp() != 0)
+  if (!pipeline_split_checked && m.num_layers % pp() != 0)
     bad.push_back(
         fmt::format("num_layers {} is not divisible by the pipeline-parallel degree {} ({}) (rule: "
                     "layers % PP == 0 without an explicit layout)",

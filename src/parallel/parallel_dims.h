@@ -70,7 +70,9 @@ class ParallelDims {
 
   // Megatron/TorchTitan model and batch rules (heads % tp, kv heads vs tp, layers % pp, seq % 2cp,
   // gbs % (mbs * dp)). Throws ConfigError listing every broken rule.
-  void validate_training(const TrainConfig& cfg) const;
+  // pipeline_split_checked: the caller has already checked the pipeline split (parallel/pipeline_layout.h
+  // knows uneven splits and layout strings), so layers % pp is not required.
+  void validate_training(const TrainConfig& cfg, bool pipeline_split_checked = false) const;
 
   std::string describe() const;  // "dp_replicate 1 x dp_shard 4 x cp 1 x tp 2 x pp 1 (ep 1) = 8 ranks"
 

@@ -127,6 +127,19 @@ TEST(ConfigCliDryRun, PlansTheLayoutOfAWorldItIsNotIn) {
       << r.out;
   EXPECT_NE(r.out.find("groups of rank 0: tp [0 1] (2)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("   15     1      7 |   1   0   7"), std::string::npos) << r.out;
+
+  // An uneven pipeline split (32 layers as 10 | 12 | 10) is the pipeline layout's to check, not layers % pp.
+  r = run_primus({"train", "pretrain", "--config",
+                  project_dir() + "/configs/examples/megatron/llama3.1_8B-pretrain.yaml", "--dry-run",
+                  "--nnodes", "1", "--nproc-per-node", "3", "--pipeline_model_parallel_size", "3",
+                  "--decoder_first_pipeline_num_layers", "10", "--decoder_last_pipeline_num_layers", "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("pipeline       layers per stage: 10 12 10"), std::string::npos) << r.out;
+  r = run_primus({"train", "pretrain", "--config",
+                  project_dir() + "/configs/examples/megatron/llama3.1_8B-pretrain.yaml", "--dry-run",
+                  "--nnodes", "1", "--nproc-per-node", "3", "--pipeline_model_parallel_size", "3"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("pipeline_model_parallel_size"), std::string::npos) << r.err;
 }
 
 TEST(ConfigCliDryRun, APlannedWorldTheLayoutDoesNotFitIsRefusedNamingTheKey) {
