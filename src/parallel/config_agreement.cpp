@@ -7,6 +7,7 @@
 
 #include "checkpoint/file_io.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace primus::parallel {
 
@@ -85,17 +86,23 @@ void check_ranks_agree(comm::Communicator& world, const std::string& resolved, c
   const std::string hint =
       "every rank must resolve the same experiment: the same file, overrides and ${VAR} values (check the "
       "environment of each node)";
-  if (hashes[static_cast<size_t>(world.rank())] != hashes[0]) {
+  // Each differing rank logs what differs, then every rank waits for the others before failing: a launcher
+  // stops the job when the first rank exits, which must not cut a rank off before it has said what differs.
+  const bool mine_differs = hashes[static_cast<size_t>(world.rank())] != hashes[0];
+  if (mine_differs) {
     std::string what;
     for (const std::string& d : config_differences(rank0, resolved_yaml)) what += "\n  - " + d;
-    throw ConfigError(
-        fmt::format("rank {} resolved a different configuration than rank 0 (ranks that differ: "
-                    "{}); the job stops before building anything:{}",
-                    world.rank(), ranks, what),
-        hint);
+    log::error("rank {} resolved a different configuration than rank 0:{}", world.rank(), what);
   }
-  throw ConfigError(fmt::format("rank(s) {} resolved a different configuration than rank 0 (each names the "
-                                "differing lines in its log); the job stops before building anything",
+  world.barrier("config agreement: reported");
+  if (mine_differs)
+    throw ConfigError(
+        fmt::format("rank {} resolved a different configuration than rank 0 (ranks that differ: {}; "
+                    "the lines are logged above); the job stops before building anything",
+                    world.rank(), ranks),
+        hint);
+  throw ConfigError(fmt::format("rank(s) {} resolved a different configuration than rank 0 (each logged the "
+                                "differing lines); the job stops before building anything",
                                 ranks),
                     hint);
 }

@@ -11,8 +11,9 @@
 #        output names the dead rank
 #   sigterm NP: DDP; rank 1 alone gets SIGTERM as iteration 3 starts: the job saves iteration 3 and every rank
 #        stops there with exit code 0, rank 0 saying "received SIGTERM" (the request travels with the losses)
-#   disagree NP: mpirun's MPMD form gives the last rank another seed: every rank stops at start-up, exit
-#        non-zero within 60 s, the odd rank naming the differing line (parallel/config_agreement.h)
+#   disagree NP: the ranks resolve different seeds (mpirun's MPMD form gives the last rank another; under
+#        `primus launch` the config reads ${LOCAL_RANK}): every rank stops at start-up, exit non-zero within
+#        60 s, the last rank naming the differing line (parallel/config_agreement.h)
 #   launch_<mode>: the same with ranks started by `primus launch` (tcp backend) instead of mpirun
 # Usage: dp_train_test.sh MODE MPIRUN PRIMUS NP [NP2]
 set -u
@@ -145,18 +146,29 @@ sys.exit(0 if abs(per * k - whole) <= 0.02 * whole else 1)' "$shards" || fail "p
     ;;
   disagree)
     start=$(date +%s%N)
-    out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME=disagree \
-          -np $((np - 1)) "$primus" train pretrain "${common[@]}" --seed 1234 : \
-          -np 1 "$primus" train pretrain "${common[@]}" --seed 99 2>&1)
-    code=$?
+    if [ -n "${LAUNCH:-}" ]; then  # one command for all ranks: the seed comes from each rank's LOCAL_RANK
+      sed 's/^      clip_grad: .*/&\n      seed: ${LOCAL_RANK:0}/' "$src/tests/e2e/configs/fortunes_micro_llama.yaml" \
+        >"$work/disagree.yaml"
+      out=$(PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME=disagree OMP_NUM_THREADS=1 timeout 60 \
+            "$primus" launch --nproc-per-node "$np" --master-port 0 -- train pretrain \
+            --config "$work/disagree.yaml" "${common[@]:2}" 2>&1)
+      code=$?
+      expect="seed: $((np - 1)) (rank 0: seed: 0)"
+    else  # mpirun's MPMD form: the last rank gets another seed
+      out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME=disagree \
+            -np $((np - 1)) "$primus" train pretrain "${common[@]}" --seed 1234 : \
+            -np 1 "$primus" train pretrain "${common[@]}" --seed 99 2>&1)
+      code=$?
+      expect="seed: 99 (rank 0: seed: 1234)"
+    fi
     elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
     echo "$out" | grep -E "configuration|seed" | head -12
     echo "dp_train_test: disagree: exit code $code, ${elapsed_ms} ms"
     [ "$code" -ne 0 ] || fail "the job exited 0"
     [ "$code" -ne 124 ] || fail "the job hung (killed by timeout after 60 s)"
-    echo "$out" | grep -q "rank $((np - 1)) resolved a different configuration than rank 0" ||
-      fail "rank $((np - 1)) did not report its different configuration"
-    echo "$out" | grep -q "seed: 99 (rank 0: seed: 1234)" || fail "the differing line (seed) is not named"
+    echo "$out" | grep -q "rank $((np - 1)) resolved a different configuration than rank 0:" ||
+      fail "rank $((np - 1)) did not log its different configuration"
+    echo "$out" | grep -qF "$expect" || fail "the differing line ($expect) is not named"
     echo "$out" | grep -q "iter 1" && fail "a step ran although the ranks disagree"
     ;;
   kill)
