@@ -14,7 +14,7 @@ date -u +"%Y-%m-%dT%H:%M:%SZ"
 ws=/tmp/x2-ws
 common=(--config tests/e2e/configs/fortunes_micro_llama.yaml --device cuda --mock_data true --train_iters 10
         --log_interval 5 --eval_interval 0 --lr_warmup_iters 2)
-export NCCL_NVLS_ENABLE=0 PRIMUS_WORKSPACE=$ws PRIMUS_USER=dev
+export NCCL_NVLS_ENABLE=0 PRIMUS_WORKSPACE=$ws PRIMUS_USER=dev PRIMUS_HOME=$PWD  # configs/ of this tree
 PRIMUS_EXP_NAME=agree timeout 180 "$bin/primus" launch --nproc-per-node "$n" -- train pretrain "${common[@]}" \
   >/tmp/agree.log 2>&1
 echo "== agree rc=$? (expect 0)"
