@@ -5,6 +5,7 @@
 // it needs (train/overlapped_update.h). The head runs forward and backward together: before_forward(L+1) ...
 // after_backward(L+1). Evaluation calls only the forward pair.
 #include <span>
+#include <vector>
 
 namespace primus {
 
@@ -25,6 +26,40 @@ class ParamHooks {
   // rows up as its pending update will leave them (ops::embedding_forward_updated). Called after
   // before_forward(0).
   virtual bool embedding_forward(const Tensor& tokens, Tensor& out) { return false; }
+};
+
+// Several hooks on one model, called in the order added (data parallelism's gathers and reductions, the
+// overlapped update's waits, ...): the model holds one ParamHooks*, the trainer composes. The first hook
+// whose embedding_forward computes the lookup wins; the others are not asked.
+class ParamHookChain : public ParamHooks {
+ public:
+  void add(ParamHooks* hook) {
+    if (hook != nullptr) hooks_.push_back(hook);
+  }
+  bool empty() const { return hooks_.empty(); }
+  void before_forward(int region) override {
+    for (ParamHooks* h : hooks_) h->before_forward(region);
+  }
+  void after_forward(int region) override {
+    for (ParamHooks* h : hooks_) h->after_forward(region);
+  }
+  void before_backward(int region) override {
+    for (ParamHooks* h : hooks_) h->before_backward(region);
+  }
+  void after_backward(int region) override {
+    for (ParamHooks* h : hooks_) h->after_backward(region);
+  }
+  void grads_final(std::span<const int> entries) override {
+    for (ParamHooks* h : hooks_) h->grads_final(entries);
+  }
+  bool embedding_forward(const Tensor& tokens, Tensor& out) override {
+    for (ParamHooks* h : hooks_)
+      if (h->embedding_forward(tokens, out)) return true;
+    return false;
+  }
+
+ private:
+  std::vector<ParamHooks*> hooks_;  // not owned
 };
 
 }  // namespace primus

@@ -68,7 +68,8 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
     norm_ = std::make_unique<ChunkedGradNorm>(*params_, stream_);
     if (overlap_update_enabled()) {
       overlap_ = std::make_unique<OverlappedUpdate>(*params_, *optim_, *norm_, stream_, update_sm_reserve());
-      model_->set_hooks(overlap_.get());
+      hooks_.add(overlap_.get());
+      model_->set_hooks(&hooks_);
     }
   }
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);

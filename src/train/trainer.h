@@ -131,6 +131,8 @@ class Trainer {
   int64_t consumed_ = 0;                   // DP path: samples consumed (all ranks together)
   DataSources data_;
   std::unique_ptr<ParamStore> params_;
+  // The model's hooks: data parallelism and the overlapped update add theirs (one chain, one model pointer).
+  ParamHookChain hooks_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallel> dp_;
   Stopwatch run_clock_;  // since train() began: exit_duration_in_mins

@@ -132,7 +132,8 @@ void Trainer::init_data_parallel() {
   // Micro-batches per rank: global batch = micro-batch x accumulation x DP.
   micro_batches_ = cfg_.global_batch_size / (cfg_.micro_batch_size * dp_cfg_->dp);
   dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
-  model_->set_hooks(dp_.get());
+  hooks_.add(dp_.get());
+  model_->set_hooks(&hooks_);
   log::info("data parallel: {} | {} micro-batch(es) of {} per rank per step", dp_cfg_->describe(),
             micro_batches_, cfg_.micro_batch_size);
   // Persistent parameter state per rank (FSDP adds the gathered regions in use, ZeRO-1 its f32 gradient

@@ -48,6 +48,31 @@ ModelConfig dense_then_moe() {
 
 }  // namespace
 
+// The trainer composes data parallelism's hooks and the overlapped update's in one chain: every hook in it
+// sees every call, in order, and the model runs exactly as with one hook.
+TEST(ModelParamHooks, AChainCallsEveryHookInOrder) {
+  const ModelConfig cfg = dense_then_moe();
+  Fixture single(cfg, RecomputeConfig{}, 3), chained(cfg, RecomputeConfig{}, 3);
+  Recorder alone(single.params), first(chained.params), second(chained.params);
+  ParamHookChain chain;
+  chain.add(&first);
+  chain.add(nullptr);  // ignored
+  chain.add(&second);
+  single.model.set_hooks(&alone);
+  chained.model.set_hooks(&chain);
+  single.params.grad_flat().zero_(Stream::cpu());
+  chained.params.grad_flat().zero_(Stream::cpu());
+  Tensor a = single.model.forward_backward(single.tokens, single.targets, 1.0f, 1.0f);
+  Tensor b = chained.model.forward_backward(chained.tokens, chained.targets, 1.0f, 1.0f);
+  single.model.set_hooks(nullptr);
+  chained.model.set_hooks(nullptr);
+  EXPECT_FALSE(alone.events.empty());
+  EXPECT_EQ(first.events, alone.events);
+  EXPECT_EQ(second.events, alone.events);
+  EXPECT_EQ(first.snapshot.size(), alone.snapshot.size());
+  EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>());
+}
+
 TEST(ModelParamHooks, EachLayerReportsItsMlpMatricesCompleteInsideItsBackward) {
   const ModelConfig cfg = dense_then_moe();
   Fixture f(cfg, RecomputeConfig{}, 3);
