@@ -497,13 +497,20 @@ bool ParamStore::grad_accumulate(int i) {
   return false;
 }
 
+void ParamStore::zero_if_unwritten(int i, const Stream& s) {
+  if (overwritten_.empty() || !overwritten_[i] || written_[i]) return;
+  Tensor g = grad(i);  // the attached region buffer under FSDP
+  if (g.defined()) g.zero_(s);
+  written_[i] = 1;
+}
+
 void ParamStore::zero_unwritten(int region, const Stream& s) {
   for (size_t i = 0; i < overwritten_.size(); ++i)
-    if (overwritten_[i] && !written_[i] && (region < 0 || entries_[i].region == region)) {
-      Tensor g = grad(static_cast<int>(i));  // the attached region buffer under FSDP
-      if (g.defined()) g.zero_(s);
-      written_[i] = 1;
-    }
+    if (region < 0 || entries_[i].region == region) zero_if_unwritten(static_cast<int>(i), s);
+}
+
+void ParamStore::end_entry_grads(std::span<const int> entries, const Stream& s) {
+  for (int i : entries) zero_if_unwritten(i, s);
 }
 
 }  // namespace primus

@@ -12,6 +12,7 @@
 // (a joined copy) and set_master(i) (a split write) work in both modes. In every mode the bf16 compute copy
 // made from a master is compute_bits() of it, so both layouts hold bitwise the same weights.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,10 +155,14 @@ class ParamStore {
   void end_grad_step(const Stream& s) { zero_unwritten(-1, s); }
   void begin_region_grads(int r, Tensor& region_grads, const Stream& s);   // region_grads: region r, whole
   void end_region_grads(int r, const Stream& s) { zero_unwritten(r, s); }  // while region r is attached
+  // The same for a few entries whose gradients are complete before their region's backward ends
+  // (ParamHooks::grads_final: a layer's MLP matrices).
+  void end_entry_grads(std::span<const int> entries, const Stream& s);
 
  private:
   int require(const std::string& name) const;
   void zero_unwritten(int region, const Stream& s);  // listed entries no GEMM wrote; region -1 = all
+  void zero_if_unwritten(int i, const Stream& s);    // entry i, when listed and no GEMM wrote it
   Tensor view(const Tensor& flat, int i) const;
   void add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std);
   Tensor region_view(const Tensor& flat, bool compute, int i) const;

@@ -207,12 +207,8 @@ void OverlappedUpdate::after_backward(int region) {
 
 void OverlappedUpdate::grads_final(std::span<const int> entries) {
   if (!norm_armed_ || !early_norm_ || entries.empty()) return;
-  for (int e : entries) {
-    // As ParamStore::end_region_grads does for the whole region: a GEMM-written entry that no GEMM wrote in
-    // this step is zeroed (grad_accumulate answers false once for it and marks it written).
-    if (!params_.grad_accumulate(e)) params_.grad(e).zero_(compute_);
-    entry_final_[e] = 1;
-  }
+  params_.end_entry_grads(entries, compute_);  // as end_region_grads, for these entries only
+  for (int e : entries) entry_final_[e] = 1;
   const int r = params_.region_of_entry(entries.front());
   bool waited = false;
   for (int p = 0; p < norm_.pieces(r); ++p) {
