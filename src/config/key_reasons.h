@@ -30,7 +30,8 @@ inline constexpr const char* kWhyMoeAlways =
     "the MoE layer always works this way here: experts run as grouped GEMMs over tokens permuted by fused "
     "kernels, with the router in fp32 (docs/moe.md)";
 inline constexpr const char* kWhyMoeEp1 =
-    "how tokens reach experts on other ranks; with expert_model_parallel_size 1 every expert is local";
+    "how tokens reach experts on other ranks: Primus-C++ always dispatches by all-to-all-v on the compute "
+    "stream (the results of every dispatcher type; overlapping it is not done yet)";
 inline constexpr const char* kWhyPP = "applies only to pipeline parallelism (PP > 1), not supported yet";
 inline constexpr const char* kWhyTP = "applies only to tensor parallelism (TP > 1), not supported yet";
 inline constexpr const char* kWhyCP = "applies only to context parallelism (CP > 1), not supported yet";

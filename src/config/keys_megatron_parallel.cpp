@@ -1,7 +1,7 @@
 // Megatron-dialect keys of model and data parallelism and of the distributed runtime (Primus
-// trainer_base.yaml, language_model.yaml). Parallel degrees other than 1 are not supported yet; switches that
-// only change how gradients and parameters travel (overlap, bucketing, ZeRO, FSDP) change nothing at world
-// size 1.
+// trainer_base.yaml, language_model.yaml). Tensor, pipeline and context degrees other than 1 are not
+// supported yet (expert parallelism is); switches that only change how gradients and parameters travel
+// (overlap, bucketing, ZeRO, FSDP) change nothing at world size 1.
 #include "config/key_builders.h"
 #include "config/key_reasons.h"
 #include "config/keys_megatron.h"
@@ -22,10 +22,11 @@ void add_megatron_parallel_keys(KeyTable& t) {
             .non_null()
             .check(positive())
             .supports(null_or_int(1), "only 1 for now"));
-  t.add(impl("expert_model_parallel_size", kI, "1", "expert-parallel degree (EP)")
-            .non_null()
-            .check(positive())
-            .supports(null_or_int(1), "only 1 for now"));
+  t.add(
+      impl("expert_model_parallel_size", kI, "1",
+           "expert-parallel degree (EP): each MoE layer's experts split over EP ranks (docs/parallelism.md)")
+          .non_null()
+          .check(positive()));
   t.add(impl("data_parallel_replicate_degree", kI, "1", "HSDP replica groups (with FSDP)").check(positive()));
   t.add(noeff("model_parallel_size", kI, "null", kWhyDeprecated, "old name of tensor_model_parallel_size"));
   t.add(noeff("encoder_tensor_model_parallel_size", kI, "0", kWhyOtherModel, "encoder TP degree"));

@@ -97,11 +97,15 @@ void add_torchtitan_keys(KeyTable& t) {
   t.group("parallelism");
   t.add(section("parallelism", "parallel degrees"));
   for (const char* k : {"parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-                        "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree"})
+                        "parallelism.context_parallel_degree"})
     t.add(impl(k, kI, "1", "parallel degree")
               .non_null()
               .check(positive())
               .supports(null_or_int(1), "only 1 for now"));
+  t.add(impl("parallelism.expert_parallel_degree", kI, "1",
+             "expert-parallel degree: each MoE layer's experts split over this many ranks")
+            .non_null()
+            .check(positive()));
   t.add(impl("parallelism.data_parallel_replicate_degree", kI, "1", "HSDP replica groups (with FSDP)")
             .non_null()
             .check(positive()));

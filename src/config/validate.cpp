@@ -72,18 +72,21 @@ void validate_config(ResolvedConfig& rc) {
                     cite("global_batch_size", t.global_batch_size),
                     cite("micro_batch_size", t.micro_batch_size), p.data_parallel_size, per_step));
 
-  // The expert bias follows the loads of the whole global batch: with data parallelism they must be summed
-  // over ranks first (expert parallelism's issue brings that reduction).
+  // The expert bias follows the loads of the whole global batch: every MoE layer sums them over the data-
+  // parallel ranks before the update (MoeMlp::end_step). The forward reads the bias from the f32 master,
+  // which sharded optimizers (ZeRO / FSDP) hold only a chunk of.
   // (TorchTitan's deepseek_v3 flavors always balance with the bias: the flavor is the key there.)
   const char* bias_key =
       rc.keys.get("moe_router_enable_expert_bias") ? "moe_router_enable_expert_bias" : "model.flavor";
-  if (t.model.moe.expert_bias && p.data_parallel_size > 1 && !rc.planning)
+  const bool sharded_state =
+      p.use_distributed_optimizer || p.use_torch_fsdp2 || p.data_parallel_sharding_strategy != "no_shard";
+  if (t.model.moe.expert_bias && p.data_parallel_size > 1 && sharded_state && !rc.planning)
     throw NotSupportedError(
-        fmt::format("{}: not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with data "
-                    "parallelism "
-                    "({} ranks): the expert loads are not yet summed over ranks",
+        fmt::format("{}: not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with sharded "
+                    "optimizer state (use_distributed_optimizer / FSDP) over {} data-parallel ranks",
                     rc.keys.origin(bias_key).str(), p.data_parallel_size),
-        "train on one rank, or set moe_router_enable_expert_bias: false and balance with moe_aux_loss_coeff");
+        "use DDP (use_distributed_optimizer: false), or set moe_router_enable_expert_bias: false and balance "
+        "with moe_aux_loss_coeff");
 
   // Learning-rate schedule.
   if (t.optim.lr < t.optim.min_lr)

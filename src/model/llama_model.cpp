@@ -54,7 +54,9 @@ ops::RopeConfig rope_config(const ModelConfig& m) {
 LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute, ParamStore& params,
                        const Stream& stream, int64_t max_seq)
     : cfg_(cfg),
-      spec_(ModelSpec::from_config(cfg)),
+      // The experts this rank holds are the parameter store's (the layout split them when it was laid out).
+      spec_(ModelSpec::from_config(cfg).with_expert_shard(params.expert_shard().size,
+                                                          params.expert_shard().rank)),
       params_(params),
       stream_(stream),
       act_dtype_(stream.device.is_cpu() ? params.compute_flat().dtype() : DType::kBF16),
@@ -219,6 +221,10 @@ std::vector<MoeMlp*> LlamaModel::moe_layers() {
   for (auto& depth : mtp_)
     if (MoeMlp* m = depth->layer().moe()) out.push_back(m);
   return out;
+}
+
+void LlamaModel::set_expert_groups(comm::Communicator* ep, comm::Communicator* loads) {
+  for (MoeMlp* m : moe_layers()) m->set_groups(ep, loads);
 }
 
 void LlamaModel::end_step() {

@@ -57,6 +57,9 @@ class LlamaModel {
   void end_step();
   std::vector<MoeLayerStats> take_moe_stats();
   double moe_losses_of_last_forward();
+  // MoE models under data / expert parallelism: the groups every MoE layer exchanges tokens over and sums its
+  // expert loads over (MoeMlp::set_groups; not owned).
+  void set_expert_groups(comm::Communicator* ep, comm::Communicator* loads);
   // Region hooks (not owned; nullptr = none).
   void set_hooks(ParamHooks* hooks) { hooks_ = hooks; }
   // Entries whose gradient the step's first GEMM writes whole (ParamStore::set_overwritten_grads): every

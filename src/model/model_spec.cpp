@@ -59,6 +59,16 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
   return s;
 }
 
+ModelSpec ModelSpec::with_expert_shard(int size, int rank) const {
+  PRIMUS_CHECK(size >= 1 && rank >= 0 && rank < size, "expert shard {} of {}", rank, size);
+  PRIMUS_CHECK(size == 1 || (moe.enabled() && moe.num_experts % size == 0),
+               "expert parallelism over {} ranks needs an MoE model whose num_experts ({}) it divides", size,
+               moe.num_experts);
+  ModelSpec s = *this;
+  s.ep = ExpertShard{size, rank};
+  return s;
+}
+
 std::string ModelSpec::describe() const {
   return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
                      kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "",
@@ -71,7 +81,10 @@ std::string ModelSpec::describe() const {
                             mla.qk_head_dim, mla.qk_pos_emb_head_dim, mla.v_head_dim,
                             mla.yarn ? fmt::format(" yarn x{}", mla.rotary_scaling_factor) : "")
               : "") +
-         (mtp_layers > 0 ? fmt::format(" mtp={}", mtp_layers) : "");
+         (mtp_layers > 0 ? fmt::format(" mtp={}", mtp_layers) : "") +
+         (ep.size > 1 ? fmt::format(" experts-here={}..{}", first_local_expert(),
+                                    first_local_expert() + local_experts() - 1)
+                      : "");
 }
 
 }  // namespace primus

@@ -35,6 +35,18 @@ struct ModelSpec {
   int64_t mtp_layers = 0;   // multi-token-prediction depths (model/mtp.h)
   double mtp_loss_scale = 0.1;
 
+  // Expert parallelism: this rank holds experts [first_local_expert(), + local_experts()) of every MoE layer
+  // (the router and everything else whole). The layout decides it (parallel/expert_parallel.h); size 1 = all.
+  struct ExpertShard {
+    int size = 1, rank = 0;
+  };
+  ExpertShard ep;
+  int64_t local_experts() const { return moe.num_experts / ep.size; }
+  int64_t first_local_expert() const { return local_experts() * ep.rank; }
+  // This spec with the experts split over `size` ranks, as rank `rank` holds them (checks num_experts %
+  // size).
+  ModelSpec with_expert_shard(int size, int rank) const;
+
   static ModelSpec from_config(const ModelConfig& m);
   std::string describe() const;
 };

@@ -65,6 +65,18 @@ MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, const std::string& p, 
   }
   name_hash_ = fnv1a(p);
   stats_.layer = layer_index;
+  // The stored experts are this rank's share: the layout split them (model_spec.h, ExpertShard).
+  const Shape& gu = params.entry(w_gu_).shape;
+  PRIMUS_CHECK(gu[0] == spec.local_experts(), "'{}' holds {} experts, the expert split {} of {} wants {}",
+               params.entry(w_gu_).name, gu[0], spec.ep.rank, spec.ep.size, spec.local_experts());
+}
+
+void MoeMlp::set_groups(comm::Communicator* ep, comm::Communicator* loads) {
+  PRIMUS_CHECK((ep ? ep->size() : 1) == spec_.ep.size,
+               "MoE layer {}: an expert-parallel group of {} ranks for experts split over {}", layer_,
+               ep ? ep->size() : 1, spec_.ep.size);
+  ep_ = ep && ep->size() > 1 ? ep : nullptr;
+  loads_ = loads && loads->size() > 1 ? loads : nullptr;
 }
 
 std::vector<int> MoeMlp::gemm_weight_entries() const {
@@ -76,7 +88,7 @@ std::vector<int> MoeMlp::gemm_weight_entries() const {
 
 void MoeMlp::expert_mlp_forward(const StepContext& ctx, MoeActivations& a) {
   const Stream& s = ctx.stream;
-  const int64_t rows = a.plan.num_rows, F = spec_.moe.ffn_hidden_size;
+  const int64_t rows = a.x_perm.size(0), F = spec_.moe.ffn_hidden_size;
   a.gu_perm = ctx.act({rows, 2 * F});
   ops::grouped_gemm_forward(a.x_perm, params_.param(w_gu_), a.rows, a.gu_perm, s);
   a.act_perm = ctx.act({rows, F});
@@ -146,9 +158,24 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
 
   a.x_perm = ctx.act({a.plan.num_rows, d});
   ops::moe_permute(h, a.plan, a.x_perm, s);
+  if (ep_) {
+    // Each expert's block to its owner; this rank's experts get their rows from every peer.
+    a.dispatch = parallel::expert_dispatch_plan(a.rows, *ep_, s);
+    Tensor x_local = ctx.act({a.dispatch.recv_total, d});
+    parallel::expert_dispatch(a.dispatch, a.x_perm, x_local, *ep_, s, "moe dispatch");
+    a.x_perm = x_local;
+    a.rows = a.dispatch.local_rows;
+  }
   expert_mlp_forward(ctx, a);
-  a.y_perm = ctx.act({a.plan.num_rows, d});
-  ops::grouped_gemm_forward(a.act_perm, params_.param(w_down_), a.rows, a.y_perm, s);
+  Tensor y_exp = ctx.act({a.x_perm.size(0), d});
+  ops::grouped_gemm_forward(a.act_perm, params_.param(w_down_), a.rows, y_exp, s);
+  if (ep_) {
+    // Rows past the sent ones (dropped entries' slack) are never read by the unpermute.
+    a.y_perm = ctx.act({a.plan.num_rows, d});
+    parallel::expert_combine(a.dispatch, y_exp, a.y_perm, *ep_, s, "moe combine");
+  } else {
+    a.y_perm = y_exp;
+  }
   ops::moe_unpermute(a.y_perm, a.plan, a.kept_probs, y, s);
 
   if (sh_gu_ >= 0) {
@@ -208,7 +235,7 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
 
 void MoeMlp::recompute_selective(const StepContext& ctx, MoeActivations& a) {
   if (!a.selective_dropped) return;
-  a.act_perm = ctx.act({a.plan.num_rows, spec_.moe.ffn_hidden_size});
+  a.act_perm = ctx.act({a.gu_perm.size(0), spec_.moe.ffn_hidden_size});
   ops::swiglu_forward(a.gu_perm, a.act_perm, ctx.stream);
   if (sh_gu_ >= 0) {
     a.sh_act = ctx.act({ctx.tokens(), spec_.moe.shared_ffn_hidden_size});
@@ -222,15 +249,20 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   recompute_selective(ctx, a);
   const MoeConfig& moe = spec_.moe;
   const int64_t n = ctx.tokens(), d = spec_.hidden, E = moe.num_experts, k = moe.topk;
-  const int64_t rows = a.plan.num_rows, F = moe.ffn_hidden_size;
+  const int64_t rows = a.x_perm.size(0), F = moe.ffn_hidden_size;
   const Stream& s = ctx.stream;
   const DType st = ctx.stat_dtype();
 
   // Routed experts, last op first.
-  Tensor dy_perm = ctx.act({rows, d});
+  Tensor dy_perm = ctx.act({a.plan.num_rows, d});
   Tensor dprobs = ctx.empty({n, k}, st);
   ops::moe_unpermute_backward(dy, a.y_perm, a.plan, a.kept_probs, dy_perm, dprobs, s);
   a.y_perm = Tensor();
+  if (ep_) {  // the output gradient travels as the rows did
+    Tensor dy_local = ctx.act({rows, d});
+    parallel::expert_dispatch(a.dispatch, dy_perm, dy_local, *ep_, s, "moe dispatch (backward)");
+    dy_perm = dy_local;
+  }
   Tensor d_act = ctx.act({rows, F});
   ops::grouped_gemm_backward_input(dy_perm, params_.param(w_down_), a.rows, d_act, s);
   Tensor g_down = params_.grad(w_down_);
@@ -247,6 +279,11 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   ops::grouped_gemm_backward_weight(d_gu, a.x_perm, a.rows, g_gu, s, params_.grad_accumulate(w_gu_));
   d_gu = Tensor();
   a.x_perm = Tensor();
+  if (ep_) {  // the input gradient goes back to the ranks the rows came from
+    Tensor dx_src = ctx.act({a.plan.num_rows, d});
+    parallel::expert_combine(a.dispatch, dx_perm, dx_src, *ep_, s, "moe combine (backward)");
+    dx_perm = dx_src;
+  }
   ops::moe_permute_backward(dx_perm, a.plan, dh, s);  // overwrites dh
   dx_perm = Tensor();
 
@@ -307,6 +344,17 @@ void MoeMlp::end_step(const Stream& s) {
   if (params_.master_dtype() != DType::kF32) return;  // f64 gradient-check models take no update steps
   // The master's view, or a joined copy in remainders; set_master writes it back with its compute copy.
   Tensor master = params_.master_f32(bias_, s);
+  // The loads of the whole global batch (Megatron sums tokens_per_expert over tp x cp x dp): every rank then
+  // moves its copy of the bias the same way.
+  if (loads_) {
+    if (loads_->device_type() == DeviceType::kCPU && !step_load_.device().is_cpu()) {
+      Tensor h = step_load_.to(Stream::cpu());
+      loads_->all_reduce(h, comm::ReduceOp::kSum, Stream::cpu(), "moe expert loads");
+      step_load_.copy_from(h, s);
+    } else {
+      loads_->all_reduce(step_load_, comm::ReduceOp::kSum, s, "moe expert loads");
+    }
+  }
   ops::moe_expert_bias_update(step_load_, static_cast<float>(spec_.moe.bias_update_rate), master, s);
   params_.set_master(bias_, master, s);
   step_load_.zero_(s);

@@ -24,11 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "model/model_spec.h"
 #include "model/param_store.h"
 #include "model/step_context.h"
 #include "ops/moe_permute.h"
 #include "ops/moe_router.h"
+#include "parallel/expert_dispatch.h"
 
 namespace primus {
 
@@ -39,14 +41,17 @@ struct MoeActivations {
   // dropping (the router backward takes them). Slot j of token t is dispatched to ids[t][j], except under
   // forced "even" balancing: to its round-robin expert (ids are then the real top-k, largest weight first).
   Tensor ids, probs;
-  Tensor kept_probs;          // [n, k]: probs with dropped entries 0 (= probs when dropless)
-  ops::MoePermutePlan plan;   // built from the kept dispatched ids
-  std::vector<int64_t> rows;  // host: rows of each expert's block (the grouped GEMMs' counts)
-  Tensor x_perm;              // [rows, d]
-  Tensor gu_perm;             // [rows, 2F]
-  Tensor act_perm;            // [rows, F] (dropped under selective recompute)
-  Tensor y_perm;              // [rows, d]
-  Tensor sh_gu, sh_act;       // shared expert [n, 2Fs], [n, Fs]
+  Tensor kept_probs;         // [n, k]: probs with dropped entries 0 (= probs when dropless)
+  ops::MoePermutePlan plan;  // built from the kept dispatched ids
+  // host: rows of each expert's block that this rank's grouped GEMMs process: every expert's on one rank, the
+  // local experts' (received from every peer) under expert parallelism
+  std::vector<int64_t> rows;
+  parallel::ExpertDispatch dispatch;  // expert parallelism: the exchange of this forward
+  Tensor x_perm;                      // [R, d]: the experts' input rows (R = sum of rows)
+  Tensor gu_perm;                     // [R, 2F]
+  Tensor act_perm;                    // [R, F] (dropped under selective recompute)
+  Tensor y_perm;                      // [plan.num_rows, d]: the experts' outputs back in the plan's order
+  Tensor sh_gu, sh_act;               // shared expert [n, 2Fs], [n, Fs]
   Tensor sh_out, gate_logit;  // gated shared expert: its output [n, d] before the gate, the logits [n, 1]
   bool selective_dropped = false;
 };
@@ -87,6 +92,12 @@ class MoeMlp {
 
   std::vector<int> gemm_weight_entries() const;
 
+  // Expert parallelism (spec.ep.size > 1): `ep` is the group over which tokens travel to the ranks owning
+  // their experts (parallel/expert_dispatch.h); `loads` the group whose routing the expert bias follows
+  // (every rank of a step's global batch: dp x cp), its per-expert loads summed there before the update. Not
+  // owned; nullptr = one rank.
+  void set_groups(comm::Communicator* ep, comm::Communicator* loads);
+
  private:
   void expert_mlp_forward(const StepContext& ctx, MoeActivations& a);
 
@@ -102,6 +113,8 @@ class MoeMlp {
   Tensor sum_losses_;    // [2] summed over recorded forwards since take_stats
   Tensor step_load_;     // [E] i32: loads of this step's recorded forwards (expert bias)
   MoeLayerStats stats_;  // host part (loads, drops) since take_stats
+  comm::Communicator* ep_ = nullptr;
+  comm::Communicator* loads_ = nullptr;
 };
 
 }  // namespace primus

@@ -23,18 +23,25 @@ uint64_t name_hash(const std::string& s) {
 }
 }  // namespace
 
-ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_multiple_(region_multiple) {
-  PRIMUS_CHECK(region_multiple >= 1, "region_multiple must be >= 1, got {}", region_multiple);
+ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_region_multiple)
+    : region_multiple_(region_multiple),
+      expert_region_multiple_(expert_region_multiple > 0 ? expert_region_multiple : region_multiple),
+      ep_(spec.ep) {
+  PRIMUS_CHECK(region_multiple >= 1 && expert_region_multiple >= 0,
+               "region multiples must be >= 1, got {} and {}", region_multiple, expert_region_multiple);
   const int L = static_cast<int>(spec.layers);
   const double std = spec.init_std;
   const double out_std = spec.init_std / std::sqrt(2.0 * spec.layers);  // Megatron's scaled init for outputs
+  hook_regions_ = L + 2;
   regions_.resize(L + 2);
+  const bool split_experts = spec.ep.size > 1;
+  std::vector<std::string> expert_prefixes;  // MoE layers whose experts get a region after the head
 
   auto begin_region = [&](int r) { regions_[r].begin = total_; };
   auto end_decay = [&](int r) { regions_[r].decay_end = total_; };
   auto end_region = [&](int r) {
     // Zero padding so that the region splits into region_multiple aligned chunks (data-parallel shards).
-    const int64_t unit = kAlign * region_multiple_;
+    const int64_t unit = kAlign * (regions_[r].experts ? expert_region_multiple_ : region_multiple_);
     total_ = regions_[r].begin + (total_ - regions_[r].begin + unit - 1) / unit * unit;
     regions_[r].end = total_;
   };
@@ -74,8 +81,13 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_mult
       const MoeConfig& m = spec.moe;
       const int64_t E = m.num_experts, F = m.ffn_hidden_size;
       add(p + "mlp.router.weight", {E, spec.hidden}, r, true, InitKind::kNormal, std);
-      add(p + "mlp.experts.gate_up_proj.weight", {E, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std);
-      add(p + "mlp.experts.down_proj.weight", {E, spec.hidden, F}, r, true, InitKind::kScaledNormal, out_std);
+      if (split_experts) {
+        expert_prefixes.push_back(p);
+      } else {
+        add(p + "mlp.experts.gate_up_proj.weight", {E, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std);
+        add(p + "mlp.experts.down_proj.weight", {E, spec.hidden, F}, r, true, InitKind::kScaledNormal,
+            out_std);
+      }
       if (m.shared_ffn_hidden_size > 0) {
         const int64_t Fs = m.shared_ffn_hidden_size;
         add(p + "mlp.shared_expert.gate_up_proj.weight", {2 * Fs, spec.hidden}, r, true, InitKind::kNormal,
@@ -143,11 +155,27 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple) : region_mult
     layer_rest(p + "layer.", rf, mtp_moe);
   }
   end_region(rf);
+
+  // Expert parallelism: each MoE layer's local experts, a region each (all decay).
+  for (const std::string& p : expert_prefixes) {
+    const int r = static_cast<int>(regions_.size());
+    regions_.emplace_back();
+    regions_[r].experts = true;
+    const int64_t El = spec.local_experts(), e0 = spec.first_local_expert(), F = spec.moe.ffn_hidden_size;
+    begin_region(r);
+    add(p + "mlp.experts.gate_up_proj.weight", {El, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std,
+        e0 * 2 * F * spec.hidden);
+    add(p + "mlp.experts.down_proj.weight", {El, spec.hidden, F}, r, true, InitKind::kScaledNormal, out_std,
+        e0 * spec.hidden * F);
+    end_decay(r);
+    end_region(r);
+  }
 }
 
 void ParamStore::add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init,
-                     double std) {
+                     double std, int64_t init_first) {
   ParamEntry e;
+  e.init_first = init_first;
   e.name = name;
   e.shape = shape;
   e.numel = shape_numel(shape);
@@ -332,17 +360,32 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
   compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({total_}, compute_dtype, s);
 }
 
-void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank) {
+void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank,
+                                  int expert_ranks, int expert_rank) {
   if (mode == ShardMode::kNone) {
     allocate(compute_dtype, s);
     return;
   }
+  if (expert_ranks < 0) {
+    expert_ranks = ranks;
+    expert_rank = rank;
+  }
   PRIMUS_CHECK(ranks >= 1 && region_multiple_ % ranks == 0 && rank >= 0 && rank < ranks,
                "sharding over {} ranks (rank {}) needs a layout padded for it (region multiple {})", ranks,
                rank, region_multiple_);
+  PRIMUS_CHECK(
+      expert_ranks >= 1 && expert_region_multiple_ % expert_ranks == 0 && expert_rank >= 0 &&
+          expert_rank < expert_ranks,
+      "sharding experts over {} ranks (rank {}) needs a layout padded for it (expert region multiple "
+      "{})",
+      expert_ranks, expert_rank, expert_region_multiple_);
+  PRIMUS_CHECK(mode != ShardMode::kFull || hook_regions_ == static_cast<int>(regions_.size()),
+               "FSDP (optim_grads_params) with experts split over ranks is not supported yet");
   shard_mode_ = mode;
   shard_ranks_ = ranks;
   shard_rank_ = rank;
+  expert_ranks_ = expert_ranks;
+  expert_rank_ = expert_rank;
   shard_offsets_.assign(regions_.size(), 0);
   shard_total_ = 0;
   for (size_t r = 0; r < regions_.size(); ++r) {
@@ -382,7 +425,8 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
       case InitKind::kScaledNormal: {
         const float sd = static_cast<float>(e.std);
 #pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < e.numel; ++j) dst[j] = sd * philox_normal(key, static_cast<uint64_t>(j));
+        for (int64_t j = 0; j < e.numel; ++j)
+          dst[j] = sd * philox_normal(key, static_cast<uint64_t>(e.init_first + j));
         break;
       }
     }

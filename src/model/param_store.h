@@ -59,18 +59,31 @@ struct ParamEntry {
   bool decay = true;  // weight decay applies (matrices yes; norms and biases no)
   InitKind init = InitKind::kNormal;
   double std = 0.0;
+  // Index of this tensor's first element in the whole tensor: an expert-parallel rank's slice of stacked
+  // experts starts at first_local_expert x per-expert size, and initialises as that slice of the one-rank
+  // model.
+  int64_t init_first = 0;
 };
 
 struct ParamRegion {
   int64_t begin = 0, end = 0;  // element range of the region
   int64_t decay_end = 0;       // [begin, decay_end) decays, [decay_end, end) does not
+  // Expert parallelism: the region holds one MoE layer's local experts (gradients reduced over the expert
+  // data-parallel group, not over dp; see the layout below).
+  bool experts = false;
 };
 
 class ParamStore {
  public:
   // Lays out every parameter of `spec`; allocates nothing yet. Each region's length is padded to a multiple
   // of 64 x region_multiple elements (zeros), so that it splits into region_multiple aligned chunks.
-  explicit ParamStore(const ModelSpec& spec, int region_multiple = 1);
+  //
+  // Regions: 0 = embedding, 1..L = layers, L+1 = final norm + head (+ MTP modules): the regions the model's
+  // hooks name (hook_regions()). With experts split over ranks (spec.ep.size > 1) each MoE layer's local
+  // experts (gate_up and down, [local_experts, ...]) move out of the layer into a region of their own after
+  // the head, one per MoE layer in layer order (then the MTP depths'), padded to expert_region_multiple
+  // (0 = region_multiple): data parallelism reduces and shards those over expert-dp, the rest over dp.
+  explicit ParamStore(const ModelSpec& spec, int region_multiple = 1, int expert_region_multiple = 0);
 
   // Allocates the buffers on `s`'s device. compute_dtype is f32 on the CPU (aliases master) or bf16 on CUDA.
   // master_dtype is f32 for training; f64 (CPU only, compute aliases master) serves whole-model gradient
@@ -78,8 +91,10 @@ class ParamStore {
   void allocate(DType compute_dtype, const Stream& s, DType master_dtype = DType::kF32,
                 MasterStorage storage = MasterStorage::kAuto);
   // Sharded allocation: `ranks` must divide region_multiple. See ShardMode. Shards keep an f32 master
-  // (kNone allocates as allocate() does).
-  void allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank);
+  // (kNone allocates as allocate() does). Expert regions shard over (expert_ranks, expert_rank) (-1: the
+  // same as the others), which must divide expert_region_multiple.
+  void allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank,
+                        int expert_ranks = -1, int expert_rank = 0);
   // Deterministic initialisation (Megatron's scheme: N(0, std), output projections N(0, std / sqrt(2L)),
   // norms 1, biases 0) keyed by (seed, parameter name, element index): the same for any device or layout.
   void initialize(uint64_t seed, const Stream& s);
@@ -94,6 +109,9 @@ class ParamStore {
   const ParamEntry& entry(int i) const { return entries_[i]; }
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const std::vector<ParamRegion>& regions() const { return regions_; }
+  int hook_regions() const { return hook_regions_; }  // L + 2: the expert regions (if any) follow
+  int head_region() const { return hook_regions_ - 1; }
+  const ModelSpec::ExpertShard& expert_shard() const { return ep_; }
   int64_t total_numel() const { return total_; }  // including alignment padding
   int64_t parameter_count() const;                // sum of entry sizes
 
@@ -119,11 +137,13 @@ class ParamStore {
   // Sharding. Chunk of region r owned by this rank: flat elements [chunk_begin(r), chunk_begin(r) +
   // chunk_len(r)); its place in the shard-sized buffers starts at shard_offset(r).
   ShardMode shard_mode() const { return shard_mode_; }
-  int shard_ranks() const { return shard_ranks_; }
+  int shard_ranks() const { return shard_ranks_; }  // of the hook regions (expert regions: region_ranks)
   int shard_rank() const { return shard_rank_; }
+  int region_ranks(int r) const { return regions_[r].experts ? expert_ranks_ : shard_ranks_; }
+  int region_rank(int r) const { return regions_[r].experts ? expert_rank_ : shard_rank_; }
   int64_t region_len(int r) const { return regions_[r].end - regions_[r].begin; }
-  int64_t chunk_len(int r) const { return region_len(r) / shard_ranks_; }
-  int64_t chunk_begin(int r) const { return regions_[r].begin + shard_rank_ * chunk_len(r); }
+  int64_t chunk_len(int r) const { return region_len(r) / region_ranks(r); }
+  int64_t chunk_begin(int r) const { return regions_[r].begin + region_rank(r) * chunk_len(r); }
   int64_t shard_offset(int r) const { return shard_offsets_[r]; }
   int64_t shard_total() const { return shard_total_; }
   // kFull: param(i)/grad(i) of region r's entries resolve into these whole-region buffers until detached.
@@ -164,7 +184,8 @@ class ParamStore {
   void zero_unwritten(int region, const Stream& s);  // listed entries no GEMM wrote; region -1 = all
   void zero_if_unwritten(int i, const Stream& s);    // entry i, when listed and no GEMM wrote it
   Tensor view(const Tensor& flat, int i) const;
-  void add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std);
+  void add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std,
+           int64_t init_first = 0);
   Tensor region_view(const Tensor& flat, bool compute, int i) const;
 
   std::vector<ParamEntry> entries_;
@@ -176,6 +197,9 @@ class ParamStore {
   bool remainders_ = false;
   ShardMode shard_mode_ = ShardMode::kNone;
   int region_multiple_ = 1, shard_ranks_ = 1, shard_rank_ = 0;
+  int expert_region_multiple_ = 1, expert_ranks_ = 1, expert_rank_ = 0;
+  int hook_regions_ = 0;
+  ModelSpec::ExpertShard ep_;
   std::vector<int64_t> shard_offsets_;
   int64_t shard_total_ = 0;
   std::vector<Tensor> attached_compute_, attached_grad_;

@@ -14,6 +14,7 @@ using parallel::Sharding;
 std::string DpConfig::describe() const {
   std::string mode = fsdp() ? (dp_replicate > 1 ? "HSDP" : "FSDP") : zero1() ? "ZeRO-1" : "DDP";
   std::string s = fmt::format("{} over dp {} (replicate {} x shard {})", mode, dp, dp_replicate, dp_shard);
+  if (ep > 1) s += fmt::format(", experts split over ep {} and reduced over expert-dp {}", ep, edp);
   if (!fsdp()) s += fmt::format(", overlap_grad_reduce {}", overlap_grad_reduce);
   if (zero1()) s += fmt::format(", overlap_param_gather {}", overlap_param_gather);
   if (!fsdp() && !zero1()) s += reduce_in_bf16 ? ", bf16 reduction" : ", f32 reduction";
@@ -27,6 +28,18 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
   c.dp = layout.dims.dp();
   c.dp_replicate = layout.dims.dp_replicate();
   c.dp_shard = layout.dims.dp_shard();
+  c.ep = layout.dims.ep();
+  c.edp = layout.dims.edp();
+  if (c.ep > 1 && c.fsdp())
+    throw ConfigError(
+        fmt::format("{}: not supported yet: expert parallelism with FSDP (optim_grads_params)",
+                    layout.describe()),
+        "use DDP or the distributed optimizer (use_distributed_optimizer) with expert parallelism");
+  if (c.ep > 1 && layout.dims.cp() * layout.dims.tp() * layout.dims.pp() != 1)
+    throw ConfigError(
+        fmt::format("{}: not supported yet: expert parallelism combined with tensor, context or "
+                    "pipeline parallelism",
+                    layout.describe()));
   if (!c.fsdp()) {  // without parameter sharding every DP rank is a replica (layout_from_config)
     c.dp_replicate = c.dp;
     c.dp_shard = 1;
@@ -43,7 +56,7 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
 DataParallel::DataParallel(const DpConfig& cfg, ParamStore& params, const parallel::ProcessGroups* groups,
                            const Stream& compute)
     : cfg_(cfg), params_(params), groups_(groups), compute_(compute) {
-  const int n_regions = static_cast<int>(params_.regions().size());
+  const int n_regions = all_regions();
   reduced_.assign(n_regions, false);
   pending_.assign(n_regions, nullptr);
   gathered_.resize(n_regions);
@@ -80,6 +93,10 @@ comm::Communicator& DataParallel::shard_group() const {
   return group(cfg_.fsdp() ? "dp_shard" : "dp");
 }
 
+comm::Communicator& DataParallel::region_group(int r) const {
+  return params_.regions()[r].experts ? group("edp") : shard_group();
+}
+
 Tensor DataParallel::shard_grad() const {
   return cfg_.zero1() ? zero_grad_shard_ : const_cast<ParamStore&>(params_).grad_flat();
 }
@@ -113,14 +130,14 @@ void DataParallel::reduce_region(int r) {
   if (cfg_.zero1()) {
     Tensor out =
         zero_grad_shard_.slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
-    shard_group().reduce_scatter(g, out, ReduceOp::kSum, comm_, label);
+    region_group(r).reduce_scatter(g, out, ReduceOp::kSum, comm_, label);
   } else if (cfg_.reduce_in_bf16) {
     Tensor b = Tensor::empty({g.numel()}, DType::kBF16, comm_);
     ops::cast(g, b, comm_);
-    group("dp").all_reduce(b, ReduceOp::kSum, comm_, label);
+    region_group(r).all_reduce(b, ReduceOp::kSum, comm_, label);
     ops::cast(b, g, comm_);
   } else {
-    group("dp").all_reduce(g, ReduceOp::kSum, comm_, label);
+    region_group(r).all_reduce(g, ReduceOp::kSum, comm_, label);
   }
 }
 
@@ -135,8 +152,9 @@ void DataParallel::finish_grads() {
   if (cfg_.emulate) return;
   if (!cfg_.fsdp()) {
     params_.end_grad_step(compute_);
-    // Buckets not launched during backward (overlap off, or a region never reached), in backward order.
-    for (int r = last_region(); r >= 0; --r) reduce_region(r);
+    // Buckets not launched during backward (overlap off, or a region never reached), in backward order;
+    // the expert regions (no hook names them) first.
+    for (int r = all_regions() - 1; r >= 0; --r) reduce_region(r);
   } else if (cfg_.dp_replicate > 1) {
     group("dp_replicate").all_reduce(params_.grad_flat(), ReduceOp::kSum, comm_, "hsdp grad shards");
   }
@@ -146,8 +164,20 @@ void DataParallel::finish_grads() {
 double DataParallel::grad_norm() {
   Tensor out = Tensor::empty({1}, DType::kF32, compute_);
   if (cfg_.shard_ranks() == 1) {
-    ops::sum_squares(params_.grad_flat(), out, /*accumulate=*/false, compute_);
-    return std::sqrt(out.to_vector<double>()[0]);
+    if (all_regions() == last_region() + 1) {
+      ops::sum_squares(params_.grad_flat(), out, /*accumulate=*/false, compute_);
+      return std::sqrt(out.to_vector<double>()[0]);
+    }
+    // Expert parallelism: the replicated part here, plus every ep rank's experts (the same on each expert-dp
+    // rank after the reduction).
+    const int64_t split = params_.regions()[last_region() + 1].begin;
+    Tensor g = params_.grad_flat();
+    Tensor experts = Tensor::empty({1}, DType::kF32, compute_);
+    ops::sum_squares(g.slice(split, g.numel()), experts, false, compute_);
+    if (cfg_.ep > 1) group("ep").all_reduce(experts, ReduceOp::kSum, compute_, "grad norm (experts)");
+    ops::sum_squares(g.slice(0, split), out, false, compute_);
+    const double dense = out.to_vector<double>()[0], routed = experts.to_vector<double>()[0];
+    return std::sqrt(dense + routed);
   }
   if (cfg_.emulate) {
     // What each shard rank computes over its chunks, then the fixed-order f32 sum of the all-reduce.
@@ -169,6 +199,8 @@ double DataParallel::grad_norm() {
     }
     return std::sqrt(static_cast<double>(total));
   }
+  // Sharded: every element lives in exactly one rank's chunk, experts included (the dp ranks are the ep x
+  // expert-dp grid, checked in dp_config), so one sum over dp covers the model once.
   ops::sum_squares(shard_grad(), out, false, compute_);
   shard_group().all_reduce(out, ReduceOp::kSum, compute_, "grad norm");
   return std::sqrt(out.to_vector<double>()[0]);
@@ -214,12 +246,12 @@ void DataParallel::step(AdamW& opt, double lr, float grad_scale) {
   }
   // ZeRO-1: every rank's updated chunk into the whole compute copy (in place), region by region.
   stream_wait(comm_, StreamEvent::record(compute_));
-  for (int r = 0; r <= last_region(); ++r) {
+  for (int r = 0; r < all_regions(); ++r) {
     const ParamRegion& reg = params_.regions()[r];
     Tensor whole = params_.compute_flat().slice(reg.begin, reg.end);
     Tensor mine =
         params_.compute_flat().slice(params_.chunk_begin(r), params_.chunk_begin(r) + params_.chunk_len(r));
-    shard_group().all_gather(mine, whole, comm_, fmt::format("param gather {}", r));
+    region_group(r).all_gather(mine, whole, comm_, fmt::format("param gather {}", r));
     pending_[r] = StreamEvent::record(comm_);
   }
   if (!cfg_.overlap_param_gather) {
@@ -357,6 +389,12 @@ void DataParallel::before_forward(int r) {
       compute_waits_for(pending_[r]);
       pending_[r] = nullptr;
     }
+    // No hook names the expert regions: the first layer waits for their gathers.
+    for (int x = last_region() + 1; r == 1 && x < all_regions(); ++x)
+      if (pending_[x]) {
+        compute_waits_for(pending_[x]);
+        pending_[x] = nullptr;
+      }
     return;
   }
   if (!cfg_.fsdp()) return;
@@ -405,12 +443,12 @@ void DataParallel::gather_full(ParamStore& full) {
   Tensor* shard_bufs[3] = {&params_.master_flat(), &params_.adam_m_flat(), &params_.adam_v_flat()};
   Tensor* full_bufs[3] = {&full.master_flat(), &full.adam_m_flat(), &full.adam_v_flat()};
   for (int b = 0; b < 3; ++b) {
-    for (int r = 0; r <= last_region(); ++r) {
+    for (int r = 0; r < all_regions(); ++r) {
       const ParamRegion& reg = params_.regions()[r];
       Tensor whole = Tensor::empty({reg.end - reg.begin}, DType::kF32, compute_);
       Tensor mine =
           shard_bufs[b]->slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
-      shard_group().all_gather(mine, whole, compute_, fmt::format("checkpoint gather {}", r));
+      region_group(r).all_gather(mine, whole, compute_, fmt::format("checkpoint gather {}", r));
       full_bufs[b]->slice(reg.begin, reg.end).copy_from(whole, compute_);
     }
   }
@@ -425,7 +463,7 @@ void DataParallel::load_from_full(ParamStore& full) {
   Tensor* shard_bufs[3] = {&params_.master_flat(), &params_.adam_m_flat(), &params_.adam_v_flat()};
   Tensor* full_bufs[3] = {&full.master_flat(), &full.adam_m_flat(), &full.adam_v_flat()};
   for (int b = 0; b < 3; ++b)
-    for (int r = 0; r <= last_region(); ++r) {
+    for (int r = 0; r < all_regions(); ++r) {
       const int64_t cb = params_.chunk_begin(r), len = params_.chunk_len(r), so = params_.shard_offset(r);
       shard_bufs[b]->slice(so, so + len).copy_from(full_bufs[b]->slice(cb, cb + len), compute_);
     }

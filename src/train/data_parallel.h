@@ -30,6 +30,9 @@ namespace primus {
 struct DpConfig {
   parallel::Sharding sharding = parallel::Sharding::kNoShard;
   int dp = 1, dp_replicate = 1, dp_shard = 1;
+  // Expert parallelism: experts split over `ep` ranks; their gradients are reduced (ZeRO-1: sharded) over the
+  // `edp` ranks holding the same experts (the ParamStore's expert regions).
+  int ep = 1, edp = 1;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool reduce_in_bf16 = false;  // DDP only (grad_reduce_in_bf16)
@@ -41,6 +44,7 @@ struct DpConfig {
   }
   // Ranks the parameter state is sharded over (the ParamStore's region multiple).
   int shard_ranks() const { return fsdp() ? dp_shard : zero1() ? dp : 1; }
+  int expert_shard_ranks() const { return zero1() ? edp : 1; }
   ShardMode shard_mode() const {
     return fsdp() ? ShardMode::kFull : zero1() ? ShardMode::kOptimizer : ShardMode::kNone;
   }
@@ -90,7 +94,10 @@ class DataParallel : public ParamHooks {
  private:
   comm::Communicator& group(const char* name) const;
   comm::Communicator& shard_group() const;
-  int last_region() const { return static_cast<int>(params_.regions().size()) - 1; }
+  // The group that reduces (and, sharded, splits) region r: the shard group, or expert-dp for expert regions.
+  comm::Communicator& region_group(int r) const;
+  int last_region() const { return params_.head_region(); }  // the last region the model's hooks name
+  int all_regions() const { return static_cast<int>(params_.regions().size()); }  // + expert regions
   bool edge(int r) const { return r == 0 || r == last_region(); }
   void reduce_region(int r);  // DDP / ZeRO-1, last micro-batch
   // FSDP

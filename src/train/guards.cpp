@@ -34,8 +34,7 @@ NonFiniteReport locate_non_finite_grad(ParamStore& params, const Stream& s) {
     if (r.first_tensor.empty()) {
       r.first_tensor = e.name;
       r.first_index = first;
-      r.layer =
-          e.region >= 1 && e.region <= static_cast<int>(params.regions().size()) - 2 ? e.region - 1 : -1;
+      r.layer = e.region >= 1 && e.region < params.head_region() ? e.region - 1 : -1;
     }
     ++r.tensors;
     r.elements += bad;

@@ -119,6 +119,11 @@ class Trainer {
   ckpt::LoadReport load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt);
   void load_hf_params(const ckpt::HfCheckpoint& hf);
   const ParamStore* params_for_save();
+  // This rank's model spec (experts split by the layout) and an unallocated store laid out as params_.
+  ModelSpec local_spec() const;
+  std::unique_ptr<ParamStore> local_store_layout() const;
+  bool experts_split() const;
+  void load_from_whole_model(ParamStore& whole);
   TrainConfig cfg_;
   std::string run_dir_;
   std::string resolved_yaml_;
@@ -127,8 +132,9 @@ class Trainer {
   std::unique_ptr<parallel::ProcessGroups, KeepOnUnwind> groups_;
   std::unique_ptr<DpConfig> dp_cfg_;
   int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;
-  std::unique_ptr<ParamStore> ckpt_full_;  // whole-model staging for sharded checkpoints
-  int64_t consumed_ = 0;                   // DP path: samples consumed (all ranks together)
+  std::unique_ptr<ParamStore> ckpt_full_;   // whole-model staging for sharded checkpoints
+  std::unique_ptr<ParamStore> ckpt_local_;  // expert parallelism + ZeRO-1: this rank's gathered whole state
+  int64_t consumed_ = 0;                    // DP path: samples consumed (all ranks together)
   DataSources data_;
   std::unique_ptr<ParamStore> params_;
   // The model's hooks: data parallelism and the overlapped update add theirs (one chain, one model pointer).

@@ -9,6 +9,7 @@
 #include "comm/world.h"
 #include "core/log.h"
 #include "parallel/config_agreement.h"
+#include "parallel/expert_state.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
@@ -107,6 +108,11 @@ void Trainer::init_distributed() {
     layout = parallel::layout_from_config(cfg_.parallel, n);
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_cfg_->emulate = true;
+    if (dp_cfg_->ep > 1)
+      throw ConfigError(fmt::format("PRIMUS_DP_EMULATE={}: one process cannot emulate expert parallelism "
+                                    "(expert_model_parallel_size {})",
+                                    n, dp_cfg_->ep),
+                        "launch the ranks (primus launch / mpirun) or set expert_model_parallel_size: 1");
   }
   const int64_t per_step = cfg_.micro_batch_size * dp_cfg_->dp;
   if (cfg_.global_batch_size % per_step != 0)
@@ -116,19 +122,33 @@ void Trainer::init_distributed() {
                     cfg_.global_batch_size, cfg_.micro_batch_size, dp_cfg_->dp, world_rank_));
 }
 
-void Trainer::init_data_parallel() {
+ModelSpec Trainer::local_spec() const {
   ModelSpec spec = ModelSpec::from_config(cfg_.model);
+  if (!groups_ || groups_->dims().ep() == 1) return spec;
+  // Expert parallelism: this rank holds the experts of its ep coordinate (the layout decides, not the model).
+  return spec.with_expert_shard(groups_->dims().ep(), groups_->dims().coords(world_rank_).ep);
+}
+
+std::unique_ptr<ParamStore> Trainer::local_store_layout() const {
+  return std::make_unique<ParamStore>(local_spec(), dp_cfg_ ? dp_cfg_->shard_ranks() : 1,
+                                      dp_cfg_ ? dp_cfg_->expert_shard_ranks() : 1);
+}
+
+void Trainer::init_data_parallel() {
   const DType compute = stream_.device.is_cpu() ? DType::kF32 : DType::kBF16;
-  const int multiple = dp_cfg_ ? dp_cfg_->shard_ranks() : 1;
-  params_ = std::make_unique<ParamStore>(spec, multiple);
+  params_ = local_store_layout();
   if (dp_cfg_ && !dp_cfg_->emulate) {
-    params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_);
+    const int expert_rank = dp_cfg_->expert_shard_ranks() > 1 ? groups_->get("edp").rank() : 0;
+    params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
+                              dp_cfg_->expert_shard_ranks(), expert_rank);
   } else {
     params_->allocate(compute, stream_);
   }
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
   model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, *params_, stream_, cfg_.data.seq_length);
   if (!dp_cfg_) return;
+  // MoE: tokens travel over ep to their experts; the expert bias follows the loads of every dp x cp rank.
+  if (groups_) model_->set_expert_groups(&groups_->get("ep"), &groups_->get("dp_cp"));
   // Micro-batches per rank: global batch = micro-batch x accumulation x DP.
   micro_batches_ = cfg_.global_batch_size / (cfg_.micro_batch_size * dp_cfg_->dp);
   dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
@@ -262,7 +282,30 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
 // Checkpoints. Saves are whole-model files written by world rank 0 (sharded state is gathered first), so a
 // checkpoint loads at any DP size and mode: every rank reads it and keeps its own chunks.
 
+bool Trainer::experts_split() const {
+  return params_->expert_shard().size > 1;
+}
+
+// Expert parallelism: `whole` (the unsplit model, on the CPU) into this rank's parameters.
+void Trainer::load_from_whole_model(ParamStore& whole) {
+  std::unique_ptr<ParamStore> local = local_store_layout();
+  local->allocate(DType::kF32, Stream::cpu());
+  parallel::take_expert_share(whole, *local);
+  if (params_->shard_mode() == ShardMode::kNone) {
+    parallel::copy_param_state(*local, *params_, stream_);
+  } else {
+    dp_->load_from_full(*local);
+  }
+}
+
 ckpt::LoadReport Trainer::load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt) {
+  if (experts_split()) {
+    ParamStore whole(ModelSpec::from_config(cfg_.model));
+    whole.allocate(DType::kF32, Stream::cpu());
+    const ckpt::LoadReport rep = ckpt::load_into_params(v, whole, Stream::cpu(), opt);
+    load_from_whole_model(whole);
+    return rep;
+  }
   if (params_->shard_mode() == ShardMode::kNone) return ckpt::load_into_params(v, *params_, stream_, opt);
   ParamStore full(ModelSpec::from_config(cfg_.model), params_->shard_ranks());
   full.allocate(DType::kF32, Stream::cpu());
@@ -272,6 +315,13 @@ ckpt::LoadReport Trainer::load_checkpoint_params(const ckpt::Verification& v, co
 }
 
 void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
+  if (experts_split()) {
+    ParamStore whole(ModelSpec::from_config(cfg_.model));
+    whole.allocate(DType::kF32, Stream::cpu());
+    ckpt::load_hf_into_params(hf, whole, Stream::cpu());
+    load_from_whole_model(whole);
+    return;
+  }
   if (params_->shard_mode() == ShardMode::kNone) {
     ckpt::load_hf_into_params(hf, *params_, stream_);
     return;
@@ -283,6 +333,27 @@ void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
 }
 
 const ParamStore* Trainer::params_for_save() {
+  if (experts_split()) {
+    // The whole model: this rank's whole state (ZeRO-1 chunks gathered first), then every ep rank's experts.
+    ParamStore* local = params_.get();
+    Stream s = stream_;
+    if (params_->shard_mode() != ShardMode::kNone) {
+      if (!ckpt_local_) {
+        ckpt_local_ = local_store_layout();
+        ckpt_local_->allocate(DType::kF32, Stream::cpu());
+      }
+      dp_->gather_full(*ckpt_local_);
+      local = ckpt_local_.get();
+      s = Stream::cpu();
+    }
+    if (!ckpt_full_) {
+      ckpt_full_ = std::make_unique<ParamStore>(ModelSpec::from_config(cfg_.model));
+      ckpt_full_->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, Stream::cpu(), DType::kF32,
+                           MasterStorage::kF32);
+    }
+    parallel::gather_expert_state(*local, s, groups_->get("ep"), *ckpt_full_);
+    return is_rank0() ? ckpt_full_.get() : nullptr;
+  }
   if (params_->shard_mode() == ShardMode::kNone) return is_rank0() ? params_.get() : nullptr;
   // Collective over the shard group; HSDP replicas hold the same shards, so every replica gathers.
   if (!ckpt_full_) {
