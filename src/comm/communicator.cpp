@@ -204,21 +204,53 @@ bool reducible(DType t) {
       throw CommError(fmt::format("{}: {}", describe_op(op, label, seq_ + 1), fmt::format(__VA_ARGS__))); \
   } while (0)
 
-#define PRIMUS_COMM_CHECK_TENSOR(t, what)                                                                    \
-  do {                                                                                                       \
-    PRIMUS_COMM_REQUIRE((t).defined(), "{} is undefined", what);                                             \
-    PRIMUS_COMM_REQUIRE((t).is_contiguous(), "{} must be contiguous ({})", what, (t).describe());            \
-    PRIMUS_COMM_REQUIRE((t).device().type == device_type(), "{} is on {} but the {} backend needs {}", what, \
-                        (t).device().str(), backend(),                                                       \
-                        device_type() == DeviceType::kCPU ? "CPU tensors" : "GPU tensors");                  \
+// Host backends also take GPU tensors, staged through host copies (HostStage): several ranks sharing one GPU,
+// where NCCL cannot run, still exercise the CUDA path of every layout. NCCL needs GPU tensors.
+#define PRIMUS_COMM_CHECK_TENSOR(t, what)                                                               \
+  do {                                                                                                  \
+    PRIMUS_COMM_REQUIRE((t).defined(), "{} is undefined", what);                                        \
+    PRIMUS_COMM_REQUIRE((t).is_contiguous(), "{} must be contiguous ({})", what, (t).describe());       \
+    PRIMUS_COMM_REQUIRE((t).device().type == device_type() || device_type() == DeviceType::kCPU,        \
+                        "{} is on {} but the {} backend needs {}", what, (t).device().str(), backend(), \
+                        "GPU tensors");                                                                 \
   } while (0)
+
+namespace {
+// A GPU tensor's host copy for a host backend (the identity for a host tensor). `read`: copy the values in
+// (after the stream's pending work); finish() copies the result back.
+class HostStage {
+ public:
+  HostStage(const Tensor& t, const Stream& s, bool read) : t_(t), s_(s) {
+    if (t.device().is_cpu()) {
+      host_ = t;
+      return;
+    }
+    staged_ = true;
+    stream_sync(s);
+    host_ = read ? t.to(Stream::cpu()) : Tensor::empty(t.shape(), t.dtype());
+  }
+  const Tensor& host() const { return host_; }
+  void finish() {
+    if (!staged_) return;
+    t_.copy_from(host_, s_);
+    stream_sync(s_);
+  }
+
+ private:
+  Tensor t_, host_;
+  Stream s_;
+  bool staged_ = false;
+};
+}  // namespace
 
 void Communicator::all_reduce(const Tensor& t, ReduceOp rop, const Stream& s, std::string_view label) {
   const char* op = "all_reduce";
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(reducible(t.dtype()), "cannot reduce {} (f32, f64, bf16, i32, i64)",
                       dtype_name(t.dtype()));
-  run_op(op, label, [&] { do_all_reduce(t, rop, s); });
+  HostStage h(t, s, true);
+  run_op(op, label, [&] { do_all_reduce(h.host(), rop, s); });
+  h.finish();
 }
 
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp rop, const Stream& s,
@@ -232,7 +264,9 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
   PRIMUS_COMM_REQUIRE(in.numel() == out.numel() * size_,
                       "input has {} elements, output {}: need input = {} x output", in.numel(), out.numel(),
                       size_);
-  run_op(op, label, [&] { do_reduce_scatter(in, out, rop, s); });
+  HostStage hi(in, s, true), ho(out, s, false);
+  run_op(op, label, [&] { do_reduce_scatter(hi.host(), ho.host(), rop, s); });
+  ho.finish();
 }
 
 void Communicator::all_gather(const Tensor& in, const Tensor& out, const Stream& s, std::string_view label) {
@@ -244,7 +278,9 @@ void Communicator::all_gather(const Tensor& in, const Tensor& out, const Stream&
   PRIMUS_COMM_REQUIRE(out.numel() == in.numel() * size_,
                       "input has {} elements, output {}: need output = {} x input", in.numel(), out.numel(),
                       size_);
-  run_op(op, label, [&] { do_all_gather(in, out, s); });
+  HostStage hi(in, s, true), ho(out, s, false);
+  run_op(op, label, [&] { do_all_gather(hi.host(), ho.host(), s); });
+  ho.finish();
 }
 
 void Communicator::all_to_all(const Tensor& in, const Tensor& out, const Stream& s, std::string_view label) {
@@ -256,7 +292,9 @@ void Communicator::all_to_all(const Tensor& in, const Tensor& out, const Stream&
   PRIMUS_COMM_REQUIRE(in.numel() % size_ == 0, "{} elements do not split into {} equal chunks", in.numel(),
                       size_);
   std::vector<int64_t> counts(size_, in.numel() / size_);
-  run_op(op, label, [&] { do_all_to_all_v(in, counts, out, counts, s); });
+  HostStage hi(in, s, true), ho(out, s, true);
+  run_op(op, label, [&] { do_all_to_all_v(hi.host(), counts, ho.host(), counts, s); });
+  ho.finish();
 }
 
 void Communicator::all_to_all_v(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
@@ -278,14 +316,19 @@ void Communicator::all_to_all_v(const Tensor& in, const std::vector<int64_t>& se
   PRIMUS_COMM_REQUIRE(ns <= in.numel() && nr <= out.numel(),
                       "counts need {} input / {} output elements, tensors have {} / {}", ns, nr, in.numel(),
                       out.numel());
-  run_op(op, label, [&] { do_all_to_all_v(in, send_counts, out, recv_counts, s); });
+  // The output is read in too: elements past the received counts keep their values.
+  HostStage hi(in, s, true), ho(out, s, true);
+  run_op(op, label, [&] { do_all_to_all_v(hi.host(), send_counts, ho.host(), recv_counts, s); });
+  ho.finish();
 }
 
 void Communicator::broadcast(const Tensor& t, int root, const Stream& s, std::string_view label) {
   const char* op = "broadcast";
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(root >= 0 && root < size_, "root {} is not a rank of the group (size {})", root, size_);
-  run_op(op, label, [&] { do_broadcast(t, root, s); });
+  HostStage h(t, s, true);
+  run_op(op, label, [&] { do_broadcast(h.host(), root, s); });
+  h.finish();
 }
 
 void Communicator::send(const Tensor& t, int peer, const Stream& s, std::string_view label) {
@@ -293,7 +336,8 @@ void Communicator::send(const Tensor& t, int peer, const Stream& s, std::string_
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(peer >= 0 && peer < size_ && peer != rank_,
                       "peer {} is not another rank of the group (size {})", peer, size_);
-  run_op(op, label, [&] { do_send(t, peer, s); });
+  HostStage h(t, s, true);
+  run_op(op, label, [&] { do_send(h.host(), peer, s); });
 }
 
 void Communicator::recv(const Tensor& t, int peer, const Stream& s, std::string_view label) {
@@ -301,7 +345,9 @@ void Communicator::recv(const Tensor& t, int peer, const Stream& s, std::string_
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(peer >= 0 && peer < size_ && peer != rank_,
                       "peer {} is not another rank of the group (size {})", peer, size_);
-  run_op(op, label, [&] { do_recv(t, peer, s); });
+  HostStage h(t, s, false);
+  run_op(op, label, [&] { do_recv(h.host(), peer, s); });
+  h.finish();
 }
 
 void Communicator::barrier(std::string_view label) {

@@ -10,8 +10,10 @@
 // by the watchdog ends the process (exit code 1) because the thread blocked in the operation cannot be woken.
 //
 // Tensors must be contiguous, of dtype f32, f64, bf16, i32 or i64 (send/recv/broadcast/all_gather/all_to_all
-// take any dtype), on the backend's device type. Host backends (mpi, tcp) run synchronously on the calling
-// thread; the NCCL backend enqueues on `stream` and returns.
+// take any dtype). NCCL takes GPU tensors; host backends (mpi, tcp) take host tensors, and GPU tensors
+// through host copies (after syncing `stream`; results copied back before returning): several ranks sharing
+// one GPU, where NCCL cannot run, still run the CUDA path of every layout. Host backends run synchronously on
+// the calling thread; the NCCL backend enqueues on `stream` and returns.
 //
 // Reduction order (host backends): element i of a sum is ((x_0 + x_1) + x_2) + ... + x_{n-1} over the group's
 // ranks in rank order, computed in f32 for bf16 inputs (one rounding at the end) and natively for

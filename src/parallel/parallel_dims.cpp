@@ -70,10 +70,16 @@ ParallelDims ParallelDims::make(const ParallelDegrees& in, int world_size) {
                     product, in.dp_replicate, d.d_.dp_shard, in.cp, in.tp, in.pp, world_size));
   // EP borrows ranks from data parallelism and CP (expert TP = TP): Megatron's world % (ETP * EP * PP) == 0.
   if ((int64_t{d.d_.dp_shard} * in.dp_replicate * in.cp) % in.ep != 0)
-    throw ConfigError(fmt::format(
-        "expert parallel degree ep = {} does not divide dp {} x cp {} = {} (rule: EP borrows ranks from data "
-        "and context parallelism: world % (tp * ep * pp) == 0)",
-        in.ep, d.dp(), in.cp, int64_t{d.dp()} * in.cp));
+    throw ConfigError(
+        fmt::format(
+            "expert_model_parallel_size / parallelism.expert_parallel_degree = {} does not divide dp {} "
+            "x cp {} = {} at {} rank(s) (rule: EP borrows ranks from data and context parallelism: world "
+            "% (tp * ep * pp) == 0)",
+            in.ep, d.dp(), in.cp, int64_t{d.dp()} * in.cp, world_size),
+        fmt::format(
+            "run on a multiple of tp x ep x pp x cp = {} ranks (primus launch --nproc-per-node N), or "
+            "check the layout of such a world first: --dry-run --nnodes 1 --nproc-per-node {}",
+            int64_t{in.tp} * in.ep * in.pp * in.cp, int64_t{in.tp} * in.ep * in.pp * in.cp));
   // On a sharded (FSDP) mesh, TorchTitan carves EP out of the shard dimensions; with replicas only
   // (Megatron's DDP / distributed optimizer: dp_shard 1) EP comes from the replicas and the rule above is
   // all.

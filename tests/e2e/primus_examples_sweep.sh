@@ -3,7 +3,9 @@
 # --dry-run` (or `train posttrain` for the files that define a post_trainer module) with PRIMUS_CONFIG_PATH at
 # the checkout's primus/configs. Each must either load (exit 0) or be refused with exit 2 and
 # "not supported yet: <feature>"; anything else (an unknown key, a wrong type, an invalid value, an unknown
-# framework or command, a crash) fails the test. Prints the tally and every failure.
+# framework or command, a crash) fails the test. An experiment whose parallel layout does not fit one rank is
+# planned for the world it was written for (--nnodes N --nproc-per-node 8, the smallest N that fits). Prints the
+# tally and every failure.
 #
 #   primus_examples_sweep.sh PRIMUS_BINARY
 # The checkout: $PRIMUS_REPO_DIR (a Primus work tree), else the bare mirror $PRIMUS_REPO_MIRROR (default
@@ -53,10 +55,24 @@ try_one() {
   (cd "$out" && PRIMUS_CHECK_KEY_USE=1 PRIMUS_CONFIG_PATH="$roots" timeout 60 "$primus" train "$command" --config "$file" --dry-run \
     >/dev/null 2>"$log")
   local rc=$?
-  local first
+  local first world=""
+  # Primus's experiments are written for nodes of 8 GPUs: one whose parallel layout does not fit one rank
+  # (expert_model_parallel_size 8, ...) is planned for the world it needs (--dry-run --nnodes N).
+  if [[ $rc -eq 2 ]] && grep -q 'rule: ' "$log" && ! grep -q 'not supported yet: ' "$log"; then
+    for nodes in 1 2 4 8 16 32; do
+      (cd "$out" && PRIMUS_CHECK_KEY_USE=1 PRIMUS_CONFIG_PATH="$roots" timeout 60 "$primus" train "$command" \
+        --config "$file" --dry-run --nnodes "$nodes" --nproc-per-node 8 >/dev/null 2>"$log.world")
+      rc=$?
+      if [[ $rc -eq 0 ]] || grep -q 'not supported yet: ' "$log.world"; then
+        mv "$log.world" "$log"
+        world=" (planned for ${nodes}x8 ranks)"
+        break
+      fi
+    done
+  fi
   first="$(grep -m1 'error:' "$log" | cut -c1-300)"
   if [[ $rc -eq 0 ]]; then
-    printf 'load\t%s\t\n' "$file"
+    printf 'load\t%s\t%s\n' "$file" "$world"
   elif [[ "$file" == *.template.yaml ]] && [[ $rc -eq 2 ]] && grep -q 'is a template placeholder' "$log"; then
     # Primus's templates hold <PLACEHOLDERS> to fill in; Primus cannot run them either. The error names it.
     printf 'template\t%s\t%s\n' "$file" "$(grep -m1 -o "name '<[^>]*>'" "$log")"

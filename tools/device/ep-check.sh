@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Expert parallelism on GPUs (issue #19), one call on nvidia-h100-x2 / h200-x2:
+#  stage  two ranks sharing GPU 0 through the host-staged tcp communicator (CUDA_VISIBLE_DEVICES=0,
+#         PRIMUS_COMM_BACKEND=tcp): micro Mixtral and micro DeepSeek-style MoE with EP 2, 20 steps on mock data,
+#         against one process on the same GPU with the same global batch (bf16: curves within 2e-2);
+#  nccl   the same with one rank per GPU over NCCL;
+#  perf   Qwen3-30B-A3B dims 4L (T 4096), global batch 2: one GPU, then 2 GPUs with DP 2 (experts replicated)
+#         and with EP 2 (overlap_grad_reduce on); median of steps 11-30, tokens/s and the ratio to one GPU.
+# Carry .device (ep.tgz: stripped primus). Usage: PARTS="stage nccl perf" tools/device/ep-check.sh
+set -uo pipefail
+out=/tmp/ep-out
+rm -rf "$out" && mkdir -p "$out"
+bin=/tmp/ep-bin
+mkdir -p "$bin" && tar xzf .device/ep.tgz -C "$bin" || exit 1
+parts=${PARTS:-stage nccl perf}
+ngpu=$(nvidia-smi -L | wc -l)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+date -u +"%Y-%m-%dT%H:%M:%SZ"
+finish() { tar czf "${OUT:-/tmp}/ep-logs.tgz" -C "$out" . 2>/dev/null; date -u +"%Y-%m-%dT%H:%M:%SZ"; }
+trap finish EXIT
+export NCCL_NVLS_ENABLE=0 PRIMUS_USER=dev PRIMUS_HOME=$PWD
+
+# run NAME NPROC LIMIT [env...] -- args...: metrics copied to $out/NAME.jsonl
+run() {
+  local name=$1 n=$2 limit=$3
+  shift 3
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local ws=/tmp/ep-ws/$name
+  rm -rf "$ws"
+  if [ "$n" -eq 1 ]; then
+    env "${envs[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$name timeout "$limit" "$bin/primus" train pretrain \
+      --device cuda "$@" >"$out/$name.log" 2>&1
+  else
+    env "${envs[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$name timeout "$limit" "$bin/primus" launch \
+      --nproc-per-node "$n" --master-port 0 -- train pretrain --device cuda "$@" >"$out/$name.log" 2>&1
+  fi
+  local rc=$?
+  cp "$(find "$ws" -name metrics.jsonl | head -1)" "$out/$name.jsonl" 2>/dev/null
+  echo "== $name rc=$rc: $(grep -E 'data parallel:|done:' "$out/$name.log" | cut -c1-160 | tr '\n' ' ')"
+  [ $rc -eq 0 ] || grep -iE "error|fail" "$out/$name.log" | head -5 | cut -c1-240
+}
+
+# curves A B TOL: loss (and grad norm, reported) of every step
+curves() {
+  python3 - "$out/$1.jsonl" "$out/$2.jsonl" "$3" <<'PY'
+import json, sys
+def load(p):
+    try:
+        return [json.loads(l) for l in open(p) if '"loss"' in l]
+    except OSError:
+        return []
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+if not a or len(a) != len(b):
+    sys.exit(f"curves: {len(a)} vs {len(b)} steps")
+dl = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+dg = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(y["grad_norm"]) for x, y in zip(a, b))
+ok = dl <= tol
+print(f"   {sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: {len(a)} steps, loss max rel diff {dl:.2e}, "
+      f"grad-norm {dg:.2e} (loss {a[0]['loss']:.4f} -> {a[-1]['loss']:.4f}) {'OK' if ok else 'DIFFERS'}")
+PY
+}
+
+micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --train_iters 20 --seq_length 64
+       --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5)
+for part in stage nccl; do
+  [[ " $parts " == *" $part "* ]] || continue
+  [ "$part" = nccl ] && [ "$ngpu" -lt 2 ] && { echo "== nccl: skipped ($ngpu GPU)"; continue; }
+  for model in micro_mixtral micro_deepseek_moe; do
+    run "${model}_1gpu" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}"
+    if [ "$part" = stage ]; then
+      run "${model}_ep2_$part" 2 180 CUDA_VISIBLE_DEVICES=0 PRIMUS_COMM_BACKEND=tcp PRIMUS_E2E_MODEL=$model.yaml \
+        -- "${micro[@]}" --expert_model_parallel_size 2
+    else
+      run "${model}_ep2_$part" 2 180 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" --expert_model_parallel_size 2
+    fi
+    curves "${model}_ep2_$part" "${model}_1gpu" 2e-2
+  done
+done
+
+if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
+  q=(--config configs/examples/megatron/bench_qwen3-30B-A3B-4L.yaml --train_iters 30 --log_interval 10
+     --global_batch_size 2)
+  run qwen3_1gpu 1 150 CUDA_VISIBLE_DEVICES=0 -- "${q[@]}"
+  run qwen3_dp2 2 150 -- "${q[@]}" --overlap_grad_reduce true
+  run qwen3_ep2 2 150 -- "${q[@]}" --overlap_grad_reduce true --expert_model_parallel_size 2
+  python3 - "$out" <<'PY'
+import json, statistics, sys, os
+out = sys.argv[1]
+def med(name):
+    p = f"{out}/{name}.jsonl"
+    if not os.path.exists(p):
+        return None, None
+    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l]
+    tail = [r["iter_ms"] for r in rec[10:]]
+    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
+base, bmem = med("qwen3_1gpu")
+for n in ("qwen3_1gpu", "qwen3_dp2", "qwen3_ep2"):
+    m, mem = med(n)
+    if m is None:
+        print(f"   {n}: no steps"); continue
+    tok = 2 * 4096 / m * 1e3
+    print(f"   {n}: median {m:.1f} ms per global batch of 2 x 4096 tokens, {tok:,.0f} tok/s, peak {mem:.2f} GB"
+          + (f", {base / m:.3f}x one GPU" if base else ""))
+PY
+fi
