@@ -216,12 +216,12 @@ bool reducible(DType t) {
   } while (0)
 
 namespace {
-// A GPU tensor's host copy for a host backend (the identity for a host tensor). `read`: copy the values in
-// (after the stream's pending work); finish() copies the result back.
+// A GPU tensor's host copy for a host backend (the identity for a host tensor or a GPU backend). `read`: copy
+// the values in (after the stream's pending work); finish() copies the result back.
 class HostStage {
  public:
-  HostStage(const Tensor& t, const Stream& s, bool read) : t_(t), s_(s) {
-    if (t.device().is_cpu()) {
+  HostStage(const Communicator& c, const Tensor& t, const Stream& s, bool read) : t_(t), s_(s) {
+    if (t.device().is_cpu() || c.device_type() != DeviceType::kCPU) {
       host_ = t;
       return;
     }
@@ -248,7 +248,7 @@ void Communicator::all_reduce(const Tensor& t, ReduceOp rop, const Stream& s, st
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(reducible(t.dtype()), "cannot reduce {} (f32, f64, bf16, i32, i64)",
                       dtype_name(t.dtype()));
-  HostStage h(t, s, true);
+  HostStage h(*this, t, s, true);
   run_op(op, label, [&] { do_all_reduce(h.host(), rop, s); });
   h.finish();
 }
@@ -264,7 +264,7 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
   PRIMUS_COMM_REQUIRE(in.numel() == out.numel() * size_,
                       "input has {} elements, output {}: need input = {} x output", in.numel(), out.numel(),
                       size_);
-  HostStage hi(in, s, true), ho(out, s, false);
+  HostStage hi(*this, in, s, true), ho(*this, out, s, false);
   run_op(op, label, [&] { do_reduce_scatter(hi.host(), ho.host(), rop, s); });
   ho.finish();
 }
@@ -278,7 +278,7 @@ void Communicator::all_gather(const Tensor& in, const Tensor& out, const Stream&
   PRIMUS_COMM_REQUIRE(out.numel() == in.numel() * size_,
                       "input has {} elements, output {}: need output = {} x input", in.numel(), out.numel(),
                       size_);
-  HostStage hi(in, s, true), ho(out, s, false);
+  HostStage hi(*this, in, s, true), ho(*this, out, s, false);
   run_op(op, label, [&] { do_all_gather(hi.host(), ho.host(), s); });
   ho.finish();
 }
@@ -292,7 +292,7 @@ void Communicator::all_to_all(const Tensor& in, const Tensor& out, const Stream&
   PRIMUS_COMM_REQUIRE(in.numel() % size_ == 0, "{} elements do not split into {} equal chunks", in.numel(),
                       size_);
   std::vector<int64_t> counts(size_, in.numel() / size_);
-  HostStage hi(in, s, true), ho(out, s, true);
+  HostStage hi(*this, in, s, true), ho(*this, out, s, true);
   run_op(op, label, [&] { do_all_to_all_v(hi.host(), counts, ho.host(), counts, s); });
   ho.finish();
 }
@@ -317,7 +317,7 @@ void Communicator::all_to_all_v(const Tensor& in, const std::vector<int64_t>& se
                       "counts need {} input / {} output elements, tensors have {} / {}", ns, nr, in.numel(),
                       out.numel());
   // The output is read in too: elements past the received counts keep their values.
-  HostStage hi(in, s, true), ho(out, s, true);
+  HostStage hi(*this, in, s, true), ho(*this, out, s, true);
   run_op(op, label, [&] { do_all_to_all_v(hi.host(), send_counts, ho.host(), recv_counts, s); });
   ho.finish();
 }
@@ -326,7 +326,7 @@ void Communicator::broadcast(const Tensor& t, int root, const Stream& s, std::st
   const char* op = "broadcast";
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(root >= 0 && root < size_, "root {} is not a rank of the group (size {})", root, size_);
-  HostStage h(t, s, true);
+  HostStage h(*this, t, s, true);
   run_op(op, label, [&] { do_broadcast(h.host(), root, s); });
   h.finish();
 }
@@ -336,7 +336,7 @@ void Communicator::send(const Tensor& t, int peer, const Stream& s, std::string_
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(peer >= 0 && peer < size_ && peer != rank_,
                       "peer {} is not another rank of the group (size {})", peer, size_);
-  HostStage h(t, s, true);
+  HostStage h(*this, t, s, true);
   run_op(op, label, [&] { do_send(h.host(), peer, s); });
 }
 
@@ -345,7 +345,7 @@ void Communicator::recv(const Tensor& t, int peer, const Stream& s, std::string_
   PRIMUS_COMM_CHECK_TENSOR(t, "tensor");
   PRIMUS_COMM_REQUIRE(peer >= 0 && peer < size_ && peer != rank_,
                       "peer {} is not another rank of the group (size {})", peer, size_);
-  HostStage h(t, s, false);
+  HostStage h(*this, t, s, false);
   run_op(op, label, [&] { do_recv(h.host(), peer, s); });
   h.finish();
 }
@@ -354,9 +354,10 @@ void Communicator::barrier(std::string_view label) {
   run_op("barrier", label, [&] { do_barrier(); });
 }
 
-std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name,
+                                                  bool low_latency) {
   std::unique_ptr<Communicator> out;
-  run_op("split", name, [&] { out = do_split(color < 0 ? -1 : color, key, name); });
+  run_op("split", name, [&] { out = do_split(color < 0 ? -1 : color, key, name, low_latency); });
   return out;
 }
 

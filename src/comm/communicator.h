@@ -85,7 +85,11 @@ class Communicator {
 
   // Collective over this communicator: ranks with the same color form a new communicator ordered by (key,
   // rank). color < 0: this rank joins none and gets nullptr (every rank must still call).
-  std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
+  // low_latency: for a group whose operations sit between kernels on the compute stream (the MoE token
+  // dispatch): NCCL then enqueues each operation in a blocking call instead of returning at once and having
+  // the host poll until it settles (each such wait idled the GPU for ms). Such a group's own creation cannot
+  // be bounded by the backend; the hang watchdog still ends a process stuck in it. Host backends ignore it.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name, bool low_latency = false);
 
   // Tears the communicator down so that pending and future operations fail fast (idempotent, thread-safe).
   void abort(const std::string& reason);
@@ -110,7 +114,8 @@ class Communicator {
   virtual void do_send(const Tensor& t, int peer, const Stream& s) = 0;
   virtual void do_recv(const Tensor& t, int peer, const Stream& s) = 0;
   virtual void do_barrier() = 0;
-  virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
+                                                 bool low_latency) = 0;
   // `reason`: the failure that caused it, which a backend may pass on to its peers.
   virtual void do_abort(const std::string& reason) = 0;
   // Synchronous backends: the operation is over when do_* returns. Asynchronous ones (NCCL) track completion.

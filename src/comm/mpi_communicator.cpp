@@ -172,7 +172,8 @@ class MpiCommunicator : public HostCommunicator {
             recv_peer >= 0 ? recv_peer : send_peer);
   }
 
-  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override {
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
+                                         bool /*low_latency: synchronous anyway*/) override {
     const MpiApi& api = rt_->api;
     auto all = gather_pairs(color, key);  // to know the members' world ranks (for messages)
     MPI_Comm out = nullptr;

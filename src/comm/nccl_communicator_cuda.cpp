@@ -218,8 +218,10 @@ class NcclCommunicator : public Communicator {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
-  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override {
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
+                                         bool low_latency) override {
     ncclConfig_t cfg = nonblocking_config();
+    if (low_latency) cfg.blocking = 1;  // the child only: the parent's split call itself stays non-blocking
     // With a non-blocking parent, NCCL publishes the child handle only when the split has completed, from its
     // own thread, after ncclCommSplit has returned. So the handle lives on the heap (leaked if the split
     // never completes, so that a late write cannot land in freed memory) and is polled until it appears.

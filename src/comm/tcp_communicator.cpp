@@ -230,7 +230,8 @@ void TcpCommunicator::exchange(int send_peer, const void* send_buf, size_t send_
   }
 }
 
-std::unique_ptr<Communicator> TcpCommunicator::do_split(int color, int key, const std::string& name) {
+std::unique_ptr<Communicator> TcpCommunicator::do_split(int color, int key, const std::string& name,
+                                                        bool /*low_latency: synchronous anyway*/) {
   auto all = gather_pairs(color, key);
   const int split_id = splits_++;
   if (color < 0) return nullptr;

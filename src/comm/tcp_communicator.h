@@ -25,7 +25,8 @@ class TcpCommunicator : public HostCommunicator {
  protected:
   void exchange(int send_peer, const void* send_buf, size_t send_bytes, int recv_peer, void* recv_buf,
                 size_t recv_bytes) override;
-  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
+                                         bool low_latency) override;
   void do_abort(const std::string& reason) override;
 
  private:

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace primus::parallel {
@@ -65,7 +67,10 @@ ProcessGroups build_groups(const ParallelDims& dims, comm::Communicator& world) 
     for (const auto& n : classes[c]) label += (label.empty() ? "" : "=") + n;
     const std::vector<int>& members = parts[c][me];
     // color: the smallest world rank of the group identifies it; key: the world rank orders it.
-    std::shared_ptr<comm::Communicator> g(world.split(members.front(), me, label).release());
+    // The expert-parallel group's all-to-alls sit between the MoE layer's kernels: low latency
+    // (communicator.h).
+    const bool hot = std::find(classes[c].begin(), classes[c].end(), "ep") != classes[c].end();
+    std::shared_ptr<comm::Communicator> g(world.split(members.front(), me, label, hot).release());
     if (!g || g->size() != static_cast<int>(members.size()))
       throw comm::CommError(fmt::format("rank {}: building group {} gave {} ranks, expected {}", me, label,
                                         g ? g->size() : 0, members.size()));

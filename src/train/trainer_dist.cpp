@@ -78,6 +78,8 @@ void Trainer::init_distributed() {
     wo.backend = backend;
     wo.timeout_s = cfg_.parallel.distributed_timeout_s;
     wo.cuda_device = gpu ? gpu_index_ : -1;
+    // The layout's model and batch rules (heads, experts, batch split) before any communicator or memory.
+    parallel::layout_from_config(cfg_.parallel, env.world_size).dims.validate_training(cfg_);
     world_.reset(new comm::World(comm::init_world(env, wo)));
     // Every rank must run the same experiment before any group or shape is derived from it.
     parallel::check_ranks_agree(
@@ -114,12 +116,7 @@ void Trainer::init_distributed() {
                                     n, dp_cfg_->ep),
                         "launch the ranks (primus launch / mpirun) or set expert_model_parallel_size: 1");
   }
-  const int64_t per_step = cfg_.micro_batch_size * dp_cfg_->dp;
-  if (cfg_.global_batch_size % per_step != 0)
-    throw ConfigError(
-        fmt::format("global_batch_size {} is not divisible by micro_batch_size {} x data-parallel "
-                    "size {} (rank {}, group dp)",
-                    cfg_.global_batch_size, cfg_.micro_batch_size, dp_cfg_->dp, world_rank_));
+  if (dp_cfg_->emulate) layout.dims.validate_training(cfg_);
 }
 
 ModelSpec Trainer::local_spec() const {

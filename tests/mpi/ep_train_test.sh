@@ -14,6 +14,8 @@
 #   resume NP EP NP2 EP2 save at iteration 10 with NP ranks / EP, resume with NP2 ranks / EP2 (a changed
 #                        layout): the joined curve equals the uninterrupted single process's
 #   launch               mixtral 2 2 with ranks started by `primus launch` (tcp backend)
+#   bad                  refusals, each a clear error naming the key before training: EP with a dense model,
+#                        EP with FSDP, one process emulating EP, the expert bias with the distributed optimizer
 # Usage: ep_train_test.sh MODE MPIRUN PRIMUS NP EP [NP2 EP2]
 set -u
 mode=$1 mpirun=$2 primus=$3 np=${4:-2} ep=${5:-2} np2=${6:-4} ep2=${7:-4}
@@ -80,6 +82,44 @@ PY
 }
 
 export PRIMUS_E2E_MODEL=micro_mixtral.yaml
+if [ "$mode" = bad ]; then
+  # refuse NAME EXPECTED NP [env...] -- [overrides...]: exit 2 (every rank), the message, no step
+  refuse() {
+    local name=$1 expect=$2 n=$3
+    shift 3
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local out
+    if [ "$n" -eq 0 ]; then
+      out=$(env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" "${envs[@]}" timeout 60 "$primus" train pretrain \
+        "${common[@]}" "$@" 2>&1)
+    else
+      local xs=()
+      for e in "${envs[@]}"; do xs+=(-x "$e"); done
+      out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" "$primus" train \
+        pretrain "${common[@]}" "$@" 2>&1)
+    fi
+    local code=$?
+    echo "$out" | grep -m1 -A1 "error:" | cut -c1-220
+    [ $code -ne 0 ] && [ $code -ne 124 ] || fail "$name: exit code $code"
+    echo "$out" | grep -qF "$expect" || fail "$name: the output does not say '$expect'"
+    echo "$out" | grep -q "iter 1/" && fail "$name: a step ran"
+    return 0
+  }
+  refuse dense "the model has no experts (num_experts / moe settings unset) (rule: EP needs an MoE model)" 2 \
+    PRIMUS_E2E_MODEL=micro_llama.yaml -- --expert_model_parallel_size 2
+  refuse fsdp "not supported yet: expert parallelism with FSDP (optim_grads_params)" 2 -- \
+    --expert_model_parallel_size 2 --use_torch_fsdp2 true
+  refuse emulate "one process cannot emulate expert parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
+    --expert_model_parallel_size 2
+  refuse bias "not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with sharded optimizer" 2 \
+    PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- --use_distributed_optimizer true
+  refuse experts "num_experts 6 is not divisible by the expert-parallel degree 4" 4 -- \
+    --expert_model_parallel_size 4 --num_experts 6
+  echo "ep_train_test: bad passed"
+  exit 0
+fi
 keys=()
 case "$mode" in
   launch) LAUNCH=1 ;;

@@ -5,7 +5,9 @@
 #         against one process on the same GPU with the same global batch (bf16: curves within 2e-2);
 #  nccl   the same with one rank per GPU over NCCL;
 #  perf   Qwen3-30B-A3B dims 4L (T 4096), global batch 2: one GPU, then 2 GPUs with DP 2 (experts replicated)
-#         and with EP 2 (overlap_grad_reduce on); median of steps 11-30, tokens/s and the ratio to one GPU.
+#         and with EP 2 (overlap_grad_reduce on); median of steps 11-30, tokens/s and the ratio to one GPU;
+#  prof   a profiled EP 2 run (steps 9-10, rank 0's CUPTI kernels) and `primus report timeline` of it
+#         (EP_ARGS: extra arguments).
 # Carry .device (ep.tgz: stripped primus). Usage: PARTS="stage nccl perf" tools/device/ep-check.sh
 set -uo pipefail
 out=/tmp/ep-out
@@ -79,13 +81,31 @@ for part in stage nccl; do
   done
 done
 
+if [[ " $parts " == *" prof "* ]] && [ "$ngpu" -ge 2 ]; then
+  source "$(dirname "$0")/find-cupti.sh"
+  # shellcheck disable=SC2086
+  run qwen3_ep2_prof 2 150 -- --config configs/examples/megatron/bench_qwen3-30B-A3B-4L.yaml --train_iters 12 \
+    --global_batch_size 2 --overlap_grad_reduce true --expert_model_parallel_size 2 --profile true \
+    --profile_step_start 9 --profile_step_end 10 ${EP_ARGS:-}
+  tr=$(find /tmp/ep-ws/qwen3_ep2_prof -name 'rank0.json' | head -1)
+  [ -n "$tr" ] && "$bin/primus" report timeline "$tr" >"$out/qwen3_ep2_prof.timeline.txt" 2>&1
+  head -60 "$out/qwen3_ep2_prof.timeline.txt" 2>/dev/null | cut -c1-200
+fi
+
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
   q=(--config configs/examples/megatron/bench_qwen3-30B-A3B-4L.yaml --train_iters 30 --log_interval 10
      --global_batch_size 2)
   run qwen3_1gpu 1 150 CUDA_VISIBLE_DEVICES=0 -- "${q[@]}"
   run qwen3_dp2 2 150 -- "${q[@]}" --overlap_grad_reduce true
   run qwen3_ep2 2 150 -- "${q[@]}" --overlap_grad_reduce true --expert_model_parallel_size 2
-  python3 - "$out" <<'PY'
+  names="qwen3_1gpu qwen3_dp2 qwen3_ep2"
+  # EP_VARIANTS: more EP 2 runs with environment settings (e.g. PRIMUS_NCCL_BLOCKING=1).
+  for v in ${EP_VARIANTS:-}; do
+    tag=qwen3_ep2_${v//[^A-Za-z0-9]/_}
+    run "$tag" 2 150 "${v//,/ }" -- "${q[@]}" --overlap_grad_reduce true --expert_model_parallel_size 2
+    names="$names $tag"
+  done
+  python3 - "$out" $names <<'PY'
 import json, statistics, sys, os
 out = sys.argv[1]
 def med(name):
@@ -96,7 +116,7 @@ def med(name):
     tail = [r["iter_ms"] for r in rec[10:]]
     return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
 base, bmem = med("qwen3_1gpu")
-for n in ("qwen3_1gpu", "qwen3_dp2", "qwen3_ep2"):
+for n in sys.argv[2:]:
     m, mem = med(n)
     if m is None:
         print(f"   {n}: no steps"); continue
