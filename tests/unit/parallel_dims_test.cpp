@@ -34,7 +34,7 @@ TEST(ParallelDims, InfersDpShardAndChecksTheProduct) {
             std::string::npos);
   EXPECT_NE(error_of([] {
               ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 3}, 8);
-            }).find("ep = 3 does not divide"),
+            }).find("expert_parallel_degree = 3 does not divide"),
             std::string::npos);
   EXPECT_NO_THROW(ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 4}, 8));
   // Megatron's DDP / distributed optimizer: EP 8 out of 8 replicas (Primus's Mixtral experiment on 8 GPUs).

@@ -87,9 +87,13 @@ if [[ " $parts " == *" prof "* ]] && [ "$ngpu" -ge 2 ]; then
   run qwen3_ep2_prof 2 150 -- --config configs/examples/megatron/bench_qwen3-30B-A3B-4L.yaml --train_iters 12 \
     --global_batch_size 2 --overlap_grad_reduce true --expert_model_parallel_size 2 --profile true \
     --profile_step_start 9 --profile_step_end 10 ${EP_ARGS:-}
-  tr=$(find /tmp/ep-ws/qwen3_ep2_prof -name 'rank0.json' | head -1)
-  [ -n "$tr" ] && "$bin/primus" report timeline "$tr" >"$out/qwen3_ep2_prof.timeline.txt" 2>&1
-  head -60 "$out/qwen3_ep2_prof.timeline.txt" 2>/dev/null | cut -c1-200
+  for r in 0 1; do
+    tr=$(find /tmp/ep-ws/qwen3_ep2_prof -name "rank$r.json" | head -1)
+    [ -n "$tr" ] && "$bin/primus" report timeline "$tr" >"$out/qwen3_ep2_prof.rank$r.timeline.txt" 2>&1
+    echo "-- rank $r"
+    sed -n '1,12p;/Top kernels/,/Longest/p' "$out/qwen3_ep2_prof.rank$r.timeline.txt" 2>/dev/null | head -24 |
+      cut -c1-160
+  done
 fi
 
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
@@ -99,6 +103,23 @@ if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
   run qwen3_dp2 2 150 -- "${q[@]}" --overlap_grad_reduce true
   run qwen3_ep2 2 150 -- "${q[@]}" --overlap_grad_reduce true --expert_model_parallel_size 2
   names="qwen3_1gpu qwen3_dp2 qwen3_ep2"
+  # Forced even routing (Primus's MoE benchmark setting, moe_router_force_load_balancing): on mock data the
+  # real router sends up to 16x the mean load to one expert, and under EP the rank owning the busy experts
+  # makes the other wait at every all-to-all.
+  fb=(--moe_router_force_load_balancing true --moe_router_force_load_balancing_type even)
+  run qwen3_1gpu_even 1 150 CUDA_VISIBLE_DEVICES=0 -- "${q[@]}" "${fb[@]}"
+  run qwen3_ep2_even 2 150 -- "${q[@]}" "${fb[@]}" --overlap_grad_reduce true --expert_model_parallel_size 2
+  names="$names qwen3_1gpu_even qwen3_ep2_even"
+  # EVEN_VARIANTS: more forced-even EP 2 runs with extra arguments, ';'-separated
+  # (e.g. "--use_distributed_optimizer true --overlap_param_gather true;--grad_reduce_in_bf16 true").
+  IFS=';' read -ra evs <<<"${EVEN_VARIANTS:-}"
+  for i in "${!evs[@]}"; do
+    read -ra extra <<<"${evs[$i]}"
+    run "qwen3_ep2_even_v$i" 2 150 -- "${q[@]}" "${fb[@]}" --overlap_grad_reduce true \
+      --expert_model_parallel_size 2 "${extra[@]}"
+    echo "   (qwen3_ep2_even_v$i: ${evs[$i]})"
+    names="$names qwen3_ep2_even_v$i"
+  done
   # EP_VARIANTS: more EP 2 runs with environment settings (e.g. PRIMUS_NCCL_BLOCKING=1).
   for v in ${EP_VARIANTS:-}; do
     tag=qwen3_ep2_${v//[^A-Za-z0-9]/_}
@@ -115,8 +136,8 @@ def med(name):
     rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l]
     tail = [r["iter_ms"] for r in rec[10:]]
     return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
-base, bmem = med("qwen3_1gpu")
 for n in sys.argv[2:]:
+    base, _ = med("qwen3_1gpu_even" if "_even" in n else "qwen3_1gpu")
     m, mem = med(n)
     if m is None:
         print(f"   {n}: no steps"); continue
