@@ -35,7 +35,8 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   hook_regions_ = L + 2;
   regions_.resize(L + 2);
   const bool split_experts = spec.ep.size > 1;
-  std::vector<std::string> expert_prefixes;  // MoE layers whose experts get a region after the head
+  std::vector<std::pair<std::string, int>> expert_prefixes;  // MoE layers (and their hook region) whose
+                                                             // experts get a region after the head
 
   auto begin_region = [&](int r) { regions_[r].begin = total_; };
   auto end_decay = [&](int r) { regions_[r].decay_end = total_; };
@@ -54,7 +55,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   // One decoder layer at prefix p in region r: its matrices (weight decay) first, then (layer_rest) its
   // norms, biases and the expert bias, so that a region can hold several layers and still keep its
   // decay-taking tensors in one leading span.
-  auto layer_matrices = [&](const std::string& p, int r, bool moe_layer) {
+  auto layer_matrices = [&](const std::string& p, int r, bool moe_layer) {  // r: the layer's hook region
     if (spec.mla.enabled) {
       // model/mla_attention.h; HF DeepSeek names and shapes, rope rows in our rotate-half order.
       const MlaConfig& a = spec.mla;
@@ -82,7 +83,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
       const int64_t E = m.num_experts, F = m.ffn_hidden_size;
       add(p + "mlp.router.weight", {E, spec.hidden}, r, true, InitKind::kNormal, std);
       if (split_experts) {
-        expert_prefixes.push_back(p);
+        expert_prefixes.emplace_back(p, r);
       } else {
         add(p + "mlp.experts.gate_up_proj.weight", {E, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std);
         add(p + "mlp.experts.down_proj.weight", {E, spec.hidden, F}, r, true, InitKind::kScaledNormal,
@@ -157,10 +158,11 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   end_region(rf);
 
   // Expert parallelism: each MoE layer's local experts, a region each (all decay).
-  for (const std::string& p : expert_prefixes) {
+  for (const auto& [p, owner] : expert_prefixes) {
     const int r = static_cast<int>(regions_.size());
     regions_.emplace_back();
     regions_[r].experts = true;
+    regions_[r].owner = owner;
     const int64_t El = spec.local_experts(), e0 = spec.first_local_expert(), F = spec.moe.ffn_hidden_size;
     begin_region(r);
     add(p + "mlp.experts.gate_up_proj.weight", {El, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std,

@@ -71,6 +71,7 @@ struct ParamRegion {
   // Expert parallelism: the region holds one MoE layer's local experts (gradients reduced over the expert
   // data-parallel group, not over dp; see the layout below).
   bool experts = false;
+  int owner = -1;  // expert regions: the hook region whose forward and backward use them (layer l: l + 1)
 };
 
 class ParamStore {

@@ -104,14 +104,14 @@ Tensor DataParallel::shard_grad() const {
 // ---------------------------------------------------------------------------------------------------------
 // Step protocol
 
-void DataParallel::begin_step() {
+void DataParallel::begin_step(bool grads_prepared) {
   std::fill(reduced_.begin(), reduced_.end(), false);
   if (cfg_.fsdp()) {
     // The shard gradient accumulates reduce-scattered micro-batches on the communication stream; the
     // optimizer read it on the compute stream last step.
     stream_wait(comm_, StreamEvent::record(compute_));
     params_.grad_flat().zero_(comm_);
-  } else {
+  } else if (!grads_prepared) {
     params_.begin_grad_step(compute_);  // zeroes what the step's GEMMs will not overwrite
   }
 }

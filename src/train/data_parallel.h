@@ -69,7 +69,8 @@ class DataParallel : public ParamHooks {
 
   // Training step protocol: begin_step, per micro-batch begin_micro + forward_backward, finish_grads,
   // grad_norm, step.
-  void begin_step();
+  // grads_prepared: the overlapped update already zeroed this step's accumulated gradients (DDP).
+  void begin_step(bool grads_prepared = false);
   void begin_micro(bool last);
   void finish_grads();
   double grad_norm();  // L2 norm of the whole reduced gradient; the same value on every rank

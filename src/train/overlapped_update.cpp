@@ -44,7 +44,9 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
       update_(make_background_stream(compute)),
       sm_reserve_(sm_reserve),
       pending_(params.regions().size()),
-      release_at_(static_cast<int>(params.regions().size()) - 1),
+      release_at_(params.head_region()),
+      head_(params.head_region()),
+      owned_(static_cast<size_t>(params.head_region() + 1)),
       starts_(params.regions().size()),
       norm_launched_(params.regions().size(), 0) {
   PRIMUS_CHECK(compute.device.is_cuda(), "the overlapped optimizer update needs a CUDA stream, got {}",
@@ -57,6 +59,11 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
   for (int r = 0; r < static_cast<int>(params.regions().size()); ++r)
     piece_norm_launched_.emplace_back(static_cast<size_t>(norm.pieces(r)), 0);
   early_norm_ = early_norm_enabled();
+  for (int r = head_ + 1; r < static_cast<int>(params.regions().size()); ++r) {
+    const int owner = params.regions()[r].owner;
+    PRIMUS_CHECK(owner >= 0 && owner <= head_, "region {} (experts) has no owner among the hook regions", r);
+    owned_[owner].push_back(r);
+  }
   params_.set_read_gate(this);
   // Deferrable when region 0 is the input embedding alone (its decaying span) and the head does not use it.
   const int e = params.find("embed_tokens.weight");
@@ -81,9 +88,12 @@ void OverlappedUpdate::launch(double lr, float grad_scale) {
   lr_ = lr;
   grad_scale_ = grad_scale;
   optim_.begin_step();
-  const int regions = static_cast<int>(pending_.size());
+  // Forward order: a layer, then its experts (their own regions under expert parallelism), ..., the head.
   embedding_deferred_ = embed_entry_ >= 0;
-  for (int r = embedding_deferred_ ? 1 : 0; r < regions; ++r) update_region(r);
+  for (int r = embedding_deferred_ ? 1 : 0; r <= head_; ++r) {
+    update_region(r);
+    for (int x : owned_[r]) update_region(x);
+  }
   grads_prepared_ = true;
   if (sm_reserve_ > 0) {
     update_end_ = StreamEvent::record(update_, /*timed=*/true);
@@ -146,15 +156,20 @@ void OverlappedUpdate::wait_region(int region) {
     for (int e : p.entries) entry_pending_[e] = nullptr;
 }
 
+void OverlappedUpdate::wait_owned(int region) {
+  wait_region(region);
+  for (int x : owned_[region]) wait_region(x);
+}
+
 void OverlappedUpdate::before_backward(int region) {
   // Region r's backward writes the gradients its update read and zeroed for this step (the embedding's: its
   // deferred update); the forward waited only for the pieces it read.
-  if (region >= 0 && region < static_cast<int>(pending_.size())) wait_region(region);
+  if (region >= 0 && region <= head_) wait_owned(region);
 }
 
 void OverlappedUpdate::adapt_release() {
   if (!update_end_) return;
-  const int head = static_cast<int>(starts_.size()) - 1;
+  const int head = head_;
   for (int r = 1; r <= head; ++r) {
     const double after = StreamEvent::elapsed_ms(update_end_.get(), starts_[r].get());
     if (std::isnan(after)) return;  // not measured (evaluation came between, or a region was skipped)
@@ -166,10 +181,10 @@ void OverlappedUpdate::adapt_release() {
 }
 
 void OverlappedUpdate::before_forward(int region) {
-  if (region < 0 || region >= static_cast<int>(pending_.size())) return;
-  const int head = static_cast<int>(pending_.size()) - 1;
+  if (region < 0 || region > head_) return;
+  const int head = head_;
   // Layers wait piece by piece as they read (before_read); the head, whose backward follows at once, whole.
-  if (region == head) wait_region(region);
+  if (region == head) wait_owned(region);
   if (timing_) {
     starts_[region] = StreamEvent::record(compute_, /*timed=*/true);
     if (region == head) timing_ = false;

@@ -1,5 +1,6 @@
 #pragma once
-// The optimizer update of step n running under the forward of step n + 1 (one GPU).
+// The optimizer update of step n running under the forward of step n + 1 (one GPU, or each rank of a DDP /
+// expert-parallel run with whole-model buffers: the trainer launches it once the gradients are reduced).
 //
 // Why: AdamW is memory-bound (30 bytes per parameter: 17 ms per step on the llama3.2-1B shape, 7% of it) and
 // the forward is mostly compute-bound GEMMs. The update is enqueued on a low-priority stream region by region
@@ -74,7 +75,8 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   // ParamReadGate: the compute stream waits for the piece that writes entry i, if still pending.
   void before_read(int entry) override;
 
-  // The region from which the GEMMs get every SM again (adapted each step; regions().size() - 1 = the head).
+  // The region from which the GEMMs get every SM again (adapted each step; ParamStore::head_region() = the
+  // head).
   int release_region() const { return release_at_; }
 
  private:
@@ -83,6 +85,9 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   void update_region(int r);
   // The compute stream waits for all of region r's update (the grads zeroing included); its pieces are done.
   void wait_region(int r);
+  // Region r and the expert regions it owns (expert parallelism: a layer's experts live in a region of their
+  // own, updated right after the layer and waited for with it).
+  void wait_owned(int r);
   // From the last step's timed events: the update ended during the forward of region r - 1, where r is the
   // first region that started after it; the reservation then ends one region later, r + 1.
   void adapt_release();
@@ -99,6 +104,8 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   std::vector<std::vector<UpdatePiece>> pieces_;       // per region, in update order
   std::vector<std::shared_ptr<StreamEvent>> entry_pending_;  // per entry: its piece's event, or null
   int release_at_;                                           // see release_region()
+  int head_;                                                 // the head region (the last the hooks name)
+  std::vector<std::vector<int>> owned_;                      // per hook region: its expert regions
   bool timing_ = false;                               // the forward after launch() records its region starts
   std::vector<std::shared_ptr<StreamEvent>> starts_;  // timed, per region, on the compute stream
   std::shared_ptr<StreamEvent> update_end_;           // timed, on the update stream

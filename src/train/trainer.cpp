@@ -64,7 +64,10 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // GEMMs of the 1B shape also ran ~25% slower. Emulation replays each rank's sum and keeps zeroing.
   if (!dp_ || !dp_cfg_->emulate) params_->set_overwritten_grads(model_->gemm_written_grad_entries());
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
-  if (stream_.device.is_cuda() && !dp_) {
+  // The overlapped update: one GPU, and DDP / expert-parallel ranks (whole-model buffers; the update is
+  // launched once the gradients are reduced). Sharded optimizers update their chunks serially.
+  const bool whole_dp = dp_ && !dp_cfg_->emulate && params_->shard_mode() == ShardMode::kNone;
+  if (stream_.device.is_cuda() && (!dp_ || whole_dp)) {
     norm_ = std::make_unique<ChunkedGradNorm>(*params_, stream_);
     if (overlap_update_enabled()) {
       overlap_ = std::make_unique<OverlappedUpdate>(*params_, *optim_, *norm_, stream_, update_sm_reserve());

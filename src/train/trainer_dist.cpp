@@ -228,7 +228,7 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
     model_->end_step();
     for (int64_t k = 0; k < A * D; ++k) micro[k] = micro_loss(k);
   } else {
-    dp_->begin_step();
+    dp_->begin_step(/*grads_prepared=*/overlap_ && overlap_->take_grads_prepared());
     for (int64_t a = 0; a < A; ++a) {
       dp_->begin_micro(a == A - 1);
       run_micro(a, dp_rank_);
@@ -269,7 +269,11 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
   run_guards(iter, o, micro);
   if (o.applied) {
     PRIMUS_TRACE_RANGE("optimizer");
-    dp_->step(*optim_, o.lr, clip_coefficient(o.grad_norm, cfg_.optim.clip_grad));
+    const float clip = clip_coefficient(o.grad_norm, cfg_.optim.clip_grad);
+    if (overlap_)  // DDP: reduced whole gradients, updated under the next forward as on one GPU
+      overlap_->launch(o.lr, clip);
+    else
+      dp_->step(*optim_, o.lr, clip);
   }
   consumed_ += cfg_.global_batch_size;
   return o;

@@ -6,6 +6,8 @@
 #  nccl   the same with one rank per GPU over NCCL;
 #  perf   Qwen3-30B-A3B dims 4L (T 4096), global batch 2: one GPU, then 2 GPUs with DP 2 (experts replicated)
 #         and with EP 2 (overlap_grad_reduce on); median of steps 11-30, tokens/s and the ratio to one GPU;
+#  overlap the overlapped optimizer update under DDP and EP 2 vs the serial one (PRIMUS_OVERLAP_UPDATE=0):
+#         bitwise equal curves;
 #  prof   a profiled EP 2 run (steps 9-10, rank 0's CUPTI kernels) and `primus report timeline` of it
 #         (EP_ARGS: extra arguments).
 # Carry .device (ep.tgz: stripped primus). Usage: PARTS="stage nccl perf" tools/device/ep-check.sh
@@ -64,6 +66,23 @@ print(f"   {sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: {len(a)
 PY
 }
 
+# bitwise A B: every step's loss and grad norm equal
+bitwise() {
+  python3 - "$out/$1.jsonl" "$out/$2.jsonl" <<'PY'
+import json, sys
+def load(p):
+    try:
+        return [json.loads(l) for l in open(p) if '"loss"' in l]
+    except OSError:
+        return []
+a, b = load(sys.argv[1]), load(sys.argv[2])
+same = bool(a) and len(a) == len(b) and all(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"]
+                                            for x, y in zip(a, b))
+print(f"   {sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: {len(a)} / {len(b)} steps, "
+      f"{'BITWISE EQUAL' if same else 'DIFFERENT'}")
+PY
+}
+
 micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --train_iters 20 --seq_length 64
        --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5)
 for part in stage nccl; do
@@ -80,6 +99,19 @@ for part in stage nccl; do
     curves "${model}_ep2_$part" "${model}_1gpu" 2e-2
   done
 done
+
+# overlap: the overlapped optimizer update under DDP and EP 2 (NCCL) gives bitwise the serial update's curves.
+if [[ " $parts " == *" overlap "* ]] && [ "$ngpu" -ge 2 ]; then
+  for model in micro_llama micro_mixtral; do
+    ep=1
+    [ $model = micro_mixtral ] && ep=2
+    for v in 1 0; do
+      run "${model}_ov$v" 2 120 PRIMUS_OVERLAP_UPDATE=$v PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" \
+        --expert_model_parallel_size $ep --overlap_grad_reduce true
+    done
+    bitwise "${model}_ov1" "${model}_ov0"
+  done
+fi
 
 if [[ " $parts " == *" prof "* ]] && [ "$ngpu" -ge 2 ]; then
   source "$(dirname "$0")/find-cupti.sh"
