@@ -381,8 +381,6 @@ void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMod
       "sharding experts over {} ranks (rank {}) needs a layout padded for it (expert region multiple "
       "{})",
       expert_ranks, expert_rank, expert_region_multiple_);
-  PRIMUS_CHECK(mode != ShardMode::kFull || hook_regions_ == static_cast<int>(regions_.size()),
-               "FSDP (optim_grads_params) with experts split over ranks is not supported yet");
   shard_mode_ = mode;
   shard_ranks_ = ranks;
   shard_rank_ = rank;

@@ -30,11 +30,13 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
   c.dp_shard = layout.dims.dp_shard();
   c.ep = layout.dims.ep();
   c.edp = layout.dims.edp();
-  if (c.ep > 1 && c.fsdp())
+  if (c.ep > 1 && c.fsdp() && layout.dims.dp_replicate() > 1)
     throw ConfigError(
-        fmt::format("{}: not supported yet: expert parallelism with FSDP (optim_grads_params)",
-                    layout.describe()),
-        "use DDP or the distributed optimizer (use_distributed_optimizer) with expert parallelism");
+        fmt::format("{}: not supported yet: expert parallelism with HSDP "
+                    "(data_parallel_replicate_degree {})",
+                    layout.describe(), layout.dims.dp_replicate()),
+        "use FSDP without replicas (data_parallel_replicate_degree: 1), ZeRO-1 or DDP with expert "
+        "parallelism");
   if (c.ep > 1 && layout.dims.cp() * layout.dims.tp() * layout.dims.pp() != 1)
     throw ConfigError(
         fmt::format("{}: not supported yet: expert parallelism combined with tensor, context or "
@@ -60,6 +62,12 @@ DataParallel::DataParallel(const DpConfig& cfg, ParamStore& params, const parall
   reduced_.assign(n_regions, false);
   pending_.assign(n_regions, nullptr);
   gathered_.resize(n_regions);
+  owned_.resize(static_cast<size_t>(last_region() + 1));
+  for (int x = last_region() + 1; x < n_regions; ++x) {
+    const int owner = params_.regions()[x].owner;
+    PRIMUS_CHECK(owner >= 0 && owner <= last_region(), "expert region {} has no owner among the layers", x);
+    owned_[owner].push_back(x);
+  }
   if (cfg_.emulate) {
     PRIMUS_CHECK(params_.shard_mode() == ShardMode::kNone,
                  "DP emulation runs on whole (unsharded) parameters");
@@ -95,6 +103,12 @@ comm::Communicator& DataParallel::shard_group() const {
 
 comm::Communicator& DataParallel::region_group(int r) const {
   return params_.regions()[r].experts ? group("edp") : shard_group();
+}
+
+std::vector<int> DataParallel::with_owned(int r) const {
+  std::vector<int> out = {r};
+  if (r >= 0 && r <= last_region()) out.insert(out.end(), owned_[r].begin(), owned_[r].end());
+  return out;
 }
 
 Tensor DataParallel::shard_grad() const {
@@ -340,7 +354,7 @@ void DataParallel::gather(int r) {
   g.params = Tensor::empty({len}, params_.compute_flat().dtype(), comm_);
   Tensor mine =
       params_.compute_flat().slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
-  shard_group().all_gather(mine, g.params, comm_, fmt::format("fsdp gather {}", r));
+  region_group(r).all_gather(mine, g.params, comm_, fmt::format("fsdp gather {}", r));
   g.ready = StreamEvent::record(comm_);
 }
 
@@ -376,7 +390,7 @@ void DataParallel::reduce_scatter_fsdp(int r) {
   PRIMUS_CHECK(g.grads.defined(), "fsdp: region {} has no gradient buffer to reduce", r);
   stream_wait(comm_, StreamEvent::record(compute_));
   Tensor part = Tensor::empty({params_.chunk_len(r)}, DType::kF32, comm_);
-  shard_group().reduce_scatter(g.grads, part, ReduceOp::kSum, comm_, fmt::format("fsdp grad {}", r));
+  region_group(r).reduce_scatter(g.grads, part, ReduceOp::kSum, comm_, fmt::format("fsdp grad {}", r));
   Tensor acc =
       params_.grad_flat().slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
   ops::add(acc, part, acc, comm_);
@@ -385,12 +399,7 @@ void DataParallel::reduce_scatter_fsdp(int r) {
 void DataParallel::before_forward(int r) {
   if (cfg_.emulate) return;
   if (cfg_.zero1()) {
-    if (pending_[r]) {
-      compute_waits_for(pending_[r]);
-      pending_[r] = nullptr;
-    }
-    // No hook names the expert regions: the first layer waits for their gathers.
-    for (int x = last_region() + 1; r == 1 && x < all_regions(); ++x)
+    for (int x : with_owned(r))  // the layer's experts (expert parallelism) with it
       if (pending_[x]) {
         compute_waits_for(pending_[x]);
         pending_[x] = nullptr;
@@ -399,35 +408,41 @@ void DataParallel::before_forward(int r) {
   }
   if (!cfg_.fsdp()) return;
   const int L = last_region() - 1;
-  use(r, training_ && edge(r));
+  for (int x : with_owned(r)) use(x, training_ && edge(r));
   // Prefetch: the next region in forward order; from the head, the last layer (backward comes next).
-  if (r < L) gather(r + 1);
-  if (r == L && r >= 1) gather(L + 1);
-  if (r == L + 1 && training_ && L >= 1) gather(L);
+  auto prefetch = [&](int n) {
+    for (int x : with_owned(n)) gather(x);
+  };
+  if (r < L) prefetch(r + 1);
+  if (r == L && r >= 1) prefetch(L + 1);
+  if (r == L + 1 && training_ && L >= 1) prefetch(L);
 }
 
 void DataParallel::after_forward(int r) {
   if (!cfg_.fsdp() || cfg_.emulate) return;
   if (!edge(r)) {
-    release(r);  // reshard after forward (gathered again for backward)
+    for (int x : with_owned(r)) release(x);  // reshard after forward (gathered again for backward)
   } else if (!training_ && r == last_region()) {
-    release(last_region());
+    for (int x : with_owned(last_region())) release(x);
     release(0);
   }
 }
 
 void DataParallel::before_backward(int r) {
   if (!cfg_.fsdp() || cfg_.emulate) return;
-  use(r, true);
-  if (r > 1) gather(r - 1);
+  for (int x : with_owned(r)) use(x, true);
+  if (r > 1)
+    for (int x : with_owned(r - 1)) gather(x);
 }
 
 void DataParallel::after_backward(int r) {
   if (cfg_.emulate) return;
   if (cfg_.fsdp()) {
-    params_.end_region_grads(r, compute_);
-    reduce_scatter_fsdp(r);
-    release(r);
+    for (int x : with_owned(r)) {
+      params_.end_region_grads(x, compute_);
+      reduce_scatter_fsdp(x);
+      release(x);
+    }
     return;
   }
   if (last_micro_ && cfg_.overlap_grad_reduce && groups_) reduce_region(r);

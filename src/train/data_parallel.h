@@ -44,7 +44,7 @@ struct DpConfig {
   }
   // Ranks the parameter state is sharded over (the ParamStore's region multiple).
   int shard_ranks() const { return fsdp() ? dp_shard : zero1() ? dp : 1; }
-  int expert_shard_ranks() const { return zero1() ? edp : 1; }
+  int expert_shard_ranks() const { return zero1() || fsdp() ? edp : 1; }
   ShardMode shard_mode() const {
     return fsdp() ? ShardMode::kFull : zero1() ? ShardMode::kOptimizer : ShardMode::kNone;
   }
@@ -105,6 +105,9 @@ class DataParallel : public ParamHooks {
   void gather(int r);
   void use(int r, bool with_grad);
   void release(int r);
+  // Region r with the expert regions it owns (expert parallelism: a layer's experts are a region of their
+  // own, gathered, used, reduced and released with the layer).
+  std::vector<int> with_owned(int r) const;
   void reduce_scatter_fsdp(int r);
   Tensor shard_grad() const;
   std::vector<AdamSpan> shard_spans();
@@ -126,7 +129,8 @@ class DataParallel : public ParamHooks {
     std::shared_ptr<StreamEvent> ready;
     bool attached = false;
   };
-  std::vector<Gathered> gathered_;  // FSDP, per region
+  std::vector<Gathered> gathered_;       // FSDP, per region
+  std::vector<std::vector<int>> owned_;  // per hook region: its expert regions (ParamRegion::owner)
 };
 
 }  // namespace primus

@@ -6,6 +6,7 @@
 # adds the experts' part per rank).
 #   mixtral NP EP        micro Mixtral (4 experts top-2, aux + z losses), DDP
 #   zero1 NP EP          the same with the distributed optimizer (experts sharded over expert-dp)
+#   fsdp NP EP           the same with FSDP (a layer's experts gathered and reduce-scattered over expert-dp)
 #   deepseek NP EP       micro DeepSeek-style MoE (8 experts in 4 groups, sigmoid scores, expert bias summed
 #                        over the ranks, shared expert, a dense first layer), DDP
 #   capacity NP EP       micro Mixtral with capacity factor 1.0, dropping and padding to capacity: within 1e-3
@@ -15,7 +16,8 @@
 #                        layout): the joined curve equals the uninterrupted single process's
 #   launch               mixtral 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad                  refusals, each a clear error naming the key before training: EP with a dense model,
-#                        EP with FSDP, one process emulating EP, the expert bias with the distributed optimizer
+#                        EP with HSDP, one process emulating EP, the expert bias with the distributed optimizer,
+#                        experts that the EP degree does not divide
 # Usage: ep_train_test.sh MODE MPIRUN PRIMUS NP EP [NP2 EP2]
 set -u
 mode=$1 mpirun=$2 primus=$3 np=${4:-2} ep=${5:-2} np2=${6:-4} ep2=${7:-4}
@@ -109,8 +111,8 @@ if [ "$mode" = bad ]; then
   }
   refuse dense "the model has no experts (num_experts / moe settings unset) (rule: EP needs an MoE model)" 2 \
     PRIMUS_E2E_MODEL=micro_llama.yaml -- --expert_model_parallel_size 2
-  refuse fsdp "not supported yet: expert parallelism with FSDP (optim_grads_params)" 2 -- \
-    --expert_model_parallel_size 2 --use_torch_fsdp2 true
+  refuse hsdp "not supported yet: expert parallelism with HSDP (data_parallel_replicate_degree 2)" 4 -- \
+    --expert_model_parallel_size 2 --use_torch_fsdp2 true --data_parallel_replicate_degree 2
   refuse emulate "one process cannot emulate expert parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
     --expert_model_parallel_size 2
   refuse bias "not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with sharded optimizer" 2 \
@@ -125,6 +127,7 @@ case "$mode" in
   launch) LAUNCH=1 ;;
   mixtral | resume) ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
+  fsdp) keys=(--use_torch_fsdp2 true) ;;
   deepseek) export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml ;;
   capacity) keys=(--moe_expert_capacity_factor 1.0 --moe_pad_expert_input_to_capacity true) ;;
   *) fail "unknown mode $mode" ;;

@@ -1,8 +1,8 @@
 // Expert parallelism's parameter layout (model/param_store.h, parallel/expert_state.h) on the CPU: each ep
 // rank's store holds its experts in regions after the head, initialised bitwise as that slice of the one-rank
 // model; the rest of the model is the same on every rank; a whole-model store split into shares and put back
-// together is the original; sharded (ZeRO-1) allocation pads expert regions for expert-dp; the model checks
-// that the store matches the expert split; a split that does not divide the experts is refused.
+// together is the original; sharded (ZeRO-1, FSDP) allocation pads expert regions for expert-dp; the model
+// checks that the store matches the expert split; a split that does not divide the experts is refused.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -106,14 +106,13 @@ TEST(ExpertParallelStore, ShardedAllocationPadsExpertRegionsForExpertDp) {
     EXPECT_EQ(p.region_rank(r), expert ? 1 : 3) << r;
     EXPECT_EQ(p.chunk_len(r) * p.region_ranks(r), p.region_len(r)) << r;
   }
-  // FSDP does not split experts yet: refused, naming it.
-  ParamStore f(spec, 2);
-  try {
-    f.allocate_sharded(DType::kF32, Stream::cpu(), ShardMode::kFull, 2, 0);
-    FAIL() << "FSDP with split experts was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("FSDP"), std::string::npos) << e.what();
-  }
+  // FSDP shards the expert regions over expert-dp as well; each region's chunk is its own.
+  ParamStore f(spec, 4, 2);
+  f.allocate_sharded(DType::kF32, Stream::cpu(), ShardMode::kFull, 4, 2, 2, 0);
+  int64_t total = 0;
+  for (int r = 0; r < static_cast<int>(f.regions().size()); ++r) total += f.chunk_len(r);
+  EXPECT_EQ(f.shard_total(), total);
+  EXPECT_EQ(f.master_flat().numel(), total);
 }
 
 TEST(ExpertParallelStore, TheSplitMustDivideTheExpertsAndMatchTheStore) {
