@@ -6,6 +6,7 @@
 #  nccl   the same with one rank per GPU over NCCL;
 #  perf   Qwen3-30B-A3B dims 4L (T 4096), global batch 2: one GPU, then 2 GPUs with DP 2 (experts replicated)
 #         and with EP 2 (overlap_grad_reduce on); median of steps 11-30, tokens/s and the ratio to one GPU;
+#  fsdp   EP 2 with FSDP and with ZeRO-1 over NCCL vs one GPU (micro Mixtral, 2e-2);
 #  overlap the overlapped optimizer update under DDP and EP 2 vs the serial one (PRIMUS_OVERLAP_UPDATE=0):
 #         bitwise equal curves;
 #  prof   a profiled EP 2 run (steps 9-10, rank 0's CUPTI kernels) and `primus report timeline` of it
@@ -99,6 +100,17 @@ for part in stage nccl; do
     curves "${model}_ep2_$part" "${model}_1gpu" 2e-2
   done
 done
+
+# fsdp: EP 2 with FSDP and with ZeRO-1 over NCCL against one GPU (the micro Mixtral).
+if [[ " $parts " == *" fsdp "* ]] && [ "$ngpu" -ge 2 ]; then
+  run micro_mixtral_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}"
+  run micro_mixtral_ep2_fsdp 2 120 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}" \
+    --expert_model_parallel_size 2 --use_torch_fsdp2 true
+  curves micro_mixtral_ep2_fsdp micro_mixtral_1gpu 2e-2
+  run micro_mixtral_ep2_zero1 2 120 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}" \
+    --expert_model_parallel_size 2 --use_distributed_optimizer true --overlap_param_gather true
+  curves micro_mixtral_ep2_zero1 micro_mixtral_1gpu 2e-2
+fi
 
 # overlap: the overlapped optimizer update under DDP and EP 2 (NCCL) gives bitwise the serial update's curves.
 if [[ " $parts " == *" overlap "* ]] && [ "$ngpu" -ge 2 ]; then
