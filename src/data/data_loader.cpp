@@ -31,14 +31,17 @@ Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_siz
 }
 
 DataLoader::DataLoader(std::shared_ptr<const TokenDataset> ds, int64_t batch_size, int64_t start,
-                       int32_t eod_id, bool eod_mask_loss, int depth)
+                       int32_t eod_id, bool eod_mask_loss, int depth, LoaderStride stride)
     : ds_(std::move(ds)),
       batch_size_(batch_size),
       eod_(eod_id),
       eod_mask_(eod_mask_loss),
       depth_(depth),
+      stride_(stride),
       consumed_(start),
       produced_(start) {
+  PRIMUS_CHECK(stride.ranks >= 1 && stride.rank >= 0 && stride.rank < stride.ranks,
+               "data loader: rank {} of {} data-parallel ranks", stride.rank, stride.ranks);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -59,8 +62,8 @@ void DataLoader::run() {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || static_cast<int>(queue_.size()) < depth_; });
         if (stop_) return;
-        first = produced_;
-        produced_ += batch_size_;
+        first = produced_ + stride_.rank * batch_size_;
+        produced_ += stride_.ranks * batch_size_;
       }
       Batch b = make_batch(*ds_, first, batch_size_, eod_, eod_mask_);
       {
@@ -82,7 +85,7 @@ Batch DataLoader::next() {
   if (error_ && queue_.empty()) std::rethrow_exception(error_);
   Batch b = std::move(queue_.front());
   queue_.pop_front();
-  consumed_ += batch_size_;
+  consumed_ += stride_.ranks * batch_size_;
   lock.unlock();
   cv_.notify_all();
   return b;

@@ -27,11 +27,19 @@ struct Batch {
 Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_size, int32_t eod_id,
                  bool eod_mask_loss);
 
+// Which of the global micro-batches a data-parallel rank reads: rank `rank` of `ranks` takes every ranks-th
+// one, starting with its own, so that the k-th batch of rank d covers samples start + (k * ranks + d) * B --
+// the order in which one process with the same global batch reads them (train_step_dp).
+struct LoaderStride {
+  int ranks = 1, rank = 0;
+};
+
 class DataLoader {
  public:
-  // Produces batches of `batch_size` samples starting at sample `start`, `depth` batches ahead.
+  // Produces batches of `batch_size` samples starting at sample `start`, `depth` batches ahead; under data
+  // parallelism this rank's share (LoaderStride). consumed_samples() counts every rank's samples.
   DataLoader(std::shared_ptr<const TokenDataset> ds, int64_t batch_size, int64_t start, int32_t eod_id,
-             bool eod_mask_loss, int depth = 4);
+             bool eod_mask_loss, int depth = 4, LoaderStride stride = {});
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -46,6 +54,7 @@ class DataLoader {
   int32_t eod_;
   bool eod_mask_;
   int depth_;
+  LoaderStride stride_;
   int64_t consumed_;
   int64_t produced_;
   std::mutex mu_;

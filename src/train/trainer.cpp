@@ -84,9 +84,12 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // Checkpoint or HF weights (auto_continue_train / load): sets the start iteration and data position.
   resume_or_start();
   consumed_ = start_consumed_;
-  if (!dp_)  // the DP path reads its rank's samples directly (train_step_dp)
+  // Each rank reads its own micro-batches ahead of time (a data-parallel rank every DP-th global one); one
+  // process emulating a layout reads every virtual rank's directly (train_step_dp).
+  if (!dp_ || !dp_cfg_->emulate)
     loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, start_consumed_, data_.eod_id,
-                                           cfg.data.eod_mask_loss);
+                                           cfg.data.eod_mask_loss, 4,
+                                           dp_ ? LoaderStride{dp_cfg_->dp, dp_rank_} : LoaderStride{});
   const std::string metrics_path = run_dir + "/metrics.jsonl";
   // A resumed run appends, after dropping records of iterations past the checkpoint (they run again).
   if (resumed_ && is_rank0()) truncate_metrics_after(metrics_path, start_iter_);

@@ -196,7 +196,16 @@ Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
   std::vector<int64_t> valid(static_cast<size_t>(A * D), 0);
   auto run_micro = [&](int64_t a, int d) {
     const int64_t k = a * D + d;
-    Batch b = make_batch(*data_.train, base + k * mbs, mbs, data_.eod_id, cfg_.data.eod_mask_loss);
+    // A rank reads its own micro-batches from its (strided, prefetching) loader; the emulation every
+    // virtual rank's directly.
+    Batch b = [&] {
+      PRIMUS_TRACE_RANGE("data");
+      return loader_ ? loader_->next()
+                     : make_batch(*data_.train, base + k * mbs, mbs, data_.eod_id, cfg_.data.eod_mask_loss);
+    }();
+    PRIMUS_CHECK(b.first_sample == base + k * mbs,
+                 "data-parallel rank {}: micro-batch {} starts at sample {}, expected {}", d, a,
+                 b.first_sample, base + k * mbs);
     PRIMUS_CHECK(b.valid_tokens > 0, "micro-batch at sample {} has no tokens that count toward the loss",
                  b.first_sample);
     // As the single process: 1 / (counted tokens x micro-batches in the global batch).

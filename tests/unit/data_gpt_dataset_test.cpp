@@ -284,6 +284,36 @@ TEST(DataLoader, ResumeAtConsumedSamplesContinuesTheSameStream) {
   }
 }
 
+TEST(DataLoader, DataParallelRanksInterleaveTheGlobalStream) {
+  // Rank d of D reads the global micro-batches d, d + D, d + 2D, ...: together, in global order, the one-rank
+  // stream; each rank's consumed_samples() counts every rank's samples.
+  ScratchDir dir;
+  auto data = std::make_shared<const IndexedDataset>(write_dataset(dir.path("d"), numbered_docs(40, 3, 30)));
+  GptDatasetOptions o;
+  o.seq_length = 8;
+  o.use_cache = false;
+  auto ds = std::make_shared<const GptDataset>(data, 0, 40, std::nullopt, "train", o);
+  const int64_t mbs = 2, start = 6, per_rank = 5;
+  for (int D : {1, 2, 3}) {
+    DataLoader whole(ds, mbs, start, 0, false);
+    std::vector<DataLoader*> ranks;
+    std::vector<std::unique_ptr<DataLoader>> own;
+    for (int d = 0; d < D; ++d) {
+      own.push_back(std::make_unique<DataLoader>(ds, mbs, start, 0, false, 3, LoaderStride{D, d}));
+      ranks.push_back(own.back().get());
+    }
+    for (int64_t k = 0; k < per_rank; ++k)
+      for (int d = 0; d < D; ++d) {
+        Batch mine = ranks[d]->next(), ref = whole.next();
+        ASSERT_EQ(mine.first_sample, ref.first_sample) << D << " ranks, rank " << d << ", batch " << k;
+        ASSERT_EQ(mine.tokens.to_vector<int32_t>(), ref.tokens.to_vector<int32_t>());
+        ASSERT_EQ(mine.targets.to_vector<int32_t>(), ref.targets.to_vector<int32_t>());
+      }
+    for (int d = 0; d < D; ++d) EXPECT_EQ(ranks[d]->consumed_samples(), start + per_rank * D * mbs);
+  }
+  EXPECT_THROW(DataLoader(ds, mbs, 0, 0, false, 2, LoaderStride{2, 2}), Error);
+}
+
 TEST(DataLoader, LoaderThreadErrorsReachTheTrainer) {
   ScratchDir dir;
   auto data = std::make_shared<const IndexedDataset>(write_dataset(dir.path("d"), numbered_docs(10, 20, 30)));
