@@ -73,7 +73,7 @@ void add_megatron_parallel_keys(KeyTable& t) {
            {"pp_warmup", kB, "false", "Primus: pipeline warm-up iteration"},
            {"dump_pp_data", kB, "false", "Primus: dump pipeline schedule data"}});
 
-  // Data parallelism (docs/distributed.md): these select and tune what src/train/data_parallel.cpp does.
+  // Data parallelism (docs/distributed.md): these select and tune what src/parallel/data_parallel.cpp does.
   t.add(impl("use_distributed_optimizer", kB, "false", "ZeRO-1: shard optimizer state over data parallel"));
   t.add(impl("use_torch_fsdp2", kB, "false", "FSDP: shard parameters, gradients and optimizer state"));
   t.add(impl("data_parallel_sharding_strategy", kS, "no_shard",

@@ -34,7 +34,7 @@ class ParamReadGate {
   virtual void before_read(int entry) = 0;
 };
 
-// Data-parallel sharding of the flat buffers (src/train/data_parallel.h). Region r is split into `ranks`
+// Data-parallel sharding of the flat buffers (src/parallel/data_parallel.h). Region r is split into `ranks`
 // equal chunks (regions are padded so that they divide); a rank owns chunk `rank` of every region.
 //   kNone       every buffer holds the whole model
 //   kOptimizer  ZeRO-1: master weights and Adam moments hold only this rank's chunks; the compute copy and

@@ -3,7 +3,7 @@
 // into any layout: saving gathers each MoE layer's experts from the ep ranks in expert order (rank j holds
 // experts [j E/ep, (j+1) E/ep), the stacked tensor's rows in that order), loading keeps this rank's rows.
 // The stores here are whole (ShardMode::kNone); data parallelism's own gather / scatter (ZeRO-1 chunks)
-// runs before / after these (train/data_parallel.h).
+// runs before / after these (parallel/data_parallel.h).
 #include "comm/communicator.h"
 #include "model/param_store.h"
 

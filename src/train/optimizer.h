@@ -35,7 +35,7 @@ class AdamW {
   void launch_span(int64_t begin, int64_t end, bool decay, double lr, float grad_scale, const Stream& s);
   // The kernel parameters of the current step for a span with or without weight decay.
   ops::AdamWParams kernel_params(double lr, float grad_scale, bool decay) const;
-  // The same update over explicit spans (data-parallel shards: src/train/data_parallel.cpp).
+  // The same update over explicit spans (data-parallel shards: src/parallel/data_parallel.cpp).
   void step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s);
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t n) { step_ = n; }

@@ -13,10 +13,10 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "parallel/data_parallel.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
 #include "safe/run_monitor.h"
-#include "train/data_parallel.h"
 #include "train/stop_signal.h"
 #include "train/tensorboard_sink.h"
 

@@ -9,11 +9,11 @@
 #include "comm/world.h"
 #include "core/log.h"
 #include "parallel/config_agreement.h"
+#include "parallel/data_parallel.h"
 #include "parallel/expert_state.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
-#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 namespace primus {

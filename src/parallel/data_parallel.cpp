@@ -1,4 +1,4 @@
-#include "train/data_parallel.h"
+#include "parallel/data_parallel.h"
 
 #include <cmath>
 
