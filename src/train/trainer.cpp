@@ -207,6 +207,7 @@ MoeStepMetrics Trainer::moe_metrics() {
   MoeStepMetrics out;
   std::vector<MoeLayerStats> layers = model_->take_moe_stats();
   if (layers.empty()) return out;
+  reduce_moe_stats(layers);  // data parallelism: the step's routing over every rank's micro-batches
   out.present = true;
   out.per_layer_logging = cfg_.model.moe.per_layer_logging;
   int64_t routed = 0, dropped = 0;

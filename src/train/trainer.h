@@ -123,6 +123,9 @@ class Trainer {
   ModelSpec local_spec() const;
   std::unique_ptr<ParamStore> local_store_layout() const;
   bool experts_split() const;
+  // Sums (maxes) the MoE layers' routing statistics over the data-parallel ranks (every rank calls it each
+  // step), so that the logged losses and loads are the global batch's, as one process would log them.
+  void reduce_moe_stats(std::vector<MoeLayerStats>& layers);
   void load_from_whole_model(ParamStore& whole);
   TrainConfig cfg_;
   std::string run_dir_;

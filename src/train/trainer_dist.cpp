@@ -174,6 +174,41 @@ void Trainer::init_data_parallel() {
   if (world_) log::info("parallel layout: {}", groups_->dims().describe());
 }
 
+void Trainer::reduce_moe_stats(std::vector<MoeLayerStats>& layers) {
+  if (!groups_ || groups_->get("dp_cp").size() == 1) return;
+  comm::Communicator& g = groups_->get("dp_cp");
+  const Stream s = g.device_type() == DeviceType::kCPU ? Stream::cpu() : stream_;
+  const int64_t n = static_cast<int64_t>(layers.size());
+  std::vector<double> sums;
+  std::vector<int64_t> maxes;
+  for (const MoeLayerStats& l : layers) {
+    sums.insert(sums.end(), {l.aux_loss, l.z_loss, static_cast<double>(l.forwards),
+                             static_cast<double>(l.routed), static_cast<double>(l.dropped)});
+    maxes.push_back(l.max_load);
+  }
+  Tensor st = Tensor::from_vector(sums, {5 * n}), mt = Tensor::from_vector(maxes, {n});
+  if (!s.device.is_cpu()) {
+    st = st.to(s);
+    mt = mt.to(s);
+  }
+  g.all_reduce(st, comm::ReduceOp::kSum, s, "moe routing statistics");
+  g.all_reduce(mt, comm::ReduceOp::kMax, s, "moe max load");
+  const std::vector<double> su = st.to_vector<double>();
+  const std::vector<int64_t> mx = mt.to_vector<int64_t>();
+  const double experts = static_cast<double>(cfg_.model.moe.num_experts);
+  for (int64_t i = 0; i < n; ++i) {
+    MoeLayerStats& l = layers[i];
+    l.aux_loss = su[5 * i];
+    l.z_loss = su[5 * i + 1];
+    l.forwards = static_cast<int64_t>(su[5 * i + 2]);
+    l.routed = static_cast<int64_t>(su[5 * i + 3]);
+    l.dropped = static_cast<int64_t>(su[5 * i + 4]);
+    l.max_load = mx[i];
+    l.mean_load =
+        l.forwards > 0 ? static_cast<double>(l.routed) / (static_cast<double>(l.forwards) * experts) : 0.0;
+  }
+}
+
 int64_t Trainer::consumed_samples() const {
   return loader_ ? loader_->consumed_samples() : consumed_;
 }
