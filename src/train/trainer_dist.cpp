@@ -157,7 +157,11 @@ void Trainer::init_data_parallel() {
   // chunks), against the whole model's.
   // DDP on the GPU keeps its master weights in remainders (2 bytes beside the bf16 copy instead of 4).
   const bool rem = params_->master_in_remainders();
-  const double whole_bytes = static_cast<double>(params_->total_numel()) *
+  // Under expert parallelism this rank's store holds a share of the experts: the whole model is the unsplit
+  // one.
+  const int64_t whole_numel =
+      experts_split() ? ParamStore(ModelSpec::from_config(cfg_.model)).total_numel() : params_->total_numel();
+  const double whole_bytes = static_cast<double>(whole_numel) *
                              ((rem ? 2.0 : 4.0) + 3 * 4.0 +
                               (compute == DType::kF32 ? 0.0 : static_cast<double>(dtype_size(compute))));
   const bool big = whole_bytes >= 1e9;
