@@ -29,7 +29,7 @@ Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_siz
 
 // Which of the global micro-batches a data-parallel rank reads: rank `rank` of `ranks` takes every ranks-th
 // one, starting with its own, so that the k-th batch of rank d covers samples start + (k * ranks + d) * B --
-// the order in which one process with the same global batch reads them (train_step_dp).
+// the order in which one process with the same global batch reads them (train/train_step.cpp).
 struct LoaderStride {
   int ranks = 1, rank = 0;
 };

@@ -85,7 +85,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   resume_or_start();
   consumed_ = start_consumed_;
   // Each rank reads its own micro-batches ahead of time (a data-parallel rank every DP-th global one); one
-  // process emulating a layout reads every virtual rank's directly (train_step_dp).
+  // process emulating a layout reads every virtual rank's directly (train/train_step.cpp).
   if (!dp_ || !dp_cfg_->emulate)
     loader_ = std::make_unique<DataLoader>(data_.train, cfg.micro_batch_size, start_consumed_, data_.eod_id,
                                            cfg.data.eod_mask_loss, 4,
@@ -129,61 +129,6 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
 }
 
 Trainer::~Trainer() = default;
-
-Trainer::StepOutcome Trainer::train_step(int64_t iter) {
-  if (dp_) return train_step_dp(iter);
-  if (!(overlap_ && overlap_->take_grads_prepared()))  // else the last update zeroed them on its stream
-    params_->begin_grad_step(stream_);
-  std::vector<Tensor> losses;
-  std::vector<int64_t> valid;
-  for (int64_t mb = 0; mb < micro_batches_; ++mb) {
-    Batch b = [&] {
-      PRIMUS_TRACE_RANGE("data");
-      return loader_->next();
-    }();
-    PRIMUS_TRACE_RANGE("forward_backward");
-    PRIMUS_CHECK(b.valid_tokens > 0, "micro-batch at sample {} has no tokens that count toward the loss",
-                 b.first_sample);
-    // Megatron's default: each micro-batch's loss is its mean over counted tokens; the step averages them.
-    const float scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(micro_batches_));
-    Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
-    Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
-    if (overlap_ && mb == micro_batches_ - 1) overlap_->arm_norm();
-    losses.push_back(model_->forward_backward(
-        tokens, targets, scale, 1.0f / static_cast<float>(micro_batches_), &b.targets,
-        BatchOrigin{static_cast<uint64_t>(cfg_.seed), false, b.first_sample}));
-    valid.push_back(b.valid_tokens);
-    note_mtp();
-  }
-  model_->end_step();
-  params_->end_grad_step(stream_);
-  inject_.maybe_poison_grad(iter, *params_, stream_);
-  StepOutcome o;
-  o.grad_norm = step_grad_norm(iter);
-  o.lr = schedule_->at(iter);
-  std::vector<double> micro(losses.size());
-  for (size_t i = 0; i < losses.size(); ++i) {
-    std::vector<double> l = losses[i].to_vector<double>();
-    double sum = 0;
-    for (double x : l) sum += x;
-    micro[i] = sum / static_cast<double>(valid[i]);
-    o.loss += micro[i];
-  }
-  o.loss /= static_cast<double>(losses.size());
-  o.mtp_losses = take_mtp_losses();
-  if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
-  run_guards(iter, o, micro);
-  if (o.applied) {
-    PRIMUS_TRACE_RANGE("optimizer");
-    const float clip = clip_coefficient(o.grad_norm, cfg_.optim.clip_grad);
-    if (overlap_)
-      overlap_->launch(o.lr, clip);
-    else
-      optim_->step(o.lr, clip, stream_);
-  }
-  o.stop_request = stop_request();
-  return o;
-}
 
 void Trainer::note_mtp() {
   if (cfg_.model.mtp_num_layers > 0) mtp_micro_.emplace_back(model_->mtp_losses(), model_->mtp_counts());

@@ -108,7 +108,6 @@ class Trainer {
   // trainer_dist.cpp: data parallelism (DDP, ZeRO-1, FSDP, HSDP; docs/distributed.md)
   void init_distributed();  // launch env, world, groups, DP config (before anything is allocated)
   void init_data_parallel();
-  StepOutcome train_step_dp(int64_t iter);
   int64_t consumed_samples() const;
   // Stop code agreed by all ranks (the maximum), so that every rank leaves the loop at the same iteration.
   // A stop this process was asked for: 5 SIGTERM, 4 SIGINT, 3 another signal, 2 exit_duration_in_mins

@@ -1,7 +1,5 @@
 // The trainer's data-parallel side (docs/distributed.md, "Data-parallel training"): the world and its groups,
 // the per-rank sample stream, the DP step, and checkpoints of sharded state.
-#include <signal.h>
-
 #include <cstdlib>
 
 #include "checkpoint/hf_weights.h"
@@ -25,27 +23,6 @@ std::optional<std::string> env_str(const char* name) {
   if (!v || !*v) return std::nullopt;
   return std::string(v);
 }
-
-// PRIMUS_INJECT_KILL="<iteration>:<rank>": that rank SIGKILLs itself in the middle of that iteration (after
-// its first micro-batch's backward, before the gradient reduction) — the fault test of the DP trainer.
-// PRIMUS_INJECT_KILL / PRIMUS_INJECT_SIGTERM=<iteration>:<rank>: that rank SIGKILLs itself in the middle of
-// the iteration, or sends itself SIGTERM as the iteration starts (only that rank sees the signal; the stop
-// agreement must carry it to the others).
-struct RankInjection {
-  int64_t iter = -1;
-  int rank = -1;
-  static RankInjection from_env(const char* var) {
-    RankInjection k;
-    if (auto v = env_str(var)) {
-      const auto colon = v->find(':');
-      if (colon == std::string::npos)
-        throw ConfigError(fmt::format("{}='{}' (expected <iteration>:<rank>)", var, *v));
-      k.iter = std::stoll(v->substr(0, colon));
-      k.rank = std::stoi(v->substr(colon + 1));
-    }
-    return k;
-  }
-};
 
 std::atomic<bool> g_mpi_world{false};
 
@@ -215,116 +192,6 @@ void Trainer::reduce_moe_stats(std::vector<MoeLayerStats>& layers) {
 
 int64_t Trainer::consumed_samples() const {
   return loader_ ? loader_->consumed_samples() : consumed_;
-}
-
-Trainer::StepOutcome Trainer::train_step_dp(int64_t iter) {
-  static const RankInjection kill = RankInjection::from_env("PRIMUS_INJECT_KILL");
-  static const RankInjection term = RankInjection::from_env("PRIMUS_INJECT_SIGTERM");
-  if (iter == term.iter && world_rank_ == term.rank) {
-    log::warn("PRIMUS_INJECT_SIGTERM: rank {} sends itself SIGTERM in iteration {}", world_rank_, iter);
-    ::raise(SIGTERM);
-  }
-  const DpConfig& c = dp_->config();
-  const int D = c.dp;
-  const int64_t A = micro_batches_;  // per rank
-  const int64_t mbs = cfg_.micro_batch_size;
-  const int64_t base = consumed_;
-  // Micro-batch a of DP rank d holds samples base + (a*D + d)*mbs ...: global micro-batch k = a*D + d, the
-  // order in which a single process with the same global batch reads them.
-  std::vector<Tensor> loss_t(static_cast<size_t>(A * D));
-  std::vector<int64_t> valid(static_cast<size_t>(A * D), 0);
-  auto run_micro = [&](int64_t a, int d) {
-    const int64_t k = a * D + d;
-    // A rank reads its own micro-batches from its (strided, prefetching) loader; the emulation every
-    // virtual rank's directly.
-    Batch b = [&] {
-      PRIMUS_TRACE_RANGE("data");
-      return loader_ ? loader_->next()
-                     : make_batch(*data_.train, base + k * mbs, mbs, data_.eod_id, cfg_.data.eod_mask_loss);
-    }();
-    PRIMUS_CHECK(b.first_sample == base + k * mbs,
-                 "data-parallel rank {}: micro-batch {} starts at sample {}, expected {}", d, a,
-                 b.first_sample, base + k * mbs);
-    PRIMUS_CHECK(b.valid_tokens > 0, "micro-batch at sample {} has no tokens that count toward the loss",
-                 b.first_sample);
-    // As the single process: 1 / (counted tokens x micro-batches in the global batch).
-    const float scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
-    Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
-    Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
-    PRIMUS_TRACE_RANGE("forward_backward");
-    loss_t[k] =
-        model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(A * D), &b.targets,
-                                 BatchOrigin{static_cast<uint64_t>(cfg_.seed), false, b.first_sample});
-    valid[k] = b.valid_tokens;
-    note_mtp();
-    if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {
-      log::warn("PRIMUS_INJECT_KILL: rank {} kills itself in iteration {}", world_rank_, iter);
-      ::raise(SIGKILL);
-    }
-  };
-
-  std::vector<double> micro(static_cast<size_t>(A * D), 0.0);
-  int stop_any = 0;
-  auto micro_loss = [&](int64_t k) {
-    std::vector<double> l = loss_t[k].to_vector<double>();
-    double sum = 0;
-    for (double x : l) sum += x;
-    return sum / static_cast<double>(valid[k]);
-  };
-  if (c.emulate) {
-    dp_->emulate_grads(A, run_micro);
-    model_->end_step();
-    for (int64_t k = 0; k < A * D; ++k) micro[k] = micro_loss(k);
-  } else {
-    dp_->begin_step(/*grads_prepared=*/overlap_ && overlap_->take_grads_prepared());
-    for (int64_t a = 0; a < A; ++a) {
-      dp_->begin_micro(a == A - 1);
-      run_micro(a, dp_rank_);
-    }
-    {
-      PRIMUS_TRACE_RANGE("finish_grads");
-      dp_->finish_grads();
-    }
-    model_->end_step();
-    PRIMUS_TRACE_RANGE("loss exchange");
-    // Every rank's micro-batch losses, in global order, and after them its stop request (signals and
-    // time can differ between ranks; all must stop at the same step).
-    std::vector<double> mine(static_cast<size_t>(A + 1));
-    for (int64_t a = 0; a < A; ++a) mine[a] = micro_loss(a * D + dp_rank_);
-    mine[A] = stop_request();
-    Tensor in = Tensor::from_vector(mine, {A + 1});
-    Tensor out = Tensor::empty({(A + 1) * D}, DType::kF64, stream_);
-    if (stream_.device.is_cuda()) in = in.to(stream_);
-    groups_->get("dp").all_gather(in, out, stream_, "micro-batch losses");
-    const std::vector<double> all = out.to_vector<double>();  // [d][a], then d's stop request
-    for (int d = 0; d < D; ++d) {
-      for (int64_t a = 0; a < A; ++a) micro[a * D + d] = all[d * (A + 1) + a];
-      stop_any = std::max(stop_any, static_cast<int>(all[d * (A + 1) + A]));
-    }
-  }
-  if (params_->shard_mode() != ShardMode::kFull) inject_.maybe_poison_grad(iter, *params_, stream_);
-  StepOutcome o;
-  o.stop_request = c.emulate ? stop_request() : stop_any;
-  {
-    PRIMUS_TRACE_RANGE("grad_norm");
-    o.grad_norm = dp_->grad_norm();
-  }
-  o.lr = schedule_->at(iter);
-  for (double m : micro) o.loss += m;
-  o.loss /= static_cast<double>(micro.size());
-  o.mtp_losses = take_mtp_losses();
-  if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
-  run_guards(iter, o, micro);
-  if (o.applied) {
-    PRIMUS_TRACE_RANGE("optimizer");
-    const float clip = clip_coefficient(o.grad_norm, cfg_.optim.clip_grad);
-    if (overlap_)  // DDP: reduced whole gradients, updated under the next forward as on one GPU
-      overlap_->launch(o.lr, clip);
-    else
-      dp_->step(*optim_, o.lr, clip);
-  }
-  consumed_ += cfg_.global_batch_size;
-  return o;
 }
 
 // ---------------------------------------------------------------------------------------------------------
