@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "parallel/data_parallel.h"
+#include "parallel/process_groups.h"
 #include "profile/trace.h"
 #include "train/trainer.h"
 
@@ -149,6 +150,14 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   for (double m : micro) o.loss += m;
   o.loss /= static_cast<double>(micro.size());
   o.mtp_losses = take_mtp_losses();
+  if (ranks && !o.mtp_losses.empty()) {
+    // Each rank averaged its own micro-batches (as many on every rank): the global batch's is their mean.
+    Tensor t = Tensor::from_vector(o.mtp_losses, {static_cast<int64_t>(o.mtp_losses.size())});
+    if (stream_.device.is_cuda()) t = t.to(stream_);
+    groups_->get("dp").all_reduce(t, comm::ReduceOp::kSum, stream_, "mtp losses");
+    o.mtp_losses = t.to_vector<double>();
+    for (double& x : o.mtp_losses) x /= static_cast<double>(D);
+  }
   if (inject_.spike_iter && *inject_.spike_iter == iter) o.loss *= inject_.spike_factor;
   run_guards(iter, o, micro);
   if (o.applied) {

@@ -9,6 +9,8 @@
 #   fsdp NP EP           the same with FSDP (a layer's experts gathered and reduce-scattered over expert-dp)
 #   deepseek NP EP       micro DeepSeek-style MoE (8 experts in 4 groups, sigmoid scores, expert bias summed
 #                        over the ranks, shared expert, a dense first layer), DDP
+#   mtp NP EP            the DeepSeek-style model with one multi-token-prediction depth (an MoE layer in the head
+#                        region; its logged loss averaged over the ranks)
 #   capacity NP EP       micro Mixtral with capacity factor 1.0, dropping and padding to capacity: within 1e-3
 #                        (which entry an over-full expert drops is a discrete choice on the probabilities; a
 #                        last-bit difference flips one in step 16, as it does for plain data parallelism)
@@ -73,7 +75,7 @@ assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
 worst = 0.0
 for x, y in zip(a, b):
     # The routing statistics are the global batch's on every layout (summed over the ranks).
-    for k in ("loss", "grad_norm", "moe_aux_loss", "moe_max_load_ratio", "moe_dropped_fraction"):
+    for k in ("loss", "grad_norm", "moe_aux_loss", "moe_max_load_ratio", "moe_dropped_fraction", "mtp_loss"):
         if k not in y:
             continue
         if y[k] == 0 and x[k] == 0:
@@ -134,6 +136,10 @@ case "$mode" in
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   fsdp) keys=(--use_torch_fsdp2 true) ;;
   deepseek) export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml ;;
+  mtp)
+    export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
+    keys=(--mtp_num_layers 1)
+    ;;
   capacity) keys=(--moe_expert_capacity_factor 1.0 --moe_pad_expert_input_to_capacity true) ;;
   *) fail "unknown mode $mode" ;;
 esac
