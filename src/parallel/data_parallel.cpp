@@ -30,13 +30,12 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
   c.dp_shard = layout.dims.dp_shard();
   c.ep = layout.dims.ep();
   c.edp = layout.dims.edp();
-  if (c.ep > 1 && c.fsdp() && layout.dims.dp_replicate() > 1)
+  if (c.ep > 1 && c.fsdp() && layout.dims.dp_replicate() > 1 && layout.dims.dp_shard() % c.ep != 0)
     throw ConfigError(
-        fmt::format("{}: not supported yet: expert parallelism with HSDP "
-                    "(data_parallel_replicate_degree {})",
-                    layout.describe(), layout.dims.dp_replicate()),
-        "use FSDP without replicas (data_parallel_replicate_degree: 1), ZeRO-1 or DDP with expert "
-        "parallelism");
+        fmt::format("{}: expert parallelism with HSDP needs the expert-parallel degree {} to divide "
+                    "the shard degree {} (each replica holds every expert)",
+                    layout.describe(), c.ep, layout.dims.dp_shard()),
+        "set expert_model_parallel_size to a divisor of the FSDP shard degree");
   if (c.ep > 1 && layout.dims.cp() * layout.dims.tp() * layout.dims.pp() != 1)
     throw ConfigError(
         fmt::format("{}: not supported yet: expert parallelism combined with tensor, context or "
@@ -102,7 +101,7 @@ comm::Communicator& DataParallel::shard_group() const {
 }
 
 comm::Communicator& DataParallel::region_group(int r) const {
-  return params_.regions()[r].experts ? group("edp") : shard_group();
+  return params_.regions()[r].experts ? group(cfg_.expert_group()) : shard_group();
 }
 
 std::vector<int> DataParallel::with_owned(int r) const {

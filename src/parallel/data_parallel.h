@@ -44,7 +44,10 @@ struct DpConfig {
   }
   // Ranks the parameter state is sharded over (the ParamStore's region multiple).
   int shard_ranks() const { return fsdp() ? dp_shard : zero1() ? dp : 1; }
-  int expert_shard_ranks() const { return zero1() || fsdp() ? edp : 1; }
+  int expert_shard_ranks() const { return zero1() ? edp : fsdp() ? edp / dp_replicate : 1; }
+  // The group that reduces and shards the expert regions: expert-dp, inside one replica under HSDP (the
+  // replicas then all-reduce expert shards like the others).
+  const char* expert_group() const { return fsdp() && dp_replicate > 1 ? "edp_shard" : "edp"; }
   ShardMode shard_mode() const {
     return fsdp() ? ShardMode::kFull : zero1() ? ShardMode::kOptimizer : ShardMode::kNone;
   }

@@ -85,8 +85,8 @@ ParallelDims ParallelDims::make(const ParallelDegrees& in, int world_size) {
   // all.
   if (in.ep > 1 && d.d_.dp_shard > 1 && (int64_t{d.d_.dp_shard} * in.cp * in.tp) % in.ep != 0)
     throw ConfigError(
-        fmt::format("expert parallel degree ep = {} does not divide dp_shard {} x cp {} x tp {} "
-                    "(rule, TorchTitan: ep must divide dp_shard * cp * tp)",
+        fmt::format("expert_model_parallel_size / parallelism.expert_parallel_degree = {} does not divide "
+                    "dp_shard {} x cp {} x tp {} (rule, TorchTitan: ep must divide dp_shard * cp * tp)",
                     in.ep, d.d_.dp_shard, in.cp, in.tp));
   return d;
 }
@@ -122,8 +122,9 @@ std::string ParallelDims::describe_rank(int rank) const {
 }
 
 const std::vector<std::string>& ParallelDims::group_names() {
-  static const std::vector<std::string> kNames = {
-      "world", "tp", "cp", "dp", "dp_shard", "dp_replicate", "dp_cp", "dp_shard_cp", "pp", "ep", "edp"};
+  static const std::vector<std::string> kNames = {"world",    "tp",           "cp",    "dp",
+                                                  "dp_shard", "dp_replicate", "dp_cp", "dp_shard_cp",
+                                                  "pp",       "ep",           "edp",   "edp_shard"};
   return kNames;
 }
 
@@ -143,6 +144,8 @@ std::vector<int> ParallelDims::group_ranks(const std::string& name, int rank) co
     if (name == "pp") return o.tp == me.tp && o.cp == me.cp && o.dp == me.dp;
     if (name == "ep") return o.tp == me.tp && o.pp == me.pp && o.edp == me.edp;
     if (name == "edp") return o.tp == me.tp && o.pp == me.pp && o.ep == me.ep;
+    if (name == "edp_shard")  // HSDP: the expert-dp ranks inside one replica
+      return o.tp == me.tp && o.pp == me.pp && o.ep == me.ep && o.dp_replicate == me.dp_replicate;
     std::string known;
     for (const auto& n : group_names()) known += (known.empty() ? "" : ", ") + n;
     throw ConfigError(fmt::format("unknown process group '{}' (groups: {})", name, known));

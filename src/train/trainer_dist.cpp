@@ -112,7 +112,8 @@ void Trainer::init_data_parallel() {
   const DType compute = stream_.device.is_cpu() ? DType::kF32 : DType::kBF16;
   params_ = local_store_layout();
   if (dp_cfg_ && !dp_cfg_->emulate) {
-    const int expert_rank = dp_cfg_->expert_shard_ranks() > 1 ? groups_->get("edp").rank() : 0;
+    const int expert_rank =
+        dp_cfg_->expert_shard_ranks() > 1 ? groups_->get(dp_cfg_->expert_group()).rank() : 0;
     params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
                               dp_cfg_->expert_shard_ranks(), expert_rank);
   } else {

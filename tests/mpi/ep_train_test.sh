@@ -7,6 +7,8 @@
 #   mixtral NP EP        micro Mixtral (4 experts top-2, aux + z losses), DDP
 #   zero1 NP EP          the same with the distributed optimizer (experts sharded over expert-dp)
 #   fsdp NP EP           the same with FSDP (a layer's experts gathered and reduce-scattered over expert-dp)
+#   hsdp NP EP           HSDP with 2 replicas (experts sharded over expert-dp inside a replica, all-reduced
+#                        over the replicas)
 #   deepseek NP EP       micro DeepSeek-style MoE (8 experts in 4 groups, sigmoid scores, expert bias summed
 #                        over the ranks, shared expert, a dense first layer), DDP
 #   mtp NP EP            the DeepSeek-style model with one multi-token-prediction depth (an MoE layer in the head
@@ -18,7 +20,8 @@
 #                        layout): the joined curve equals the uninterrupted single process's
 #   launch               mixtral 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad                  refusals, each a clear error naming the key before training: EP with a dense model,
-#                        EP with HSDP, one process emulating EP, the expert bias with the distributed optimizer,
+#                        HSDP whose shard degree EP does not divide, one process emulating EP, the expert bias
+#                        with the distributed optimizer,
 #                        experts that the EP degree does not divide
 # Usage: ep_train_test.sh MODE MPIRUN PRIMUS NP EP [NP2 EP2]
 set -u
@@ -118,8 +121,8 @@ if [ "$mode" = bad ]; then
   }
   refuse dense "the model has no experts (num_experts / moe settings unset) (rule: EP needs an MoE model)" 2 \
     PRIMUS_E2E_MODEL=micro_llama.yaml -- --expert_model_parallel_size 2
-  refuse hsdp "not supported yet: expert parallelism with HSDP (data_parallel_replicate_degree 2)" 4 -- \
-    --expert_model_parallel_size 2 --use_torch_fsdp2 true --data_parallel_replicate_degree 2
+  refuse hsdp "expert_parallel_degree = 4 does not divide dp_shard 2 x cp 1 x tp 1" 4 -- \
+    --expert_model_parallel_size 4 --use_torch_fsdp2 true --data_parallel_replicate_degree 2
   refuse emulate "one process cannot emulate expert parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
     --expert_model_parallel_size 2
   refuse bias "not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with sharded optimizer" 2 \
@@ -135,6 +138,7 @@ case "$mode" in
   mixtral | resume) ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   fsdp) keys=(--use_torch_fsdp2 true) ;;
+  hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2) ;;
   deepseek) export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml ;;
   mtp)
     export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
