@@ -25,7 +25,7 @@ inline constexpr const char* kWhyDpKnob =
     "layer) are the buckets, shards and gather units, and use_distributed_optimizer / use_torch_fsdp2 / "
     "data_parallel_sharding_strategy pick the layout (docs/distributed.md)";
 inline constexpr const char* kWhyMoE =
-    "a knob of an MoE feature that is not supported yet (expert parallelism, DeepEP, upcycling, ...)";
+    "a knob of an MoE feature that is not supported yet (expert tensor parallelism, DeepEP, upcycling, ...)";
 inline constexpr const char* kWhyMoeAlways =
     "the MoE layer always works this way here: experts run as grouped GEMMs over tokens permuted by fused "
     "kernels, with the router in fp32 (docs/moe.md)";
