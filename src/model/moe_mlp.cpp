@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "core/env.h"
 #include "core/philox.h"
+#include "core/stream_events.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -159,10 +161,17 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   a.x_perm = ctx.act({a.plan.num_rows, d});
   ops::moe_permute(h, a.plan, a.x_perm, s);
   if (ep_) {
-    // Each expert's block to its owner; this rank's experts get their rows from every peer.
+    // Each expert's block to its owner; this rank's experts get their rows from every peer. The exchange runs
+    // on a side stream while the shared expert computes (added to the output after the unpermute).
     a.dispatch = parallel::expert_dispatch_plan(a.rows, *ep_, s);
     Tensor x_local = ctx.act({a.dispatch.recv_total, d});
-    parallel::expert_dispatch(a.dispatch, a.x_perm, x_local, *ep_, s, "moe dispatch");
+    const Tensor x_src = a.x_perm;  // read by the exchange: alive until the compute stream waited for it
+    const Stream side = side_stream(s);
+    stream_wait(side, StreamEvent::record(s));
+    parallel::expert_dispatch(a.dispatch, x_src, x_local, *ep_, side, "moe dispatch");
+    const auto arrived = StreamEvent::record(side);
+    if (sh_gu_ >= 0) shared_forward(ctx, h, a, nullptr);
+    stream_wait(s, arrived);
     a.x_perm = x_local;
     a.rows = a.dispatch.local_rows;
   }
@@ -179,20 +188,10 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   ops::moe_unpermute(a.y_perm, a.plan, a.kept_probs, y, s);
 
   if (sh_gu_ >= 0) {
-    const int64_t Fs = moe.shared_ffn_hidden_size;
-    a.sh_gu = ctx.act({n, 2 * Fs});
-    ops::linear_forward(h, params_.param(sh_gu_), nullptr, a.sh_gu, s);
-    a.sh_act = ctx.act({n, Fs});
-    ops::swiglu_forward(a.sh_gu, a.sh_act, s);
-    if (sh_gate_ < 0) {
-      ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, y, s, &y);  // y += shared expert
+    if (ep_) {
+      add_shared(ctx, a, y);  // computed while the tokens travelled
     } else {
-      // y += sigmoid(h w_g^T) * shared: the shared output and the f32 logits are kept for backward.
-      a.sh_out = ctx.act({n, d});
-      ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, a.sh_out, s);
-      a.gate_logit = ctx.empty({n, 1}, st);
-      ops::gemm(h, false, params_.param(sh_gate_), true, a.gate_logit, 1.0f, 0.0f, s);
-      ops::sigmoid_gate_forward(a.gate_logit.view({n}), a.sh_out, y, s);
+      shared_forward(ctx, h, a, &y);
     }
   }
 
@@ -233,6 +232,85 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   ++stats_.forwards;
 }
 
+Stream MoeMlp::side_stream(const Stream& s) {
+  // PRIMUS_EP_OVERLAP=0 (an A/B switch, docs/performance.md): the exchange on the compute stream, after which
+  // the shared expert runs; the same kernels in another order.
+  static const bool overlap = env_int("PRIMUS_EP_OVERLAP", 1, 0, 1) == 1;
+  if (!overlap) return s;
+  if (!side_made_) {
+    side_ = make_comm_stream(s);
+    side_made_ = true;
+  }
+  return side_;
+}
+
+void MoeMlp::shared_forward(const StepContext& ctx, const Tensor& h, MoeActivations& a, Tensor* y) {
+  const int64_t n = ctx.tokens(), d = spec_.hidden, Fs = spec_.moe.shared_ffn_hidden_size;
+  const Stream& s = ctx.stream;
+  a.sh_gu = ctx.act({n, 2 * Fs});
+  ops::linear_forward(h, params_.param(sh_gu_), nullptr, a.sh_gu, s);
+  a.sh_act = ctx.act({n, Fs});
+  ops::swiglu_forward(a.sh_gu, a.sh_act, s);
+  if (sh_gate_ < 0 && y) {
+    ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, *y, s, y);  // y += shared expert
+    return;
+  }
+  // The shared output kept apart: for the gate (sigmoid(h w_g^T) * shared, with the f32 logits, both kept for
+  // backward), or until add_shared (expert parallelism computes it before the routed output exists).
+  a.sh_out = ctx.act({n, d});
+  ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, a.sh_out, s);
+  if (sh_gate_ >= 0) {
+    a.gate_logit = ctx.empty({n, 1}, ctx.stat_dtype());
+    ops::gemm(h, false, params_.param(sh_gate_), true, a.gate_logit, 1.0f, 0.0f, s);
+  }
+  if (y) add_shared(ctx, a, *y);
+}
+
+void MoeMlp::add_shared(const StepContext& ctx, MoeActivations& a, Tensor& y) {
+  const Stream& s = ctx.stream;
+  if (sh_gate_ >= 0) {
+    ops::sigmoid_gate_forward(a.gate_logit.view({ctx.tokens()}), a.sh_out, y, s);
+  } else {
+    ops::add(y, a.sh_out, y, s);
+    a.sh_out = Tensor();  // backward of the ungated expert needs only its input and activation
+  }
+}
+
+void MoeMlp::shared_backward(const StepContext& ctx, const Tensor& dy, const Tensor& h, MoeActivations& a,
+                             Tensor& dh, bool accumulate) {
+  const int64_t n = ctx.tokens(), d = spec_.hidden, Fs = spec_.moe.shared_ffn_hidden_size;
+  const Stream& s = ctx.stream;
+  const DType st = ctx.stat_dtype();
+  // Gated: d shared_out = sigmoid(g) dy, d g = sigmoid'(g) sum_d dy * shared_out, then the gate's GEMMs
+  // (dh += dg w_g, dw_g += dg^T h).
+  Tensor d_sh_out = dy;
+  if (sh_gate_ >= 0) {
+    d_sh_out = ctx.act({n, d});
+    Tensor dgate = ctx.empty({n, 1}, st);
+    Tensor dgate_flat = dgate.view({n});
+    ops::sigmoid_gate_backward(a.gate_logit.view({n}), a.sh_out, dy, d_sh_out, dgate_flat, s);
+    a.sh_out = Tensor();
+    Tensor dg = dgate;
+    if (ctx.act_dtype != st) {
+      dg = ctx.act({n, 1});
+      ops::cast(dgate, dg, s);
+    }
+    ops::linear_backward_input(dg, params_.param(sh_gate_), dh, accumulate, s);
+    accumulate = true;
+    Tensor g_gate = params_.grad(sh_gate_);
+    ops::linear_backward_weight(dg, h, g_gate, nullptr, s, params_.grad_accumulate(sh_gate_));
+  }
+  Tensor d_sh_act = ctx.act({n, Fs});
+  ops::linear_backward_input(d_sh_out, params_.param(sh_down_), d_sh_act, false, s);
+  Tensor g_sd = params_.grad(sh_down_);
+  ops::linear_backward_weight(d_sh_out, a.sh_act, g_sd, nullptr, s, params_.grad_accumulate(sh_down_));
+  Tensor d_sh_gu = ctx.act({n, 2 * Fs});
+  ops::swiglu_backward(d_sh_act, a.sh_gu, d_sh_gu, s);
+  ops::linear_backward_input(d_sh_gu, params_.param(sh_gu_), dh, accumulate, s);
+  Tensor g_sgu = params_.grad(sh_gu_);
+  ops::linear_backward_weight(d_sh_gu, h, g_sgu, nullptr, s, params_.grad_accumulate(sh_gu_));
+}
+
 void MoeMlp::recompute_selective(const StepContext& ctx, MoeActivations& a) {
   if (!a.selective_dropped) return;
   a.act_perm = ctx.act({a.gu_perm.size(0), spec_.moe.ffn_hidden_size});
@@ -258,9 +336,18 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   Tensor dprobs = ctx.empty({n, k}, st);
   ops::moe_unpermute_backward(dy, a.y_perm, a.plan, a.kept_probs, dy_perm, dprobs, s);
   a.y_perm = Tensor();
-  if (ep_) {  // the output gradient travels as the rows did
+  Tensor dh_shared;  // expert parallelism: the shared expert's input gradient, computed during the exchange
+  if (ep_) {  // the output gradient travels as the rows did, on the side stream beside the shared expert
     Tensor dy_local = ctx.act({rows, d});
-    parallel::expert_dispatch(a.dispatch, dy_perm, dy_local, *ep_, s, "moe dispatch (backward)");
+    const Stream side = side_stream(s);
+    stream_wait(side, StreamEvent::record(s));
+    parallel::expert_dispatch(a.dispatch, dy_perm, dy_local, *ep_, side, "moe dispatch (backward)");
+    const auto arrived = StreamEvent::record(side);
+    if (sh_gu_ >= 0) {
+      dh_shared = ctx.act({n, d});
+      shared_backward(ctx, dy, h, a, dh_shared, /*accumulate=*/false);
+    }
+    stream_wait(s, arrived);  // dy_perm (read by the exchange) is released after this
     dy_perm = dy_local;
   }
   Tensor d_act = ctx.act({rows, F});
@@ -306,35 +393,10 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   Tensor g_router = params_.grad(router_);
   ops::linear_backward_weight(dl, h, g_router, nullptr, s, params_.grad_accumulate(router_));
 
-  if (sh_gu_ >= 0) {
-    const int64_t Fs = moe.shared_ffn_hidden_size;
-    // Gated: d shared_out = sigmoid(g) dy, d g = sigmoid'(g) sum_d dy * shared_out, then the gate's GEMMs
-    // (dh += dg w_g, dw_g += dg^T h).
-    Tensor d_sh_out = dy;
-    if (sh_gate_ >= 0) {
-      d_sh_out = ctx.act({n, d});
-      Tensor dgate = ctx.empty({n, 1}, st);
-      Tensor dgate_flat = dgate.view({n});
-      ops::sigmoid_gate_backward(a.gate_logit.view({n}), a.sh_out, dy, d_sh_out, dgate_flat, s);
-      a.sh_out = Tensor();
-      Tensor dg = dgate;
-      if (ctx.act_dtype != st) {
-        dg = ctx.act({n, 1});
-        ops::cast(dgate, dg, s);
-      }
-      ops::linear_backward_input(dg, params_.param(sh_gate_), dh, /*accumulate=*/true, s);
-      Tensor g_gate = params_.grad(sh_gate_);
-      ops::linear_backward_weight(dg, h, g_gate, nullptr, s, params_.grad_accumulate(sh_gate_));
-    }
-    Tensor d_sh_act = ctx.act({n, Fs});
-    ops::linear_backward_input(d_sh_out, params_.param(sh_down_), d_sh_act, false, s);
-    Tensor g_sd = params_.grad(sh_down_);
-    ops::linear_backward_weight(d_sh_out, a.sh_act, g_sd, nullptr, s, params_.grad_accumulate(sh_down_));
-    Tensor d_sh_gu = ctx.act({n, 2 * Fs});
-    ops::swiglu_backward(d_sh_act, a.sh_gu, d_sh_gu, s);
-    ops::linear_backward_input(d_sh_gu, params_.param(sh_gu_), dh, /*accumulate=*/true, s);
-    Tensor g_sgu = params_.grad(sh_gu_);
-    ops::linear_backward_weight(d_sh_gu, h, g_sgu, nullptr, s, params_.grad_accumulate(sh_gu_));
+  if (dh_shared.defined()) {
+    ops::add(dh, dh_shared, dh, s);
+  } else if (sh_gu_ >= 0) {
+    shared_backward(ctx, dy, h, a, dh, /*accumulate=*/true);
   }
   a = MoeActivations{};
 }

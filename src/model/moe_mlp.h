@@ -52,7 +52,9 @@ struct MoeActivations {
   Tensor act_perm;                    // [R, F] (dropped under selective recompute)
   Tensor y_perm;                      // [plan.num_rows, d]: the experts' outputs back in the plan's order
   Tensor sh_gu, sh_act;               // shared expert [n, 2Fs], [n, Fs]
-  Tensor sh_out, gate_logit;  // gated shared expert: its output [n, d] before the gate, the logits [n, 1]
+  // the shared expert's output [n, d] (before the gate when gated; under expert parallelism until it is
+  // added) and the gate's logits [n, 1]
+  Tensor sh_out, gate_logit;
   bool selective_dropped = false;
 };
 
@@ -100,6 +102,15 @@ class MoeMlp {
 
  private:
   void expert_mlp_forward(const StepContext& ctx, MoeActivations& a);
+  // The shared expert. forward: y += its output when y is given; else (expert parallelism, computed while the
+  // tokens travel) its output stays in a.sh_out until add_shared. backward: its input gradient into dh
+  // (accumulate = false: overwrites), its weight gradients.
+  void shared_forward(const StepContext& ctx, const Tensor& h, MoeActivations& a, Tensor* y);
+  void add_shared(const StepContext& ctx, MoeActivations& a, Tensor& y);
+  void shared_backward(const StepContext& ctx, const Tensor& dy, const Tensor& h, MoeActivations& a,
+                       Tensor& dh, bool accumulate);
+  // Expert parallelism: the stream the token exchange runs on beside the compute stream (made on first use).
+  Stream side_stream(const Stream& s);
 
   const ModelSpec& spec_;
   ParamStore& params_;
@@ -113,6 +124,8 @@ class MoeMlp {
   Tensor sum_losses_;    // [2] summed over recorded forwards since take_stats
   Tensor step_load_;     // [E] i32: loads of this step's recorded forwards (expert bias)
   MoeLayerStats stats_;  // host part (loads, drops) since take_stats
+  Stream side_;
+  bool side_made_ = false;
   comm::Communicator* ep_ = nullptr;
   comm::Communicator* loads_ = nullptr;
 };

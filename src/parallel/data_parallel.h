@@ -21,7 +21,7 @@
 #include "model/param_store.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
-#include "train/dp_streams.h"
+#include "core/stream_events.h"
 #include "train/optimizer.h"
 #include "train/step_marks.h"
 

@@ -35,7 +35,7 @@
 
 #include "model/llama_model.h"
 #include "model/param_store.h"
-#include "train/dp_streams.h"
+#include "core/stream_events.h"
 #include "train/grad_norm.h"
 #include "train/optimizer.h"
 #include "train/update_pieces.h"

@@ -14,7 +14,7 @@
 
 #include "core/device.h"
 #include "safe/hang_watchdog.h"
-#include "train/dp_streams.h"
+#include "core/stream_events.h"
 
 namespace primus {
 

@@ -8,7 +8,7 @@
 
 #include "gpu/gpu_test.h"
 #include "ops/gemm.h"
-#include "train/dp_streams.h"
+#include "core/stream_events.h"
 #include "train/step_marks.h"
 
 namespace primus::gputest {

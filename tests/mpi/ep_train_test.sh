@@ -11,6 +11,9 @@
 #                        over the replicas)
 #   deepseek NP EP       micro DeepSeek-style MoE (8 experts in 4 groups, sigmoid scores, expert bias summed
 #                        over the ranks, shared expert, a dense first layer), DDP
+#   qwen2 NP EP          micro Qwen2-MoE (a shared expert behind a sigmoid gate, a dense middle layer); the
+#                        shared expert runs while the tokens travel; within 1e-3 (its gradient norm spikes to 34
+#                        at step 16, where plain data parallelism differs by 9e-5 too)
 #   mtp NP EP            the DeepSeek-style model with one multi-token-prediction depth (an MoE layer in the head
 #                        region; its logged loss averaged over the ranks)
 #   capacity NP EP       micro Mixtral with capacity factor 1.0, dropping and padding to capacity: within 1e-3
@@ -140,6 +143,7 @@ case "$mode" in
   fsdp) keys=(--use_torch_fsdp2 true) ;;
   hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2) ;;
   deepseek) export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml ;;
+  qwen2) export PRIMUS_E2E_MODEL=micro_qwen2_moe.yaml ;;
   mtp)
     export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
     keys=(--mtp_num_layers 1)
@@ -161,5 +165,8 @@ grep -h "data parallel:" "$work/dist.log" | head -1
 run single 0 "${keys[@]}"
 tol=1e-5
 [ "$mode" = capacity ] && tol=1e-3
+# The micro Qwen2-MoE's gradient norm spikes to 34 at step 16 (its all-expert softmax, unrenormalised): a
+# last-bit difference grows there to 1e-4 (plain data parallelism: 9e-5), as for capacity.
+[ "$mode" = qwen2 ] && tol=1e-3
 compare dist single "$tol"
 echo "ep_train_test: $mode passed"

@@ -123,7 +123,7 @@ TEST(CommTcp, SplitAndNamedGroups) {
     EXPECT_EQ(g.get("dp_shard").size(), 2);
     EXPECT_EQ(g.get("dp_replicate").size(), 2);
     EXPECT_EQ(g.get("tp").size(), 1);
-    EXPECT_EQ(g.get("dp_shard").name(), "dp_shard=dp_shard_cp");
+    EXPECT_EQ(g.get("dp_shard").name(), "dp_shard=dp_shard_cp=edp_shard");  // one communicator for all three
     EXPECT_THROW(g.get("nope"), ConfigError);
     Tensor s = Tensor::from_vector<int32_t>({c.rank()}, {1});
     g.get("dp_replicate").all_reduce(s, ReduceOp::kMax, Stream::cpu(), "max");

@@ -1,4 +1,4 @@
-#include "train/dp_streams.h"
+#include "core/stream_events.h"
 
 #include <limits>
 

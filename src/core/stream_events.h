@@ -1,6 +1,7 @@
 #pragma once
-// Streams and events for data parallelism: a communication stream beside the compute stream, and events that
-// order one after the other. On the CPU (host communicators run synchronously) every call is a no-op.
+// Streams beside the compute stream (data parallelism's communication, the overlapped update, the MoE token
+// exchange) and events that order one after the other. On the CPU (host communicators run synchronously) every
+// call is a no-op.
 #include <memory>
 
 #include "core/device.h"
