@@ -7,6 +7,8 @@
 #  perf   Qwen3-30B-A3B dims 4L (T 4096), global batch 2: one GPU, then 2 GPUs with DP 2 (experts replicated)
 #         and with EP 2 (overlap_grad_reduce on); median of steps 11-30, tokens/s and the ratio to one GPU;
 #  fsdp   EP 2 with FSDP and with ZeRO-1 over NCCL vs one GPU (micro Mixtral, 2e-2);
+#  shared the exchange beside the shared expert: micro Qwen2-MoE / DeepSeek-style EP 2 vs one GPU, and
+#         DeepSeek-V2-Lite dims 4L one GPU vs EP 2 with and without the overlap (PRIMUS_EP_OVERLAP=0);
 #  overlap the overlapped optimizer update under DDP and EP 2 vs the serial one (PRIMUS_OVERLAP_UPDATE=0):
 #         bitwise equal curves;
 #  prof   a profiled EP 2 run (steps 9-10, rank 0's CUPTI kernels) and `primus report timeline` of it
@@ -110,6 +112,37 @@ if [[ " $parts " == *" fsdp "* ]] && [ "$ngpu" -ge 2 ]; then
   run micro_mixtral_ep2_zero1 2 120 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}" \
     --expert_model_parallel_size 2 --use_distributed_optimizer true --overlap_param_gather true
   curves micro_mixtral_ep2_zero1 micro_mixtral_1gpu 2e-2
+fi
+
+# shared: the exchange beside the shared expert. Correctness: micro Qwen2-MoE (gated shared expert) and the
+# DeepSeek-style micro model EP 2 vs one GPU; speed: DeepSeek-V2-Lite dims 4L (2 shared experts, MLA), global
+# batch 2, forced even routing: one GPU, EP 2, EP 2 with PRIMUS_EP_OVERLAP=0.
+if [[ " $parts " == *" shared "* ]] && [ "$ngpu" -ge 2 ]; then
+  for model in micro_qwen2_moe micro_deepseek_moe; do
+    run "${model}_1gpu" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}"
+    run "${model}_ep2_shared" 2 120 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" --expert_model_parallel_size 2
+    curves "${model}_ep2_shared" "${model}_1gpu" 2e-2
+  done
+  ds=(--config configs/examples/megatron/bench_deepseek_v2_lite-4L.yaml --train_iters 30 --log_interval 10
+      --global_batch_size 2 --moe_router_force_load_balancing true --moe_router_force_load_balancing_type even)
+  run ds_1gpu_even 1 150 CUDA_VISIBLE_DEVICES=0 -- "${ds[@]}"
+  run ds_ep2_even 2 150 -- "${ds[@]}" --overlap_grad_reduce true --expert_model_parallel_size 2
+  run ds_ep2_even_nooverlap 2 150 PRIMUS_EP_OVERLAP=0 -- "${ds[@]}" --overlap_grad_reduce true \
+    --expert_model_parallel_size 2
+  python3 - "$out" <<'PY'
+import json, statistics, sys, os
+out = sys.argv[1]
+def med(n):
+    p = f"{out}/{n}.jsonl"
+    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l] if os.path.exists(p) else []
+    tail = [r["iter_ms"] for r in rec[10:]]
+    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
+base, _ = med("ds_1gpu_even")
+for n in ("ds_1gpu_even", "ds_ep2_even", "ds_ep2_even_nooverlap"):
+    m, mem = med(n)
+    print(f"   {n}: " + (f"median {m:.1f} ms per global batch of 2 x 4096 tokens, {2 * 4096 / m * 1e3:,.0f} tok/s, "
+                          f"peak {mem:.2f} GB, {base / m:.3f}x one GPU" if m and base else "no steps"))
+PY
 fi
 
 # overlap: the overlapped optimizer update under DDP and EP 2 (NCCL) gives bitwise the serial update's curves.
