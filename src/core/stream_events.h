@@ -1,7 +1,7 @@
 #pragma once
 // Streams beside the compute stream (data parallelism's communication, the overlapped update, the MoE token
-// exchange) and events that order one after the other. On the CPU (host communicators run synchronously) every
-// call is a no-op.
+// exchange) and events that order one after the other. On the CPU (host communicators run synchronously)
+// every call is a no-op.
 #include <memory>
 
 #include "core/device.h"

@@ -17,11 +17,11 @@
 #include <memory>
 #include <vector>
 
+#include "core/stream_events.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
-#include "core/stream_events.h"
 #include "train/optimizer.h"
 #include "train/step_marks.h"
 

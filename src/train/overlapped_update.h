@@ -33,9 +33,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/stream_events.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
-#include "core/stream_events.h"
 #include "train/grad_norm.h"
 #include "train/optimizer.h"
 #include "train/update_pieces.h"

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/device.h"
-#include "safe/hang_watchdog.h"
 #include "core/stream_events.h"
+#include "safe/hang_watchdog.h"
 
 namespace primus {
 

@@ -6,9 +6,9 @@
 
 #include <cmath>
 
+#include "core/stream_events.h"
 #include "gpu/gpu_test.h"
 #include "ops/gemm.h"
-#include "core/stream_events.h"
 #include "train/step_marks.h"
 
 namespace primus::gputest {
