@@ -10,6 +10,7 @@
 #include "comm/tcp_communicator.h"
 #include "comm/tcp_store.h"
 #include "parallel/process_groups.h"
+#include "unit/tcp_ranks.h"
 
 namespace primus::comm {
 namespace {
@@ -53,27 +54,6 @@ TEST(CommTcpStore, GetTimesOutWithANamedError) {
 TEST(CommTcpStore, ClientWithoutServerFails) {
   const int port = net::pick_free_port();
   EXPECT_THROW(TcpStore("127.0.0.1", port, false, 0.3), Error);
-}
-
-// Runs body(comm) on `n` threads, each a rank of a tcp world.
-void run_ranks(int n, const std::function<void(Communicator&)>& body) {
-  auto server = std::make_shared<TcpStore>("127.0.0.1", 0, true, 20);
-  std::vector<int> world(n);
-  for (int i = 0; i < n; ++i) world[i] = i;
-  std::vector<std::thread> ts;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        auto store = r == 0 ? server : std::make_shared<TcpStore>("127.0.0.1", server->port(), false, 20);
-        auto comm = TcpCommunicator::create(store, r, n, world, "world", "t", 20);
-        body(*comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : ts) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 float input(int r, int64_t i) {
