@@ -20,7 +20,8 @@
 #                        (which entry an over-full expert drops is a discrete choice on the probabilities; a
 #                        last-bit difference flips one in step 16, as it does for plain data parallelism)
 #   resume NP EP NP2 EP2 save at iteration 10 with NP ranks / EP, resume with NP2 ranks / EP2 (a changed
-#                        layout): the joined curve equals the uninterrupted single process's
+#                        layout): the joined curve equals the uninterrupted single process's; the EP checkpoint
+#                        exports to Hugging Face with every expert of every layer
 #   launch               mixtral 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad                  refusals, each a clear error naming the key before training: EP with a dense model,
 #                        HSDP whose shard degree EP does not divide, one process emulating EP, the expert bias
@@ -155,6 +156,21 @@ esac
 if [ "$mode" = resume ]; then
   save=(--save "$work/ckpt" --save_interval 10 --exit_interval 10)
   run dist "$np" --expert_model_parallel_size "$ep" "${save[@]}"
+  # The checkpoint of the split experts is the whole model: it converts to Hugging Face with every expert.
+  "$primus" convert primus-to-hf --input "$work/ckpt" --output "$work/hf" >"$work/convert.log" 2>&1 ||
+    { tail -20 "$work/convert.log"; fail "primus-to-hf of the EP $ep checkpoint failed"; }
+  python3 - "$work/hf" <<'PY' || fail "the Hugging Face export lacks experts"
+import glob, json, re, struct, sys
+names = []
+for f in glob.glob(sys.argv[1] + "/*.safetensors"):
+    with open(f, "rb") as h:
+        n = struct.unpack("<Q", h.read(8))[0]
+        names += [k for k in json.loads(h.read(n)) if k != "__metadata__"]
+experts = {(m.group(1), m.group(2)) for k in names if (m := re.search(r"layers\.(\d+)\..*experts\.(\d+)\.", k))}
+per_layer = {l: sorted(int(e) for ll, e in experts if ll == l) for l, _ in experts}
+print(f"Hugging Face export: {len(names)} tensors, experts per layer {per_layer}")
+sys.exit(0 if per_layer and all(v == [0, 1, 2, 3] for v in per_layer.values()) else 1)
+PY
   run dist "$np2" --expert_model_parallel_size "$ep2" "${save[@]}" --auto_continue_train true
   grep -q "resuming from" "$work/dist.log" || fail "the $np2-rank run did not resume"
 else
