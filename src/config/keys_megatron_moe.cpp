@@ -87,7 +87,7 @@ void add_megatron_moe_keys(KeyTable& t) {
   add_all(t, kWhyMoE,
           {{"moe_layer_recompute", kB, "false", "recompute MoE layers"},
            {"moe_extended_tp", kB, "false", "extended tensor parallelism for experts"}});
-  // Experts split by tensor parallelism (Megatron's ETP): a layout of its own, not implemented.
+  // Experts split by tensor parallelism (Megatron's ETP) are a layout of their own: only whole experts (1).
   t.add(unsup_unless_default("expert_tensor_parallel_size", kI, "null",
                              "tensor-parallel degree inside experts (ETP)")
             .supports(null_or_int(1), "only 1 for now (experts are whole on their expert-parallel rank)"));

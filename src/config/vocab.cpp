@@ -69,7 +69,8 @@ VocabChoice choose_vocab_size(const std::string& type, const std::string& model,
   // Primus's own tokenizer types for models Primus-C++ does not train yet: valid files, refused as such.
   if (type == "Llama4Tokenizer")
     throw NotSupportedError(fmt::format("not supported yet: tokenizer_type '{}' (Llama 4 models)", type),
-                            "Llama 4 (interleaved MoE with chunked attention) is not implemented");
+                            "Llama 4 models (interleaved MoE with chunked attention) have no model code "
+                            "here; use another family");
   if (!type.empty() && std::find(types.begin(), types.end(), type) == types.end())
     throw ConfigError(fmt::format("unknown tokenizer_type '{}'{}", type, did_you_mean_text(type, types)),
                       fmt::format("known: {}", fmt::join(types, ", ")));

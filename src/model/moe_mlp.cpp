@@ -408,15 +408,7 @@ void MoeMlp::end_step(const Stream& s) {
   Tensor master = params_.master_f32(bias_, s);
   // The loads of the whole global batch (Megatron sums tokens_per_expert over tp x cp x dp): every rank then
   // moves its copy of the bias the same way.
-  if (loads_) {
-    if (loads_->device_type() == DeviceType::kCPU && !step_load_.device().is_cpu()) {
-      Tensor h = step_load_.to(Stream::cpu());
-      loads_->all_reduce(h, comm::ReduceOp::kSum, Stream::cpu(), "moe expert loads");
-      step_load_.copy_from(h, s);
-    } else {
-      loads_->all_reduce(step_load_, comm::ReduceOp::kSum, s, "moe expert loads");
-    }
-  }
+  if (loads_) loads_->all_reduce(step_load_, comm::ReduceOp::kSum, s, "moe expert loads");
   ops::moe_expert_bias_update(step_load_, static_cast<float>(spec_.moe.bias_update_rate), master, s);
   params_.set_master(bias_, master, s);
   step_load_.zero_(s);

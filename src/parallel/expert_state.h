@@ -12,8 +12,10 @@ namespace primus::parallel {
 // `global` (a whole-model store of the unsplit spec, allocated on the CPU) from `local` (this rank's store of
 // the split spec, whole, on `s`'s device; masters may be in remainders): master weights, Adam moments, and
 // the compute copy made from the masters. Collective over `ep` (expert entries are all-gathered, the rest
-// copied); every rank of the group ends with the same `global`.
-void gather_expert_state(ParamStore& local, const Stream& s, comm::Communicator& ep, ParamStore& global);
+// copied); every rank of the group ends with the same `global`. `device`: the GPU stream an NCCL group
+// gathers on when `local` is on the host (the ZeRO-1 / FSDP staging store).
+void gather_expert_state(ParamStore& local, const Stream& s, comm::Communicator& ep, const Stream& device,
+                         ParamStore& global);
 
 // This rank's share of a whole-model store: every entry of `local` (whole, on the CPU, f32 masters) from the
 // entry of the same name in `global`, expert tensors from the rows of the experts `local` holds.

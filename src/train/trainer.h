@@ -136,7 +136,7 @@ class Trainer {
   int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;
   std::unique_ptr<ParamStore> ckpt_full_;   // whole-model staging for sharded checkpoints
   std::unique_ptr<ParamStore> ckpt_local_;  // expert parallelism + ZeRO-1: this rank's gathered whole state
-  int64_t consumed_ = 0;                    // DP path: samples consumed (all ranks together)
+  int64_t consumed_ = 0;                    // samples the steps consumed (all ranks together)
   DataSources data_;
   std::unique_ptr<ParamStore> params_;
   // The model's hooks: data parallelism and the overlapped update add theirs (one chain, one model pointer).

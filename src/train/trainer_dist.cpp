@@ -56,13 +56,13 @@ void Trainer::init_distributed() {
     wo.timeout_s = cfg_.parallel.distributed_timeout_s;
     wo.cuda_device = gpu ? gpu_index_ : -1;
     // The layout's model and batch rules (heads, experts, batch split) before any communicator or memory.
-    parallel::layout_from_config(cfg_.parallel, env.world_size).dims.validate_training(cfg_);
+    layout = parallel::layout_from_config(cfg_.parallel, env.world_size);
+    layout.dims.validate_training(cfg_);
     world_.reset(new comm::World(comm::init_world(env, wo)));
     // Every rank must run the same experiment before any group or shape is derived from it.
     parallel::check_ranks_agree(
         *world_->comm, resolved_yaml_,
         world_->comm->device_type() == DeviceType::kCUDA ? cuda_compute_stream(gpu_index_) : Stream::cpu());
-    layout = parallel::layout_from_config(cfg_.parallel, env.world_size);
     std::vector<std::string> places;  // failure reports name a rank with its coordinates from here on
     for (int r = 0; r < env.world_size; ++r) places.push_back(layout.dims.describe_rank(r));
     comm::set_rank_coordinates(std::move(places));
@@ -85,6 +85,7 @@ void Trainer::init_distributed() {
     if (n < 1)
       throw ConfigError(fmt::format("PRIMUS_DP_EMULATE='{}' (expected a data-parallel size >= 1)", *emulate));
     layout = parallel::layout_from_config(cfg_.parallel, n);
+    layout.dims.validate_training(cfg_);
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_cfg_->emulate = true;
     if (dp_cfg_->ep > 1)
@@ -93,7 +94,6 @@ void Trainer::init_distributed() {
                                     n, dp_cfg_->ep),
                         "launch the ranks (primus launch / mpirun) or set expert_model_parallel_size: 1");
   }
-  if (dp_cfg_->emulate) layout.dims.validate_training(cfg_);
 }
 
 ModelSpec Trainer::local_spec() const {
@@ -192,7 +192,7 @@ void Trainer::reduce_moe_stats(std::vector<MoeLayerStats>& layers) {
 }
 
 int64_t Trainer::consumed_samples() const {
-  return loader_ ? loader_->consumed_samples() : consumed_;
+  return consumed_;  // the steps' count, every layout (the loaders read ahead)
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -268,7 +268,7 @@ const ParamStore* Trainer::params_for_save() {
       ckpt_full_->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, Stream::cpu(), DType::kF32,
                            MasterStorage::kF32);
     }
-    parallel::gather_expert_state(*local, s, groups_->get("ep"), *ckpt_full_);
+    parallel::gather_expert_state(*local, s, groups_->get("ep"), stream_, *ckpt_full_);
     return is_rank0() ? ckpt_full_.get() : nullptr;
   }
   if (params_->shard_mode() == ShardMode::kNone) return is_rank0() ? params_.get() : nullptr;
