@@ -31,33 +31,7 @@ if [ ! -d /usr/share/games/fortunes ]; then
 fi
 fail() { echo "dp_train_test FAILED: $*"; exit 1; }
 
-# run NAME NP(0 = single process) [env...] -- [overrides...]: metrics in $work/runs/NAME.jsonl
-run() {
-  local name=$1 n=$2
-  shift 2
-  local envs=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
-  shift
-  local log="$work/$name.log"
-  if [ "$n" -eq 0 ]; then
-    env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 "${envs[@]}" \
-      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
-  elif [ -n "${LAUNCH:-}" ]; then  # primus launch: tcp backend
-    env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 "${envs[@]}" timeout 300 \
-      "$primus" launch --nproc-per-node "$n" --master-port 0 -- train pretrain "${common[@]}" "$@" >"$log" 2>&1
-  else
-    local xs=()
-    for e in "${envs[@]}"; do xs+=(-x "$e"); done
-    timeout 300 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" \
-      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
-  fi
-  local code=$?
-  if [ $code -ne 0 ]; then
-    tail -40 "$log"
-    fail "run $name exited $code"
-  fi
-  cp "$(find "$work" -path "*/$name/metrics.jsonl" | head -1)" "$work/$name.jsonl" || fail "no metrics for $name"
-}
+source "$src/tests/mpi/train_runs.sh"  # run NAME NP [env...] -- [overrides...]
 
 # compare A B TOL: loss and grad_norm per step; TOL 0 = bitwise
 compare() {

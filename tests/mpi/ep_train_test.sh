@@ -43,28 +43,7 @@ if [ ! -d /usr/share/games/fortunes ]; then
 fi
 fail() { echo "ep_train_test FAILED: $*"; exit 1; }
 
-# run NAME NP(0 = single process) [overrides...]: metrics appended to $work/NAME.jsonl
-run() {
-  local name=$1 n=$2
-  shift 2
-  local log="$work/$name.log"
-  if [ "$n" -eq 0 ]; then
-    env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 \
-      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
-  elif [ -n "${LAUNCH:-}" ]; then
-    env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 timeout 300 \
-      "$primus" launch --nproc-per-node "$n" --master-port 0 -- train pretrain "${common[@]}" "$@" >"$log" 2>&1
-  else
-    timeout 300 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" -np "$n" \
-      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
-  fi
-  local code=$?
-  if [ $code -ne 0 ]; then
-    tail -40 "$log"
-    fail "run $name exited $code"
-  fi
-  cp "$(find "$work" -path "*/$name/metrics.jsonl" | head -1)" "$work/$name.jsonl" || fail "no metrics for $name"
-}
+source "$src/tests/mpi/train_runs.sh"  # run NAME NP [env...] -- [overrides...]
 
 # compare A B TOL: loss and grad_norm of every step (20 of them)
 compare() {
@@ -155,7 +134,7 @@ esac
 
 if [ "$mode" = resume ]; then
   save=(--save "$work/ckpt" --save_interval 10 --exit_interval 10)
-  run dist "$np" --expert_model_parallel_size "$ep" "${save[@]}"
+  run dist "$np" -- --expert_model_parallel_size "$ep" "${save[@]}"
   # The checkpoint of the split experts is the whole model: it converts to Hugging Face with every expert.
   "$primus" convert primus-to-hf --input "$work/ckpt" --output "$work/hf" >"$work/convert.log" 2>&1 ||
     { tail -20 "$work/convert.log"; fail "primus-to-hf of the EP $ep checkpoint failed"; }
@@ -171,14 +150,14 @@ per_layer = {l: sorted(int(e) for ll, e in experts if ll == l) for l, _ in exper
 print(f"Hugging Face export: {len(names)} tensors, experts per layer {per_layer}")
 sys.exit(0 if per_layer and all(v == [0, 1, 2, 3] for v in per_layer.values()) else 1)
 PY
-  run dist "$np2" --expert_model_parallel_size "$ep2" "${save[@]}" --auto_continue_train true
+  run dist "$np2" -- --expert_model_parallel_size "$ep2" "${save[@]}" --auto_continue_train true
   grep -q "resuming from" "$work/dist.log" || fail "the $np2-rank run did not resume"
 else
-  run dist "$np" --expert_model_parallel_size "$ep" "${keys[@]}"
+  run dist "$np" -- --expert_model_parallel_size "$ep" "${keys[@]}"
 fi
 grep -h "data parallel:" "$work/dist.log" | head -1
 [ "${EP_CHECK:-1}" = 0 ] || grep -q "experts split over ep" "$work/dist.log" || fail "the run did not split its experts"
-run single 0 "${keys[@]}"
+run single 0 -- "${keys[@]}"
 tol=1e-5
 [ "$mode" = capacity ] && tol=1e-3
 # The micro Qwen2-MoE's gradient norm spikes to 34 at step 16 (its all-expert softmax, unrenormalised): a
