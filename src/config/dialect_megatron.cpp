@@ -9,6 +9,7 @@
 
 #include "config/dialect_tensorboard.h"
 #include "config/load_config.h"
+#include "config/not_supported.h"
 #include "config/vocab.h"
 #include "core/error.h"
 
@@ -244,6 +245,17 @@ void map_megatron(ResolvedConfig& rc) {
   // Parallelism (degrees other than 1 were rejected as "not supported yet").
   ParallelConfig& p = t.parallel;
   p.tensor_model_parallel_size = tp;
+  // Megatron turns sequence parallelism off at TP 1 (Primus files often leave it on there).
+  p.sequence_parallel = tp > 1 && k.b("sequence_parallel");
+  if (tp == 1 && k.b("sequence_parallel"))
+    rc.warnings.push_back(fmt::format("{}: sequence_parallel has no effect at tensor_model_parallel_size 1",
+                                      k.origin("sequence_parallel").str()));
+  if (tp > 1 && k.b("tp_comm_overlap"))
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: tp_comm_overlap (async tensor parallelism: the TP all-gather / "
+                    "reduce-scatter split into chunks under the GEMMs)",
+                    k.origin("tp_comm_overlap").str()),
+        "set tp_comm_overlap: false (tensor parallelism then communicates between the GEMMs)");
   p.pipeline_model_parallel_size = k.i("pipeline_model_parallel_size");
   p.context_parallel_size = k.i("context_parallel_size");
   p.expert_model_parallel_size = k.i("expert_model_parallel_size");

@@ -181,6 +181,13 @@ void map_torchtitan(ResolvedConfig& rc) {
   // Parallelism.
   ParallelConfig& p = t.parallel;
   p.tensor_model_parallel_size = k.i("parallelism.tensor_parallel_degree");
+  // TorchTitan's tensor parallelism always shards the norms' tokens (its SequenceParallel plan).
+  p.sequence_parallel = p.tensor_model_parallel_size > 1;
+  if (p.tensor_model_parallel_size > 1 && k.b("parallelism.enable_async_tensor_parallel"))
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: parallelism.enable_async_tensor_parallel (async tensor parallelism)",
+                    k.origin("parallelism.enable_async_tensor_parallel").str()),
+        "set it to false (tensor parallelism then communicates between the GEMMs)");
   p.pipeline_model_parallel_size = k.i("parallelism.pipeline_parallel_degree");
   p.context_parallel_size = k.i("parallelism.context_parallel_degree");
   p.expert_model_parallel_size = k.i("parallelism.expert_parallel_degree");

@@ -1,6 +1,6 @@
 // Megatron-dialect keys of model and data parallelism and of the distributed runtime (Primus
-// trainer_base.yaml, language_model.yaml). Tensor, pipeline and context degrees other than 1 are not
-// supported yet (expert parallelism is); switches that only change how gradients and parameters travel
+// trainer_base.yaml, language_model.yaml). Pipeline and context degrees other than 1 are not supported yet
+// (tensor and expert parallelism are); switches that only change how gradients and parameters travel
 // (overlap, bucketing, ZeRO, FSDP) change nothing at world size 1.
 #include "config/key_builders.h"
 #include "config/key_reasons.h"
@@ -10,10 +10,14 @@ namespace primus::config::keys {
 
 void add_megatron_parallel_keys(KeyTable& t) {
   t.group("parallelism");
-  t.add(impl("tensor_model_parallel_size", kI, "1", "tensor-parallel degree (TP)")
+  t.add(impl("tensor_model_parallel_size", kI, "1",
+             "tensor-parallel degree (TP): heads, ffn and vocabulary split over TP ranks (docs/parallelism.md)")
             .non_null()
-            .check(positive())
-            .supports(null_or_int(1), "only 1 for now"));
+            .check(positive()));
+  t.add(impl("sequence_parallel", kB, "false",
+             "sequence parallelism: norms and residuals on 1/TP of the tokens (Megatron turns it off at TP = 1)"));
+  t.add(impl("tp_comm_overlap", kB, "false",
+             "overlap TP communication with GEMMs (async TP; not supported yet with TP > 1)"));
   t.add(impl("pipeline_model_parallel_size", kI, "1", "pipeline-parallel degree (PP)")
             .non_null()
             .check(positive())
@@ -33,9 +37,7 @@ void add_megatron_parallel_keys(KeyTable& t) {
   t.add(noeff("encoder_pipeline_model_parallel_size", kI, "0", kWhyOtherModel, "encoder PP degree"));
 
   add_all(t, kWhyTP,
-          {{"sequence_parallel", kB, "false", "sequence parallelism (Megatron forces it off at TP = 1)"},
-           {"tp_comm_overlap", kB, "false", "overlap TP communication with GEMMs"},
-           {"tp_comm_overlap_cfg", kS, "null", "TP overlap configuration file"},
+          {{"tp_comm_overlap_cfg", kS, "null", "TP overlap configuration file"},
            {"tp_comm_overlap_ag", kB, "true", "overlap TP all-gather"},
            {"tp_comm_overlap_rs", kB, "true", "overlap TP reduce-scatter"},
            {"tp_comm_overlap_rs_dgrad", kB, "false", "overlap reduce-scatter with dgrad"},

@@ -96,8 +96,11 @@ void add_torchtitan_keys(KeyTable& t) {
 
   t.group("parallelism");
   t.add(section("parallelism", "parallel degrees"));
-  for (const char* k : {"parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-                        "parallelism.context_parallel_degree"})
+  t.add(impl("parallelism.tensor_parallel_degree", kI, "1",
+             "tensor-parallel degree (always with sequence parallelism, as TorchTitan)")
+            .non_null()
+            .check(positive()));
+  for (const char* k : {"parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree"})
     t.add(impl(k, kI, "1", "parallel degree")
               .non_null()
               .check(positive())
@@ -116,9 +119,9 @@ void add_torchtitan_keys(KeyTable& t) {
             return v.is_int() && v.as_int() != -1 && v.as_int() <= 0 ? "must be -1 or > 0" : "";
           }));
   t.add(noeff("parallelism.expert_tensor_parallel_degree", kI, "1", kWhyMoE, "TP degree inside experts"));
-  add_all(t, kWhyTP,
-          {{"parallelism.disable_loss_parallel", kB, "false", "loss without vocab parallelism"},
-           {"parallelism.enable_async_tensor_parallel", kB, "false", "asynchronous TP"}});
+  add_all(t, kWhyTP, {{"parallelism.disable_loss_parallel", kB, "false", "loss without vocab parallelism"}});
+  t.add(impl("parallelism.enable_async_tensor_parallel", kB, "false",
+             "asynchronous TP (not supported yet with TP > 1)"));
   t.add(noeff("parallelism.context_parallel_rotate_method", kS, "allgather", kWhyCP, "allgather | alltoall"));
   t.add(
       noeff("parallelism.fsdp_reshard_after_forward", kS, "default", kWhyWorld1, "default | always | never"));

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/param_hooks.h"
+#include "model/tp_boundary.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -67,17 +68,25 @@ static ops::AttentionShape attention_shape(const ModelSpec& spec, const StepCont
   return s;
 }
 
+Tensor DecoderLayer::norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd,
+                                   const char* label) const {
+  Tensor h = ctx.act({local_tokens(ctx), spec_.hidden});
+  ops::rmsnorm_forward(x, params_.param(norm), spec_.norm_eps, h, rstd, ctx.stream);
+  return tp_gather_rows(ctx, h, label);
+}
+
 Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a,
                                   bool record_stats) {
-  const int64_t n = ctx.tokens(), d = spec_.hidden;
+  // x_in, x_mid, x_out and the norm statistics hold this rank's tokens (all but under sequence parallelism);
+  // h1, h2 and everything between hold every token (tensor parallelism: this rank's heads and ffn columns).
+  const int64_t n = ctx.tokens(), nl = local_tokens(ctx), d = spec_.hidden;
   const Stream& s = ctx.stream;
   a.x_in = x_in;
 
-  a.h1 = ctx.act({n, d});
-  a.rstd1 = ctx.empty({n}, ctx.stat_dtype());
-  ops::rmsnorm_forward(x_in, params_.param(norm1_), spec_.norm_eps, a.h1, a.rstd1, s);
+  a.rstd1 = ctx.empty({nl}, ctx.stat_dtype());
+  a.h1 = norm_gathered(ctx, x_in, norm1_, a.rstd1, "sp gather attention input");
 
-  a.x_mid = ctx.act({n, d});
+  a.x_mid = ctx.act({nl, d});
   if (mla_) {
     mla_->forward(ctx, a.h1, x_in, a.x_mid, a.mla);
   } else {
@@ -106,14 +115,13 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
     a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
     Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()});
     ops::attention_forward(qkv3, attention_shape(spec_, ctx), attn3, a.lse, s);
-    ops::linear_forward(a.attn, params_.param(w_o_), nullptr, a.x_mid, s, &x_in);
+    row_parallel_residual(ctx, a.attn, params_.param(w_o_), x_in, a.x_mid, "tp attention output");
   }
 
-  a.h2 = ctx.act({n, d});
-  a.rstd2 = ctx.empty({n}, ctx.stat_dtype());
-  ops::rmsnorm_forward(a.x_mid, params_.param(norm2_), spec_.norm_eps, a.h2, a.rstd2, s);
+  a.rstd2 = ctx.empty({nl}, ctx.stat_dtype());
+  a.h2 = norm_gathered(ctx, a.x_mid, norm2_, a.rstd2, "sp gather mlp input");
 
-  Tensor x_out = ctx.act({n, d});
+  Tensor x_out = ctx.act({nl, d});
   if (moe_) {
     moe_->forward(ctx, a.h2, x_out, a.moe, record_stats);
     ops::add(x_out, a.x_mid, x_out, s);
@@ -122,7 +130,7 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
     ops::linear_forward(a.h2, params_.param(w_gu_), nullptr, a.gu, s);
     a.act = ctx.act({n, spec_.ffn});
     ops::swiglu_forward(a.gu, a.act, s);
-    ops::linear_forward(a.act, params_.param(w_down_), nullptr, x_out, s, &a.x_mid);
+    row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output");
   }
   a.mode = RecomputeMode::kNone;
   return x_out;
@@ -161,11 +169,9 @@ void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a
     return;
   }
   if (a.mode == RecomputeMode::kSelective) {
-    const int64_t n = ctx.tokens(), d = spec_.hidden;
-    a.h1 = ctx.act({n, d});
-    ops::rmsnorm_forward(a.x_in, params_.param(norm1_), spec_.norm_eps, a.h1, a.rstd1, s);
-    a.h2 = ctx.act({n, d});
-    ops::rmsnorm_forward(a.x_mid, params_.param(norm2_), spec_.norm_eps, a.h2, a.rstd2, s);
+    const int64_t n = ctx.tokens();
+    a.h1 = norm_gathered(ctx, a.x_in, norm1_, a.rstd1, "sp gather attention input");
+    a.h2 = norm_gathered(ctx, a.x_mid, norm2_, a.rstd2, "sp gather mlp input");
     if (moe_) {
       moe_->recompute_selective(ctx, a.moe);
     } else {
@@ -219,15 +225,17 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   const int64_t n = ctx.tokens(), d = spec_.hidden;
   const Stream& s = ctx.stream;
 
-  // MLP: x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T, or x_mid + moe(h2)
+  // MLP: x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T, or x_mid + moe(h2). dx holds this rank's tokens; the
+  // MLP's gradients need every token's (tensor parallelism: the row-parallel output's backward).
   Tensor d_h2 = ctx.act({n, d});
   if (moe_) {
     moe_->backward(ctx, dx, a.h2, a.moe, d_h2);
   } else {
+    const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
     Tensor d_act = ctx.act({n, spec_.ffn});
-    ops::linear_backward_input(dx, params_.param(w_down_), d_act, false, s);
+    ops::linear_backward_input(dy, params_.param(w_down_), d_act, false, s);
     Tensor g_down = params_.grad(w_down_);
-    ops::linear_backward_weight(dx, a.act, g_down, nullptr, s, params_.grad_accumulate(w_down_));
+    ops::linear_backward_weight(dy, a.act, g_down, nullptr, s, params_.grad_accumulate(w_down_));
     a.act = Tensor();
     Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
     ops::swiglu_backward(d_act, a.gu, d_gu, s);
@@ -236,6 +244,7 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
     Tensor g_gu = params_.grad(w_gu_);
     ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s, params_.grad_accumulate(w_gu_));
+    d_h2 = tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
   }
   a.h2 = Tensor();
   if (ctx.hooks) {  // the MLP's matrices are complete: their norm can run beside the attention's backward
@@ -253,7 +262,8 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   if (mla_) {
     mla_->backward(ctx, dx, a.h1, a.mla, d_h1);
   } else {
-    attention_backward(ctx, dx, a, d_h1);
+    attention_backward(ctx, tp_gather_rows(ctx, dx, "sp gather attention output gradient"), a, d_h1);
+    d_h1 = tp_sum_rows(ctx, d_h1, "tp attention input gradient");
   }
   Tensor g_norm1 = params_.grad(norm1_);
   ops::rmsnorm_backward(d_h1, a.x_in, params_.param(norm1_), a.rstd1, dx, g_norm1, /*accumulate_dx=*/true, s);

@@ -19,6 +19,7 @@ namespace primus {
 
 // The activation slot of one layer for one micro-batch: what forward saved for backward.
 struct LayerActivations {
+  // Under sequence parallelism x_in, x_mid and the rstd hold this rank's tokens, h1 / h2 every token's.
   Tensor x_in;                     // always kept (the recompute checkpoint)
   Tensor h1, rstd1;                // input norm
   Tensor qkv_raw, q_rstd, k_rstd;  // pre-qk-norm projections (qk-norm models only)
@@ -57,6 +58,8 @@ class DecoderLayer {
   // Runs the forward and fills every field of the slot (mode kNone semantics).
   Tensor forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a, bool record_stats);
   void recompute_dropped(const StepContext& ctx, LayerActivations& a);
+  // rmsnorm of this rank's rows of x (statistics into rstd), then every token's rows (sequence parallelism).
+  Tensor norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd, const char* label) const;
   // The packed-QKV attention's backward: d_h1 (overwritten) from dx = dL/dx_mid.
   void attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a, Tensor& d_h1);
 

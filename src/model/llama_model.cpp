@@ -3,6 +3,7 @@
 #include "core/device.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "model/tp_boundary.h"
 
 namespace primus {
 
@@ -55,8 +56,11 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
                        const Stream& stream, int64_t max_seq)
     : cfg_(cfg),
       // The experts this rank holds are the parameter store's (the layout split them when it was laid out).
-      spec_(ModelSpec::from_config(cfg).with_expert_shard(params.expert_shard().size,
-                                                          params.expert_shard().rank)),
+      // So are its tensor-parallel sizes.
+      spec_(ModelSpec::from_config(cfg)
+                .with_expert_shard(params.expert_shard().size, params.expert_shard().rank)
+                .with_tensor_shard(params.tensor_shard().size, params.tensor_shard().rank,
+                                   params.tensor_shard().sequence_parallel)),
       params_(params),
       stream_(stream),
       act_dtype_(stream.device.is_cpu() ? params.compute_flat().dtype() : DType::kBF16),
@@ -81,9 +85,32 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
   ctx.seq = tokens.size(1);
   ctx.rope_table = &rope_table_;
   ctx.hooks = hooks_;
+  ctx.tp = tp_;
   PRIMUS_CHECK(ctx.seq <= rope_table_.size(0), "sequence length {} exceeds the rope table ({})", ctx.seq,
                rope_table_.size(0));
   return ctx;
+}
+
+Tensor LlamaModel::embed(const StepContext& ctx, const Tensor& lookup) {
+  Tensor e = ctx.act({lookup.size(0), spec_.hidden});
+  if (!ctx.tp) {
+    if (!(hooks_ && hooks_->embedding_forward(lookup, e)))
+      ops::embedding_forward(lookup, params_.param(embed_), e, ctx.stream);
+    return e;
+  }
+  // Vocabulary-parallel: each rank looks up the ids in its rows (zeros for the others); the sum is the
+  // embedding (this rank's tokens of it under sequence parallelism).
+  ops::embedding_forward(lookup, params_.param(embed_), e, ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
+  return tp_sum_rows(ctx, e, "tp embedding");
+}
+
+void LlamaModel::set_tensor_parallel(const parallel::TensorParallel* tp) {
+  const int size = tp ? tp->size() : 1;
+  PRIMUS_CHECK(size == spec_.tp.size && (!tp || tp->rank() == spec_.tp.rank) &&
+                   (!tp || tp->sequence_parallel() == spec_.tp.sequence_parallel),
+               "tensor-parallel group (size {}) does not match the parameters' split ({} of {})", size,
+               spec_.tp.rank, spec_.tp.size);
+  tp_ = tp;
 }
 
 Tensor LlamaModel::lookup_tokens(const StepContext& ctx, const Tensor& tokens) const {
@@ -175,10 +202,8 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   // One lookup serves the input and every MTP depth: the overlapped update defers the table's update behind
   // the forward's (single) lookup.
   Tensor lookup = lookup_tokens(ctx, tokens);
-  Tensor e_all = ctx.act({lookup.size(0), spec_.hidden});
   hook(&ParamHooks::before_forward, 0);
-  if (!(hooks_ && hooks_->embedding_forward(lookup, e_all)))
-    ops::embedding_forward(lookup, params_.param(embed_), e_all, ctx.stream);
+  Tensor e_all = embed(ctx, lookup);
   hook(&ParamHooks::after_forward, 0);
   Tensor x = D > 0 ? e_all.slice(0, n) : e_all;
 
@@ -208,7 +233,8 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
 
   hook(&ParamHooks::before_backward, 0);
   Tensor g_embed = params_.grad(embed_);
-  ops::embedding_backward(lookup.slice(0, n), dx, g_embed, ctx.stream);
+  ops::embedding_backward(lookup.slice(0, n), tp_gather_rows(ctx, dx, "sp gather embedding gradient"), g_embed,
+                          ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
   if (D > 0) ops::embedding_backward(lookup.slice(n, (1 + D) * n), de, g_embed, ctx.stream);
   hook(&ParamHooks::after_backward, 0);
   return losses;
@@ -260,10 +286,8 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, boo
   const int64_t n = ctx.tokens(), D = with_mtp ? spec_.mtp_layers : 0;
   const int head_region = static_cast<int>(layers_.size()) + 1;
   Tensor lookup = D > 0 ? lookup_tokens(ctx, tokens) : tokens.view({n});
-  Tensor e_all = ctx.act({lookup.size(0), spec_.hidden});
   if (hooks_) hooks_->before_forward(0);
-  if (!(hooks_ && hooks_->embedding_forward(lookup, e_all)))
-    ops::embedding_forward(lookup, params_.param(embed_), e_all, ctx.stream);
+  Tensor e_all = embed(ctx, lookup);
   if (hooks_) hooks_->after_forward(0);
   Tensor x = D > 0 ? e_all.slice(0, n) : e_all;
   for (size_t l = 0; l < layers_.size(); ++l) {

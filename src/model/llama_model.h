@@ -60,6 +60,8 @@ class LlamaModel {
   // MoE models under data / expert parallelism: the groups every MoE layer exchanges tokens over and sums its
   // expert loads over (MoeMlp::set_groups; not owned).
   void set_expert_groups(comm::Communicator* ep, comm::Communicator* loads);
+  // Tensor parallelism (not owned; nullptr = none): must match the parameter store's split.
+  void set_tensor_parallel(const parallel::TensorParallel* tp);
   // Region hooks (not owned; nullptr = none).
   void set_hooks(ParamHooks* hooks) { hooks_ = hooks; }
   // Entries whose gradient the step's first GEMM writes whole (ParamStore::set_overwritten_grads): every
@@ -68,6 +70,8 @@ class LlamaModel {
 
  private:
   StepContext context(const Tensor& tokens) const;
+  // The token embeddings of `lookup` (this rank's tokens' rows under sequence parallelism).
+  Tensor embed(const StepContext& ctx, const Tensor& lookup);
   std::vector<MoeMlp*> moe_layers();  // the main layers' MoE MLPs, then the MTP depths'
   // The rows one embedding lookup serves: the tokens, then (MTP) the tokens rolled left by 1..D per sequence.
   Tensor lookup_tokens(const StepContext& ctx, const Tensor& tokens) const;
@@ -93,6 +97,7 @@ class LlamaModel {
   LmHead head_;
   int embed_ = -1;
   ParamHooks* hooks_ = nullptr;
+  const parallel::TensorParallel* tp_ = nullptr;
 };
 
 }  // namespace primus

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/tp_boundary.h"
 #include "ops/gemm.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
@@ -34,14 +35,17 @@ int64_t LmHead::chunk_rows(int64_t rows, int64_t vocab, size_t elem_bytes, size_
 
 void LmHead::run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale,
                  Tensor& losses, Tensor* dx) {
-  const int64_t n = x.size(0), d = spec_.hidden;
-  Tensor h = ctx.act({n, d});
-  Tensor rstd = ctx.empty({n}, ctx.stat_dtype());
+  // x holds this rank's tokens (all but under sequence parallelism); the projection sees every token.
+  const int64_t nl = x.size(0), d = spec_.hidden;
+  Tensor h = ctx.act({nl, d});
+  Tensor rstd = ctx.empty({nl}, ctx.stat_dtype());
   norm_forward(ctx, x, norm_, h, rstd);
-  Tensor dh = dx ? ctx.act({n, d}) : Tensor();
+  h = tp_gather_rows(ctx, h, "sp gather head input");
+  Tensor dh = dx ? ctx.act({h.size(0), d}) : Tensor();
   project(ctx, h, targets, grad_scale, losses, dx ? &dh : nullptr);
   if (!dx) return;
-  *dx = ctx.act({n, d});
+  dh = tp_sum_rows(ctx, dh, "tp head input gradient");  // each rank's vocabulary columns contributed a part
+  *dx = ctx.act({nl, d});
   norm_backward(ctx, dh, x, norm_, rstd, *dx);
 }
 
@@ -71,11 +75,23 @@ void LmHead::project(const StepContext& ctx, const Tensor& h, const Tensor& targ
     Tensor logits = logits_buf.slice(0, r1 - r0);
     ops::linear_forward(hc, w, nullptr, logits, s);
     Tensor lc = losses.slice(r0, r1);
-    if (!dh) {
-      ops::softmax_cross_entropy(logits, targets.slice(r0, r1), grad_scale, lc, nullptr, s);
+    Tensor tc = targets.slice(r0, r1);
+    if (ctx.tp) {
+      // Vocabulary-parallel: every rank's (max, sum of exp, target logit) per row, merged alike everywhere.
+      const int64_t rows_c = r1 - r0, P = ctx.tp->size();
+      Tensor stats = ctx.empty({rows_c, 3}, ctx.stat_dtype());
+      ops::vocab_parallel_ce_stats(logits, tc, spec_.vocab_begin(), spec_.whole_vocab(), stats, s);
+      Tensor all = ctx.empty({P, rows_c, 3}, ctx.stat_dtype());
+      ctx.tp->group().all_gather(stats.flatten(), all.flatten(), s, "vocab-parallel loss statistics");
+      ops::vocab_parallel_ce_finish(logits, tc, spec_.vocab_begin(), all, grad_scale, lc,
+                                    dh ? &logits : nullptr, s);
+      if (!dh) continue;
+    } else if (!dh) {
+      ops::softmax_cross_entropy(logits, tc, grad_scale, lc, nullptr, s);
       continue;
+    } else {
+      ops::softmax_cross_entropy(logits, tc, grad_scale, lc, &logits, s);  // in place
     }
-    ops::softmax_cross_entropy(logits, targets.slice(r0, r1), grad_scale, lc, &logits, s);  // in place
     Tensor dhc = dh->slice(r0, r1);
     ops::linear_backward_input(logits, w, dhc, false, s);
     ops::linear_backward_weight(logits, hc, dw, nullptr, s, params_.grad_accumulate(weight_));

@@ -12,7 +12,8 @@ class LmHead {
  public:
   LmHead(const ModelSpec& spec, ParamStore& params);
 
-  // x [N, d] (residual stream after the last layer); targets i32 [N] on x's device (negative = not counted).
+  // x [N, d] (residual stream after the last layer; this rank's N / tp rows under sequence parallelism);
+  // targets i32 [N] on x's device (negative = not counted), N every token.
   // losses [N] (f32; f64 with f64 activations) receives the per-token losses. When dx is given, also computes
   // dL/dx [N, d] with L = grad_scale * sum(losses), and accumulates the head's parameter gradients.
   void run(const StepContext& ctx, const Tensor& x, const Tensor& targets, float grad_scale, Tensor& losses,
@@ -23,6 +24,8 @@ class LmHead {
   // h [N, d] = rmsnorm(x; norm_entry), rstd [N] (stat dtype).
   void norm_forward(const StepContext& ctx, const Tensor& x, int norm_entry, Tensor& h, Tensor& rstd) const;
   // Projection and loss on normed rows h; with dh, also dL/dh (overwritten) and the projection's gradient.
+  // Tensor parallelism: this rank's vocabulary columns; losses are the whole vocabulary's (the same on every
+  // rank), dh this rank's partial sum (run sums it over tp).
   void project(const StepContext& ctx, const Tensor& h, const Tensor& targets, float grad_scale,
                Tensor& losses, Tensor* dh);
   // dx [N, d] (overwritten) from dh through the norm; accumulates the norm weight's gradient.

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "config/not_supported.h"
 #include "ops/rope.h"
 
 namespace primus {
@@ -69,6 +70,34 @@ ModelSpec ModelSpec::with_expert_shard(int size, int rank) const {
   return s;
 }
 
+ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_parallel) const {
+  PRIMUS_CHECK(size >= 1 && rank >= 0 && rank < size, "tensor shard {} of {}", rank, size);
+  PRIMUS_CHECK(tp.size == 1, "with_tensor_shard: the spec is already split over {} ranks", tp.size);
+  ModelSpec s = *this;
+  s.tp = TensorShard{size, rank, sequence_parallel && size > 1};
+  if (size == 1) return s;
+  // The layout's validation (ParallelDims::validate_training) names the keys; these guard direct callers.
+  if (moe.enabled() || mla.enabled || mtp_layers > 0)
+    throw config::NotSupportedError(fmt::format(
+        "not supported yet: tensor parallelism ({} ranks) of {} models", size,
+        moe.enabled() ? "MoE" : mla.enabled ? "multi-latent-attention" : "multi-token-prediction"));
+  PRIMUS_CHECK(heads % size == 0 && ffn % size == 0 && vocab % size == 0,
+               "tensor parallelism over {} ranks needs heads ({}), ffn ({}) and the padded vocabulary ({}) "
+               "divisible by it",
+               size, heads, ffn, vocab);
+  if (kv_heads % size != 0)
+    throw config::NotSupportedError(
+        fmt::format("not supported yet: tensor parallelism over {} ranks with {} key/value heads (each rank "
+                    "needs whole key/value heads; replicating them is not implemented)",
+                    size, kv_heads),
+        "use a tensor-parallel degree that divides num_query_groups");
+  s.heads /= size;
+  s.kv_heads /= size;
+  s.ffn /= size;
+  s.vocab /= size;
+  return s;
+}
+
 std::string ModelSpec::describe() const {
   return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
                      kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "",
@@ -84,6 +113,9 @@ std::string ModelSpec::describe() const {
          (mtp_layers > 0 ? fmt::format(" mtp={}", mtp_layers) : "") +
          (ep.size > 1 ? fmt::format(" experts-here={}..{}", first_local_expert(),
                                     first_local_expert() + local_experts() - 1)
+                      : "") +
+         (tp.size > 1 ? fmt::format(" tp-shard={}/{}{} (sizes above are this rank's)", tp.rank, tp.size,
+                                    tp.sequence_parallel ? " sp" : "")
                       : "");
 }
 

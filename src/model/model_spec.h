@@ -41,6 +41,19 @@ struct ModelSpec {
     int size = 1, rank = 0;
   };
   ExpertShard ep;
+  // Tensor parallelism (Megatron style): this rank holds heads / kv_heads / ffn / vocab above divided by
+  // `size` (rank `rank`'s contiguous share of each); with sequence_parallel the residual stream, norms and
+  // residual adds run on 1/size of the tokens. The layout decides it (Trainer::local_spec); size 1 = all.
+  struct TensorShard {
+    int size = 1, rank = 0;
+    bool sequence_parallel = false;
+  };
+  TensorShard tp;
+  int64_t whole_vocab() const { return vocab * tp.size; }
+  int64_t vocab_begin() const { return vocab * tp.rank; }  // this rank's first vocabulary row
+  // This spec split over `size` tensor-parallel ranks as rank `rank` holds it. Checks that heads, kv heads,
+  // ffn and vocabulary divide, and refuses what tensor parallelism does not cover yet.
+  ModelSpec with_tensor_shard(int size, int rank, bool sequence_parallel) const;
   int64_t local_experts() const { return moe.num_experts / ep.size; }
   int64_t first_local_expert() const { return local_experts() * ep.rank; }
   // This spec with the experts split over `size` ranks, as rank `rank` holds them (checks num_experts %

@@ -1,6 +1,7 @@
 #include "model/param_store.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 
@@ -26,7 +27,9 @@ uint64_t name_hash(const std::string& s) {
 ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_region_multiple)
     : region_multiple_(region_multiple),
       expert_region_multiple_(expert_region_multiple > 0 ? expert_region_multiple : region_multiple),
-      ep_(spec.ep) {
+      spec_(spec),
+      ep_(spec.ep),
+      tp_(spec.tp) {
   PRIMUS_CHECK(region_multiple >= 1 && expert_region_multiple >= 0,
                "region multiples must be >= 1, got {} and {}", region_multiple, expert_region_multiple);
   const int L = static_cast<int>(spec.layers);
@@ -35,6 +38,33 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   hook_regions_ = L + 2;
   regions_.resize(L + 2);
   const bool split_experts = spec.ep.size > 1;
+  // Tensor parallelism (model/model_spec.h): the spec's sizes are this rank's; T x them are the whole model's.
+  const int64_t T = spec.tp.size, tr = spec.tp.rank, d = spec.hidden;
+  auto rows = [&](std::vector<std::pair<int64_t, int64_t>> blocks, int64_t whole_rows, int64_t cols) {
+    EntrySlice sl;
+    if (T == 1) return sl;
+    sl.row_blocks = std::move(blocks);
+    sl.whole_cols = cols;
+    sl.whole_numel = whole_rows * cols;
+    return sl;
+  };
+  // Column-parallel: this rank's rows of each packed part; parts[i] = local rows of part i (whole: x T).
+  auto column_parallel = [&](std::vector<int64_t> parts, int64_t cols) {
+    std::vector<std::pair<int64_t, int64_t>> blocks;
+    int64_t whole_first = 0;
+    for (int64_t p : parts) {
+      blocks.emplace_back(whole_first + tr * p, p);
+      whole_first += p * T;
+    }
+    return rows(std::move(blocks), whole_first, cols);
+  };
+  // Row-parallel [out, in]: every row, this rank's columns.
+  auto row_parallel = [&](int64_t out, int64_t in_local) {
+    EntrySlice sl = rows({{0, out}}, out, in_local * T);
+    sl.col_begin = T == 1 ? 0 : tr * in_local;
+    return sl;
+  };
+  const bool sp = spec.tp.sequence_parallel;
   std::vector<std::pair<std::string, int>> expert_prefixes;  // MoE layers (and their hook region) whose
                                                              // experts get a region after the head
 
@@ -48,7 +78,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   };
 
   begin_region(0);
-  add("embed_tokens.weight", {spec.vocab, spec.hidden}, 0, true, InitKind::kNormal, std);
+  add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std, column_parallel({spec.vocab}, d));
   end_decay(0);
   end_region(0);
 
@@ -73,9 +103,10 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
       add(p + "self_attn.o_proj.weight", {spec.hidden, H * a.v_head_dim}, r, true, InitKind::kScaledNormal,
           out_std);
     } else {
-      add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), spec.hidden}, r, true, InitKind::kNormal, std);
-      add(p + "self_attn.o_proj.weight", {spec.hidden, spec.q_dim()}, r, true, InitKind::kScaledNormal,
-          out_std);
+      add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), d}, r, true, InitKind::kNormal, std,
+          column_parallel({spec.q_dim(), spec.kv_dim(), spec.kv_dim()}, d));
+      add(p + "self_attn.o_proj.weight", {d, spec.q_dim()}, r, true, InitKind::kScaledNormal, out_std,
+          row_parallel(d, spec.q_dim()));
     }
     if (moe_layer) {
       // model/moe_mlp.h: the router, E stacked experts, an optional shared expert.
@@ -100,8 +131,10 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
           add(p + "mlp.shared_expert_gate.weight", {1, spec.hidden}, r, true, InitKind::kNormal, std);
       }
     } else {
-      add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, spec.hidden}, r, true, InitKind::kNormal, std);
-      add(p + "mlp.down_proj.weight", {spec.hidden, spec.ffn}, r, true, InitKind::kScaledNormal, out_std);
+      add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, d}, r, true, InitKind::kNormal, std,
+          column_parallel({spec.ffn, spec.ffn}, d));
+      add(p + "mlp.down_proj.weight", {d, spec.ffn}, r, true, InitKind::kScaledNormal, out_std,
+          row_parallel(d, spec.ffn));
     }
   };
   auto layer_rest = [&](const std::string& p, int r, bool moe_layer) {
@@ -109,18 +142,25 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     // rule.
     if (moe_layer && spec.moe.expert_bias)
       add(p + "mlp.router.expert_bias", {spec.moe.num_experts}, r, false, InitKind::kZeros, 0);
+    // Under sequence parallelism each tp rank normalises its own tokens: the weights' gradients are partial.
     add(p + "input_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
+    entries_.back().tp_sum_grad = sp;
     add(p + "post_attention_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
+    entries_.back().tp_sum_grad = sp;
     if (spec.mla.enabled) {
       if (spec.mla.q_lora_rank > 0)
         add(p + "self_attn.q_a_layernorm.weight", {spec.mla.q_lora_rank}, r, false, InitKind::kOnes, 0);
       add(p + "self_attn.kv_a_layernorm.weight", {spec.mla.kv_lora_rank}, r, false, InitKind::kOnes, 0);
       return;
     }
-    if (spec.qkv_bias) add(p + "self_attn.qkv_proj.bias", {spec.qkv_dim()}, r, false, InitKind::kZeros, 0);
-    if (spec.qk_norm) {
+    if (spec.qkv_bias)
+      add(p + "self_attn.qkv_proj.bias", {spec.qkv_dim()}, r, false, InitKind::kZeros, 0,
+          column_parallel({spec.q_dim(), spec.kv_dim(), spec.kv_dim()}, 1));
+    if (spec.qk_norm) {  // shared by every head, of which each tp rank holds some
       add(p + "self_attn.q_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
+      entries_.back().tp_sum_grad = T > 1;
       add(p + "self_attn.k_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
+      entries_.back().tp_sum_grad = T > 1;
     }
   };
 
@@ -140,7 +180,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   const bool mtp_moe = L > 0 && spec.is_moe_layer(L - 1);
   begin_region(rf);
   if (!spec.tied_embeddings)
-    add("lm_head.weight", {spec.vocab, spec.hidden}, rf, true, InitKind::kNormal, std);
+    add("lm_head.weight", {spec.vocab, d}, rf, true, InitKind::kNormal, std, column_parallel({spec.vocab}, d));
   for (int k = 0; k < spec.mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "eh_proj.weight", {spec.hidden, 2 * spec.hidden}, rf, true, InitKind::kNormal, std);
@@ -148,6 +188,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   }
   end_decay(rf);
   add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+  entries_.back().tp_sum_grad = sp;
   for (int k = 0; k < spec.mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "enorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
@@ -164,23 +205,36 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     regions_[r].experts = true;
     regions_[r].owner = owner;
     const int64_t El = spec.local_experts(), e0 = spec.first_local_expert(), F = spec.moe.ffn_hidden_size;
+    const int64_t E = spec.moe.num_experts;
+    // The stacked experts viewed as [E x 2F, d] and [E x d, F]: this rank's experts are one block of rows.
+    auto experts = [&](int64_t rows_per_expert, int64_t cols) {
+      EntrySlice sl;
+      sl.row_blocks = {{e0 * rows_per_expert, El * rows_per_expert}};
+      sl.whole_cols = cols;
+      sl.whole_numel = E * rows_per_expert * cols;
+      return sl;
+    };
     begin_region(r);
-    add(p + "mlp.experts.gate_up_proj.weight", {El, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std,
-        e0 * 2 * F * spec.hidden);
-    add(p + "mlp.experts.down_proj.weight", {El, spec.hidden, F}, r, true, InitKind::kScaledNormal, out_std,
-        e0 * spec.hidden * F);
+    add(p + "mlp.experts.gate_up_proj.weight", {El, 2 * F, d}, r, true, InitKind::kNormal, std,
+        experts(2 * F, d));
+    add(p + "mlp.experts.down_proj.weight", {El, d, F}, r, true, InitKind::kScaledNormal, out_std,
+        experts(d, F));
     end_decay(r);
     end_region(r);
   }
 }
 
 void ParamStore::add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init,
-                     double std, int64_t init_first) {
+                     double std, EntrySlice slice) {
   ParamEntry e;
-  e.init_first = init_first;
+  e.slice = std::move(slice);
   e.name = name;
   e.shape = shape;
   e.numel = shape_numel(shape);
+  if (e.slice.whole()) {
+    e.slice.whole_numel = e.numel;
+    e.slice.whole_cols = e.cols();
+  }
   e.offset = total_;
   e.region = region;
   e.decay = decay;
@@ -424,9 +478,22 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
       case InitKind::kNormal:
       case InitKind::kScaledNormal: {
         const float sd = static_cast<float>(e.std);
+        // Keyed by the element's index in the whole tensor: a split rank draws exactly its part.
+        std::vector<std::array<int64_t, 3>> runs;
+        e.slice.for_each_run(e.numel, e.cols(), [&](int64_t local, int64_t whole, int64_t len) {
+          runs.push_back({local, whole, len});
+        });
+        auto fill = [&](const std::array<int64_t, 3>& r, int64_t j) {
+          dst[r[0] + j] = sd * philox_normal(key, static_cast<uint64_t>(r[1] + j));
+        };
+        if (runs.size() == 1) {
 #pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < e.numel; ++j)
-          dst[j] = sd * philox_normal(key, static_cast<uint64_t>(e.init_first + j));
+          for (int64_t j = 0; j < runs[0][2]; ++j) fill(runs[0], j);
+        } else {
+#pragma omp parallel for schedule(static)
+          for (size_t k = 0; k < runs.size(); ++k)
+            for (int64_t j = 0; j < runs[k][2]; ++j) fill(runs[k], j);
+        }
         break;
       }
     }

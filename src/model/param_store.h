@@ -50,6 +50,32 @@ enum class ShardMode { kNone, kOptimizer, kFull };
 //                whole-model buffers; allowed on the CPU too, for tests)
 enum class MasterStorage { kAuto, kF32, kRemainders };
 
+// Where a rank's tensor sits in the whole (one-rank) tensor of the same name, under tensor or expert
+// parallelism. The whole tensor is viewed as a matrix [rows, whole_cols] (whole_cols: its last dimension; a
+// 1-D tensor is one column); this rank's tensor, viewed as [rows', cols'], holds in order the whole rows of
+// `row_blocks`, restricted to the columns [col_begin, col_begin + cols'). A tensor held whole has no blocks.
+// Initialisation, checkpoint gathers and loads all go through it, so every split is described here once.
+struct EntrySlice {
+  std::vector<std::pair<int64_t, int64_t>> row_blocks;  // (first whole row, rows), in local row order
+  int64_t col_begin = 0;
+  int64_t whole_cols = 1;
+  int64_t whole_numel = 0;
+  bool whole() const { return row_blocks.empty(); }
+  // Calls run(local_offset, whole_offset, length) for each contiguous run of the local tensor (local_cols:
+  // its last dimension), in local order. A whole tensor is one run.
+  template <typename F>
+  void for_each_run(int64_t local_numel, int64_t local_cols, F&& run) const {
+    if (whole()) {
+      run(int64_t{0}, int64_t{0}, local_numel);
+      return;
+    }
+    int64_t local = 0;
+    for (const auto& [first, rows] : row_blocks)
+      for (int64_t r = first; r < first + rows; ++r, local += local_cols)
+        run(local, r * whole_cols + col_begin, local_cols);
+  }
+};
+
 struct ParamEntry {
   std::string name;  // HF-style name, e.g. "layers.3.mlp.down_proj.weight"
   Shape shape;
@@ -59,10 +85,14 @@ struct ParamEntry {
   bool decay = true;  // weight decay applies (matrices yes; norms and biases no)
   InitKind init = InitKind::kNormal;
   double std = 0.0;
-  // Index of this tensor's first element in the whole tensor: an expert-parallel rank's slice of stacked
-  // experts starts at first_local_expert x per-expert size, and initialises as that slice of the one-rank
-  // model.
-  int64_t init_first = 0;
+  // This rank's part of the whole tensor (tensor / expert parallelism); it initialises as that part of the
+  // one-rank model.
+  EntrySlice slice;
+  // Tensor parallelism: a tensor every tp rank holds whole but whose gradient each rank computes only a part
+  // of (norm weights under sequence parallelism, the per-head q/k-norm weights): summed over tp after the
+  // backward (parallel/tensor_parallel.h).
+  bool tp_sum_grad = false;
+  int64_t cols() const { return shape.size() <= 1 ? 1 : shape.back(); }  // as EntrySlice views it
 };
 
 struct ParamRegion {
@@ -112,7 +142,11 @@ class ParamStore {
   const std::vector<ParamRegion>& regions() const { return regions_; }
   int hook_regions() const { return hook_regions_; }  // L + 2: the expert regions (if any) follow
   int head_region() const { return hook_regions_ - 1; }
+  const ModelSpec& spec() const { return spec_; }  // the spec it was laid out from
   const ModelSpec::ExpertShard& expert_shard() const { return ep_; }
+  const ModelSpec::TensorShard& tensor_shard() const { return tp_; }
+  // Some entry holds only part of its whole tensor (tensor or expert parallelism).
+  bool split() const { return ep_.size > 1 || tp_.size > 1; }
   int64_t total_numel() const { return total_; }  // including alignment padding
   int64_t parameter_count() const;                // sum of entry sizes
 
@@ -186,7 +220,7 @@ class ParamStore {
   void zero_if_unwritten(int i, const Stream& s);    // entry i, when listed and no GEMM wrote it
   Tensor view(const Tensor& flat, int i) const;
   void add(const std::string& name, const Shape& shape, int region, bool decay, InitKind init, double std,
-           int64_t init_first = 0);
+           EntrySlice slice = {});
   Tensor region_view(const Tensor& flat, bool compute, int i) const;
 
   std::vector<ParamEntry> entries_;
@@ -200,7 +234,9 @@ class ParamStore {
   int region_multiple_ = 1, shard_ranks_ = 1, shard_rank_ = 0;
   int expert_region_multiple_ = 1, expert_ranks_ = 1, expert_rank_ = 0;
   int hook_regions_ = 0;
+  ModelSpec spec_;
   ModelSpec::ExpertShard ep_;
+  ModelSpec::TensorShard tp_;
   std::vector<int64_t> shard_offsets_;
   int64_t shard_total_ = 0;
   std::vector<Tensor> attached_compute_, attached_grad_;

@@ -7,6 +7,9 @@
 namespace primus {
 
 class ParamHooks;  // model/param_hooks.h
+namespace parallel {
+class TensorParallel;  // parallel/tensor_parallel.h
+}
 
 // How much of a layer's forward state is kept for backward.
 enum class RecomputeMode {
@@ -38,6 +41,8 @@ struct StepContext {
   BatchOrigin origin;
   // The model's region hooks (nullptr = none): layers report mid-backward progress (ParamHooks::grads_final).
   ParamHooks* hooks = nullptr;
+  // Tensor parallelism (nullptr = none): the layers' boundary collectives (model/tp_boundary.h).
+  const parallel::TensorParallel* tp = nullptr;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }
   Tensor act(const Shape& shape) const { return Tensor::empty(shape, act_dtype, stream); }

@@ -172,9 +172,33 @@ void DataParallel::finish_grads() {
     group("dp_replicate").all_reduce(params_.grad_flat(), ReduceOp::kSum, comm_, "hsdp grad shards");
   }
   compute_waits_for(StreamEvent::record(comm_));
+  // Sums commute: the tp sum of the whole tensors' partial gradients may follow the dp reduction.
+  if (tp_) tp_->sum_partial_grads(params_, grad_view(), compute_);
+}
+
+parallel::TensorParallel::GradView DataParallel::grad_view() {
+  if (cfg_.shard_ranks() == 1) return parallel::TensorParallel::whole_grads(params_);
+  parallel::TensorParallel::GradView g;
+  g.grad = shard_grad();
+  for (int r = 0; r < static_cast<int>(params_.regions().size()); ++r) {
+    g.first.push_back(params_.chunk_begin(r));
+    g.len.push_back(params_.chunk_len(r));
+    g.offset.push_back(params_.shard_offset(r));
+  }
+  return g;
 }
 
 double DataParallel::grad_norm() {
+  if (tp_) {
+    // Split tensors count on every tp rank, whole ones once (the same on every tp rank), each dp shard once.
+    PRIMUS_CHECK(cfg_.ep == 1, "tensor and expert parallelism together are not supported");
+    const auto [split, whole] = tp_->norm_squares(params_, grad_view(), compute_);
+    Tensor sq = Tensor::from_vector(std::vector<double>{split + whole / tp_->size()}, {1});
+    if (compute_.device.is_cuda()) sq = sq.to(compute_);
+    tp_->group().all_reduce(sq, ReduceOp::kSum, compute_, "grad norm (tp)");
+    if (cfg_.shard_ranks() > 1) shard_group().all_reduce(sq, ReduceOp::kSum, compute_, "grad norm");
+    return std::sqrt(std::max(0.0, sq.to_vector<double>()[0]));
+  }
   Tensor out = Tensor::empty({1}, DType::kF32, compute_);
   if (cfg_.shard_ranks() == 1) {
     if (all_regions() == last_region() + 1) {

@@ -22,6 +22,7 @@
 #include "model/param_store.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
+#include "parallel/tensor_parallel.h"
 #include "train/optimizer.h"
 #include "train/step_marks.h"
 
@@ -69,6 +70,9 @@ class DataParallel : public ParamHooks {
   // The compute stream's waits for collectives go through `marks` (timed, for the straggler measure);
   // nullptr = plain waits. Not owned.
   void set_step_marks(CudaStepMarks* marks) { marks_ = marks; }
+  // Tensor parallelism (not owned; nullptr = none): finish_grads also sums the gradients each tp rank holds
+  // a part of, and grad_norm counts split tensors on every tp rank and whole ones once.
+  void set_tensor_parallel(const parallel::TensorParallel* tp) { tp_ = tp; }
 
   // Training step protocol: begin_step, per micro-batch begin_micro + forward_backward, finish_grads,
   // grad_norm, step.
@@ -120,6 +124,9 @@ class DataParallel : public ParamHooks {
   const parallel::ProcessGroups* groups_;
   Stream compute_, comm_;
   CudaStepMarks* marks_ = nullptr;
+  const parallel::TensorParallel* tp_ = nullptr;
+  // The gradient buffer the optimizer reads, as tensor parallelism's reductions see it.
+  parallel::TensorParallel::GradView grad_view();
   void compute_waits_for(const std::shared_ptr<StreamEvent>& e);  // through marks_ when set
   bool training_ = true;
   bool last_micro_ = true;

@@ -1,5 +1,7 @@
 #include "parallel/parallel_dims.h"
 
+#include "config/not_supported.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -175,6 +177,22 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
         "num_query_groups {} is neither a multiple nor a divisor of the tensor-parallel degree {} ({}) "
         "(rule: KV heads must split evenly or replicate over TP)",
         m.num_query_groups, tp(), kTp));
+  if (tp() > 1 && m.ffn_hidden_size % tp() != 0)
+    bad.push_back(fmt::format("ffn_hidden_size {} is not divisible by the tensor-parallel degree {} ({}) "
+                              "(rule: every TP rank holds ffn / TP columns)",
+                              m.ffn_hidden_size, tp(), kTp));
+  const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+  if (tp() > 1 && vocab % tp() != 0)
+    bad.push_back(fmt::format("the vocabulary {} is not divisible by the tensor-parallel degree {} ({}) (rule: "
+                              "every TP rank holds vocab / TP rows; Megatron pads to "
+                              "make_vocab_size_divisible_by x TP)",
+                              vocab, tp(), kTp));
+  if (tp() > 1 && cfg.parallel.sequence_parallel &&
+      (cfg.micro_batch_size * cfg.data.seq_length) % tp() != 0)
+    bad.push_back(fmt::format(
+        "micro_batch_size {} x seq_length {} tokens do not split over the tensor-parallel degree {} with "
+        "sequence_parallel (rule: tokens % TP == 0)",
+        cfg.micro_batch_size, cfg.data.seq_length, tp()));
   if (!pipeline_split_checked && m.num_layers % pp() != 0)
     bad.push_back(
         fmt::format("num_layers {} is not divisible by the pipeline-parallel degree {} ({}) (rule: "
@@ -201,7 +219,23 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
         fmt::format("global_batch_size {} is not divisible by micro_batch_size {} x data-parallel size {} "
                     "= {} (rule: GBS % (MBS * DP) == 0; DP = world / (TP x PP x CP))",
                     cfg.global_batch_size, cfg.micro_batch_size, dp(), per_step));
-  if (bad.empty()) return;
+  if (bad.empty()) {
+    // Valid, but not built yet: tensor parallelism covers dense packed-QKV models with whole KV heads.
+    if (tp() > 1 && (m.moe.enabled() || m.mla.enabled || m.mtp_num_layers > 0))
+      throw config::NotSupportedError(
+          fmt::format("not supported yet: tensor parallelism ({} = {}) of {} models", kTp, tp(),
+                      m.moe.enabled()   ? "MoE (num_experts)"
+                      : m.mla.enabled   ? "multi-latent-attention (multi_latent_attention)"
+                                        : "multi-token-prediction (mtp_num_layers)"),
+          "use data parallelism (FSDP) or expert parallelism for this model");
+    if (tp() > 1 && m.num_query_groups % tp() != 0)
+      throw config::NotSupportedError(
+          fmt::format("not supported yet: tensor parallelism ({} = {}) over more ranks than num_query_groups "
+                      "{} (key/value heads replicated over TP ranks)",
+                      kTp, tp(), m.num_query_groups),
+          "use a tensor-parallel degree that divides num_query_groups");
+    return;
+  }
   std::string msg = fmt::format("the parallel layout {} does not fit the run:", describe());
   for (const auto& b : bad) msg += "\n  - " + b;
   throw ConfigError(msg);

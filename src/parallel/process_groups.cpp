@@ -67,9 +67,10 @@ ProcessGroups build_groups(const ParallelDims& dims, comm::Communicator& world) 
     for (const auto& n : classes[c]) label += (label.empty() ? "" : "=") + n;
     const std::vector<int>& members = parts[c][me];
     // color: the smallest world rank of the group identifies it; key: the world rank orders it.
-    // The expert-parallel group's all-to-alls sit between the MoE layer's kernels: low latency
-    // (communicator.h).
-    const bool hot = std::find(classes[c].begin(), classes[c].end(), "ep") != classes[c].end();
+    // The expert-parallel group's all-to-alls and the tensor-parallel group's all-reduces / gathers sit
+    // between a layer's kernels: low latency (communicator.h).
+    auto has = [&](const char* g) { return std::find(classes[c].begin(), classes[c].end(), g) != classes[c].end(); };
+    const bool hot = has("ep") || has("tp");
     std::shared_ptr<comm::Communicator> g(world.split(members.front(), me, label, hot).release());
     if (!g || g->size() != static_cast<int>(members.size()))
       throw comm::CommError(fmt::format("rank {}: building group {} gave {} ranks, expected {}", me, label,

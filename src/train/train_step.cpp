@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "parallel/data_parallel.h"
 #include "parallel/process_groups.h"
+#include "parallel/tensor_parallel.h"
 #include "profile/trace.h"
 #include "train/trainer.h"
 
@@ -138,6 +139,13 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     }
   } else {
     for (int64_t k = 0; k < A * D; ++k) micro[k] = micro_loss(k);
+  }
+  if (tp_) {
+    // Tensor-parallel peers read the same batches (same losses) but may see different signals: agree too.
+    Tensor t = Tensor::from_vector(std::vector<double>{static_cast<double>(stop_any)}, {1});
+    if (stream_.device.is_cuda()) t = t.to(stream_);
+    tp_->group().all_reduce(t, comm::ReduceOp::kMax, stream_, "stop request");
+    stop_any = static_cast<int>(t.to_vector<double>()[0]);
   }
   if (params_->shard_mode() != ShardMode::kFull) inject_.maybe_poison_grad(iter, *params_, stream_);
   StepOutcome o;

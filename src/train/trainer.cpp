@@ -66,7 +66,8 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
   // The overlapped update: one GPU, and DDP / expert-parallel ranks (whole-model buffers; the update is
   // launched once the gradients are reduced). Sharded optimizers update their chunks serially.
-  const bool whole_dp = dp_ && !dp_cfg_->emulate && params_->shard_mode() == ShardMode::kNone;
+  // Tensor parallelism sums partial gradients over tp after the dp reduction: the serial update follows it.
+  const bool whole_dp = dp_ && !dp_cfg_->emulate && params_->shard_mode() == ShardMode::kNone && !tp_;
   if (stream_.device.is_cuda() && (!dp_ || whole_dp)) {
     norm_ = std::make_unique<ChunkedGradNorm>(*params_, stream_);
     if (overlap_update_enabled()) {
@@ -113,8 +114,11 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
     monitor_->set_step_marks(step_marks_.get());
     if (dp_) dp_->set_step_marks(step_marks_.get());
   }
-  log::info("model: {} ({:.2f}M parameters, {:.2f} GFLOP/token)", spec.describe(),
-            params_->parameter_count() / 1e6, flops_per_token_ / 1e9);
+  // spec is the whole model; a split store (expert / tensor parallelism) holds this rank's part of it.
+  log::info("model: {} ({:.2f}M parameters{}, {:.2f} GFLOP/token)", spec.describe(),
+            (params_->split() ? ParamStore(spec).parameter_count() : params_->parameter_count()) / 1e6,
+            params_->split() ? fmt::format(", {:.2f}M on this rank", params_->parameter_count() / 1e6) : "",
+            flops_per_token_ / 1e9);
   if (cfg.model.moe.enabled()) {
     const config::ParamCounts pc = config::count_parameters(cfg.model);
     log::info(

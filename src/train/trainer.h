@@ -31,6 +31,7 @@ class HfCheckpoint;
 }
 namespace primus::parallel {
 class ProcessGroups;
+class TensorParallel;
 }
 
 namespace primus {
@@ -118,10 +119,12 @@ class Trainer {
   ckpt::LoadReport load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt);
   void load_hf_params(const ckpt::HfCheckpoint& hf);
   const ParamStore* params_for_save();
-  // This rank's model spec (experts split by the layout) and an unallocated store laid out as params_.
+  // This rank's model spec (experts, heads, ffn and vocabulary split by the layout) and an unallocated store
+  // laid out as params_.
   ModelSpec local_spec() const;
   std::unique_ptr<ParamStore> local_store_layout() const;
-  bool experts_split() const;
+  bool model_split() const;                   // some tensor is split over ranks (expert / tensor parallel)
+  comm::Communicator& split_group() const;  // the group it is split over (ep or tp)
   // Sums (maxes) the MoE layers' routing statistics over the data-parallel ranks (every rank calls it each
   // step), so that the logged losses and loads are the global batch's, as one process would log them.
   void reduce_moe_stats(std::vector<MoeLayerStats>& layers);
@@ -132,6 +135,7 @@ class Trainer {
   Stream stream_;
   std::unique_ptr<comm::World, KeepOnUnwind> world_;
   std::unique_ptr<parallel::ProcessGroups, KeepOnUnwind> groups_;
+  std::unique_ptr<parallel::TensorParallel> tp_;  // tensor parallelism's collectives (null: tp 1)
   std::unique_ptr<DpConfig> dp_cfg_;
   int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;
   std::unique_ptr<ParamStore> ckpt_full_;   // whole-model staging for sharded checkpoints

@@ -8,9 +8,10 @@
 #include "core/log.h"
 #include "parallel/config_agreement.h"
 #include "parallel/data_parallel.h"
-#include "parallel/expert_state.h"
+#include "parallel/split_state.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
+#include "parallel/tensor_parallel.h"
 #include "profile/trace.h"
 #include "train/trainer.h"
 
@@ -66,11 +67,10 @@ void Trainer::init_distributed() {
     std::vector<std::string> places;  // failure reports name a rank with its coordinates from here on
     for (int r = 0; r < env.world_size; ++r) places.push_back(layout.dims.describe_rank(r));
     comm::set_rank_coordinates(std::move(places));
-    if (layout.dims.tp() > 1 || layout.dims.pp() > 1 || layout.dims.cp() > 1)
-      throw ConfigError(
-          fmt::format("{}: tensor, pipeline and context parallelism are not implemented yet "
-                      "(data parallelism only)",
-                      layout.describe()));
+    if (layout.dims.pp() > 1 || layout.dims.cp() > 1)
+      throw ConfigError(fmt::format("{}: pipeline and context parallelism are not implemented yet "
+                                    "(data, tensor and expert parallelism are)",
+                                    layout.describe()));
     groups_.reset(new parallel::ProcessGroups(parallel::build_groups(layout.dims, *world_->comm)));
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_rank_ = groups_->get("dp").rank();
@@ -88,19 +88,24 @@ void Trainer::init_distributed() {
     layout.dims.validate_training(cfg_);
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_cfg_->emulate = true;
-    if (dp_cfg_->ep > 1)
-      throw ConfigError(fmt::format("PRIMUS_DP_EMULATE={}: one process cannot emulate expert parallelism "
-                                    "(expert_model_parallel_size {})",
-                                    n, dp_cfg_->ep),
-                        "launch the ranks (primus launch / mpirun) or set expert_model_parallel_size: 1");
+    if (dp_cfg_->ep > 1 || layout.dims.tp() > 1)
+      throw ConfigError(fmt::format("PRIMUS_DP_EMULATE={}: one process cannot emulate expert or tensor "
+                                    "parallelism (expert_model_parallel_size {}, tensor_model_parallel_size {})",
+                                    n, dp_cfg_->ep, layout.dims.tp()),
+                        "launch the ranks (primus launch / mpirun)");
   }
 }
 
 ModelSpec Trainer::local_spec() const {
   ModelSpec spec = ModelSpec::from_config(cfg_.model);
-  if (!groups_ || groups_->dims().ep() == 1) return spec;
-  // Expert parallelism: this rank holds the experts of its ep coordinate (the layout decides, not the model).
-  return spec.with_expert_shard(groups_->dims().ep(), groups_->dims().coords(world_rank_).ep);
+  if (!groups_) return spec;
+  // This rank holds the experts of its ep coordinate and the heads / ffn / vocabulary of its tp coordinate
+  // (the layout decides, not the model).
+  const parallel::ParallelDims& dims = groups_->dims();
+  const parallel::ParallelCoords c = dims.coords(world_rank_);
+  if (dims.ep() > 1) spec = spec.with_expert_shard(dims.ep(), c.ep);
+  if (dims.tp() > 1) spec = spec.with_tensor_shard(dims.tp(), c.tp, cfg_.parallel.sequence_parallel);
+  return spec;
 }
 
 std::unique_ptr<ParamStore> Trainer::local_store_layout() const {
@@ -122,11 +127,19 @@ void Trainer::init_data_parallel() {
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
   model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, *params_, stream_, cfg_.data.seq_length);
   if (!dp_cfg_) return;
+  if (groups_ && groups_->dims().tp() > 1) {
+    tp_ = std::make_unique<parallel::TensorParallel>(groups_->get("tp"), cfg_.parallel.sequence_parallel);
+    model_->set_tensor_parallel(tp_.get());
+    log::info("tensor parallel: {} ranks{}, this rank tp {}: {}", tp_->size(),
+              tp_->sequence_parallel() ? " with sequence parallelism" : "", tp_->rank(),
+              params_->spec().describe());
+  }
   // MoE: tokens travel over ep to their experts; the expert bias follows the loads of every dp x cp rank.
   if (groups_) model_->set_expert_groups(&groups_->get("ep"), &groups_->get("dp_cp"));
   // Micro-batches per rank: global batch = micro-batch x accumulation x DP.
   micro_batches_ = cfg_.global_batch_size / (cfg_.micro_batch_size * dp_cfg_->dp);
   dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
+  dp_->set_tensor_parallel(tp_.get());
   hooks_.add(dp_.get());
   model_->set_hooks(&hooks_);
   log::info("data parallel: {} | {} micro-batch(es) of {} per rank per step", dp_cfg_->describe(),
@@ -135,10 +148,10 @@ void Trainer::init_data_parallel() {
   // chunks), against the whole model's.
   // DDP on the GPU keeps its master weights in remainders (2 bytes beside the bf16 copy instead of 4).
   const bool rem = params_->master_in_remainders();
-  // Under expert parallelism this rank's store holds a share of the experts: the whole model is the unsplit
-  // one.
+  // Under expert / tensor parallelism this rank's store holds a share of the model: the whole model is the
+  // unsplit one.
   const int64_t whole_numel =
-      experts_split() ? ParamStore(ModelSpec::from_config(cfg_.model)).total_numel() : params_->total_numel();
+      model_split() ? ParamStore(ModelSpec::from_config(cfg_.model)).total_numel() : params_->total_numel();
   const double whole_bytes = static_cast<double>(whole_numel) *
                              ((rem ? 2.0 : 4.0) + 3 * 4.0 +
                               (compute == DType::kF32 ? 0.0 : static_cast<double>(dtype_size(compute))));
@@ -199,15 +212,19 @@ int64_t Trainer::consumed_samples() const {
 // Checkpoints. Saves are whole-model files written by world rank 0 (sharded state is gathered first), so a
 // checkpoint loads at any DP size and mode: every rank reads it and keeps its own chunks.
 
-bool Trainer::experts_split() const {
-  return params_->expert_shard().size > 1;
+bool Trainer::model_split() const {
+  return params_->split();
 }
 
-// Expert parallelism: `whole` (the unsplit model, on the CPU) into this rank's parameters.
+comm::Communicator& Trainer::split_group() const {
+  return groups_->get(params_->expert_shard().size > 1 ? "ep" : "tp");
+}
+
+// Expert / tensor parallelism: `whole` (the unsplit model, on the CPU) into this rank's parameters.
 void Trainer::load_from_whole_model(ParamStore& whole) {
   std::unique_ptr<ParamStore> local = local_store_layout();
   local->allocate(DType::kF32, Stream::cpu());
-  parallel::take_expert_share(whole, *local);
+  parallel::take_split_share(whole, *local);
   if (params_->shard_mode() == ShardMode::kNone) {
     parallel::copy_param_state(*local, *params_, stream_);
   } else {
@@ -216,7 +233,7 @@ void Trainer::load_from_whole_model(ParamStore& whole) {
 }
 
 ckpt::LoadReport Trainer::load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt) {
-  if (experts_split()) {
+  if (model_split()) {
     ParamStore whole(ModelSpec::from_config(cfg_.model));
     whole.allocate(DType::kF32, Stream::cpu());
     const ckpt::LoadReport rep = ckpt::load_into_params(v, whole, Stream::cpu(), opt);
@@ -232,7 +249,7 @@ ckpt::LoadReport Trainer::load_checkpoint_params(const ckpt::Verification& v, co
 }
 
 void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
-  if (experts_split()) {
+  if (model_split()) {
     ParamStore whole(ModelSpec::from_config(cfg_.model));
     whole.allocate(DType::kF32, Stream::cpu());
     ckpt::load_hf_into_params(hf, whole, Stream::cpu());
@@ -250,8 +267,9 @@ void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
 }
 
 const ParamStore* Trainer::params_for_save() {
-  if (experts_split()) {
-    // The whole model: this rank's whole state (ZeRO-1 chunks gathered first), then every ep rank's experts.
+  if (model_split()) {
+    // The whole model: this rank's whole state (ZeRO-1 / FSDP chunks gathered first), then every ep / tp
+    // rank's part.
     ParamStore* local = params_.get();
     Stream s = stream_;
     if (params_->shard_mode() != ShardMode::kNone) {
@@ -268,7 +286,7 @@ const ParamStore* Trainer::params_for_save() {
       ckpt_full_->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, Stream::cpu(), DType::kF32,
                            MasterStorage::kF32);
     }
-    parallel::gather_expert_state(*local, s, groups_->get("ep"), stream_, *ckpt_full_);
+    parallel::gather_split_state(*local, s, split_group(), stream_, *ckpt_full_);
     return is_rank0() ? ckpt_full_.get() : nullptr;
   }
   if (params_->shard_mode() == ShardMode::kNone) return is_rank0() ? params_.get() : nullptr;

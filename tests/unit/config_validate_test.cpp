@@ -118,8 +118,9 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
   expect_has(f.error("micro_llama.yaml", "      fp8: hybrid\n      mtp_use_repeated_layer: true\n"),
              {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: mtp_use_repeated_layer=true",
               "exp.yaml:12:7"});
-  expect_has(f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n"),
-             {"not supported yet: tensor_model_parallel_size=2"});
+  // Tensor parallelism trains; its communication overlap does not yet.
+  expect_has(f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n      tp_comm_overlap: true\n"),
+             {"not supported yet: tp_comm_overlap", "exp.yaml:13:7"});
   expect_has(f.error("micro_llama.yaml", "      normalization: LayerNorm\n"),
              {"not supported yet: normalization=LayerNorm", "only RMSNorm"});
   expect_has(f.error("micro_llama.yaml", "      hidden_dropout: 0.1\n"),

@@ -1,4 +1,4 @@
-// Expert parallelism's parameter layout (model/param_store.h, parallel/expert_state.h) on the CPU: each ep
+// Expert parallelism's parameter layout (model/param_store.h, parallel/split_state.h) on the CPU: each ep
 // rank's store holds its experts in regions after the head, initialised bitwise as that slice of the one-rank
 // model; the rest of the model is the same on every rank; a whole-model store split into shares and put back
 // together is the original; sharded (ZeRO-1, FSDP) allocation pads expert regions for expert-dp; the model
@@ -10,7 +10,7 @@
 #include "comm/communicator.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
-#include "parallel/expert_state.h"
+#include "parallel/split_state.h"
 #include "unit/model_grad_util.h"
 
 using namespace primus;
@@ -74,7 +74,7 @@ TEST(ExpertParallelStore, ShareAndCopyRoundTripTheWholeModelState) {
   for (int rank = 0; rank < 4; ++rank) {
     ParamStore share(spec.with_expert_shard(4, rank));
     share.allocate(DType::kF32, Stream::cpu());
-    parallel::take_expert_share(whole, share);
+    parallel::take_split_share(whole, share);
     ParamStore copy(spec.with_expert_shard(4, rank));
     copy.allocate(DType::kBF16, Stream::cpu(), DType::kF32, MasterStorage::kRemainders);
     parallel::copy_param_state(share, copy, Stream::cpu());

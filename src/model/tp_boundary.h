@@ -1,0 +1,45 @@
+#pragma once
+// The model side of tensor parallelism (parallel/tensor_parallel.h): the collectives at a parallel region's
+// boundary, written so that a layer reads the same on one rank (where they are identities) as on many.
+#include "model/step_context.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "parallel/tensor_parallel.h"
+
+namespace primus {
+
+// Tokens of the residual stream this rank holds: all of them, or 1/tp under sequence parallelism.
+inline int64_t local_tokens(const StepContext& ctx) {
+  return ctx.tp ? ctx.tp->local_rows(ctx.tokens()) : ctx.tokens();
+}
+// This rank's rows [local_tokens, d] -> every token's [tokens, d] (sequence parallelism's all-gather).
+inline Tensor tp_gather_rows(const StepContext& ctx, const Tensor& x, const char* label) {
+  return ctx.tp ? ctx.tp->gather_rows(x, ctx.stream, label) : x;
+}
+// Partial sums [tokens, d] -> their sum over tp, [local_tokens, d] (all-reduce, or reduce-scatter under SP).
+inline Tensor tp_sum_rows(const StepContext& ctx, const Tensor& partial, const char* label) {
+  return ctx.tp ? ctx.tp->sum_rows(partial, ctx.stream, label) : partial;
+}
+
+// y [local_tokens, d] = residual + x W^T summed over tp: a row-parallel projection (x [tokens, in/tp], w
+// [d, in/tp]) and its residual add. On one rank the add rides on the GEMM's C input; without SP rank 0 adds
+// it there before the all-reduce, so it is counted once.
+inline void row_parallel_residual(const StepContext& ctx, const Tensor& x, const Tensor& w,
+                                  const Tensor& residual, Tensor& y, const char* label) {
+  const Stream& s = ctx.stream;
+  if (!ctx.tp) {
+    ops::linear_forward(x, w, nullptr, y, s, &residual);
+    return;
+  }
+  if (!ctx.tp->sequence_parallel()) {
+    ops::linear_forward(x, w, nullptr, y, s, ctx.tp->rank() == 0 ? &residual : nullptr);
+    ctx.tp->sum_rows(y, s, label);
+    return;
+  }
+  Tensor partial = ctx.act({ctx.tokens(), w.size(0)});
+  ops::linear_forward(x, w, nullptr, partial, s);
+  Tensor mine = ctx.tp->sum_rows(partial, s, label);
+  ops::add(mine, residual, y, s);
+}
+
+}  // namespace primus

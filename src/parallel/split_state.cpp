@@ -1,0 +1,115 @@
+#include "parallel/split_state.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+
+namespace primus::parallel {
+
+namespace {
+Tensor flat_entry(Tensor& flat, const ParamEntry& e) {
+  return flat.slice(e.offset, e.offset + e.numel);
+}
+
+// The whole model's entry of `local`'s entry e, checked against e's slice.
+const ParamEntry& whole_entry(const char* op, const ParamEntry& e, const ParamStore& global) {
+  const int j = global.find(e.name);
+  PRIMUS_CHECK(j >= 0, "{}: '{}' is not in the whole model", op, e.name);
+  const ParamEntry& g = global.entry(j);
+  PRIMUS_CHECK(g.numel == e.slice.whole_numel, "{}: '{}' is part of {} elements here, {} in the whole model",
+               op, e.name, e.slice.whole_numel, g.numel);
+  return g;
+}
+
+// The layout of every rank of the group that splits `local` (the same spec, split for rank r).
+std::vector<std::unique_ptr<ParamStore>> peer_layouts(const ParamStore& local, const ParamStore& global,
+                                                      int size) {
+  const bool experts = local.expert_shard().size > 1, tensors = local.tensor_shard().size > 1;
+  PRIMUS_CHECK(!(experts && tensors), "a store split by both expert and tensor parallelism");
+  PRIMUS_CHECK((experts ? local.expert_shard().size : local.tensor_shard().size) == size,
+               "the store is split over {} ranks, the group has {}",
+               experts ? local.expert_shard().size : local.tensor_shard().size, size);
+  std::vector<std::unique_ptr<ParamStore>> out;
+  for (int r = 0; r < size; ++r) {
+    const ModelSpec spec =
+        experts ? global.spec().with_expert_shard(size, r)
+                : global.spec().with_tensor_shard(size, r, local.tensor_shard().sequence_parallel);
+    out.push_back(std::make_unique<ParamStore>(spec));
+  }
+  return out;
+}
+}  // namespace
+
+void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& group, const Stream& device,
+                        ParamStore& global) {
+  PRIMUS_CHECK(local.shard_mode() == ShardMode::kNone && global.shard_mode() == ShardMode::kNone,
+               "gather_split_state takes whole (unsharded) stores");
+  PRIMUS_CHECK(global.master_dtype() == DType::kF32 && !global.master_in_remainders(),
+               "gather_split_state: the whole-model store needs an f32 master buffer");
+  const int size = group.size();
+  const auto peers = peer_layouts(local, global, size);
+  // Where the gathers run: NCCL takes GPU tensors (a host-side `local` goes there first); host backends take
+  // them where they are.
+  const Stream cs = group.device_type() == DeviceType::kCUDA ? device : s;
+  for (int i = 0; i < static_cast<int>(local.entries().size()); ++i) {
+    const ParamEntry& e = local.entry(i);
+    const ParamEntry& g = whole_entry("gather_split_state", e, global);
+    Tensor parts[3] = {local.master_f32(i, s).flatten(), flat_entry(local.adam_m_flat(), e),
+                       flat_entry(local.adam_v_flat(), e)};
+    Tensor* dst[3] = {&global.master_flat(), &global.adam_m_flat(), &global.adam_v_flat()};
+    for (int b = 0; b < 3; ++b) {
+      Tensor out = flat_entry(*dst[b], g);
+      if (e.slice.whole()) {
+        out.copy_from(parts[b], s);
+        continue;
+      }
+      Tensor mine = parts[b].device() == cs.device ? parts[b] : parts[b].to(cs);
+      Tensor all = Tensor::empty({size * e.numel}, DType::kF32, cs);
+      group.all_gather(mine, all, cs, "checkpoint gather of split tensors");
+      const Tensor host = all.device().is_cpu() ? all : all.to(Stream::cpu());
+      stream_sync(cs);
+      const float* from = host.data<float>();
+      float* to = out.data<float>();
+      for (int r = 0; r < size; ++r) {
+        const ParamEntry& pe = peers[r]->entry(i);
+        PRIMUS_CHECK(pe.name == e.name && pe.numel == e.numel, "rank {}'s layout differs at '{}'", r, e.name);
+        pe.slice.for_each_run(pe.numel, pe.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
+          std::memcpy(to + wo, from + r * e.numel + lo, static_cast<size_t>(len) * sizeof(float));
+        });
+      }
+    }
+  }
+  stream_sync(s);
+  global.sync_compute_copy(Stream::cpu());
+}
+
+void take_split_share(ParamStore& global, ParamStore& local) {
+  for (int i = 0; i < static_cast<int>(local.entries().size()); ++i) {
+    const ParamEntry& e = local.entry(i);
+    const ParamEntry& g = whole_entry("take_split_share", e, global);
+    Tensor* from[3] = {&global.master_flat(), &global.adam_m_flat(), &global.adam_v_flat()};
+    Tensor* to[3] = {&local.master_flat(), &local.adam_m_flat(), &local.adam_v_flat()};
+    for (int b = 0; b < 3; ++b) {
+      const float* src = from[b]->data<float>() + g.offset;
+      float* dst = to[b]->data<float>() + e.offset;
+      e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
+        std::memcpy(dst + lo, src + wo, static_cast<size_t>(len) * sizeof(float));
+      });
+    }
+  }
+  local.sync_compute_copy(Stream::cpu());
+}
+
+void copy_param_state(ParamStore& src, ParamStore& dst, const Stream& s) {
+  PRIMUS_CHECK(src.total_numel() == dst.total_numel() && src.entries().size() == dst.entries().size() &&
+                   src.shard_mode() == ShardMode::kNone && dst.shard_mode() == ShardMode::kNone,
+               "copy_param_state: the stores are laid out differently");
+  for (int i = 0; i < static_cast<int>(src.entries().size()); ++i) dst.set_master(i, src.master(i), s);
+  dst.adam_m_flat().copy_from(src.adam_m_flat(), s);
+  dst.adam_v_flat().copy_from(src.adam_v_flat(), s);
+  stream_sync(s);
+}
+
+}  // namespace primus::parallel

@@ -1,0 +1,30 @@
+#pragma once
+// Checkpoints of a model split over ranks (expert parallelism: each rank holds some experts; tensor
+// parallelism: each rank holds part of the heads, ffn and vocabulary). A checkpoint always holds the whole
+// model, so it loads into any layout: saving all-gathers every split tensor over the group that splits it and
+// places each rank's part where its EntrySlice (model/param_store.h) says; loading keeps this rank's part.
+// The stores here are whole over data parallelism (ShardMode::kNone); data parallelism's own gather /
+// scatter (ZeRO-1 and FSDP chunks) runs before / after these (parallel/data_parallel.h).
+#include "comm/communicator.h"
+#include "model/param_store.h"
+
+namespace primus::parallel {
+
+// `global` (a whole-model store of the unsplit spec, allocated on the CPU) from `local` (this rank's store of
+// the split spec, whole, on `s`'s device; masters may be in remainders): master weights, Adam moments, and
+// the compute copy made from the masters. Collective over `group` (the ep or tp group the store is split
+// over: split entries are all-gathered, whole ones copied); every rank of the group ends with the same
+// `global`. `device`: the GPU stream an NCCL group gathers on when `local` is on the host (the ZeRO-1 / FSDP
+// staging store).
+void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& group, const Stream& device,
+                        ParamStore& global);
+
+// This rank's share of a whole-model store: every entry of `local` (whole, on the CPU, f32 masters) from the
+// entry of the same name in `global`, split entries from the part their EntrySlice names.
+void take_split_share(ParamStore& global, ParamStore& local);
+
+// Master weights, moments and compute copy of `dst` from `src`: stores laid out alike (same spec and
+// padding); `src` whole with f32 masters on the CPU, `dst` whole on any device, masters in either layout.
+void copy_param_state(ParamStore& src, ParamStore& dst, const Stream& s);
+
+}  // namespace primus::parallel

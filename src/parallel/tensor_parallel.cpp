@@ -1,0 +1,94 @@
+#include "parallel/tensor_parallel.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "ops/optimizer.h"
+
+namespace primus::parallel {
+
+TensorParallel::TensorParallel(comm::Communicator& tp, bool sequence_parallel)
+    : tp_(tp), sp_(sequence_parallel && tp.size() > 1) {}
+
+int64_t TensorParallel::local_rows(int64_t rows) const {
+  if (!sp_) return rows;
+  PRIMUS_CHECK(rows % size() == 0, "sequence parallelism: {} tokens do not split over {} tensor-parallel ranks",
+               rows, size());
+  return rows / size();
+}
+
+Tensor TensorParallel::gather_rows(const Tensor& x, const Stream& s, const char* label) const {
+  if (!sp_) return x;
+  PRIMUS_CHECK(x.ndim() == 2, "gather_rows: expected [rows, d], got {}", x.describe());
+  Tensor out = Tensor::empty({x.size(0) * size(), x.size(1)}, x.dtype(), s);
+  tp_.all_gather(x.flatten(), out.flatten(), s, label);
+  return out;
+}
+
+Tensor TensorParallel::sum_rows(const Tensor& partial, const Stream& s, const char* label) const {
+  if (!sp_) {
+    tp_.all_reduce(partial, comm::ReduceOp::kSum, s, label);
+    return partial;
+  }
+  PRIMUS_CHECK(partial.ndim() == 2, "sum_rows: expected [rows, d], got {}", partial.describe());
+  Tensor out = Tensor::empty({local_rows(partial.size(0)), partial.size(1)}, partial.dtype(), s);
+  tp_.reduce_scatter(partial.flatten(), out.flatten(), comm::ReduceOp::kSum, s, label);
+  return out;
+}
+
+TensorParallel::GradView TensorParallel::whole_grads(ParamStore& params) {
+  GradView g;
+  g.grad = params.grad_flat();
+  for (const ParamRegion& r : params.regions()) {
+    g.first.push_back(r.begin);
+    g.len.push_back(r.end - r.begin);
+    g.offset.push_back(r.begin);
+  }
+  return g;
+}
+
+std::vector<std::pair<int64_t, int64_t>> TensorParallel::whole_pieces(const ParamStore& params,
+                                                                      const GradView& g,
+                                                                      bool only_partial) const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const ParamEntry& e : params.entries()) {
+    if (!e.slice.whole() || (only_partial && !e.tp_sum_grad)) continue;
+    const int r = e.region;
+    const int64_t lo = std::max(e.offset, g.first[r]);
+    const int64_t hi = std::min(e.offset + e.numel, g.first[r] + g.len[r]);
+    if (hi > lo) out.emplace_back(g.offset[r] + (lo - g.first[r]), hi - lo);
+  }
+  return out;
+}
+
+void TensorParallel::sum_partial_grads(const ParamStore& params, const GradView& g, const Stream& s) const {
+  const auto pieces = whole_pieces(params, g, /*only_partial=*/true);
+  int64_t total = 0;
+  for (const auto& p : pieces) total += p.second;
+  if (total == 0) return;
+  // One all-reduce for all of them: packed, summed, unpacked (a few norm vectors per layer).
+  Tensor packed = Tensor::empty({total}, g.grad.dtype(), s);
+  int64_t at = 0;
+  for (const auto& [off, len] : pieces) {
+    packed.slice(at, at + len).copy_from(g.grad.slice(off, off + len), s);
+    at += len;
+  }
+  tp_.all_reduce(packed, comm::ReduceOp::kSum, s, "tp partial gradients");
+  at = 0;
+  for (const auto& [off, len] : pieces) {
+    g.grad.slice(off, off + len).copy_from(packed.slice(at, at + len), s);
+    at += len;
+  }
+}
+
+std::pair<double, double> TensorParallel::norm_squares(const ParamStore& params, const GradView& g,
+                                                       const Stream& s) const {
+  Tensor all = Tensor::empty({1}, DType::kF32, s), whole = Tensor::zeros({1}, DType::kF32, s);
+  ops::sum_squares(g.grad, all, /*accumulate=*/false, s);
+  for (const auto& [off, len] : whole_pieces(params, g, /*only_partial=*/false))
+    ops::sum_squares(g.grad.slice(off, off + len), whole, /*accumulate=*/true, s);
+  const double a = all.to_vector<double>()[0], w = whole.to_vector<double>()[0];
+  return {std::max(0.0, a - w), w};
+}
+
+}  // namespace primus::parallel

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Tensor-parallel training under mpirun or `primus launch` (ctest runs these; see tests/CMakeLists.txt): micro
+# Llama / Qwen3 models on the CPU, 20 steps, global batch 16 (micro-batch 2). Each case's loss and grad-norm
+# curves stay within 1e-5 relative of the single process training the same global batch: the ranks compute
+# the same sums split differently (a row-parallel GEMM's K dimension is summed in two parts and then across
+# ranks, the vocabulary's softmax merged from per-rank maxima), so only f32 rounding differs.
+#   tp NP TP         micro Llama (GQA 4/2), TP ranks x NP/TP data-parallel (DDP) ranks
+#   sp NP TP         the same with sequence parallelism (norms and residuals on 1/TP of the tokens) and full
+#                    recomputation (the recomputed forward re-runs its collectives)
+#   mha NP TP        micro Llama with 4 key/value heads (TP 4 needs a whole head per rank), sequence parallel
+#   qwen3 NP TP      micro Qwen3 (q/k-norm shared by the heads of several ranks, q/k/v biases split with
+#                    their rows, tied embeddings: one vocabulary-parallel table for lookup and head), SP
+#   zero1 NP TP      TP x the distributed optimizer (each tp rank's shard of its own split tensors)
+#   fsdp NP TP       TP x FSDP
+#   resume NP TP NP2 TP2   save at iteration 10 with NP ranks / TP, resume with NP2 ranks / TP2 (a changed
+#                    layout): the joined curve equals the uninterrupted single process's; the checkpoint is
+#                    the whole model and exports to Hugging Face with whole-model shapes
+#   launch           sp 2 2 with ranks started by `primus launch` (tcp backend)
+#   bad              refusals, each a clear error naming the key before training
+# Usage: tp_train_test.sh MODE MPIRUN PRIMUS NP TP [NP2 TP2]
+set -u
+mode=$1 mpirun=$2 primus=$3 np=${4:-2} tp=${5:-2} np2=${6:-4} tp2=${7:-4}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/primus-tp-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+flags=(--allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1
+       -x PRIMUS_WORKSPACE="$work" -x PRIMUS_E2E_MODEL)
+common=(--config "$src/tests/e2e/configs/fortunes_micro_llama.yaml" --train_iters 20 --seq_length 64
+        --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
+        --clip_grad 0.5)
+if [ ! -d /usr/share/games/fortunes ]; then
+  common+=(--mock_data true)
+fi
+fail() { echo "tp_train_test FAILED: $*"; exit 1; }
+
+source "$src/tests/mpi/train_runs.sh"  # run NAME NP [env...] -- [overrides...]
+
+# compare A B TOL: loss and grad_norm of every step (20 of them)
+compare() {
+  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'PY'
+import json, sys
+def load(p):
+    steps = {}
+    for l in open(p):
+        if '"loss"' in l:
+            j = json.loads(l)
+            steps[j["step"]] = j  # a resumed run appends: the last record of a step wins
+    return [steps[k] for k in sorted(steps)]
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
+worst = 0.0
+for x, y in zip(a, b):
+    for k in ("loss", "grad_norm"):
+        d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
+        worst = max(worst, d)
+        if d > tol:
+            sys.exit(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r} (relative {d:.3g}, allowed {tol})")
+print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, max relative difference {worst:.3g}"
+      f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
+PY
+  [ $? -eq 0 ] || fail "curves differ: $1 vs $2"
+}
+
+export PRIMUS_E2E_MODEL=micro_llama.yaml
+if [ "$mode" = bad ]; then
+  # refuse NAME EXPECTED NP [env...] -- [overrides...]: exit 2 (every rank), the message, no step
+  refuse() {
+    local name=$1 expect=$2 n=$3
+    shift 3
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local out
+    if [ "$n" -eq 0 ]; then
+      out=$(env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" "${envs[@]}" timeout 60 "$primus" train pretrain \
+        "${common[@]}" "$@" 2>&1)
+    else
+      local xs=()
+      for e in "${envs[@]}"; do xs+=(-x "$e"); done
+      out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" "$primus" train \
+        pretrain "${common[@]}" "$@" 2>&1)
+    fi
+    local code=$?
+    echo "$out" | grep -m1 -A1 "error:" | cut -c1-220
+    [ $code -ne 0 ] && [ $code -ne 124 ] || fail "$name: exit code $code"
+    echo "$out" | grep -qF "$expect" || fail "$name: the output does not say '$expect'"
+    echo "$out" | grep -q "iter 1/" && fail "$name: a step ran"
+    return 0
+  }
+  refuse kv "not supported yet: tensor parallelism (tensor_model_parallel_size / parallelism.tensor_parallel_degree = 4) over more ranks than num_query_groups 2" 4 -- \
+    --tensor_model_parallel_size 4
+  refuse heads "num_attention_heads 4 is not divisible by the tensor-parallel degree 3" 3 -- \
+    --tensor_model_parallel_size 3
+  refuse ffn "ffn_hidden_size 190 is not divisible by the tensor-parallel degree 4" 4 -- \
+    --tensor_model_parallel_size 4 --num_query_groups 4 --ffn_hidden_size 190
+  refuse moe "not supported yet: tensor parallelism (tensor_model_parallel_size / parallelism.tensor_parallel_degree = 2) of MoE" 2 \
+    PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2
+  refuse overlap "not supported yet: tp_comm_overlap" 2 -- --tensor_model_parallel_size 2 --tp_comm_overlap true
+  refuse emulate "one process cannot emulate expert or tensor parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
+    --tensor_model_parallel_size 2
+  refuse world "WORLD_SIZE=3 is not divisible by TP x PP x CP = 2" 3 -- --tensor_model_parallel_size 2
+  echo "tp_train_test: bad passed"
+  exit 0
+fi
+keys=()
+case "$mode" in
+  launch)
+    LAUNCH=1
+    keys=(--sequence_parallel true)
+    ;;
+  tp) ;;
+  sp) keys=(--sequence_parallel true --recompute_granularity full --recompute_method uniform) ;;
+  mha) keys=(--num_query_groups 4 --sequence_parallel true) ;;
+  qwen3)
+    export PRIMUS_E2E_MODEL=micro_qwen3.yaml
+    keys=(--sequence_parallel true)
+    ;;
+  zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
+  fsdp) keys=(--use_torch_fsdp2 true --sequence_parallel true) ;;
+  resume) keys=(--num_query_groups 4) ;;
+  *) fail "unknown mode $mode" ;;
+esac
+
+if [ "$mode" = resume ]; then
+  save=(--save "$work/ckpt" --save_interval 10 --exit_interval 10)
+  run dist "$np" -- --tensor_model_parallel_size "$tp" "${keys[@]}" "${save[@]}"
+  # The checkpoint of the split model is the whole model: its Hugging Face export has the whole shapes.
+  "$primus" convert primus-to-hf --input "$work/ckpt" --output "$work/hf" >"$work/convert.log" 2>&1 ||
+    { tail -20 "$work/convert.log"; fail "primus-to-hf of the TP $tp checkpoint failed"; }
+  python3 - "$work/hf" <<'PY' || fail "the Hugging Face export does not have the whole model's shapes"
+import glob, json, struct, sys
+shapes = {}
+for f in glob.glob(sys.argv[1] + "/*.safetensors"):
+    with open(f, "rb") as h:
+        n = struct.unpack("<Q", h.read(8))[0]
+        shapes.update({k: v["shape"] for k, v in json.loads(h.read(n)).items() if k != "__metadata__"})
+cfg = json.load(open(sys.argv[1] + "/config.json"))
+d, f, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["hidden_size"] // cfg["num_attention_heads"]
+want = {"model.layers.0.self_attn.q_proj.weight": [cfg["num_attention_heads"] * hd, d],
+        "model.layers.0.self_attn.k_proj.weight": [cfg["num_key_value_heads"] * hd, d],
+        "model.layers.1.self_attn.o_proj.weight": [d, cfg["num_attention_heads"] * hd],
+        "model.layers.1.mlp.gate_proj.weight": [f, d], "model.layers.1.mlp.down_proj.weight": [d, f],
+        "model.embed_tokens.weight": [cfg["vocab_size"], d]}
+bad = {k: (shapes.get(k), v) for k, v in want.items() if shapes.get(k) != v}
+print(f"Hugging Face export: {len(shapes)} tensors; checked {len(want)} shapes")
+if bad:
+    sys.exit(f"wrong shapes (have, want): {bad}")
+PY
+  run dist "$np2" -- --tensor_model_parallel_size "$tp2" "${keys[@]}" "${save[@]}" --auto_continue_train true
+  grep -q "resuming from" "$work/dist.log" || fail "the $np2-rank run did not resume"
+else
+  run dist "$np" -- --tensor_model_parallel_size "$tp" "${keys[@]}"
+fi
+grep -h "tensor parallel:" "$work/dist.log" | head -1
+grep -q "tensor parallel: $tp ranks\|tensor parallel: $tp2 ranks" "$work/dist.log" || fail "the run did not split the model"
+run single 0 -- "${keys[@]}"
+compare dist single 1e-5
+echo "tp_train_test: $mode passed"

@@ -1,0 +1,228 @@
+// Tensor parallelism on the CPU (model/param_store.h EntrySlice, parallel/tensor_parallel.h,
+// parallel/split_state.h): each tp rank's store initialises bitwise as its part of the one-rank model (checked
+// against index arithmetic written out here, not against EntrySlice); a tiny model split over 2 ranks of a
+// tcp world, with and without sequence parallelism, computes in f64 the one-rank losses and, after the tp sum
+// of partial gradients, each rank's part of the one-rank gradients; gathering the parts gives back the whole
+// model; refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "config/not_supported.h"
+#include "model/llama_model.h"
+#include "model/param_store.h"
+#include "parallel/split_state.h"
+#include "parallel/tensor_parallel.h"
+#include "unit/model_grad_util.h"
+#include "unit/tcp_ranks.h"
+
+using namespace primus;
+
+namespace {
+
+ModelConfig tiny(bool qk_norm, bool bias, bool tied) {
+  ModelConfig m = grad_test::tiny_model(qk_norm, bias, tied);
+  m.vocab_size = m.padded_vocab_size = 24;  // divisible by the tp degrees below
+  return m;
+}
+
+// Norm weights start at 1 and biases at 0: move every element by a function of its index in the whole
+// tensor, so that their gradients are generic and every layout moves the same element alike.
+void perturb(ParamStore& p) {
+  for (int i = 0; i < static_cast<int>(p.entries().size()); ++i) {
+    const ParamEntry& e = p.entry(i);
+    if (e.decay) continue;
+    double* w = p.master(i).data<double>();
+    e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
+      for (int64_t j = 0; j < len; ++j)
+        w[lo + j] += 0.2 * std::sin(0.7 * static_cast<double>(wo + j) + static_cast<double>(e.name.size()));
+    });
+  }
+}
+
+// Rows of a [rows, cols] tensor (row-major values), as the expected part of a whole tensor.
+std::vector<double> rows_of(const std::vector<double>& t, int64_t cols, int64_t first, int64_t n) {
+  return std::vector<double>(t.begin() + first * cols, t.begin() + (first + n) * cols);
+}
+std::vector<double> cols_of(const std::vector<double>& t, int64_t cols, int64_t first, int64_t n) {
+  std::vector<double> out;
+  for (size_t r = 0; r < t.size() / cols; ++r)
+    out.insert(out.end(), t.begin() + r * cols + first, t.begin() + r * cols + first + n);
+  return out;
+}
+std::vector<double> cat(std::initializer_list<std::vector<double>> parts) {
+  std::vector<double> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// Rank `rank`'s expected part of entry `name` of the whole model (TP `T`): Megatron's column- and
+// row-parallel splits of the packed projections.
+std::vector<double> expected_part(ParamStore& whole, const std::string& name, int T, int rank) {
+  const ModelSpec& s = whole.spec();
+  const std::vector<double> w = whole.master(whole.find(name)).to_vector<double>();
+  const int64_t d = s.hidden, q = s.q_dim() / T, kv = s.kv_dim() / T, f = s.ffn / T, v = s.vocab / T;
+  auto ends_with = [&](const char* suffix) { return name.size() >= std::strlen(suffix) &&
+                                                    name.compare(name.size() - std::strlen(suffix),
+                                                             std::string::npos, suffix) == 0; };
+  if (ends_with("qkv_proj.weight") || ends_with("qkv_proj.bias")) {
+    const int64_t c = ends_with("weight") ? d : 1;
+    return cat({rows_of(w, c, rank * q, q), rows_of(w, c, s.q_dim() + rank * kv, kv),
+                rows_of(w, c, s.q_dim() + s.kv_dim() + rank * kv, kv)});
+  }
+  if (ends_with("o_proj.weight")) return cols_of(w, s.q_dim(), rank * q, q);
+  if (ends_with("gate_up_proj.weight")) return cat({rows_of(w, d, rank * f, f), rows_of(w, d, s.ffn + rank * f, f)});
+  if (ends_with("down_proj.weight")) return cols_of(w, s.ffn, rank * f, f);
+  if (name == "embed_tokens.weight" || name == "lm_head.weight") return rows_of(w, d, rank * v, v);
+  return w;  // norms: whole on every rank
+}
+
+}  // namespace
+
+TEST(TensorParallelStore, SharesInitialiseAsMegatronSplitsOfTheWholeModel) {
+  for (int T : {2, 4}) {
+    ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/true, /*tied=*/false);
+    cfg.num_query_groups = 4;  // TP 4: a whole key/value head per rank
+    const ModelSpec spec = ModelSpec::from_config(cfg);
+    ParamStore whole(spec);
+    whole.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+    whole.initialize(11, Stream::cpu());
+    for (int rank = 0; rank < T; ++rank) {
+      ParamStore share(spec.with_tensor_shard(T, rank, /*sequence_parallel=*/true));
+      share.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+      share.initialize(11, Stream::cpu());
+      ASSERT_EQ(share.entries().size(), whole.entries().size());
+      for (int i = 0; i < static_cast<int>(share.entries().size()); ++i) {
+        const ParamEntry& e = share.entry(i);
+        EXPECT_EQ(share.master(i).to_vector<double>(), expected_part(whole, e.name, T, rank))
+            << "tp " << T << " rank " << rank << " " << e.name;
+        // Whole tensors whose gradient each rank computes a part of: norms (sequence parallel), q/k-norm.
+        const bool norm = e.name.find("norm") != std::string::npos;
+        EXPECT_EQ(e.tp_sum_grad, norm) << e.name;
+        EXPECT_EQ(e.slice.whole(), norm) << e.name;
+      }
+    }
+  }
+}
+
+// Each rank of a 2-rank tcp world trains one micro-batch of the split model; losses equal the whole model's
+// and every rank's gradients its part of the whole model's (f64: only rounding differs).
+TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
+  for (const bool sp : {false, true}) {
+    for (const bool tied : {false, true}) {
+      SCOPED_TRACE(fmt::format("sequence_parallel {} tied {}", sp, tied));
+      const ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/true, tied);
+      const ModelSpec spec = ModelSpec::from_config(cfg);
+      RecomputeConfig rc;
+      rc.granularity = sp ? "full" : "";
+      rc.method = sp ? "uniform" : "";
+      ParamStore whole(spec);
+      whole.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+      whole.initialize(5, Stream::cpu());
+      perturb(whole);
+      LlamaModel model(cfg, rc, whole, Stream::cpu(), 8);
+      std::vector<int32_t> tv, yv;
+      for (int i = 0; i < 16; ++i) {
+        tv.push_back((i * 7 + 3) % 24);
+        yv.push_back(i == 5 ? -1 : (i * 11 + 1) % 24);  // one ignored target
+      }
+      const Tensor tokens = Tensor::from_vector(tv, {2, 8}), targets = Tensor::from_vector(yv, {2, 8});
+      whole.grad_flat().zero_(Stream::cpu());
+      const std::vector<double> ref_losses =
+          model.forward_backward(tokens, targets, 0.25f).to_vector<double>();
+
+      std::mutex mu;
+      comm::run_ranks(2, [&](comm::Communicator& c) {
+        ParamStore local(spec.with_tensor_shard(2, c.rank(), sp));
+        local.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+        local.initialize(5, Stream::cpu());
+        perturb(local);
+        LlamaModel m(cfg, rc, local, Stream::cpu(), 8);
+        parallel::TensorParallel tp(c, sp);
+        m.set_tensor_parallel(&tp);
+        local.grad_flat().zero_(Stream::cpu());
+        const std::vector<double> losses = m.forward_backward(tokens, targets, 0.25f).to_vector<double>();
+        tp.sum_partial_grads(local, parallel::TensorParallel::whole_grads(local), Stream::cpu());
+        std::lock_guard<std::mutex> lock(mu);
+        ASSERT_EQ(losses.size(), ref_losses.size());
+        for (size_t i = 0; i < losses.size(); ++i)
+          EXPECT_NEAR(losses[i], ref_losses[i], 1e-12 * (1 + std::abs(ref_losses[i]))) << "token " << i;
+        for (int i = 0; i < static_cast<int>(local.entries().size()); ++i) {
+          const ParamEntry& e = local.entry(i);
+          const std::vector<double> g = local.grad(i).to_vector<double>();
+          const std::vector<double> all = whole.grad(whole.find(e.name)).to_vector<double>();
+          double scale = 0;
+          for (double x : all) scale = std::max(scale, std::abs(x));
+          std::vector<double> want(g.size());
+          e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
+            std::copy(all.begin() + wo, all.begin() + wo + len, want.begin() + lo);
+          });
+          for (size_t j = 0; j < g.size(); ++j)
+            ASSERT_NEAR(g[j], want[j], 1e-11 * (1 + scale)) << "rank " << c.rank() << " " << e.name << " [" << j << "]";
+        }
+      });
+    }
+  }
+}
+
+// Splitting the whole model's state into the tp ranks' shares and gathering them back is the identity
+// (master weights and both moments); a rank's share is its part.
+TEST(TensorParallelStore, ShareAndGatherRoundTripTheWholeModelState) {
+  const ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/true, /*tied=*/false);
+  const ModelSpec spec = ModelSpec::from_config(cfg);
+  ParamStore whole(spec);
+  whole.allocate(DType::kF32, Stream::cpu());
+  whole.initialize(3, Stream::cpu());
+  std::vector<float> m(whole.total_numel()), v(whole.total_numel());
+  for (size_t i = 0; i < m.size(); ++i) {
+    m[i] = 0.001f * static_cast<float>(i);
+    v[i] = 2.0f + 0.001f * static_cast<float>(i);
+  }
+  whole.adam_m_flat().copy_from(Tensor::from_vector(m, {whole.total_numel()}), Stream::cpu());
+  whole.adam_v_flat().copy_from(Tensor::from_vector(v, {whole.total_numel()}), Stream::cpu());
+  std::mutex mu;
+  comm::run_ranks(2, [&](comm::Communicator& c) {
+    ParamStore share(spec.with_tensor_shard(2, c.rank(), false));
+    share.allocate(DType::kF32, Stream::cpu());
+    parallel::take_split_share(whole, share);
+    ParamStore back(spec);
+    back.allocate(DType::kF32, Stream::cpu(), DType::kF32, MasterStorage::kF32);
+    parallel::gather_split_state(share, Stream::cpu(), c, Stream::cpu(), back);
+    std::lock_guard<std::mutex> lock(mu);
+    for (int i = 0; i < static_cast<int>(whole.entries().size()); ++i) {
+      const ParamEntry& e = whole.entry(i);
+      const int j = back.find(e.name);
+      EXPECT_EQ(back.master(j).to_vector<float>(), whole.master(i).to_vector<float>()) << e.name;
+      const ParamEntry& b = back.entry(j);
+      EXPECT_EQ(back.adam_m_flat().slice(b.offset, b.offset + b.numel).to_vector<float>(),
+                std::vector<float>(m.begin() + e.offset, m.begin() + e.offset + e.numel))
+          << e.name;
+      EXPECT_EQ(back.adam_v_flat().slice(b.offset, b.offset + b.numel).to_vector<float>(),
+                std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel))
+          << e.name;
+    }
+  });
+}
+
+TEST(TensorParallelStore, RefusesWhatDoesNotSplit) {
+  const ModelSpec spec = ModelSpec::from_config(tiny(false, false, false));  // 4 heads, 2 kv heads, ffn 24
+  EXPECT_THROW(spec.with_tensor_shard(3, 0, false), Error);                   // heads
+  EXPECT_THROW(spec.with_tensor_shard(4, 0, false), config::NotSupportedError);  // kv heads replicated
+  EXPECT_THROW(spec.with_tensor_shard(2, 2, false), Error);                   // rank outside the split
+  ModelConfig moe = tiny(false, false, false);
+  moe.moe.num_experts = 4;
+  moe.moe.topk = 2;
+  moe.moe.ffn_hidden_size = 8;
+  moe.moe.layer_is_moe = {1, 1};
+  EXPECT_THROW(ModelSpec::from_config(moe).with_tensor_shard(2, 0, false), config::NotSupportedError);
+  // A model refuses a tensor-parallel group that does not match its store's split.
+  ParamStore share(spec.with_tensor_shard(2, 1, false));
+  share.allocate(DType::kF32, Stream::cpu());
+  RecomputeConfig rc;
+  LlamaModel model(tiny(false, false, false), rc, share, Stream::cpu(), 16);
+  EXPECT_EQ(model.spec().heads, 2);
+  EXPECT_EQ(model.spec().vocab_begin(), 12);
+  EXPECT_THROW(model.set_tensor_parallel(nullptr), Error);
+}

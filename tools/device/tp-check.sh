@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Tensor parallelism on GPUs (issue #19), one call on nvidia-h100-x2 / h200-x2 (stage also on one GPU):
+#  stage  two ranks sharing GPU 0 through the host-staged tcp communicator (CUDA_VISIBLE_DEVICES=0,
+#         PRIMUS_COMM_BACKEND=tcp): micro Llama TP 2, micro Llama TP 2 + SP, micro Qwen3 TP 2 + SP, 20 steps on
+#         mock data, against one process on the same GPU with the same global batch (bf16: within 2e-2);
+#  nccl   the same with one rank per GPU over NCCL, and TP 2 + SP with ZeRO-1 is not possible on 2 GPUs (DP 1):
+#         so TP 2 + SP with full recomputation;
+#  perf   Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, and
+#         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
+#         all-reduce / all-gather / reduce-scatter bandwidth at the TP message size for the floor.
+# Carry .device (tp.tgz: stripped primus). Usage: PARTS="stage nccl perf" tools/device/tp-check.sh
+set -uo pipefail
+out=/tmp/tp-out
+rm -rf "$out" && mkdir -p "$out"
+bin=/tmp/tp-bin
+mkdir -p "$bin" && tar xzf .device/tp.tgz -C "$bin" || exit 1
+parts=${PARTS:-stage nccl perf}
+ngpu=$(nvidia-smi -L | wc -l)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+date -u +"%Y-%m-%dT%H:%M:%SZ"
+finish() { tar czf "${OUT:-/tmp}/tp-logs.tgz" -C "$out" . 2>/dev/null; date -u +"%Y-%m-%dT%H:%M:%SZ"; }
+trap finish EXIT
+export NCCL_NVLS_ENABLE=0 PRIMUS_USER=dev PRIMUS_HOME=$PWD
+
+# run NAME NPROC LIMIT [env...] -- args...: metrics copied to $out/NAME.jsonl
+run() {
+  local name=$1 n=$2 limit=$3
+  shift 3
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local ws=/tmp/tp-ws/$name
+  rm -rf "$ws"
+  if [ "$n" -eq 1 ]; then
+    env "${envs[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$name timeout "$limit" "$bin/primus" train pretrain \
+      --device cuda "$@" >"$out/$name.log" 2>&1
+  else
+    env "${envs[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$name timeout "$limit" "$bin/primus" launch \
+      --nproc-per-node "$n" --master-port 0 -- train pretrain --device cuda "$@" >"$out/$name.log" 2>&1
+  fi
+  local rc=$?
+  cp "$(find "$ws" -name metrics.jsonl | head -1)" "$out/$name.jsonl" 2>/dev/null
+  echo "== $name rc=$rc: $(grep -E 'tensor parallel:|done:' "$out/$name.log" | cut -c1-160 | tr '\n' ' ')"
+  [ $rc -eq 0 ] || grep -iE "error|fail" "$out/$name.log" | head -5 | cut -c1-240
+}
+
+# curves A B TOL: loss (and grad norm, reported) of every step
+curves() {
+  python3 - "$out/$1.jsonl" "$out/$2.jsonl" "$3" <<'PY'
+import json, sys
+def load(p):
+    try:
+        return [json.loads(l) for l in open(p) if '"loss"' in l]
+    except OSError:
+        return []
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+if not a or len(a) != len(b):
+    sys.exit(f"curves: {len(a)} vs {len(b)} steps")
+dl = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+dg = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(y["grad_norm"]) for x, y in zip(a, b))
+ok = dl <= tol
+print(f"   {sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: {len(a)} steps, loss max rel diff {dl:.2e}, "
+      f"grad-norm {dg:.2e} (loss {a[0]['loss']:.4f} -> {a[-1]['loss']:.4f}) {'OK' if ok else 'DIFFERS'}")
+PY
+}
+
+micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --train_iters 20 --seq_length 64
+       --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5)
+for part in stage nccl; do
+  [[ " $parts " == *" $part "* ]] || continue
+  [ "$part" = nccl ] && [ "$ngpu" -lt 2 ] && { echo "== nccl: skipped ($ngpu GPU)"; continue; }
+  for case in "micro_llama:tp" "micro_llama:sp" "micro_qwen3:sp"; do
+    model=${case%%:*} kind=${case##*:}
+    extra=(--tensor_model_parallel_size 2)
+    [ "$kind" = sp ] && extra+=(--sequence_parallel true)
+    [ "$part" = nccl ] && [ "$kind" = sp ] && extra+=(--recompute_granularity full --recompute_method uniform)
+    [ -f "$out/${model}_1gpu.jsonl" ] ||
+      run "${model}_1gpu" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}"
+    envs=(PRIMUS_E2E_MODEL=$model.yaml)
+    [ "$part" = stage ] && envs+=(CUDA_VISIBLE_DEVICES=0 PRIMUS_COMM_BACKEND=tcp)
+    run "${model}_${kind}2_$part" 2 180 "${envs[@]}" -- "${micro[@]}" "${extra[@]}"
+    curves "${model}_${kind}2_$part" "${model}_1gpu" 2e-2
+  done
+done
+
+if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
+  # The TP messages: [8192, 4096] bf16 = 64 MiB (all-reduce), 32 MiB per rank (all-gather / reduce-scatter).
+  timeout 200 "$bin/primus" launch --nproc-per-node 2 --master-port 0 -- benchmark comm --backend nccl \
+    --ops all_reduce,all_gather,reduce_scatter --sizes 32M,64M 2>&1 | tail -12 | tee "$out/comm.txt"
+  l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters 30 --log_interval 10)
+  names=""
+  for gbs in 1 2; do
+    run "l8_1gpu_b$gbs" 1 200 CUDA_VISIBLE_DEVICES=0 -- "${l[@]}" --global_batch_size $gbs
+    run "l8_tp2_b$gbs" 2 200 -- "${l[@]}" --global_batch_size $gbs --tensor_model_parallel_size 2
+    run "l8_tp2sp_b$gbs" 2 200 -- "${l[@]}" --global_batch_size $gbs --tensor_model_parallel_size 2 \
+      --sequence_parallel true
+    names="$names l8_1gpu_b$gbs l8_tp2_b$gbs l8_tp2sp_b$gbs"
+    if [ $gbs = 2 ]; then
+      run l8_dp2_b2 2 200 -- "${l[@]}" --global_batch_size 2 --overlap_grad_reduce true
+      names="$names l8_dp2_b2"
+    fi
+  done
+  python3 - "$out" $names <<'PY'
+import json, statistics, sys, os
+out = sys.argv[1]
+def med(n):
+    p = f"{out}/{n}.jsonl"
+    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l] if os.path.exists(p) else []
+    tail = [r["iter_ms"] for r in rec[10:]]
+    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
+for n in sys.argv[2:]:
+    gbs = int(n[-1])
+    base, _ = med(f"l8_1gpu_b{gbs}")
+    m, mem = med(n)
+    print(f"   {n}: " + (f"median {m:.1f} ms per global batch of {gbs} x 8192 tokens, {gbs * 8192 / m * 1e3:,.0f} "
+                          f"tok/s, peak {mem:.2f} GB, {base / m:.3f}x one GPU" if m and base else "no steps"))
+PY
+fi
