@@ -8,9 +8,10 @@
 
 namespace primus::ops {
 
-void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s) {
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s,
+                       int64_t vocab_begin, int64_t vocab_total) {
   check_same_device("embedding_forward", table.device(), {&tokens, &table, &out});
-  PRIMUS_DISPATCH(table, embedding_forward, tokens, table, out, s);
+  PRIMUS_DISPATCH(table, embedding_forward, tokens, table, out, s, vocab_begin, vocab_total);
 }
 
 void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
@@ -28,9 +29,10 @@ void embedding_forward_updated_split(const Tensor& tokens, const Tensor& hi, con
   PRIMUS_DISPATCH(hi, embedding_forward_updated_split, tokens, hi, rem, grad, m, v, p, out, s);
 }
 
-void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s,
+                        int64_t vocab_begin, int64_t vocab_total) {
   check_same_device("embedding_backward", dtable.device(), {&tokens, &dout, &dtable});
-  PRIMUS_DISPATCH(dtable, embedding_backward, tokens, dout, dtable, s);
+  PRIMUS_DISPATCH(dtable, embedding_backward, tokens, dout, dtable, s, vocab_begin, vocab_total);
 }
 
 }  // namespace primus::ops

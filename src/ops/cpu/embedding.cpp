@@ -1,6 +1,7 @@
 // CPU reference for the token embedding: a row gather forward, a row scatter-add backward. The backward
 // splits the work by column blocks, so each dtable element is summed by one thread in token order:
-// deterministic whatever the thread count, and no atomics.
+// deterministic whatever the thread count, and no atomics. A vocabulary-sharded table (rows [vocab_begin,
+// vocab_begin + V) of vocab_total) looks up zeros for, and takes no gradient from, the ids of other shards.
 #include <cstring>
 
 #include "ops/cpu/cpu_common.h"
@@ -25,14 +26,27 @@ void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
   }
 }
 
+// The whole vocabulary the ids are checked against (vocab_total, or the table's rows for -1); the table's
+// rows [vocab_begin, vocab_begin + rows) must lie in it.
+int64_t shard_vocab(const char* op, int64_t rows, int64_t vocab_begin, int64_t vocab_total) {
+  PRIMUS_CHECK(vocab_total >= -1, "{}: vocab_total must be -1 (the table's rows) or the vocabulary, got {}",
+               op, vocab_total);
+  const int64_t total = vocab_total == -1 ? rows : vocab_total;
+  PRIMUS_CHECK(vocab_begin >= 0 && vocab_begin + rows <= total,
+               "{}: the table's rows [{}, {}) must lie in the vocabulary [0, {})", op, vocab_begin,
+               vocab_begin + rows, total);
+  return total;
+}
+
 }  // namespace
 
-void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s) {
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s,
+                       int64_t vocab_begin, int64_t vocab_total) {
   constexpr const char* op = "embedding_forward";
   const DType dt = check_float(op, "table", table);
   check_ndim(op, "table", table, 2);
   const int64_t vocab = table.size(0), d = table.size(1);
-  check_tokens(op, tokens, vocab);
+  check_tokens(op, tokens, shard_vocab(op, vocab, vocab_begin, vocab_total));
   const int64_t n = tokens.numel();
   check_tensor(op, "out", out, dt, {n, d});
   PRIMUS_CHECK(!overlaps(out, table), "embedding_forward: out must not overlap table");
@@ -41,7 +55,14 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   const char* src = static_cast<const char*>(table.data_ptr());
   char* dst = static_cast<char*>(out.data_ptr());
 #pragma omp parallel for schedule(static) if (n * d > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row_bytes, src + ids[i] * row_bytes, row_bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = ids[i] - vocab_begin;
+    if (row >= 0 && row < vocab) {
+      std::memcpy(dst + i * row_bytes, src + row * row_bytes, row_bytes);
+    } else {
+      std::memset(dst + i * row_bytes, 0, row_bytes);  // another shard's id (all-bits-zero is 0.0)
+    }
+  }
 }
 
 void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
@@ -76,12 +97,13 @@ void embedding_forward_updated_split(const Tensor& tokens, const Tensor& hi, con
   cpu::embedding_forward_updated(tokens, master, grad, m, v, p, out, s);
 }
 
-void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s,
+                        int64_t vocab_begin, int64_t vocab_total) {
   constexpr const char* op = "embedding_backward";
   const DType dt = check_float(op, "dtable", dtable);
   check_ndim(op, "dtable", dtable, 2);
   const int64_t vocab = dtable.size(0), d = dtable.size(1);
-  check_tokens(op, tokens, vocab);
+  check_tokens(op, tokens, shard_vocab(op, vocab, vocab_begin, vocab_total));
   const int64_t n = tokens.numel();
   check_tensor(op, "dout", dout, dt, {n, d});
   PRIMUS_CHECK(!overlaps(dout, dtable), "embedding_backward: dout must not overlap dtable");
@@ -96,8 +118,10 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t c0 = blk * kBlock, c1 = std::min(d, c0 + kBlock);
       for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = ids[i] - vocab_begin;
+        if (row < 0 || row >= vocab) continue;  // another shard's id
         const T* src = g + i * d;
-        T* dst = w + static_cast<int64_t>(ids[i]) * d;
+        T* dst = w + row * d;
         for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
       }
     }

@@ -6,8 +6,10 @@
 
 namespace primus::ops::cpu {
 
-void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s);
-void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s);
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s,
+                       int64_t vocab_begin = 0, int64_t vocab_total = -1);
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s,
+                        int64_t vocab_begin = 0, int64_t vocab_total = -1);
 void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const Tensor& grad,
                                const Tensor& m, const Tensor& v, const AdamWParams& p, Tensor& out,
                                const Stream& s);

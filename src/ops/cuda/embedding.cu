@@ -11,6 +11,10 @@
 //
 // Out-of-range ids: the kernels cannot throw, so they record the id in a small pinned, host-mapped word and
 // skip it (forward writes NaN to that row). The next embedding call on the host sees the word and throws.
+//
+// Vocabulary-sharded tables (rows [vocab_begin, vocab_begin + V) of vocab_total): ids in [0, vocab_total)
+// that another shard holds look up a zero row, and in the backward they sort last with the out-of-range ids
+// (key V), where no block reads their dout rows.
 #include "ops/cuda/adam_math.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
@@ -42,14 +46,19 @@ __device__ __forceinline__ void report_bad_id(int* flag, int id) {
 
 template <int E>
 __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const bf16* __restrict__ table,
-                                     bf16* __restrict__ out, int64_t total, int64_t d, int64_t v, int* flag) {
+                                     bf16* __restrict__ out, int64_t total, int64_t d, int64_t v,
+                                     int64_t vocab_begin, int64_t vocab_total, int* flag) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx * E >= total) return;
   const int64_t n = (idx * E) / d, c = (idx * E) % d;
   const int32_t t = __ldg(tokens + n);
+  const int64_t row = static_cast<int64_t>(t) - vocab_begin;
   Vec<bf16, E> r;
-  if (t >= 0 && t < v) {
-    r = load_vec<bf16, E>(table + t * d + c);
+  if (row >= 0 && row < v) {
+    r = load_vec<bf16, E>(table + row * d + c);
+  } else if (t >= 0 && t < vocab_total) {  // another shard's id
+#pragma unroll
+    for (int e = 0; e < E; ++e) r.v[e] = __float2bfloat16_rn(0.f);
   } else {
 #pragma unroll
     for (int e = 0; e < E; ++e) r.v[e] = __float2bfloat16_rn(__int_as_float(0x7fc00000));
@@ -84,16 +93,19 @@ __global__ void embedding_fwd_updated_kernel(const int32_t* __restrict__ tokens,
   }
 }
 
-// keys = token id (out-of-range ids become v, which sorts last and is skipped), vals = position.
+// keys = the id's row of this table (out-of-range ids and other shards' ids become v, which sorts last and is
+// skipped), vals = position.
 __global__ void embedding_sort_prep_kernel(const int32_t* __restrict__ tokens, int64_t n, int64_t v,
+                                           int64_t vocab_begin, int64_t vocab_total,
                                            uint32_t* __restrict__ keys, uint32_t* __restrict__ vals,
                                            int* flag) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int32_t t = tokens[i];
-  const bool ok = t >= 0 && t < v;
+  const bool ok = t >= 0 && t < vocab_total;
   if (!ok) report_bad_id(flag, t);
-  keys[i] = ok ? static_cast<uint32_t>(t) : static_cast<uint32_t>(v);
+  const int64_t row = static_cast<int64_t>(t) - vocab_begin;
+  keys[i] = ok && row >= 0 && row < v ? static_cast<uint32_t>(row) : static_cast<uint32_t>(v);
   vals[i] = static_cast<uint32_t>(i);
 }
 
@@ -148,6 +160,10 @@ __global__ void __launch_bounds__(kBlock, 8)
     key_after = start + len < n ? keys[start + len] : 0xffffffffu;
   }
   __syncthreads();
+  // Keys >= v (skipped ids) sort last: the chunk's rows to add are a prefix, whose dout rows alone are read.
+  int valid = len;
+  while (valid > 0 && sk[valid - 1] >= v) --valid;
+  if (valid == 0) return;
   const int64_t col = (static_cast<int64_t>(blockIdx.y) * kBlock + threadIdx.x) * E;
   if (col >= d) return;
 
@@ -168,15 +184,15 @@ __global__ void __launch_bounds__(kBlock, 8)
   };
   // Rows are loaded a few at a time ahead of the (data-dependent) run bookkeeping, to keep loads in flight.
   constexpr int kAhead = E == 8 ? 4 : 8;
-  for (int j0 = 0; j0 < len; j0 += kAhead) {
+  for (int j0 = 0; j0 < valid; j0 += kAhead) {
     Vec<bf16, E> rows[kAhead];
 #pragma unroll
     for (int u = 0; u < kAhead; ++u)
-      if (j0 + u < len) rows[u] = load_vec<bf16, E>(dout + static_cast<int64_t>(sv[j0 + u]) * d + col);
+      if (j0 + u < valid) rows[u] = load_vec<bf16, E>(dout + static_cast<int64_t>(sv[j0 + u]) * d + col);
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       const int j = j0 + u;
-      if (j >= len) break;
+      if (j >= valid) break;
       if (j > 0 && sk[j] != sk[j - 1]) {
         flush(sk[j - 1], run_start, j);
 #pragma unroll
@@ -187,7 +203,7 @@ __global__ void __launch_bounds__(kBlock, 8)
       for (int e = 0; e < E; ++e) acc[e] += __bfloat162float(rows[u].v[e]);
     }
   }
-  flush(sk[len - 1], run_start, len);
+  flush(sk[valid - 1], run_start, valid);  // goes on into the next chunk only when valid == len
 }
 
 // Stage 2: the chunk where a boundary-crossing run starts adds its tail piece and the head pieces of the
@@ -262,6 +278,18 @@ void raise_pending_error(const char* op, int64_t v) {
       id, v);
 }
 
+// The whole vocabulary the ids are checked against (vocab_total, or the table's rows for -1); the table's
+// rows [vocab_begin, vocab_begin + rows) must lie in it.
+int64_t shard_vocab(const char* op, int64_t rows, int64_t vocab_begin, int64_t vocab_total) {
+  PRIMUS_CHECK(vocab_total >= -1, "{}: vocab_total must be -1 (the table's rows) or the vocabulary, got {}",
+               op, vocab_total);
+  const int64_t total = vocab_total == -1 ? rows : vocab_total;
+  PRIMUS_CHECK(vocab_begin >= 0 && vocab_begin + rows <= total,
+               "{}: the table's rows [{}, {}) must lie in the vocabulary [0, {})", op, vocab_begin,
+               vocab_begin + rows, total);
+  return total;
+}
+
 bool vec_ok(int64_t d, std::initializer_list<const void*> ptrs) {
   if (d % 8 != 0) return false;
   for (const void* p : ptrs)
@@ -271,7 +299,8 @@ bool vec_ok(int64_t d, std::initializer_list<const void*> ptrs) {
 
 }  // namespace
 
-void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s) {
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s,
+                       int64_t vocab_begin, int64_t vocab_total) {
   constexpr const char* op = "embedding_forward";
   detail::check_cuda_tensor(op, "tokens", tokens, DType::kI32);
   detail::check_cuda_tensor(op, "table", table, DType::kBF16);
@@ -282,7 +311,8 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   const int64_t v = table.size(0), d = table.size(1), n = tokens.numel();
   PRIMUS_CHECK(out.numel() == n * d && out.size(-1) == d, "{}: out must be [{}, {}], got {}", op, n, d,
                out.describe());
-  raise_pending_error(op, v);
+  const int64_t vt = shard_vocab(op, v, vocab_begin, vocab_total);
+  raise_pending_error(op, vt);
   const int64_t total = n * d;
   if (total == 0) return;
   const bool vec = vec_ok(d, {table.data_ptr(), out.data_ptr()});
@@ -292,11 +322,11 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   const auto* tab = static_cast<const bf16*>(table.data_ptr());
   auto* o = static_cast<bf16*>(out.data_ptr());
   if (vec) {
-    embedding_fwd_kernel<8><<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(tp, tab, o, total, d, v,
-                                                                                     error_word_device());
+    embedding_fwd_kernel<8><<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(
+        tp, tab, o, total, d, v, vocab_begin, vt, error_word_device());
   } else {
-    embedding_fwd_kernel<1><<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(tp, tab, o, total, d, v,
-                                                                                     error_word_device());
+    embedding_fwd_kernel<1><<<static_cast<unsigned>(grid), 256, 0, cuda_stream(s)>>>(
+        tp, tab, o, total, d, v, vocab_begin, vt, error_word_device());
   }
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
@@ -368,7 +398,8 @@ void embedding_forward_updated_split(const Tensor& tokens, const Tensor& hi, con
                          s);
 }
 
-void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s) {
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable, const Stream& s,
+                        int64_t vocab_begin, int64_t vocab_total) {
   constexpr const char* op = "embedding_backward";
   detail::check_cuda_tensor(op, "tokens", tokens, DType::kI32);
   detail::check_cuda_tensor(op, "dout", dout, DType::kBF16);
@@ -381,7 +412,8 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
                dout.describe());
   PRIMUS_CHECK(v < (int64_t{1} << 31) - 1 && n < (int64_t{1} << 31), "{}: V ({}) or N ({}) too large", op, v,
                n);
-  raise_pending_error(op, v);
+  const int64_t vt = shard_vocab(op, v, vocab_begin, vocab_total);
+  raise_pending_error(op, vt);
   if (n == 0 || d == 0) return;
   cudaStream_t cs = cuda_stream(s);
 
@@ -391,7 +423,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
   auto* v_in = reinterpret_cast<uint32_t*>(vals.data<int32_t>());
   auto* v_out = v_in + n;
   embedding_sort_prep_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(n, 256)), 256, 0, cs>>>(
-      tokens.data<int32_t>(), n, v, k_in, v_in, error_word_device());
+      tokens.data<int32_t>(), n, v, vocab_begin, vt, k_in, v_in, error_word_device());
   PRIMUS_CUDA_CHECK_LAUNCH();
   // Keys are in [0, v]: sort only the bits that can be set.
   const int end_bit = std::bit_width(static_cast<uint32_t>(v));

@@ -9,6 +9,12 @@
 // per logit, the floor. The cluster reduction combines the C partials in rank order in every CTA, so all CTAs
 // see the same bitwise lse. Fallback (odd V, unaligned, or longer rows): one block per row, an online max/sum
 // pass and a gradient pass that reads the row again (6 bytes per logit; the second read often hits L2).
+//
+// Vocabulary-parallel variant (a rank's V_local columns of each row): two plain block-per-row kernels around
+// the caller's all-gather. Stats reads the row once (an online max/sum, 2 bytes per logit); finish merges the
+// P ranks' statistics in rank order (thread 0, the same float operations in the same order on every rank, so
+// the lse and the loss are bitwise the same everywhere) and writes the gradient (read + write, 4 bytes per
+// logit). 16-byte accesses when V_local % 8 == 0 and the rows are aligned, else one element at a time.
 #include "ops/cuda/kernel_utils.cuh"
 
 #include <cooperative_groups.h>
@@ -240,6 +246,125 @@ void launch_cluster(int64_t rows, int c, int64_t per, const bf16* x, const int32
   PRIMUS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, ce_cluster_kernel, x, t, l, dx, v, per, gs));
 }
 
+constexpr int kVpBlock = 256;  // threads per row of the vocabulary-parallel kernels
+
+// Per row over this rank's columns: (max, sum of exp(x - max), the target's logit or 0); (0, 0, 0) for an
+// ignored row. A target >= vocab_total gets a NaN target logit, so that the finished loss is NaN.
+template <int E>
+__global__ void __launch_bounds__(kVpBlock)
+    vp_stats_kernel(const bf16* __restrict__ logits, const int32_t* __restrict__ targets,
+                    float* __restrict__ stats, int64_t v, int64_t vocab_begin, int64_t vocab_total) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int32_t t = targets[row];
+  float* out = stats + row * 3;
+  if (t < 0) {  // the whole block leaves together
+    if (threadIdx.x == 0) out[0] = out[1] = out[2] = 0.f;
+    return;
+  }
+  const bf16* x = logits + row * v;
+  const int64_t nvec = v / E;
+  // Online max and sum: the sum is rescaled only when an access brings a larger max.
+  float m = kNegInf, s = 0.f;
+  for (int64_t vi = threadIdx.x; vi < nvec; vi += kVpBlock) {
+    const detail::Vec<bf16, E> xv = detail::load_vec<bf16, E>(x + vi * E);
+    float f[E];
+    float lm = kNegInf;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      f[e] = __bfloat162float(xv.v[e]);
+      lm = fmaxf(lm, f[e]);
+    }
+    if (lm > m) {
+      s *= exp2f((m - lm) * kLog2e);  // m = -inf at first: s stays 0
+      m = lm;
+    }
+    const float mb = m * kLog2e;
+#pragma unroll
+    for (int e = 0; e < E; ++e) s += exp2f(fmaf(f[e], kLog2e, -mb));
+  }
+  const float bm = block_max(m, scratch);
+  s = m == kNegInf ? 0.f : s * exp2f((m - bm) * kLog2e);
+  s = detail::block_sum(s, scratch);
+  if (threadIdx.x == 0) {
+    const int64_t c = static_cast<int64_t>(t) - vocab_begin;
+    out[0] = bm;
+    out[1] = s;
+    out[2] = t >= vocab_total ? NAN : (c >= 0 && c < v ? __bfloat162float(x[c]) : 0.f);
+  }
+}
+
+// One row's statistics from all ranks, merged in rank order: (lse, target logit).
+__device__ __forceinline__ float2 vp_merge_ranks(const float* __restrict__ all_stats, int64_t row,
+                                                 int64_t rows, int ranks) {
+  float mx = kNegInf;
+  for (int p = 0; p < ranks; ++p) mx = fmaxf(mx, all_stats[(p * rows + row) * 3]);
+  float sum = 0.f, target_logit = 0.f;
+  for (int p = 0; p < ranks; ++p) {
+    const float* sp = all_stats + (p * rows + row) * 3;
+    sum += sp[1] * __expf(sp[0] - mx);
+    target_logit += sp[2];
+  }
+  return make_float2(mx + __logf(sum), target_logit);
+}
+
+// Losses only: one thread per row.
+__global__ void vp_loss_kernel(const int32_t* __restrict__ targets, const float* __restrict__ all_stats,
+                               float* __restrict__ losses, int64_t rows, int ranks) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  if (targets[row] < 0) {
+    losses[row] = 0.f;
+    return;
+  }
+  const float2 r = vp_merge_ranks(all_stats, row, rows, ranks);
+  losses[row] = r.x - r.y;
+}
+
+// Losses and this rank's gradient columns: one block per row (dlogits may be logits itself: every element is
+// read and then written by the same thread).
+template <int E>
+__global__ void __launch_bounds__(kVpBlock)
+    vp_finish_kernel(const bf16* logits, const int32_t* __restrict__ targets,
+                     const float* __restrict__ all_stats, float* __restrict__ losses, bf16* dlogits,
+                     int64_t rows, int64_t v, int64_t vocab_begin, int ranks, float grad_scale) {
+  __shared__ float lse;
+  const int64_t row = blockIdx.x;
+  const int32_t t = targets[row];
+  const bool ignored = t < 0;
+  if (threadIdx.x == 0) {
+    if (ignored) {
+      losses[row] = 0.f;
+    } else {
+      const float2 r = vp_merge_ranks(all_stats, row, rows, ranks);
+      lse = r.x;
+      losses[row] = r.x - r.y;
+    }
+  }
+  __syncthreads();
+  const float lb = ignored ? 0.f : lse * kLog2e;
+  const int64_t t_local = ignored ? -1 : static_cast<int64_t>(t) - vocab_begin;  // outside [0, v): elsewhere
+  const bf16* x = logits + row * v;
+  bf16* dx = dlogits + row * v;
+  const int64_t nvec = v / E;
+  for (int64_t vi = threadIdx.x; vi < nvec; vi += kVpBlock) {
+    detail::Vec<bf16, E> out;
+    if (ignored) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) out.v[e] = __float2bfloat16_rn(0.f);
+    } else {
+      const detail::Vec<bf16, E> xv = detail::load_vec<bf16, E>(x + vi * E);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float g = exp2f(fmaf(__bfloat162float(xv.v[e]), kLog2e, -lb));
+        if (vi * E + e == t_local) g -= 1.f;
+        out.v[e] = __float2bfloat16_rn(g * grad_scale);
+      }
+    }
+    detail::store_vec<bf16, E>(dx + vi * E, out);
+  }
+}
+
 }  // namespace
 
 void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale, Tensor& losses,
@@ -284,6 +409,95 @@ void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float gr
     ce_fallback_kernel<8><<<static_cast<unsigned>(rows), kFallbackBlock, 0, cs>>>(x, t, l, dx, v, grad_scale);
   } else {
     ce_fallback_kernel<1><<<static_cast<unsigned>(rows), kFallbackBlock, 0, cs>>>(x, t, l, dx, v, grad_scale);
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void vocab_parallel_ce_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                             int64_t vocab_total, Tensor& stats, const Stream& s) {
+  constexpr const char* op = "vocab_parallel_ce_stats";
+  detail::check_cuda_tensor(op, "logits", logits, DType::kBF16);
+  detail::check_cuda_tensor(op, "targets", targets, DType::kI32);
+  detail::check_cuda_tensor(op, "stats", stats, DType::kF32);
+  detail::check_same_cuda_device(op, logits, targets);
+  detail::check_same_cuda_device(op, logits, stats);
+  PRIMUS_CHECK(logits.ndim() == 2 && logits.size(1) >= 1,
+               "{}: logits must be [R, V_local] with V_local >= 1, got {}", op, logits.describe());
+  const int64_t rows = logits.size(0), v = logits.size(1);
+  PRIMUS_CHECK(vocab_begin >= 0 && vocab_begin + v <= vocab_total,
+               "{}: this rank's columns [{}, {}) must lie in the vocabulary [0, {})", op, vocab_begin,
+               vocab_begin + v, vocab_total);
+  PRIMUS_CHECK(targets.numel() == rows, "{}: targets {} must have {} rows", op, targets.describe(), rows);
+  PRIMUS_CHECK(stats.ndim() == 2 && stats.size(0) == rows && stats.size(1) == 3,
+               "{}: stats must be [{}, 3], got {}", op, rows, stats.describe());
+  PRIMUS_CHECK(!detail::overlaps(stats, logits), "{}: stats must not overlap logits", op);
+  if (rows == 0) return;
+  PRIMUS_CHECK(rows < (int64_t{1} << 31), "{}: too many rows ({})", op, rows);
+  const auto* x = static_cast<const bf16*>(logits.data_ptr());
+  const int32_t* t = targets.data<int32_t>();
+  float* st = stats.data<float>();
+  const auto grid = static_cast<unsigned>(rows);
+  cudaStream_t cs = cuda_stream(s);
+  if (v % 8 == 0 && detail::aligned16(x)) {
+    vp_stats_kernel<8><<<grid, kVpBlock, 0, cs>>>(x, t, st, v, vocab_begin, vocab_total);
+  } else {
+    vp_stats_kernel<1><<<grid, kVpBlock, 0, cs>>>(x, t, st, v, vocab_begin, vocab_total);
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void vocab_parallel_ce_finish(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                              const Tensor& all_stats, float grad_scale, Tensor& losses, Tensor* dlogits,
+                              const Stream& s) {
+  constexpr const char* op = "vocab_parallel_ce_finish";
+  detail::check_cuda_tensor(op, "logits", logits, DType::kBF16);
+  detail::check_cuda_tensor(op, "targets", targets, DType::kI32);
+  detail::check_cuda_tensor(op, "all_stats", all_stats, DType::kF32);
+  detail::check_cuda_tensor(op, "losses", losses, DType::kF32);
+  detail::check_same_cuda_device(op, logits, targets);
+  detail::check_same_cuda_device(op, logits, all_stats);
+  detail::check_same_cuda_device(op, logits, losses);
+  PRIMUS_CHECK(logits.ndim() == 2 && logits.size(1) >= 1,
+               "{}: logits must be [R, V_local] with V_local >= 1, got {}", op, logits.describe());
+  const int64_t rows = logits.size(0), v = logits.size(1);
+  PRIMUS_CHECK(vocab_begin >= 0, "{}: vocab_begin must be >= 0, got {}", op, vocab_begin);
+  PRIMUS_CHECK(targets.numel() == rows && losses.numel() == rows,
+               "{}: targets {} and losses {} must have {} rows", op, targets.describe(), losses.describe(),
+               rows);
+  PRIMUS_CHECK(
+      all_stats.ndim() == 3 && all_stats.size(0) >= 1 && all_stats.size(1) == rows && all_stats.size(2) == 3,
+      "{}: all_stats must be [P, {}, 3] with P >= 1, got {}", op, rows, all_stats.describe());
+  const int64_t ranks = all_stats.size(0);
+  PRIMUS_CHECK(ranks < (int64_t{1} << 20), "{}: too many ranks ({})", op, ranks);
+  PRIMUS_CHECK(!detail::overlaps(losses, logits) && !detail::overlaps(losses, all_stats),
+               "{}: losses must not overlap logits or all_stats", op);
+  bf16* dx = nullptr;
+  if (dlogits != nullptr) {
+    detail::check_cuda_tensor(op, "dlogits", *dlogits, DType::kBF16);
+    detail::check_same_cuda_device(op, logits, *dlogits);
+    PRIMUS_CHECK(dlogits->shape() == logits.shape(), "{}: dlogits {} must have logits' shape {}", op,
+                 dlogits->describe(), logits.describe());
+    PRIMUS_CHECK(dlogits->data_ptr() == logits.data_ptr() || !detail::overlaps(*dlogits, logits),
+                 "{}: dlogits must be logits itself or not overlap it", op);
+    PRIMUS_CHECK(!detail::overlaps(*dlogits, all_stats), "{}: dlogits must not overlap all_stats", op);
+    dx = static_cast<bf16*>(dlogits->data_ptr());
+  }
+  if (rows == 0) return;
+  PRIMUS_CHECK(rows < (int64_t{1} << 31), "{}: too many rows ({})", op, rows);
+  const auto* x = static_cast<const bf16*>(logits.data_ptr());
+  const int32_t* t = targets.data<int32_t>();
+  const float* st = all_stats.data<float>();
+  float* l = losses.data<float>();
+  const int p = static_cast<int>(ranks);
+  cudaStream_t cs = cuda_stream(s);
+  if (dx == nullptr) {
+    vp_loss_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(rows, 256)), 256, 0, cs>>>(t, st, l, rows, p);
+  } else if (v % 8 == 0 && detail::aligned16(x) && detail::aligned16(dx)) {
+    vp_finish_kernel<8><<<static_cast<unsigned>(rows), kVpBlock, 0, cs>>>(x, t, st, l, dx, rows, v,
+                                                                          vocab_begin, p, grad_scale);
+  } else {
+    vp_finish_kernel<1><<<static_cast<unsigned>(rows), kVpBlock, 0, cs>>>(x, t, st, l, dx, rows, v,
+                                                                          vocab_begin, p, grad_scale);
   }
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
