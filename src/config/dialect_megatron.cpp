@@ -181,7 +181,7 @@ void map_megatron(ResolvedConfig& rc) {
   const int64_t tp = k.i("tensor_model_parallel_size");
   m.padded_vocab_size = padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by, tp);
   derived("padded_vocab_size", m.padded_vocab_size,
-          fmt::format("{} rounded up to a multiple of make_vocab_size_divisible_by {} x TP {}", m.vocab_size,
+          fmt::format("{} rounded up to a multiple of lcm(make_vocab_size_divisible_by {}, TP {})", m.vocab_size,
                       m.make_vocab_size_divisible_by, tp));
 
   // Training and optimizer.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cctype>
 
 #include "config/did_you_mean.h"
@@ -110,7 +111,10 @@ VocabChoice choose_vocab_size(const std::string& type, const std::string& model,
 }
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
-  const int64_t multiple = std::max<int64_t>(1, divisible_by) * std::max<int64_t>(1, tp);
+  // Megatron pads to divisible_by x TP, so its padded vocabulary (and the model) changes with TP. We pad to
+  // the least common multiple: the same table for every TP that divides divisible_by (1, 2, 4, 8 with 128),
+  // so a checkpoint moves between TP degrees, and still divisible by TP.
+  const int64_t multiple = std::lcm(std::max<int64_t>(1, divisible_by), std::max<int64_t>(1, tp));
   return (vocab + multiple - 1) / multiple * multiple;
 }
 

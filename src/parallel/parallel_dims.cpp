@@ -184,8 +184,8 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
   const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
   if (tp() > 1 && vocab % tp() != 0)
     bad.push_back(fmt::format("the vocabulary {} is not divisible by the tensor-parallel degree {} ({}) (rule: "
-                              "every TP rank holds vocab / TP rows; Megatron pads to "
-                              "make_vocab_size_divisible_by x TP)",
+                              "every TP rank holds vocab / TP rows; the padding is to a multiple of "
+                              "lcm(make_vocab_size_divisible_by, TP))",
                               vocab, tp(), kTp));
   if (tp() > 1 && cfg.parallel.sequence_parallel &&
       (cfg.micro_batch_size * cfg.data.seq_length) % tp() != 0)

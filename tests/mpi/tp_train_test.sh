@@ -22,7 +22,7 @@ set -u
 mode=$1 mpirun=$2 primus=$3 np=${4:-2} tp=${5:-2} np2=${6:-4} tp2=${7:-4}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/primus-tp-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
 flags=(--allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1
        -x PRIMUS_WORKSPACE="$work" -x PRIMUS_E2E_MODEL)
 common=(--config "$src/tests/e2e/configs/fortunes_micro_llama.yaml" --train_iters 20 --seq_length 64
@@ -89,14 +89,14 @@ if [ "$mode" = bad ]; then
   }
   refuse kv "not supported yet: tensor parallelism (tensor_model_parallel_size / parallelism.tensor_parallel_degree = 4) over more ranks than num_query_groups 2" 4 -- \
     --tensor_model_parallel_size 4
-  refuse heads "num_attention_heads 4 is not divisible by the tensor-parallel degree 3" 3 -- \
+  refuse heads "is not divisible by tensor_model_parallel_size=3" 3 -- \
     --tensor_model_parallel_size 3
   refuse ffn "ffn_hidden_size 190 is not divisible by the tensor-parallel degree 4" 4 -- \
     --tensor_model_parallel_size 4 --num_query_groups 4 --ffn_hidden_size 190
   refuse moe "not supported yet: tensor parallelism (tensor_model_parallel_size / parallelism.tensor_parallel_degree = 2) of MoE" 2 \
     PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2
   refuse overlap "not supported yet: tp_comm_overlap" 2 -- --tensor_model_parallel_size 2 --tp_comm_overlap true
-  refuse emulate "one process cannot emulate expert or tensor parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
+  refuse emulate "WORLD_SIZE=1 is not divisible by TP x PP x CP = 2" 0 PRIMUS_DP_EMULATE=2 -- \
     --tensor_model_parallel_size 2
   refuse world "WORLD_SIZE=3 is not divisible by TP x PP x CP = 2" 3 -- --tensor_model_parallel_size 2
   echo "tp_train_test: bad passed"
@@ -112,8 +112,11 @@ case "$mode" in
   sp) keys=(--sequence_parallel true --recompute_granularity full --recompute_method uniform) ;;
   mha) keys=(--num_query_groups 4 --sequence_parallel true) ;;
   qwen3)
+    # At the micro config's lr 3e-3 the micro Qwen3's gradient norm turns rounding-sensitive from step 11 (its
+    # q/k-norm on tiny heads): plain DP 2 then differs from one process by 3e-4 at step 11 and 25% at step
+    # 17, as TP 2 does. At lr 5e-4 both stay within 1e-5.
     export PRIMUS_E2E_MODEL=micro_qwen3.yaml
-    keys=(--sequence_parallel true)
+    keys=(--sequence_parallel true --lr 5e-4 --min_lr 5e-5)
     ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   fsdp) keys=(--use_torch_fsdp2 true --sequence_parallel true) ;;
@@ -121,6 +124,8 @@ case "$mode" in
   *) fail "unknown mode $mode" ;;
 esac
 
+read -ra extra <<<"${TP_EXTRA:-}"  # more overrides for every run of the case (debugging)
+keys+=("${extra[@]}")
 if [ "$mode" = resume ]; then
   save=(--save "$work/ckpt" --save_interval 10 --exit_interval 10)
   run dist "$np" -- --tensor_model_parallel_size "$tp" "${keys[@]}" "${save[@]}"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "config/load_config.h"
+#include "config/vocab.h"
 #include "config_test_util.h"
 
 namespace primus::config {
@@ -132,6 +133,17 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
                              "      sequence_parallel: true\n      hidden_dropout: 0\n      fp8: null\n"
                              "      use_turbo_attention: true\n      mtp_num_layers: 0\n");
   EXPECT_EQ(rc.keys.entry("use_turbo_attention")->decl->status, KeyStatus::kNoEffect);
+}
+
+// The padded vocabulary is the same table for every TP that divides make_vocab_size_divisible_by (checkpoints
+// move between TP degrees) and always divides TP.
+TEST(ConfigValidate, PaddedVocabularyDoesNotDependOnTensorParallelism) {
+  for (int64_t tp : {1, 2, 4, 8, 128}) EXPECT_EQ(padded_vocab_size(257, 128, tp), 384) << tp;
+  EXPECT_EQ(padded_vocab_size(128256, 128, 8), 128256);
+  EXPECT_EQ(padded_vocab_size(257, 128, 3), 384);   // lcm 384
+  EXPECT_EQ(padded_vocab_size(257, 128, 6), 384);   // lcm 384
+  EXPECT_EQ(padded_vocab_size(257, 128, 5), 640);   // lcm 640
+  EXPECT_EQ(padded_vocab_size(100, 1, 3), 102);
 }
 
 TEST(ConfigValidate, VocabularyFromTokenizer) {
