@@ -181,8 +181,8 @@ void map_megatron(ResolvedConfig& rc) {
   const int64_t tp = k.i("tensor_model_parallel_size");
   m.padded_vocab_size = padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by, tp);
   derived("padded_vocab_size", m.padded_vocab_size,
-          fmt::format("{} rounded up to a multiple of lcm(make_vocab_size_divisible_by {}, TP {})", m.vocab_size,
-                      m.make_vocab_size_divisible_by, tp));
+          fmt::format("{} rounded up to a multiple of lcm(make_vocab_size_divisible_by {}, TP {})",
+                      m.vocab_size, m.make_vocab_size_divisible_by, tp));
 
   // Training and optimizer.
   if (k.is_null("train_iters"))
@@ -246,11 +246,12 @@ void map_megatron(ResolvedConfig& rc) {
   ParallelConfig& p = t.parallel;
   p.tensor_model_parallel_size = tp;
   // Megatron turns sequence parallelism off at TP 1 (Primus files often leave it on there).
-  p.sequence_parallel = tp > 1 && k.b("sequence_parallel");
-  if (tp == 1 && k.b("sequence_parallel"))
+  const bool sp = k.b("sequence_parallel"), tp_overlap = k.b("tp_comm_overlap");  // read at any TP
+  p.sequence_parallel = tp > 1 && sp;
+  if (tp == 1 && sp)
     rc.warnings.push_back(fmt::format("{}: sequence_parallel has no effect at tensor_model_parallel_size 1",
                                       k.origin("sequence_parallel").str()));
-  if (tp > 1 && k.b("tp_comm_overlap"))
+  if (tp > 1 && tp_overlap)
     throw NotSupportedError(
         fmt::format("{}: not supported yet: tp_comm_overlap (async tensor parallelism: the TP all-gather / "
                     "reduce-scatter split into chunks under the GEMMs)",

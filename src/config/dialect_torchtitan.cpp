@@ -183,10 +183,12 @@ void map_torchtitan(ResolvedConfig& rc) {
   p.tensor_model_parallel_size = k.i("parallelism.tensor_parallel_degree");
   // TorchTitan's tensor parallelism always shards the norms' tokens (its SequenceParallel plan).
   p.sequence_parallel = p.tensor_model_parallel_size > 1;
-  if (p.tensor_model_parallel_size > 1 && k.b("parallelism.enable_async_tensor_parallel"))
+  const bool async_tp = k.b("parallelism.enable_async_tensor_parallel");  // read at any TP
+  if (p.tensor_model_parallel_size > 1 && async_tp)
     throw NotSupportedError(
-        fmt::format("{}: not supported yet: parallelism.enable_async_tensor_parallel (async tensor parallelism)",
-                    k.origin("parallelism.enable_async_tensor_parallel").str()),
+        fmt::format(
+            "{}: not supported yet: parallelism.enable_async_tensor_parallel (async tensor parallelism)",
+            k.origin("parallelism.enable_async_tensor_parallel").str()),
         "set it to false (tensor parallelism then communicates between the GEMMs)");
   p.pipeline_model_parallel_size = k.i("parallelism.pipeline_parallel_degree");
   p.context_parallel_size = k.i("parallelism.context_parallel_degree");

@@ -10,12 +10,14 @@ namespace primus::config::keys {
 
 void add_megatron_parallel_keys(KeyTable& t) {
   t.group("parallelism");
-  t.add(impl("tensor_model_parallel_size", kI, "1",
-             "tensor-parallel degree (TP): heads, ffn and vocabulary split over TP ranks (docs/parallelism.md)")
-            .non_null()
-            .check(positive()));
-  t.add(impl("sequence_parallel", kB, "false",
-             "sequence parallelism: norms and residuals on 1/TP of the tokens (Megatron turns it off at TP = 1)"));
+  t.add(
+      impl("tensor_model_parallel_size", kI, "1",
+           "tensor-parallel degree (TP): heads, ffn and vocabulary split over TP ranks (docs/parallelism.md)")
+          .non_null()
+          .check(positive()));
+  t.add(impl(
+      "sequence_parallel", kB, "false",
+      "sequence parallelism: norms and residuals on 1/TP of the tokens (Megatron turns it off at TP = 1)"));
   t.add(impl("tp_comm_overlap", kB, "false",
              "overlap TP communication with GEMMs (async TP; not supported yet with TP > 1)"));
   t.add(impl("pipeline_model_parallel_size", kI, "1", "pipeline-parallel degree (PP)")

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 #include <cctype>
+#include <numeric>
 
 #include "config/did_you_mean.h"
 #include "config/not_supported.h"

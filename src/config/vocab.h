@@ -27,8 +27,8 @@ struct VocabChoice {
 VocabChoice choose_vocab_size(const std::string& tokenizer_type, const std::string& tokenizer_model,
                               std::optional<int64_t> vocab_size, const std::string& vocab_file = "");
 
-// Rounds up to a multiple of lcm(divisible_by, tp). Megatron's _vocab_size_with_padding uses divisible_by * tp,
-// which makes the padded table (and the model) depend on TP; see vocab.cpp.
+// Rounds up to a multiple of lcm(divisible_by, tp). Megatron's _vocab_size_with_padding uses divisible_by *
+// tp, which makes the padded table (and the model) depend on TP; see vocab.cpp.
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);
 
 }  // namespace primus::config

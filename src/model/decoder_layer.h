@@ -59,7 +59,8 @@ class DecoderLayer {
   Tensor forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a, bool record_stats);
   void recompute_dropped(const StepContext& ctx, LayerActivations& a);
   // rmsnorm of this rank's rows of x (statistics into rstd), then every token's rows (sequence parallelism).
-  Tensor norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd, const char* label) const;
+  Tensor norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd,
+                       const char* label) const;
   // The packed-QKV attention's backward: d_h1 (overwritten) from dx = dL/dx_mid.
   void attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a, Tensor& d_h1);
 

@@ -1,9 +1,9 @@
 #include "model/llama_model.h"
 
 #include "core/device.h"
+#include "model/tp_boundary.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
-#include "model/tp_boundary.h"
 
 namespace primus {
 
@@ -100,7 +100,8 @@ Tensor LlamaModel::embed(const StepContext& ctx, const Tensor& lookup) {
   }
   // Vocabulary-parallel: each rank looks up the ids in its rows (zeros for the others); the sum is the
   // embedding (this rank's tokens of it under sequence parallelism).
-  ops::embedding_forward(lookup, params_.param(embed_), e, ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
+  ops::embedding_forward(lookup, params_.param(embed_), e, ctx.stream, spec_.vocab_begin(),
+                         spec_.whole_vocab());
   return tp_sum_rows(ctx, e, "tp embedding");
 }
 
@@ -233,8 +234,8 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
 
   hook(&ParamHooks::before_backward, 0);
   Tensor g_embed = params_.grad(embed_);
-  ops::embedding_backward(lookup.slice(0, n), tp_gather_rows(ctx, dx, "sp gather embedding gradient"), g_embed,
-                          ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
+  ops::embedding_backward(lookup.slice(0, n), tp_gather_rows(ctx, dx, "sp gather embedding gradient"),
+                          g_embed, ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
   if (D > 0) ops::embedding_backward(lookup.slice(n, (1 + D) * n), de, g_embed, ctx.stream);
   hook(&ParamHooks::after_backward, 0);
   return losses;

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "core/error.h"
 #include "config/not_supported.h"
+#include "core/error.h"
 #include "ops/rope.h"
 
 namespace primus {
@@ -78,9 +78,11 @@ ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_paralle
   if (size == 1) return s;
   // The layout's validation (ParallelDims::validate_training) names the keys; these guard direct callers.
   if (moe.enabled() || mla.enabled || mtp_layers > 0)
-    throw config::NotSupportedError(fmt::format(
-        "not supported yet: tensor parallelism ({} ranks) of {} models", size,
-        moe.enabled() ? "MoE" : mla.enabled ? "multi-latent-attention" : "multi-token-prediction"));
+    throw config::NotSupportedError(
+        fmt::format("not supported yet: tensor parallelism ({} ranks) of {} models", size,
+                    moe.enabled() ? "MoE"
+                    : mla.enabled ? "multi-latent-attention"
+                                  : "multi-token-prediction"));
   PRIMUS_CHECK(heads % size == 0 && ffn % size == 0 && vocab % size == 0,
                "tensor parallelism over {} ranks needs heads ({}), ffn ({}) and the padded vocabulary ({}) "
                "divisible by it",

@@ -38,7 +38,8 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   hook_regions_ = L + 2;
   regions_.resize(L + 2);
   const bool split_experts = spec.ep.size > 1;
-  // Tensor parallelism (model/model_spec.h): the spec's sizes are this rank's; T x them are the whole model's.
+  // Tensor parallelism (model/model_spec.h): the spec's sizes are this rank's; T x them are the whole
+  // model's.
   const int64_t T = spec.tp.size, tr = spec.tp.rank, d = spec.hidden;
   auto rows = [&](std::vector<std::pair<int64_t, int64_t>> blocks, int64_t whole_rows, int64_t cols) {
     EntrySlice sl;
@@ -78,7 +79,8 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   };
 
   begin_region(0);
-  add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std, column_parallel({spec.vocab}, d));
+  add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std,
+      column_parallel({spec.vocab}, d));
   end_decay(0);
   end_region(0);
 
@@ -180,7 +182,8 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   const bool mtp_moe = L > 0 && spec.is_moe_layer(L - 1);
   begin_region(rf);
   if (!spec.tied_embeddings)
-    add("lm_head.weight", {spec.vocab, d}, rf, true, InitKind::kNormal, std, column_parallel({spec.vocab}, d));
+    add("lm_head.weight", {spec.vocab, d}, rf, true, InitKind::kNormal, std,
+        column_parallel({spec.vocab}, d));
   for (int k = 0; k < spec.mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "eh_proj.weight", {spec.hidden, 2 * spec.hidden}, rf, true, InitKind::kNormal, std);

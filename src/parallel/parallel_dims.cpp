@@ -1,11 +1,10 @@
 #include "parallel/parallel_dims.h"
 
-#include "config/not_supported.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 
+#include "config/not_supported.h"
 #include "core/error.h"
 
 namespace primus::parallel {
@@ -178,17 +177,18 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
         "(rule: KV heads must split evenly or replicate over TP)",
         m.num_query_groups, tp(), kTp));
   if (tp() > 1 && m.ffn_hidden_size % tp() != 0)
-    bad.push_back(fmt::format("ffn_hidden_size {} is not divisible by the tensor-parallel degree {} ({}) "
-                              "(rule: every TP rank holds ffn / TP columns)",
-                              m.ffn_hidden_size, tp(), kTp));
+    bad.push_back(
+        fmt::format("ffn_hidden_size {} is not divisible by the tensor-parallel degree {} ({}) "
+                    "(rule: every TP rank holds ffn / TP columns)",
+                    m.ffn_hidden_size, tp(), kTp));
   const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
   if (tp() > 1 && vocab % tp() != 0)
-    bad.push_back(fmt::format("the vocabulary {} is not divisible by the tensor-parallel degree {} ({}) (rule: "
-                              "every TP rank holds vocab / TP rows; the padding is to a multiple of "
-                              "lcm(make_vocab_size_divisible_by, TP))",
-                              vocab, tp(), kTp));
-  if (tp() > 1 && cfg.parallel.sequence_parallel &&
-      (cfg.micro_batch_size * cfg.data.seq_length) % tp() != 0)
+    bad.push_back(
+        fmt::format("the vocabulary {} is not divisible by the tensor-parallel degree {} ({}) (rule: "
+                    "every TP rank holds vocab / TP rows; the padding is to a multiple of "
+                    "lcm(make_vocab_size_divisible_by, TP))",
+                    vocab, tp(), kTp));
+  if (tp() > 1 && cfg.parallel.sequence_parallel && (cfg.micro_batch_size * cfg.data.seq_length) % tp() != 0)
     bad.push_back(fmt::format(
         "micro_batch_size {} x seq_length {} tokens do not split over the tensor-parallel degree {} with "
         "sequence_parallel (rule: tokens % TP == 0)",
@@ -224,9 +224,9 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
     if (tp() > 1 && (m.moe.enabled() || m.mla.enabled || m.mtp_num_layers > 0))
       throw config::NotSupportedError(
           fmt::format("not supported yet: tensor parallelism ({} = {}) of {} models", kTp, tp(),
-                      m.moe.enabled()   ? "MoE (num_experts)"
-                      : m.mla.enabled   ? "multi-latent-attention (multi_latent_attention)"
-                                        : "multi-token-prediction (mtp_num_layers)"),
+                      m.moe.enabled() ? "MoE (num_experts)"
+                      : m.mla.enabled ? "multi-latent-attention (multi_latent_attention)"
+                                      : "multi-token-prediction (mtp_num_layers)"),
           "use data parallelism (FSDP) or expert parallelism for this model");
     if (tp() > 1 && m.num_query_groups % tp() != 0)
       throw config::NotSupportedError(

@@ -69,7 +69,9 @@ ProcessGroups build_groups(const ParallelDims& dims, comm::Communicator& world) 
     // color: the smallest world rank of the group identifies it; key: the world rank orders it.
     // The expert-parallel group's all-to-alls and the tensor-parallel group's all-reduces / gathers sit
     // between a layer's kernels: low latency (communicator.h).
-    auto has = [&](const char* g) { return std::find(classes[c].begin(), classes[c].end(), g) != classes[c].end(); };
+    auto has = [&](const char* g) {
+      return std::find(classes[c].begin(), classes[c].end(), g) != classes[c].end();
+    };
     const bool hot = has("ep") || has("tp");
     std::shared_ptr<comm::Communicator> g(world.split(members.front(), me, label, hot).release());
     if (!g || g->size() != static_cast<int>(members.size()))

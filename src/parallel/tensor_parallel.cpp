@@ -12,8 +12,8 @@ TensorParallel::TensorParallel(comm::Communicator& tp, bool sequence_parallel)
 
 int64_t TensorParallel::local_rows(int64_t rows) const {
   if (!sp_) return rows;
-  PRIMUS_CHECK(rows % size() == 0, "sequence parallelism: {} tokens do not split over {} tensor-parallel ranks",
-               rows, size());
+  PRIMUS_CHECK(rows % size() == 0,
+               "sequence parallelism: {} tokens do not split over {} tensor-parallel ranks", rows, size());
   return rows / size();
 }
 

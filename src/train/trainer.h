@@ -32,7 +32,7 @@ class HfCheckpoint;
 namespace primus::parallel {
 class ProcessGroups;
 class TensorParallel;
-}
+}  // namespace primus::parallel
 
 namespace primus {
 
@@ -123,7 +123,7 @@ class Trainer {
   // laid out as params_.
   ModelSpec local_spec() const;
   std::unique_ptr<ParamStore> local_store_layout() const;
-  bool model_split() const;                   // some tensor is split over ranks (expert / tensor parallel)
+  bool model_split() const;                 // some tensor is split over ranks (expert / tensor parallel)
   comm::Communicator& split_group() const;  // the group it is split over (ep or tp)
   // Sums (maxes) the MoE layers' routing statistics over the data-parallel ranks (every rank calls it each
   // step), so that the logged losses and loads are the global batch's, as one process would log them.

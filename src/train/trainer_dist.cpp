@@ -8,9 +8,9 @@
 #include "core/log.h"
 #include "parallel/config_agreement.h"
 #include "parallel/data_parallel.h"
-#include "parallel/split_state.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
+#include "parallel/split_state.h"
 #include "parallel/tensor_parallel.h"
 #include "profile/trace.h"
 #include "train/trainer.h"
@@ -68,9 +68,10 @@ void Trainer::init_distributed() {
     for (int r = 0; r < env.world_size; ++r) places.push_back(layout.dims.describe_rank(r));
     comm::set_rank_coordinates(std::move(places));
     if (layout.dims.pp() > 1 || layout.dims.cp() > 1)
-      throw ConfigError(fmt::format("{}: pipeline and context parallelism are not implemented yet "
-                                    "(data, tensor and expert parallelism are)",
-                                    layout.describe()));
+      throw ConfigError(
+          fmt::format("{}: pipeline and context parallelism are not implemented yet "
+                      "(data, tensor and expert parallelism are)",
+                      layout.describe()));
     groups_.reset(new parallel::ProcessGroups(parallel::build_groups(layout.dims, *world_->comm)));
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_rank_ = groups_->get("dp").rank();
@@ -89,10 +90,11 @@ void Trainer::init_distributed() {
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_cfg_->emulate = true;
     if (dp_cfg_->ep > 1 || layout.dims.tp() > 1)
-      throw ConfigError(fmt::format("PRIMUS_DP_EMULATE={}: one process cannot emulate expert or tensor "
-                                    "parallelism (expert_model_parallel_size {}, tensor_model_parallel_size {})",
-                                    n, dp_cfg_->ep, layout.dims.tp()),
-                        "launch the ranks (primus launch / mpirun)");
+      throw ConfigError(
+          fmt::format("PRIMUS_DP_EMULATE={}: one process cannot emulate expert or tensor "
+                      "parallelism (expert_model_parallel_size {}, tensor_model_parallel_size {})",
+                      n, dp_cfg_->ep, layout.dims.tp()),
+          "launch the ranks (primus launch / mpirun)");
   }
 }
 

@@ -106,7 +106,7 @@ if [ "$mode" = bad ]; then
     PRIMUS_E2E_MODEL=micro_llama.yaml -- --expert_model_parallel_size 2
   refuse hsdp "expert_parallel_degree = 4 does not divide dp_shard 2 x cp 1 x tp 1" 4 -- \
     --expert_model_parallel_size 4 --use_torch_fsdp2 true --data_parallel_replicate_degree 2
-  refuse emulate "one process cannot emulate expert parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
+  refuse emulate "one process cannot emulate expert or tensor parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
     --expert_model_parallel_size 2
   refuse bias "not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with sharded optimizer" 2 \
     PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- --use_distributed_optimizer true

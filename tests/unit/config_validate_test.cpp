@@ -120,8 +120,9 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
              {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: mtp_use_repeated_layer=true",
               "exp.yaml:12:7"});
   // Tensor parallelism trains; its communication overlap does not yet.
-  expect_has(f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n      tp_comm_overlap: true\n"),
-             {"not supported yet: tp_comm_overlap", "exp.yaml:13:7"});
+  expect_has(
+      f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n      tp_comm_overlap: true\n"),
+      {"not supported yet: tp_comm_overlap", "exp.yaml:13:7"});
   expect_has(f.error("micro_llama.yaml", "      normalization: LayerNorm\n"),
              {"not supported yet: normalization=LayerNorm", "only RMSNorm"});
   expect_has(f.error("micro_llama.yaml", "      hidden_dropout: 0.1\n"),
@@ -140,9 +141,9 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
 TEST(ConfigValidate, PaddedVocabularyDoesNotDependOnTensorParallelism) {
   for (int64_t tp : {1, 2, 4, 8, 128}) EXPECT_EQ(padded_vocab_size(257, 128, tp), 384) << tp;
   EXPECT_EQ(padded_vocab_size(128256, 128, 8), 128256);
-  EXPECT_EQ(padded_vocab_size(257, 128, 3), 384);   // lcm 384
-  EXPECT_EQ(padded_vocab_size(257, 128, 6), 384);   // lcm 384
-  EXPECT_EQ(padded_vocab_size(257, 128, 5), 640);   // lcm 640
+  EXPECT_EQ(padded_vocab_size(257, 128, 3), 384);  // lcm 384
+  EXPECT_EQ(padded_vocab_size(257, 128, 6), 384);  // lcm 384
+  EXPECT_EQ(padded_vocab_size(257, 128, 5), 640);  // lcm 640
   EXPECT_EQ(padded_vocab_size(100, 1, 3), 102);
 }
 

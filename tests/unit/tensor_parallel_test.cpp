@@ -1,9 +1,9 @@
 // Tensor parallelism on the CPU (model/param_store.h EntrySlice, parallel/tensor_parallel.h,
-// parallel/split_state.h): each tp rank's store initialises bitwise as its part of the one-rank model (checked
-// against index arithmetic written out here, not against EntrySlice); a tiny model split over 2 ranks of a
-// tcp world, with and without sequence parallelism, computes in f64 the one-rank losses and, after the tp sum
-// of partial gradients, each rank's part of the one-rank gradients; gathering the parts gives back the whole
-// model; refusals.
+// parallel/split_state.h): each tp rank's store initialises bitwise as its part of the one-rank model
+// (checked against index arithmetic written out here, not against EntrySlice); a tiny model split over 2
+// ranks of a tcp world, with and without sequence parallelism, computes in f64 the one-rank losses and, after
+// the tp sum of partial gradients, each rank's part of the one-rank gradients; gathering the parts gives back
+// the whole model; refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,16 +64,18 @@ std::vector<double> expected_part(ParamStore& whole, const std::string& name, in
   const ModelSpec& s = whole.spec();
   const std::vector<double> w = whole.master(whole.find(name)).to_vector<double>();
   const int64_t d = s.hidden, q = s.q_dim() / T, kv = s.kv_dim() / T, f = s.ffn / T, v = s.vocab / T;
-  auto ends_with = [&](const char* suffix) { return name.size() >= std::strlen(suffix) &&
-                                                    name.compare(name.size() - std::strlen(suffix),
-                                                             std::string::npos, suffix) == 0; };
+  auto ends_with = [&](const char* suffix) {
+    return name.size() >= std::strlen(suffix) &&
+           name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
+  };
   if (ends_with("qkv_proj.weight") || ends_with("qkv_proj.bias")) {
     const int64_t c = ends_with("weight") ? d : 1;
     return cat({rows_of(w, c, rank * q, q), rows_of(w, c, s.q_dim() + rank * kv, kv),
                 rows_of(w, c, s.q_dim() + s.kv_dim() + rank * kv, kv)});
   }
   if (ends_with("o_proj.weight")) return cols_of(w, s.q_dim(), rank * q, q);
-  if (ends_with("gate_up_proj.weight")) return cat({rows_of(w, d, rank * f, f), rows_of(w, d, s.ffn + rank * f, f)});
+  if (ends_with("gate_up_proj.weight"))
+    return cat({rows_of(w, d, rank * f, f), rows_of(w, d, s.ffn + rank * f, f)});
   if (ends_with("down_proj.weight")) return cols_of(w, s.ffn, rank * f, f);
   if (name == "embed_tokens.weight" || name == "lm_head.weight") return rows_of(w, d, rank * v, v);
   return w;  // norms: whole on every rank
@@ -160,7 +162,8 @@ TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
             std::copy(all.begin() + wo, all.begin() + wo + len, want.begin() + lo);
           });
           for (size_t j = 0; j < g.size(); ++j)
-            ASSERT_NEAR(g[j], want[j], 1e-11 * (1 + scale)) << "rank " << c.rank() << " " << e.name << " [" << j << "]";
+            ASSERT_NEAR(g[j], want[j], 1e-11 * (1 + scale))
+                << "rank " << c.rank() << " " << e.name << " [" << j << "]";
         }
       });
     }
@@ -208,9 +211,9 @@ TEST(TensorParallelStore, ShareAndGatherRoundTripTheWholeModelState) {
 
 TEST(TensorParallelStore, RefusesWhatDoesNotSplit) {
   const ModelSpec spec = ModelSpec::from_config(tiny(false, false, false));  // 4 heads, 2 kv heads, ffn 24
-  EXPECT_THROW(spec.with_tensor_shard(3, 0, false), Error);                   // heads
+  EXPECT_THROW(spec.with_tensor_shard(3, 0, false), Error);                  // heads
   EXPECT_THROW(spec.with_tensor_shard(4, 0, false), config::NotSupportedError);  // kv heads replicated
-  EXPECT_THROW(spec.with_tensor_shard(2, 2, false), Error);                   // rank outside the split
+  EXPECT_THROW(spec.with_tensor_shard(2, 2, false), Error);                      // rank outside the split
   ModelConfig moe = tiny(false, false, false);
   moe.moe.num_experts = 4;
   moe.moe.topk = 2;

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Tensor parallelism on GPUs (issue #19), one call on nvidia-h100-x2 / h200-x2 (stage also on one GPU):
+# Tensor parallelism on GPUs (issue #19), one call on nvidia-h100-x2 / h200-x2 (ops, stage also on one GPU):
+#  ops    primus_gpu_tests loss embedding (when the tgz holds it): the vocabulary-parallel kernels;
 #  stage  two ranks sharing GPU 0 through the host-staged tcp communicator (CUDA_VISIBLE_DEVICES=0,
 #         PRIMUS_COMM_BACKEND=tcp): micro Llama TP 2, micro Llama TP 2 + SP, micro Qwen3 TP 2 + SP, 20 steps on
 #         mock data, against one process on the same GPU with the same global batch (bf16: within 2e-2);
 #  nccl   the same with one rank per GPU over NCCL, and TP 2 + SP with ZeRO-1 is not possible on 2 GPUs (DP 1):
 #         so TP 2 + SP with full recomputation;
-#  perf   Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, and
+#  ckpt   TP 2 + SP and EP 2 + ZeRO-1 save over NCCL, one GPU resumes: joined curve vs one GPU;
+#  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
 #         all-reduce / all-gather / reduce-scatter bandwidth at the TP message size for the floor.
 # Carry .device (tp.tgz: stripped primus). Usage: PARTS="stage nccl perf" tools/device/tp-check.sh
@@ -64,6 +66,13 @@ print(f"   {sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: {len(a)
 PY
 }
 
+# ops: the new kernels (vocabulary-parallel loss, vocabulary-sharded embedding) against their CPU references.
+if [[ " $parts " == *" ops "* ]] && [ -x "$bin/primus_gpu_tests" ]; then
+  timeout 300 "$bin/primus_gpu_tests" loss embedding >"$out/gpu_tests.txt" 2>&1
+  echo "== primus_gpu_tests loss embedding rc=$?"
+  grep -iE "vocab|shard|fail|passed|checks" "$out/gpu_tests.txt" | head -40 | cut -c1-200
+fi
+
 micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --train_iters 20 --seq_length 64
        --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5)
 for part in stage nccl; do
@@ -83,7 +92,36 @@ for part in stage nccl; do
   done
 done
 
+# ckpt: checkpoints gathered over NCCL from split stores load into another layout: TP 2 + SP saves at
+# iteration 10 and one GPU resumes to 20; EP 2 + ZeRO-1 the same (its gathers run on the GPU stream); each
+# joined curve against the uninterrupted one GPU (bf16: 2e-2).
+if [[ " $parts " == *" ckpt "* ]] && [ "$ngpu" -ge 2 ]; then
+  for case in "micro_llama:--tensor_model_parallel_size 2 --sequence_parallel true" \
+              "micro_mixtral:--expert_model_parallel_size 2 --use_distributed_optimizer true"; do
+    model=${case%%:*}
+    read -ra split <<<"${case#*:}"
+    ck=/tmp/tp-ck/$model
+    rm -rf "$ck"
+    [ -f "$out/${model}_1gpu.jsonl" ] ||
+      run "${model}_1gpu" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}"
+    run "${model}_save" 2 180 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" "${split[@]}" --save "$ck" \
+      --save_interval 10 --exit_interval 10
+    run "${model}_resume" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" --save "$ck" \
+      --auto_continue_train true
+    grep -h "resuming from" "$out/${model}_resume.log" | head -1 | cut -c1-160
+    cat "$out/${model}_save.jsonl" "$out/${model}_resume.jsonl" >"$out/${model}_joined.jsonl" 2>/dev/null
+    curves "${model}_joined" "${model}_1gpu" 2e-2
+  done
+fi
+
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
+  # The PyTorch anchor for the same shape on GPU 0 (a local copy of ../shared/perf/torch_baseline.py that
+  # runs only this workload; carried in .perf).
+  if [ -f .perf/torch_baseline.py ]; then
+    (cd .perf && CUDA_VISIBLE_DEVICES=0 OUT="$out" TORCH_ONLY=llama3-8B-4L timeout 300 python3 torch_baseline.py \
+      >"$out/torch.log" 2>&1)
+    grep '"llama3-8B-4L"' "$out/torch.log" | cut -c1-260
+  fi
   # The TP messages: [8192, 4096] bf16 = 64 MiB (all-reduce), 32 MiB per rank (all-gather / reduce-scatter).
   timeout 200 "$bin/primus" launch --nproc-per-node 2 --master-port 0 -- benchmark comm --backend nccl \
     --ops all_reduce,all_gather,reduce_scatter --sizes 32M,64M 2>&1 | tail -12 | tee "$out/comm.txt"
