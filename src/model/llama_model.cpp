@@ -108,7 +108,8 @@ Tensor LlamaModel::embed(const StepContext& ctx, const Tensor& lookup) {
 void LlamaModel::set_tensor_parallel(const parallel::TensorParallel* tp) {
   const int size = tp ? tp->size() : 1;
   PRIMUS_CHECK(size == spec_.tp.size && (!tp || tp->rank() == spec_.tp.rank) &&
-                   (!tp || tp->sequence_parallel() == spec_.tp.sequence_parallel),
+                   (!tp || tp->sequence_parallel() == spec_.tp.sequence_parallel) &&
+                   (!tp || tp->kv_replicas() == spec_.tp.kv_replicas),
                "tensor-parallel group (size {}) does not match the parameters' split ({} of {})", size,
                spec_.tp.rank, spec_.tp.size);
   tp_ = tp;

@@ -87,14 +87,18 @@ ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_paralle
                "tensor parallelism over {} ranks needs heads ({}), ffn ({}) and the padded vocabulary ({}) "
                "divisible by it",
                size, heads, ffn, vocab);
-  if (kv_heads % size != 0)
-    throw config::NotSupportedError(
-        fmt::format("not supported yet: tensor parallelism over {} ranks with {} key/value heads (each rank "
-                    "needs whole key/value heads; replicating them is not implemented)",
-                    size, kv_heads),
-        "use a tensor-parallel degree that divides num_query_groups");
+  // Fewer key/value heads than ranks: each rank keeps the one kv head its q heads read (GQA groups then never
+  // straddle ranks), replicated over size / kv_heads ranks (Megatron's rule as well: one divides the other).
+  PRIMUS_CHECK(kv_heads % size == 0 || size % kv_heads == 0,
+               "tensor parallelism over {} ranks with {} key/value heads: one must divide the other", size,
+               kv_heads);
   s.heads /= size;
-  s.kv_heads /= size;
+  if (kv_heads % size == 0) {
+    s.kv_heads /= size;
+  } else {
+    s.tp.kv_replicas = size / static_cast<int>(kv_heads);
+    s.kv_heads = 1;
+  }
   s.ffn /= size;
   s.vocab /= size;
   return s;
@@ -116,8 +120,9 @@ std::string ModelSpec::describe() const {
          (ep.size > 1 ? fmt::format(" experts-here={}..{}", first_local_expert(),
                                     first_local_expert() + local_experts() - 1)
                       : "") +
-         (tp.size > 1 ? fmt::format(" tp-shard={}/{}{} (sizes above are this rank's)", tp.rank, tp.size,
-                                    tp.sequence_parallel ? " sp" : "")
+         (tp.size > 1 ? fmt::format(" tp-shard={}/{}{}{} (sizes above are this rank's)", tp.rank, tp.size,
+                                    tp.sequence_parallel ? " sp" : "",
+                                    tp.kv_replicas > 1 ? fmt::format(" kv-head x{}", tp.kv_replicas) : "")
                       : "");
 }
 

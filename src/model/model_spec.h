@@ -47,6 +47,9 @@ struct ModelSpec {
   struct TensorShard {
     int size = 1, rank = 0;
     bool sequence_parallel = false;
+    // Key/value heads fewer than ranks: each rank holds one kv head, shared by kv_replicas consecutive ranks
+    // (its q heads' group); 1 when the kv heads split.
+    int kv_replicas = 1;
   };
   TensorShard tp;
   int64_t whole_vocab() const { return vocab * tp.size; }

@@ -49,15 +49,32 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     sl.whole_numel = whole_rows * cols;
     return sl;
   };
-  // Column-parallel: this rank's rows of each packed part; parts[i] = local rows of part i (whole: x T).
-  auto column_parallel = [&](std::vector<int64_t> parts, int64_t cols) {
+  // Column-parallel: this rank's rows of each packed part; parts[i] = (local rows of part i, ranks sharing a
+  // block of it): the part has T / sharing blocks in the whole tensor, and this rank holds block rank /
+  // sharing.
+  auto column_parallel = [&](std::vector<std::pair<int64_t, int64_t>> parts, int64_t cols) {
     std::vector<std::pair<int64_t, int64_t>> blocks;
     int64_t whole_first = 0;
-    for (int64_t p : parts) {
-      blocks.emplace_back(whole_first + tr * p, p);
-      whole_first += p * T;
+    for (const auto& [p, sharing] : parts) {
+      blocks.emplace_back(whole_first + tr / sharing * p, p);
+      whole_first += p * (T / sharing);
     }
     return rows(std::move(blocks), whole_first, cols);
+  };
+  const int64_t kv_share = spec.tp.kv_replicas;
+  // q|k|v rows: this rank's q heads, its kv heads (or the one kv head it shares with kv_share - 1 others).
+  auto qkv_parts = [&] {
+    return std::vector<std::pair<int64_t, int64_t>>{
+        {spec.q_dim(), 1}, {spec.kv_dim(), kv_share}, {spec.kv_dim(), kv_share}};
+  };
+  // Replicated key/value rows (elements [q rows, q + 2 kv rows) x cols) sum their gradients over the sharing
+  // ranks.
+  auto share_kv_rows = [&](int64_t cols) {
+    if (kv_share == 1) return;
+    entries_.back().tp_sum = {spec.q_dim() * cols, 2 * spec.kv_dim() * cols, /*kv_group=*/true};
+  };
+  auto sum_whole = [&](bool on) {
+    if (on) entries_.back().tp_sum = {0, entries_.back().numel, false};
   };
   // Row-parallel [out, in]: every row, this rank's columns.
   auto row_parallel = [&](int64_t out, int64_t in_local) {
@@ -80,7 +97,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
 
   begin_region(0);
   add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std,
-      column_parallel({spec.vocab}, d));
+      column_parallel({{spec.vocab, 1}}, d));
   end_decay(0);
   end_region(0);
 
@@ -106,7 +123,8 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
           out_std);
     } else {
       add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), d}, r, true, InitKind::kNormal, std,
-          column_parallel({spec.q_dim(), spec.kv_dim(), spec.kv_dim()}, d));
+          column_parallel(qkv_parts(), d));
+      share_kv_rows(d);
       add(p + "self_attn.o_proj.weight", {d, spec.q_dim()}, r, true, InitKind::kScaledNormal, out_std,
           row_parallel(d, spec.q_dim()));
     }
@@ -134,7 +152,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
       }
     } else {
       add(p + "mlp.gate_up_proj.weight", {2 * spec.ffn, d}, r, true, InitKind::kNormal, std,
-          column_parallel({spec.ffn, spec.ffn}, d));
+          column_parallel({{spec.ffn, 1}, {spec.ffn, 1}}, d));
       add(p + "mlp.down_proj.weight", {d, spec.ffn}, r, true, InitKind::kScaledNormal, out_std,
           row_parallel(d, spec.ffn));
     }
@@ -146,23 +164,25 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
       add(p + "mlp.router.expert_bias", {spec.moe.num_experts}, r, false, InitKind::kZeros, 0);
     // Under sequence parallelism each tp rank normalises its own tokens: the weights' gradients are partial.
     add(p + "input_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
-    entries_.back().tp_sum_grad = sp;
+    sum_whole(sp);
     add(p + "post_attention_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
-    entries_.back().tp_sum_grad = sp;
+    sum_whole(sp);
     if (spec.mla.enabled) {
       if (spec.mla.q_lora_rank > 0)
         add(p + "self_attn.q_a_layernorm.weight", {spec.mla.q_lora_rank}, r, false, InitKind::kOnes, 0);
       add(p + "self_attn.kv_a_layernorm.weight", {spec.mla.kv_lora_rank}, r, false, InitKind::kOnes, 0);
       return;
     }
-    if (spec.qkv_bias)
+    if (spec.qkv_bias) {
       add(p + "self_attn.qkv_proj.bias", {spec.qkv_dim()}, r, false, InitKind::kZeros, 0,
-          column_parallel({spec.q_dim(), spec.kv_dim(), spec.kv_dim()}, 1));
+          column_parallel(qkv_parts(), 1));
+      share_kv_rows(1);
+    }
     if (spec.qk_norm) {  // shared by every head, of which each tp rank holds some
       add(p + "self_attn.q_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
-      entries_.back().tp_sum_grad = T > 1;
+      sum_whole(T > 1);
       add(p + "self_attn.k_norm.weight", {spec.head_dim}, r, false, InitKind::kOnes, 0);
-      entries_.back().tp_sum_grad = T > 1;
+      sum_whole(T > 1);
     }
   };
 
@@ -183,7 +203,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   begin_region(rf);
   if (!spec.tied_embeddings)
     add("lm_head.weight", {spec.vocab, d}, rf, true, InitKind::kNormal, std,
-        column_parallel({spec.vocab}, d));
+        column_parallel({{spec.vocab, 1}}, d));
   for (int k = 0; k < spec.mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "eh_proj.weight", {spec.hidden, 2 * spec.hidden}, rf, true, InitKind::kNormal, std);
@@ -191,7 +211,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   }
   end_decay(rf);
   add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
-  entries_.back().tp_sum_grad = sp;
+  sum_whole(sp);
   for (int k = 0; k < spec.mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "enorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);

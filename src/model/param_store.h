@@ -88,10 +88,16 @@ struct ParamEntry {
   // This rank's part of the whole tensor (tensor / expert parallelism); it initialises as that part of the
   // one-rank model.
   EntrySlice slice;
-  // Tensor parallelism: a tensor every tp rank holds whole but whose gradient each rank computes only a part
-  // of (norm weights under sequence parallelism, the per-head q/k-norm weights): summed over tp after the
+  // Tensor parallelism: elements [first, first + count) of this tensor that several tp ranks hold alike but
+  // each computes only part of the gradient of: norm weights under sequence parallelism and the per-head
+  // q/k-norm weights (the whole tensor, summed over the tp group), key/value rows replicated because there
+  // are fewer kv heads than ranks (summed over the ranks sharing the head, kv_group). Summed after the
   // backward (parallel/tensor_parallel.h).
-  bool tp_sum_grad = false;
+  struct TpSum {
+    int64_t first = 0, count = 0;
+    bool kv_group = false;
+  };
+  TpSum tp_sum;
   int64_t cols() const { return shape.size() <= 1 ? 1 : shape.back(); }  // as EntrySlice views it
 };
 

@@ -192,8 +192,8 @@ double DataParallel::grad_norm() {
   if (tp_) {
     // Split tensors count on every tp rank, whole ones once (the same on every tp rank), each dp shard once.
     PRIMUS_CHECK(cfg_.ep == 1, "tensor and expert parallelism together are not supported");
-    const auto [split, whole] = tp_->norm_squares(params_, grad_view(), compute_);
-    Tensor sq = Tensor::from_vector(std::vector<double>{split + whole / tp_->size()}, {1});
+    Tensor sq =
+        Tensor::from_vector(std::vector<double>{tp_->norm_contribution(params_, grad_view(), compute_)}, {1});
     if (compute_.device.is_cuda()) sq = sq.to(compute_);
     tp_->group().all_reduce(sq, ReduceOp::kSum, compute_, "grad norm (tp)");
     if (cfg_.shard_ranks() > 1) shard_group().all_reduce(sq, ReduceOp::kSum, compute_, "grad norm");

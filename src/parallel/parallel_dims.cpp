@@ -220,7 +220,7 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                     "= {} (rule: GBS % (MBS * DP) == 0; DP = world / (TP x PP x CP))",
                     cfg.global_batch_size, cfg.micro_batch_size, dp(), per_step));
   if (bad.empty()) {
-    // Valid, but not built yet: tensor parallelism covers dense packed-QKV models with whole KV heads.
+    // Valid, but not built yet: tensor parallelism covers dense packed-QKV models.
     if (tp() > 1 && (m.moe.enabled() || m.mla.enabled || m.mtp_num_layers > 0))
       throw config::NotSupportedError(
           fmt::format("not supported yet: tensor parallelism ({} = {}) of {} models", kTp, tp(),
@@ -228,12 +228,6 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                       : m.mla.enabled ? "multi-latent-attention (multi_latent_attention)"
                                       : "multi-token-prediction (mtp_num_layers)"),
           "use data parallelism (FSDP) or expert parallelism for this model");
-    if (tp() > 1 && m.num_query_groups % tp() != 0)
-      throw config::NotSupportedError(
-          fmt::format("not supported yet: tensor parallelism ({} = {}) over more ranks than num_query_groups "
-                      "{} (key/value heads replicated over TP ranks)",
-                      kTp, tp(), m.num_query_groups),
-          "use a tensor-parallel degree that divides num_query_groups");
     return;
   }
   std::string msg = fmt::format("the parallel layout {} does not fit the run:", describe());

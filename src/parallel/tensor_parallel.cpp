@@ -7,8 +7,15 @@
 
 namespace primus::parallel {
 
-TensorParallel::TensorParallel(comm::Communicator& tp, bool sequence_parallel)
-    : tp_(tp), sp_(sequence_parallel && tp.size() > 1) {}
+TensorParallel::TensorParallel(comm::Communicator& tp, bool sequence_parallel, int kv_replicas)
+    : tp_(tp), sp_(sequence_parallel && tp.size() > 1), kv_replicas_(kv_replicas) {
+  PRIMUS_CHECK(kv_replicas >= 1 && tp.size() % kv_replicas == 0,
+               "{} ranks sharing a kv head in a tp group of {}", kv_replicas, tp.size());
+  if (kv_replicas > 1)
+    kv_group_ = tp.split(tp.rank() / kv_replicas, tp.rank(), tp.name() + ".kv", /*low_latency=*/true);
+}
+
+TensorParallel::~TensorParallel() = default;
 
 int64_t TensorParallel::local_rows(int64_t rows) const {
   if (!sp_) return rows;
@@ -47,48 +54,65 @@ TensorParallel::GradView TensorParallel::whole_grads(ParamStore& params) {
   return g;
 }
 
-std::vector<std::pair<int64_t, int64_t>> TensorParallel::whole_pieces(const ParamStore& params,
-                                                                      const GradView& g,
-                                                                      bool only_partial) const {
+std::vector<std::pair<int64_t, int64_t>> TensorParallel::pieces(const ParamStore& params, const GradView& g,
+                                                                Pieces which) const {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (const ParamEntry& e : params.entries()) {
-    if (!e.slice.whole() || (only_partial && !e.tp_sum_grad)) continue;
+    int64_t first = 0, count = e.numel;
+    if (which == Pieces::kWhole) {
+      if (!e.slice.whole()) continue;
+    } else {
+      if (e.tp_sum.count == 0 || e.tp_sum.kv_group != (which == Pieces::kKvSum)) continue;
+      first = e.tp_sum.first;
+      count = e.tp_sum.count;
+    }
     const int r = e.region;
-    const int64_t lo = std::max(e.offset, g.first[r]);
-    const int64_t hi = std::min(e.offset + e.numel, g.first[r] + g.len[r]);
+    const int64_t lo = std::max(e.offset + first, g.first[r]);
+    const int64_t hi = std::min(e.offset + first + count, g.first[r] + g.len[r]);
     if (hi > lo) out.emplace_back(g.offset[r] + (lo - g.first[r]), hi - lo);
   }
   return out;
 }
 
-void TensorParallel::sum_partial_grads(const ParamStore& params, const GradView& g, const Stream& s) const {
-  const auto pieces = whole_pieces(params, g, /*only_partial=*/true);
+void TensorParallel::sum_pieces(const std::vector<std::pair<int64_t, int64_t>>& pieces, const Tensor& grad,
+                                comm::Communicator& group, const Stream& s, const char* label) const {
+  // Every rank of a group holds the same layout, so all agree on whether there is anything to sum.
   int64_t total = 0;
   for (const auto& p : pieces) total += p.second;
   if (total == 0) return;
-  // One all-reduce for all of them: packed, summed, unpacked (a few norm vectors per layer).
-  Tensor packed = Tensor::empty({total}, g.grad.dtype(), s);
+  // One all-reduce for all of them: packed, summed, unpacked (a few vectors per layer).
+  Tensor packed = Tensor::empty({total}, grad.dtype(), s);
   int64_t at = 0;
   for (const auto& [off, len] : pieces) {
-    packed.slice(at, at + len).copy_from(g.grad.slice(off, off + len), s);
+    packed.slice(at, at + len).copy_from(grad.slice(off, off + len), s);
     at += len;
   }
-  tp_.all_reduce(packed, comm::ReduceOp::kSum, s, "tp partial gradients");
+  group.all_reduce(packed, comm::ReduceOp::kSum, s, label);
   at = 0;
   for (const auto& [off, len] : pieces) {
-    g.grad.slice(off, off + len).copy_from(packed.slice(at, at + len), s);
+    grad.slice(off, off + len).copy_from(packed.slice(at, at + len), s);
     at += len;
   }
 }
 
-std::pair<double, double> TensorParallel::norm_squares(const ParamStore& params, const GradView& g,
-                                                       const Stream& s) const {
-  Tensor all = Tensor::empty({1}, DType::kF32, s), whole = Tensor::zeros({1}, DType::kF32, s);
+void TensorParallel::sum_partial_grads(const ParamStore& params, const GradView& g, const Stream& s) const {
+  sum_pieces(pieces(params, g, Pieces::kTpSum), g.grad, tp_, s, "tp partial gradients");
+  if (kv_group_)
+    sum_pieces(pieces(params, g, Pieces::kKvSum), g.grad, *kv_group_, s, "tp shared kv gradients");
+}
+
+double TensorParallel::norm_contribution(const ParamStore& params, const GradView& g, const Stream& s) const {
+  Tensor all = Tensor::empty({1}, DType::kF32, s), whole = Tensor::zeros({1}, DType::kF32, s),
+         kv = Tensor::zeros({1}, DType::kF32, s);
   ops::sum_squares(g.grad, all, /*accumulate=*/false, s);
-  for (const auto& [off, len] : whole_pieces(params, g, /*only_partial=*/false))
+  for (const auto& [off, len] : pieces(params, g, Pieces::kWhole))
     ops::sum_squares(g.grad.slice(off, off + len), whole, /*accumulate=*/true, s);
-  const double a = all.to_vector<double>()[0], w = whole.to_vector<double>()[0];
-  return {std::max(0.0, a - w), w};
+  for (const auto& [off, len] : pieces(params, g, Pieces::kKvSum))
+    ops::sum_squares(g.grad.slice(off, off + len), kv, /*accumulate=*/true, s);
+  const double a = all.to_vector<double>()[0], w = whole.to_vector<double>()[0],
+               k = kv.to_vector<double>()[0];
+  const double split = std::max(0.0, a - w - k);
+  return split + w / size() + k / kv_replicas_;
 }
 
 }  // namespace primus::parallel

@@ -15,10 +15,12 @@
 // So two moves cover all four: gather_rows (SP all-gather, else identity) and sum_rows (SP reduce-scatter,
 // else all-reduce). The norms and residual adds between regions run on this rank's rows.
 //
-// Gradients: split tensors (EntrySlice) are this rank's alone; whole tensors whose gradient each rank holds a
-// part of (ParamEntry::tp_sum_grad) are summed over tp after the backward (sum_partial_grads), and the
-// gradient norm counts split tensors on every rank and whole ones once (norm_squares).
+// Gradients: split tensors (EntrySlice) are this rank's alone; elements several ranks hold alike but each
+// computes part of the gradient of (ParamEntry::tp_sum: norms under SP and q/k-norm over the tp group,
+// replicated key/value rows over the ranks sharing the kv head) are summed after the backward
+// (sum_partial_grads), and the gradient norm counts every element once (norm_contribution).
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,12 +33,16 @@ namespace primus::parallel {
 
 class TensorParallel {
  public:
-  // `tp`: the tensor-parallel group (not owned; outlives this).
-  TensorParallel(comm::Communicator& tp, bool sequence_parallel);
+  // `tp`: the tensor-parallel group (not owned; outlives this). kv_replicas: ranks sharing a key/value head
+  // (ModelSpec::TensorShard); above 1 this constructor is collective over tp: it splits the groups of
+  // consecutive tp ranks that share a head (the model's heads decide them, not the layout).
+  TensorParallel(comm::Communicator& tp, bool sequence_parallel, int kv_replicas = 1);
+  ~TensorParallel();
 
   int size() const { return tp_.size(); }
   int rank() const { return tp_.rank(); }
   bool sequence_parallel() const { return sp_; }
+  int kv_replicas() const { return kv_replicas_; }
   comm::Communicator& group() const { return tp_; }
   // Rows of the residual stream this rank holds out of `rows` tokens (rows / size under SP).
   int64_t local_rows(int64_t rows) const;
@@ -47,27 +53,34 @@ class TensorParallel {
   // the sum in place (returns `partial`).
   Tensor sum_rows(const Tensor& partial, const Stream& s, const char* label) const;
 
-  // After the backward and the data-parallel reduction: sums every tp_sum_grad entry's gradient over tp.
-  // `grad`: the gradient buffer the optimizer reads (grad_flat(), or this rank's shard under ZeRO-1 / FSDP),
-  // whose piece of region r starts at grad_offset(r) and covers the region's flat elements [first(r),
-  // first(r) + len(r)) (the whole region when unsharded).
+  // The gradient buffer the optimizer reads (grad_flat(), or this rank's shard under ZeRO-1 / FSDP): its
+  // piece of region r starts at offset[r] and covers the region's flat elements [first[r], first[r] + len[r])
+  // (the whole region when unsharded).
   struct GradView {
     Tensor grad;
     std::vector<int64_t> first, len, offset;  // per region
   };
   static GradView whole_grads(ParamStore& params);
+  // After the backward and the data-parallel reduction: sums every ParamEntry::tp_sum range's gradient over
+  // its group (tp, or the kv group).
   void sum_partial_grads(const ParamStore& params, const GradView& g, const Stream& s) const;
-  // Squares of the gradient held here for the global norm: (split, whole) sums, as f64 on the host. The
-  // global norm^2 is the sum over tp (and over data-parallel shards) of split plus whole / size -- every tp
-  // rank holds the same whole-tensor gradients after sum_partial_grads.
-  std::pair<double, double> norm_squares(const ParamStore& params, const GradView& g, const Stream& s) const;
+  // This rank's share of the global squared gradient norm (f64, on the host): its split elements' squares
+  // plus those of elements held alike by n ranks divided by n (whole tensors: the tp size; replicated kv
+  // rows: kv_replicas), after sum_partial_grads. Summed over tp (and the data-parallel shards): the norm^2.
+  double norm_contribution(const ParamStore& params, const GradView& g, const Stream& s) const;
 
  private:
-  // The pieces of whole (unsplit) entries' gradients in `g`, as (offset in g.grad, length).
-  std::vector<std::pair<int64_t, int64_t>> whole_pieces(const ParamStore& params, const GradView& g,
-                                                        bool only_partial) const;
+  enum class Pieces { kWhole, kTpSum, kKvSum };
+  // Ranges of g.grad as (offset, length): whole (unsplit) entries; tp_sum ranges summed over tp; tp_sum
+  // ranges summed over the kv group.
+  std::vector<std::pair<int64_t, int64_t>> pieces(const ParamStore& params, const GradView& g,
+                                                  Pieces which) const;
+  void sum_pieces(const std::vector<std::pair<int64_t, int64_t>>& pieces, const Tensor& grad,
+                  comm::Communicator& group, const Stream& s, const char* label) const;
   comm::Communicator& tp_;
   bool sp_ = false;
+  int kv_replicas_ = 1;
+  std::unique_ptr<comm::Communicator> kv_group_;  // the ranks sharing this rank's kv head (kv_replicas > 1)
 };
 
 }  // namespace primus::parallel

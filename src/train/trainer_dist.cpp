@@ -130,7 +130,8 @@ void Trainer::init_data_parallel() {
   model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, *params_, stream_, cfg_.data.seq_length);
   if (!dp_cfg_) return;
   if (groups_ && groups_->dims().tp() > 1) {
-    tp_ = std::make_unique<parallel::TensorParallel>(groups_->get("tp"), cfg_.parallel.sequence_parallel);
+    tp_ = std::make_unique<parallel::TensorParallel>(groups_->get("tp"), cfg_.parallel.sequence_parallel,
+                                                     params_->tensor_shard().kv_replicas);
     model_->set_tensor_parallel(tp_.get());
     log::info("tensor parallel: {} ranks{}, this rank tp {}: {}", tp_->size(),
               tp_->sequence_parallel() ? " with sequence parallelism" : "", tp_->rank(),

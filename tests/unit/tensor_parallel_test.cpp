@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <tuple>
 
 #include "config/not_supported.h"
 #include "model/llama_model.h"
@@ -63,15 +64,17 @@ std::vector<double> cat(std::initializer_list<std::vector<double>> parts) {
 std::vector<double> expected_part(ParamStore& whole, const std::string& name, int T, int rank) {
   const ModelSpec& s = whole.spec();
   const std::vector<double> w = whole.master(whole.find(name)).to_vector<double>();
-  const int64_t d = s.hidden, q = s.q_dim() / T, kv = s.kv_dim() / T, f = s.ffn / T, v = s.vocab / T;
+  // Fewer kv heads than ranks: rank r keeps kv head r / (T / KV), the one its q heads read.
+  const int64_t kv_ranks = std::min<int64_t>(T, s.kv_heads), kv_rank = rank * kv_ranks / T;
+  const int64_t d = s.hidden, q = s.q_dim() / T, kv = s.kv_dim() / kv_ranks, f = s.ffn / T, v = s.vocab / T;
   auto ends_with = [&](const char* suffix) {
     return name.size() >= std::strlen(suffix) &&
            name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
   };
   if (ends_with("qkv_proj.weight") || ends_with("qkv_proj.bias")) {
     const int64_t c = ends_with("weight") ? d : 1;
-    return cat({rows_of(w, c, rank * q, q), rows_of(w, c, s.q_dim() + rank * kv, kv),
-                rows_of(w, c, s.q_dim() + s.kv_dim() + rank * kv, kv)});
+    return cat({rows_of(w, c, rank * q, q), rows_of(w, c, s.q_dim() + kv_rank * kv, kv),
+                rows_of(w, c, s.q_dim() + s.kv_dim() + kv_rank * kv, kv)});
   }
   if (ends_with("o_proj.weight")) return cols_of(w, s.q_dim(), rank * q, q);
   if (ends_with("gate_up_proj.weight"))
@@ -84,9 +87,10 @@ std::vector<double> expected_part(ParamStore& whole, const std::string& name, in
 }  // namespace
 
 TEST(TensorParallelStore, SharesInitialiseAsMegatronSplitsOfTheWholeModel) {
-  for (int T : {2, 4}) {
+  for (auto [T, groups] : {std::pair{2, 2}, std::pair{4, 4}, std::pair{4, 2}, std::pair{4, 1}}) {
+    SCOPED_TRACE(fmt::format("tp {} kv heads {}", T, groups));
     ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/true, /*tied=*/false);
-    cfg.num_query_groups = 4;  // TP 4: a whole key/value head per rank
+    cfg.num_query_groups = groups;  // 2 and 1 at TP 4: kv heads replicated over 2 and 4 ranks
     const ModelSpec spec = ModelSpec::from_config(cfg);
     ParamStore whole(spec);
     whole.allocate(DType::kF64, Stream::cpu(), DType::kF64);
@@ -100,22 +104,38 @@ TEST(TensorParallelStore, SharesInitialiseAsMegatronSplitsOfTheWholeModel) {
         const ParamEntry& e = share.entry(i);
         EXPECT_EQ(share.master(i).to_vector<double>(), expected_part(whole, e.name, T, rank))
             << "tp " << T << " rank " << rank << " " << e.name;
-        // Whole tensors whose gradient each rank computes a part of: norms (sequence parallel), q/k-norm.
+        // Whole tensors whose gradient each rank computes a part of: norms (sequence parallel), q/k-norm;
+        // replicated key/value rows, over the ranks sharing the head.
         const bool norm = e.name.find("norm") != std::string::npos;
-        EXPECT_EQ(e.tp_sum_grad, norm) << e.name;
+        const bool qkv = e.name.find("qkv_proj") != std::string::npos;
         EXPECT_EQ(e.slice.whole(), norm) << e.name;
+        if (norm) {
+          EXPECT_EQ(e.tp_sum.count, e.numel) << e.name;
+          EXPECT_FALSE(e.tp_sum.kv_group) << e.name;
+        } else if (qkv && groups < T) {
+          const int64_t c = e.cols();
+          EXPECT_EQ(e.tp_sum.first, spec.q_dim() / T * c) << e.name;
+          EXPECT_EQ(e.tp_sum.count, 2 * spec.head_dim * c) << e.name;
+          EXPECT_TRUE(e.tp_sum.kv_group) << e.name;
+        } else {
+          EXPECT_EQ(e.tp_sum.count, 0) << e.name;
+        }
       }
     }
   }
 }
 
-// Each rank of a 2-rank tcp world trains one micro-batch of the split model; losses equal the whole model's
-// and every rank's gradients its part of the whole model's (f64: only rounding differs).
+// Each rank of a tcp world trains one micro-batch of the split model; losses equal the whole model's and
+// every rank's gradients its part of the whole model's (f64: only rounding differs).
 TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
-  for (const bool sp : {false, true}) {
-    for (const bool tied : {false, true}) {
-      SCOPED_TRACE(fmt::format("sequence_parallel {} tied {}", sp, tied));
-      const ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/true, tied);
+  // (tp, sequence parallel, tied, kv heads): TP 4 with 2 kv heads shares each over 2 ranks.
+  for (const auto& [T, sp, tied, groups] :
+       {std::tuple{2, false, false, 2}, std::tuple{2, false, true, 2}, std::tuple{2, true, false, 2},
+        std::tuple{2, true, true, 2}, std::tuple{4, true, false, 2}, std::tuple{4, false, true, 1}}) {
+    {
+      SCOPED_TRACE(fmt::format("tp {} sequence_parallel {} tied {} kv heads {}", T, sp, tied, groups));
+      ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/true, tied);
+      cfg.num_query_groups = groups;
       const ModelSpec spec = ModelSpec::from_config(cfg);
       RecomputeConfig rc;
       rc.granularity = sp ? "full" : "";
@@ -136,13 +156,13 @@ TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
           model.forward_backward(tokens, targets, 0.25f).to_vector<double>();
 
       std::mutex mu;
-      comm::run_ranks(2, [&](comm::Communicator& c) {
-        ParamStore local(spec.with_tensor_shard(2, c.rank(), sp));
+      comm::run_ranks(T, [&](comm::Communicator& c) {
+        ParamStore local(spec.with_tensor_shard(T, c.rank(), sp));
         local.allocate(DType::kF64, Stream::cpu(), DType::kF64);
         local.initialize(5, Stream::cpu());
         perturb(local);
         LlamaModel m(cfg, rc, local, Stream::cpu(), 8);
-        parallel::TensorParallel tp(c, sp);
+        parallel::TensorParallel tp(c, sp, local.tensor_shard().kv_replicas);
         m.set_tensor_parallel(&tp);
         local.grad_flat().zero_(Stream::cpu());
         const std::vector<double> losses = m.forward_backward(tokens, targets, 0.25f).to_vector<double>();
@@ -212,8 +232,9 @@ TEST(TensorParallelStore, ShareAndGatherRoundTripTheWholeModelState) {
 TEST(TensorParallelStore, RefusesWhatDoesNotSplit) {
   const ModelSpec spec = ModelSpec::from_config(tiny(false, false, false));  // 4 heads, 2 kv heads, ffn 24
   EXPECT_THROW(spec.with_tensor_shard(3, 0, false), Error);                  // heads
-  EXPECT_THROW(spec.with_tensor_shard(4, 0, false), config::NotSupportedError);  // kv heads replicated
-  EXPECT_THROW(spec.with_tensor_shard(2, 2, false), Error);                      // rank outside the split
+  EXPECT_THROW(spec.with_tensor_shard(3, 0, false), Error);          // kv heads neither split nor share
+  EXPECT_EQ(spec.with_tensor_shard(4, 3, false).tp.kv_replicas, 2);  // 2 kv heads over 4 ranks
+  EXPECT_THROW(spec.with_tensor_shard(2, 2, false), Error);          // rank outside the split
   ModelConfig moe = tiny(false, false, false);
   moe.moe.num_experts = 4;
   moe.moe.topk = 2;
