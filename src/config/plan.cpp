@@ -151,13 +151,24 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu) {
   return e;
 }
 
-BatchLayout batch_layout(const TrainConfig& cfg) {
+BatchLayout batch_layout(const TrainConfig& cfg, int64_t data_parallel) {
   BatchLayout b;
-  b.data_parallel = std::max<int64_t>(1, cfg.parallel.data_parallel_size);
+  b.data_parallel = std::max<int64_t>(1, data_parallel > 0 ? data_parallel : cfg.parallel.data_parallel_size);
+  b.global_batch = cfg.global_batch_size;
+  b.micro_batch = cfg.micro_batch_size;
   const int64_t per = cfg.micro_batch_size * b.data_parallel;
+  b.fits = cfg.micro_batch_size >= 1 && per > 0 && cfg.global_batch_size % per == 0;
   b.micro_batches = per > 0 ? cfg.global_batch_size / per : 0;
   b.tokens_per_step = cfg.global_batch_size * cfg.data.seq_length;
   return b;
+}
+
+std::string BatchLayout::problem() const {
+  if (fits) return "";
+  return fmt::format(
+      "global_batch_size {} is not divisible by micro_batch_size {} x data-parallel size {} = {} (rule: "
+      "global_batch_size % (micro_batch_size * DP) == 0; DP = world / (TP x PP x CP))",
+      global_batch, micro_batch, data_parallel, micro_batch * data_parallel);
 }
 
 }  // namespace primus::config

@@ -52,11 +52,20 @@ struct MemoryEstimate {
 // without ZeRO-1 / FSDP) and BF16 activations; else the CPU backend's FP32 everything (16 B/param).
 MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu);
 
+// The split of the global batch: global_batch_size = micro_batch_size x micro_batches x data-parallel ranks.
+// The one place the rule is written (the config validation, the layout's validation and report, the
+// pipeline projection and the trainer all ask here).
 struct BatchLayout {
   int64_t data_parallel = 1;
   int64_t micro_batches = 1;    // per optimizer step, per data-parallel rank
   int64_t tokens_per_step = 0;  // global_batch_size x seq_length
+  bool fits = true;             // micro_batch_size >= 1 and global_batch_size % (micro_batch_size x DP) == 0
+  // "global_batch_size G is not divisible by micro_batch_size M x data-parallel size D = P (rule: ...)";
+  // empty when it fits.
+  std::string problem() const;
+  int64_t global_batch = 0, micro_batch = 0;
 };
-BatchLayout batch_layout(const TrainConfig& cfg);
+// With cfg.parallel.data_parallel_size ranks, or `data_parallel` when given (a layout being checked).
+BatchLayout batch_layout(const TrainConfig& cfg, int64_t data_parallel = -1);
 
 }  // namespace primus::config

@@ -7,6 +7,7 @@
 
 #include "config/load_config.h"
 #include "config/not_supported.h"
+#include "config/plan.h"
 #include "core/error.h"
 
 namespace primus::config {
@@ -64,13 +65,12 @@ void validate_config(ResolvedConfig& rc) {
   } else {
     p.data_parallel_size = rc.world_size / model_parallel;
   }
-  const int64_t per_step = t.micro_batch_size * p.data_parallel_size;
-  if (per_step > 0 && t.global_batch_size % per_step != 0)
-    bad.add(
-        fmt::format("{} is not divisible by {} x data-parallel size {} = {} (rule: global_batch_size % "
-                    "(micro_batch_size * DP) == 0)",
-                    cite("global_batch_size", t.global_batch_size),
-                    cite("micro_batch_size", t.micro_batch_size), p.data_parallel_size, per_step));
+  if (const BatchLayout b = batch_layout(t); !b.fits && b.micro_batch > 0)  // the rule: config/plan.h
+    bad.add(fmt::format(
+        "{} is not divisible by {} x data-parallel size {} = {} (rule: global_batch_size % "
+        "(micro_batch_size * DP) == 0)",
+        cite("global_batch_size", t.global_batch_size), cite("micro_batch_size", t.micro_batch_size),
+        b.data_parallel, b.micro_batch * b.data_parallel));
 
   // The expert bias follows the loads of the whole global batch: every MoE layer sums them over the data-
   // parallel ranks before the update (MoeMlp::end_step). The forward reads the bias from the f32 master,

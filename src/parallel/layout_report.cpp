@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "config/plan.h"
 #include "core/error.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/pipeline_layout.h"
@@ -64,7 +65,7 @@ std::string layout_report(const config::ResolvedConfig& rc, int world_size, int 
   out += fmt::format("world          {} rank(s) = {} node(s) x {} process(es)\n", world_size,
                      world_size / nproc_per_node, nproc_per_node);
   out += fmt::format("degrees        {}\n", layout.describe());
-  const int64_t accumulation = cfg.global_batch_size / (cfg.micro_batch_size * d.dp());
+  const int64_t accumulation = config::batch_layout(cfg, d.dp()).micro_batches;
   out += fmt::format(
       "batch          micro-batch {} x {} accumulation step(s) x data-parallel {} = global batch {}\n",
       cfg.micro_batch_size, accumulation, d.dp(), cfg.global_batch_size);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "config/not_supported.h"
+#include "config/plan.h"
 #include "core/error.h"
 
 namespace primus::parallel {
@@ -213,12 +214,7 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
         fmt::format("num_experts {} is not divisible by the expert-parallel degree {} ({}) (rule: "
                     "every EP rank owns num_experts / EP experts)",
                     m.moe.num_experts, ep(), kEp));
-  const int64_t per_step = cfg.micro_batch_size * dp();
-  if (per_step <= 0 || cfg.global_batch_size % per_step != 0)
-    bad.push_back(
-        fmt::format("global_batch_size {} is not divisible by micro_batch_size {} x data-parallel size {} "
-                    "= {} (rule: GBS % (MBS * DP) == 0; DP = world / (TP x PP x CP))",
-                    cfg.global_batch_size, cfg.micro_batch_size, dp(), per_step));
+  if (const config::BatchLayout b = config::batch_layout(cfg, dp()); !b.fits) bad.push_back(b.problem());
   if (bad.empty()) {
     // Valid, but not built yet: tensor parallelism covers dense packed-QKV models.
     if (tp() > 1 && (m.moe.enabled() || m.mla.enabled || m.mtp_num_layers > 0))

@@ -248,13 +248,7 @@ PipelinePlanInput pipeline_input_from_config(const config::ResolvedConfig& rc) {
 
   // Micro-batches per step and data-parallel rank: the trainer's rule (config/plan.h).
   const config::BatchLayout b = config::batch_layout(rc.train);
-  if (rc.train.micro_batch_size < 1 ||
-      rc.train.global_batch_size % (rc.train.micro_batch_size * b.data_parallel) != 0)
-    throw ConfigError(
-        fmt::format("global_batch_size {} is not divisible by micro_batch_size {} x data-parallel size "
-                    "{} (rule: global_batch_size % (micro_batch_size * DP) == 0)",
-                    rc.train.global_batch_size, rc.train.micro_batch_size, b.data_parallel),
-        "the data-parallel size of a projection is --dp (default 1)");
+  if (!b.fits) throw ConfigError(b.problem(), "the data-parallel size of a projection is --dp (default 1)");
   in.microbatches = b.micro_batches;
   in.microbatches_from = fmt::format("global_batch_size {} / (micro_batch_size {} x data-parallel {})",
                                      rc.train.global_batch_size, rc.train.micro_batch_size, b.data_parallel);

@@ -5,6 +5,7 @@
 #include "checkpoint/hf_weights.h"
 #include "comm/rank_names.h"
 #include "comm/world.h"
+#include "config/plan.h"
 #include "core/log.h"
 #include "parallel/config_agreement.h"
 #include "parallel/data_parallel.h"
@@ -140,7 +141,7 @@ void Trainer::init_data_parallel() {
   // MoE: tokens travel over ep to their experts; the expert bias follows the loads of every dp x cp rank.
   if (groups_) model_->set_expert_groups(&groups_->get("ep"), &groups_->get("dp_cp"));
   // Micro-batches per rank: global batch = micro-batch x accumulation x DP.
-  micro_batches_ = cfg_.global_batch_size / (cfg_.micro_batch_size * dp_cfg_->dp);
+  micro_batches_ = config::batch_layout(cfg_, dp_cfg_->dp).micro_batches;
   dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
   dp_->set_tensor_parallel(tp_.get());
   hooks_.add(dp_.get());
