@@ -259,6 +259,14 @@ void map_megatron(ResolvedConfig& rc) {
         "set tp_comm_overlap: false (tensor parallelism then communicates between the GEMMs)");
   p.pipeline_model_parallel_size = k.i("pipeline_model_parallel_size");
   p.context_parallel_size = k.i("context_parallel_size");
+  // Megatron also takes a per-layer list; every value runs as all_gather (the same attention).
+  const Value& cct = k.value("cp_comm_type");
+  p.cp_comm_type = cct.is_string() ? cct.as_string() : cct.is_null() ? "p2p" : "per-layer list";
+  if (p.context_parallel_size > 1 && p.cp_comm_type != "all_gather")
+    rc.warnings.push_back(
+        fmt::format("{}: cp_comm_type {} runs as all_gather (the same attention; the ring with "
+                    "overlapped transfers is not implemented yet)",
+                    k.origin("cp_comm_type").str(), p.cp_comm_type));
   p.expert_model_parallel_size = k.i("expert_model_parallel_size");
   p.data_parallel_replicate_degree =
       k.is_null("data_parallel_replicate_degree") ? 1 : k.i("data_parallel_replicate_degree");

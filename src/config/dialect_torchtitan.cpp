@@ -184,6 +184,7 @@ void map_torchtitan(ResolvedConfig& rc) {
   // TorchTitan's tensor parallelism always shards the norms' tokens (its SequenceParallel plan).
   p.sequence_parallel = p.tensor_model_parallel_size > 1;
   const bool async_tp = k.b("parallelism.enable_async_tensor_parallel");  // read at any TP
+  p.cp_comm_type = k.s("parallelism.context_parallel_rotate_method");
   if (p.tensor_model_parallel_size > 1 && async_tp)
     throw NotSupportedError(
         fmt::format(

@@ -24,10 +24,15 @@ void add_megatron_parallel_keys(KeyTable& t) {
             .non_null()
             .check(positive())
             .supports(null_or_int(1), "only 1 for now"));
-  t.add(impl("context_parallel_size", kI, "1", "context-parallel degree (CP)")
+  t.add(impl("context_parallel_size", kI, "1",
+             "context-parallel degree (CP): each sequence split in 2·CP chunks over CP ranks "
+             "(docs/parallelism.md)")
             .non_null()
-            .check(positive())
-            .supports(null_or_int(1), "only 1 for now"));
+            .check(positive()));
+  t.add(
+      impl("cp_comm_type", kA, "p2p",
+           "context-parallel exchange: p2p | a2a | all_gather | a2a+p2p (every value runs as all_gather: the "
+           "same math, no ring overlap yet)"));
   t.add(
       impl("expert_model_parallel_size", kI, "1",
            "expert-parallel degree (EP): each MoE layer's experts split over EP ranks (docs/parallelism.md)")
@@ -51,9 +56,7 @@ void add_megatron_parallel_keys(KeyTable& t) {
            {"async_tensor_model_parallel_allreduce", kB, "true", "asynchronous TP all-reduce"},
            {"distribute_saved_activations", kB, "false", "spread recomputation inputs over TP ranks"}});
 
-  add_all(t, kWhyCP,
-          {{"cp_comm_type", kA, "p2p", "context-parallel communication: p2p | a2a | allgather | a2a+p2p"},
-           {"hierarchical_context_parallel_sizes", kL, "null", "hierarchical CP group sizes"}});
+  add_all(t, kWhyCP, {{"hierarchical_context_parallel_sizes", kL, "null", "hierarchical CP group sizes"}});
 
   add_all(t, kWhyPP,
           {{"virtual_pipeline_model_parallel_size", kI, "null", "virtual pipeline stages per rank"},

@@ -100,7 +100,11 @@ void add_torchtitan_keys(KeyTable& t) {
              "tensor-parallel degree (always with sequence parallelism, as TorchTitan)")
             .non_null()
             .check(positive()));
-  for (const char* k : {"parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree"})
+  t.add(impl("parallelism.context_parallel_degree", kI, "1",
+             "context-parallel degree: each sequence split in 2·CP chunks over CP ranks")
+            .non_null()
+            .check(positive()));
+  for (const char* k : {"parallelism.pipeline_parallel_degree"})
     t.add(impl(k, kI, "1", "parallel degree")
               .non_null()
               .check(positive())
@@ -122,7 +126,8 @@ void add_torchtitan_keys(KeyTable& t) {
   add_all(t, kWhyTP, {{"parallelism.disable_loss_parallel", kB, "false", "loss without vocab parallelism"}});
   t.add(impl("parallelism.enable_async_tensor_parallel", kB, "false",
              "asynchronous TP (not supported yet with TP > 1)"));
-  t.add(noeff("parallelism.context_parallel_rotate_method", kS, "allgather", kWhyCP, "allgather | alltoall"));
+  t.add(impl("parallelism.context_parallel_rotate_method", kS, "allgather",
+             "allgather | alltoall (both run as allgather: the same math)"));
   t.add(
       noeff("parallelism.fsdp_reshard_after_forward", kS, "default", kWhyWorld1, "default | always | never"));
   add_all(

@@ -135,6 +135,7 @@ struct ParallelConfig {
   int64_t expert_model_parallel_size = 1;
   int64_t data_parallel_replicate_degree = 1;  // HSDP replicas
   bool sequence_parallel = false;              // with TP > 1 only (Megatron turns it off at TP 1)
+  std::string cp_comm_type = "p2p";  // context parallelism's exchange (every value runs as all_gather)
   bool use_distributed_optimizer = false;
   bool use_torch_fsdp2 = false;
   bool overlap_grad_reduce = false;

@@ -10,6 +10,7 @@
 #include "ops/gemm.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "parallel/context_parallel.h"
 
 namespace primus {
 
@@ -68,6 +69,31 @@ static ops::AttentionShape attention_shape(const ModelSpec& spec, const StepCont
   return s;
 }
 
+// Context parallelism: one of the two chunks of a rank's chunk-major batch (parallel/context_parallel.h).
+static ops::AttentionShape chunk_shape(const ModelSpec& spec, const StepContext& ctx) {
+  ops::AttentionShape s = attention_shape(spec, ctx);
+  s.batch = ctx.batch / 2;
+  return s;
+}
+
+void DecoderLayer::rope(const StepContext& ctx, const Tensor& qkv, bool inverse) const {
+  const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads, rotated = spec_.heads + spec_.kv_heads;
+  const int64_t W = spec_.qkv_dim();
+  if (!ctx.cp) {
+    Tensor x = qkv.view({ctx.batch, ctx.seq, W});
+    ops::rope_apply(x, ctx.batch, ctx.seq, total_heads, rotated, spec_.head_dim, *ctx.rope_table,
+                    ctx.pos_offset, inverse, ctx.stream);
+    return;
+  }
+  // Each chunk at its place in the whole sequence.
+  const int64_t B = ctx.batch / 2, C = ctx.seq;
+  for (int h = 0; h < 2; ++h) {
+    Tensor x = qkv.slice(h * B * C, (h + 1) * B * C).view({B, C, W});
+    ops::rope_apply(x, B, C, total_heads, rotated, spec_.head_dim, *ctx.rope_table, ctx.cp->chunk(h) * C,
+                    inverse, ctx.stream);
+  }
+}
+
 Tensor DecoderLayer::norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd,
                                    const char* label) const {
   Tensor h = ctx.act({local_tokens(ctx), spec_.hidden});
@@ -105,16 +131,18 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
       ops::head_rmsnorm_forward(a.qkv_raw, spec_.heads, spec_.kv_heads, spec_.head_dim,
                                 params_.param(k_norm_), spec_.norm_eps, qkv, a.k_rstd, s);
     }
-    const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
-    Tensor qkv3 = qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
-    ops::rope_apply(qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
-                    *ctx.rope_table, ctx.pos_offset, /*inverse=*/false, s);
+    rope(ctx, qkv, /*inverse=*/false);
     a.qkv = qkv;
 
     a.attn = ctx.act({n, spec_.q_dim()});
     a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
-    Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()});
-    ops::attention_forward(qkv3, attention_shape(spec_, ctx), attn3, a.lse, s);
+    if (ctx.cp) {  // the sequence split over ranks: its chunks attend to every rank's keys
+      ctx.cp->attention_forward(qkv, chunk_shape(spec_, ctx), a.attn, a.lse, s);
+    } else {
+      Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()});
+      ops::attention_forward(qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}), attention_shape(spec_, ctx),
+                             attn3, a.lse, s);
+    }
     row_parallel_residual(ctx, a.attn, params_.param(w_o_), x_in, a.x_mid, "tp attention output");
   }
 
@@ -191,16 +219,18 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
   Tensor g_o = params_.grad(w_o_);
   ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s, params_.grad_accumulate(w_o_));
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
-  Tensor d_qkv3 = d_qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
-  ops::attention_backward(
-      d_attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}),
-      a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.lse, attention_shape(spec_, ctx), d_qkv3, s);
+  if (ctx.cp) {
+    ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
+  } else {
+    Tensor d_qkv3 = d_qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()});
+    ops::attention_backward(
+        d_attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}),
+        a.attn.view({ctx.batch, ctx.seq, spec_.q_dim()}), a.lse, attention_shape(spec_, ctx), d_qkv3, s);
+  }
   d_attn = Tensor();
   a.attn = Tensor();
   a.qkv = Tensor();
-  const int64_t total_heads = spec_.heads + 2 * spec_.kv_heads;
-  ops::rope_apply(d_qkv3, ctx.batch, ctx.seq, total_heads, spec_.heads + spec_.kv_heads, spec_.head_dim,
-                  *ctx.rope_table, ctx.pos_offset, /*inverse=*/true, s);
+  rope(ctx, d_qkv, /*inverse=*/true);
   if (spec_.qk_norm) {
     Tensor d_raw = ctx.act({n, spec_.qkv_dim()});
     d_raw.copy_from(d_qkv, s);  // v columns: the norm does not touch them

@@ -58,6 +58,9 @@ class DecoderLayer {
   // Runs the forward and fills every field of the slot (mode kNone semantics).
   Tensor forward_full(const StepContext& ctx, const Tensor& x_in, LayerActivations& a, bool record_stats);
   void recompute_dropped(const StepContext& ctx, LayerActivations& a);
+  // RoPE over the q and k heads of qkv [tokens, qkv width] in place, at the tokens' positions (context
+  // parallelism: each chunk at its own place in the sequence); inverse for the gradient.
+  void rope(const StepContext& ctx, const Tensor& qkv, bool inverse) const;
   // rmsnorm of this rank's rows of x (statistics into rstd), then every token's rows (sequence parallelism).
   Tensor norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd,
                        const char* label) const;

@@ -86,6 +86,7 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
   ctx.rope_table = &rope_table_;
   ctx.hooks = hooks_;
   ctx.tp = tp_;
+  ctx.cp = cp_;
   PRIMUS_CHECK(ctx.seq <= rope_table_.size(0), "sequence length {} exceeds the rope table ({})", ctx.seq,
                rope_table_.size(0));
   return ctx;

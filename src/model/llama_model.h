@@ -60,6 +60,9 @@ class LlamaModel {
   // MoE models under data / expert parallelism: the groups every MoE layer exchanges tokens over and sums its
   // expert loads over (MoeMlp::set_groups; not owned).
   void set_expert_groups(comm::Communicator* ep, comm::Communicator* loads);
+  // Context parallelism (not owned; nullptr = none): the token batches given to forward_backward /
+  // forward_loss are then this rank's chunk-major [2B, T / (2 CP)] tokens (ContextParallel::local_tokens).
+  void set_context_parallel(const parallel::ContextParallel* cp) { cp_ = cp; }
   // Tensor parallelism (not owned; nullptr = none): must match the parameter store's split.
   void set_tensor_parallel(const parallel::TensorParallel* tp);
   // Region hooks (not owned; nullptr = none).
@@ -98,6 +101,7 @@ class LlamaModel {
   int embed_ = -1;
   ParamHooks* hooks_ = nullptr;
   const parallel::TensorParallel* tp_ = nullptr;
+  const parallel::ContextParallel* cp_ = nullptr;
 };
 
 }  // namespace primus

@@ -8,8 +8,9 @@ namespace primus {
 
 class ParamHooks;  // model/param_hooks.h
 namespace parallel {
-class TensorParallel;  // parallel/tensor_parallel.h
-}
+class TensorParallel;   // parallel/tensor_parallel.h
+class ContextParallel;  // parallel/context_parallel.h
+}  // namespace parallel
 
 // How much of a layer's forward state is kept for backward.
 enum class RecomputeMode {
@@ -43,6 +44,9 @@ struct StepContext {
   ParamHooks* hooks = nullptr;
   // Tensor parallelism (nullptr = none): the layers' boundary collectives (model/tp_boundary.h).
   const parallel::TensorParallel* tp = nullptr;
+  // Context parallelism (nullptr = none): the batch is this rank's [2B, C] chunk-major tokens; attention
+  // spans every rank's chunks.
+  const parallel::ContextParallel* cp = nullptr;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }
   Tensor act(const Shape& shape) const { return Tensor::empty(shape, act_dtype, stream); }

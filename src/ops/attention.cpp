@@ -37,4 +37,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   PRIMUS_DISPATCH(qkv, attention_backward, dout, qkv, out, lse, shape, dqkv, s);
 }
 
+void attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& part, const Tensor& part_lse,
+                     const Stream& s) {
+  check_same_device("attention_merge", acc.device(), {&acc, &acc_lse, &part, &part_lse});
+  PRIMUS_DISPATCH(acc, attention_merge, acc, acc_lse, part, part_lse, s);
+}
+
 }  // namespace primus::ops

@@ -29,6 +29,20 @@ void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& o
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);
 
+// Folds one partial attention result into a running one (context parallelism's ring attention). A query
+// block attends to the key/value blocks one at a time; each partial result (out_p, lse_p) is
+// softmax-normalised over that block's keys only, with lse_p = log sum over the block's keys of exp(score).
+// The exact attention over all blocks is out = sum_p exp(lse_p - lse) out_p with lse = log sum_p exp(lse_p).
+//   acc [B, T, H*D] f32 (f64 when part is f64), acc_lse [B, H, T] f32 (f64): the running result, updated in
+//   place; part [B, T, H*D] (f32 or f64 on the CPU, bf16 or f32 on CUDA), part_lse [B, H, T] f32 (f64).
+// lse' = log(exp(acc_lse) + exp(part_lse)); acc' = acc * exp(acc_lse - lse') + part * exp(part_lse - lse'),
+// computed with the larger of the two lse values subtracted. A side whose lse is -inf (no keys seen yet, or a
+// fully masked row) contributes nothing, whatever its values (even NaN); both -inf leaves acc = 0 and
+// lse = -inf (no NaN). Start a merge with acc = 0 and acc_lse = -inf. H comes from acc_lse; D = acc's last
+// dimension / H. The lse layout is attention_forward's.
+void attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& part, const Tensor& part_lse,
+                     const Stream& s);
+
 // Deterministic mode (config `deterministic_mode`; off by default, as in Megatron). cuDNN's default fused
 // backward accumulates dQ in f32 from many thread blocks at once, so the order of the additions, and with it
 // the last bits of dQ, can change from run to run. On, the GPU backward is bitwise reproducible: cuDNN's

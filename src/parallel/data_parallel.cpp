@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "config/not_supported.h"
 #include "core/log.h"
 #include "ops/elementwise.h"
 #include "ops/optimizer.h"
@@ -15,6 +16,7 @@ std::string DpConfig::describe() const {
   std::string mode = fsdp() ? (dp_replicate > 1 ? "HSDP" : "FSDP") : zero1() ? "ZeRO-1" : "DDP";
   std::string s = fmt::format("{} over dp {} (replicate {} x shard {})", mode, dp, dp_replicate, dp_shard);
   if (ep > 1) s += fmt::format(", experts split over ep {} and reduced over expert-dp {}", ep, edp);
+  if (cp > 1) s += fmt::format(", sequences split over cp {} (gradients reduced over dp x cp)", cp);
   if (!fsdp()) s += fmt::format(", overlap_grad_reduce {}", overlap_grad_reduce);
   if (zero1()) s += fmt::format(", overlap_param_gather {}", overlap_param_gather);
   if (!fsdp() && !zero1()) s += reduce_in_bf16 ? ", bf16 reduction" : ", f32 reduction";
@@ -30,6 +32,13 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
   c.dp_shard = layout.dims.dp_shard();
   c.ep = layout.dims.ep();
   c.edp = layout.dims.edp();
+  c.cp = layout.dims.cp();
+  if (c.cp > 1 && (c.fsdp() || c.zero1()))
+    throw config::NotSupportedError(
+        fmt::format("{}: not supported yet: context parallelism with a sharded optimizer or FSDP "
+                    "(use_distributed_optimizer / use_torch_fsdp2 / data_parallel_sharding_strategy)",
+                    layout.describe()),
+        "use DDP (no_shard) with context_parallel_size > 1");
   if (c.ep > 1 && c.fsdp() && layout.dims.dp_replicate() > 1 && layout.dims.dp_shard() % c.ep != 0)
     throw ConfigError(
         fmt::format("{}: expert parallelism with HSDP needs the expert-parallel degree {} to divide "
@@ -97,7 +106,7 @@ comm::Communicator& DataParallel::group(const char* name) const {
 }
 
 comm::Communicator& DataParallel::shard_group() const {
-  return group(cfg_.fsdp() ? "dp_shard" : "dp");
+  return group(cfg_.fsdp() ? "dp_shard" : cfg_.cp > 1 ? "dp_cp" : "dp");
 }
 
 comm::Communicator& DataParallel::region_group(int r) const {

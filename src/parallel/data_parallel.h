@@ -34,6 +34,9 @@ struct DpConfig {
   // Expert parallelism: experts split over `ep` ranks; their gradients are reduced (ZeRO-1: sharded) over the
   // `edp` ranks holding the same experts (the ParamStore's expert regions).
   int ep = 1, edp = 1;
+  // Context parallelism: the cp ranks of a dp rank hold the same model and split its sequences, so dense
+  // gradients are reduced over dp x cp (DDP only for now).
+  int cp = 1;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool reduce_in_bf16 = false;  // DDP only (grad_reduce_in_bf16)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "core/log.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/process_groups.h"
 #include "parallel/tensor_parallel.h"
@@ -75,7 +76,13 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
                  b.first_sample);
     // Megatron's default: each micro-batch's loss is its mean over counted tokens; the step averages the
     // micro-batches of the global batch (the gradient scale folds both divisions in).
+    // Context parallelism: this rank trains its chunks of every sequence; the scale keeps the whole
+    // micro-batch's token count, and the cp ranks' gradients add up to the micro-batch's.
     const float scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
+    if (cp_) {
+      b.tokens = cp_->local_tokens(b.tokens);
+      b.targets = cp_->local_tokens(b.targets);
+    }
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     PRIMUS_TRACE_RANGE("forward_backward");
@@ -128,6 +135,20 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     std::vector<double> mine(static_cast<size_t>(A + 1));
     for (int64_t a = 0; a < A; ++a) mine[a] = micro_loss(a * D + dp_rank_);
     mine[A] = stop_any;
+    if (cp_) {
+      // Each cp rank summed the losses of its chunks: the micro-batch's loss is their sum; stop on any.
+      Tensor part = Tensor::from_vector(std::vector<double>(mine.begin(), mine.begin() + A), {A});
+      Tensor stop = Tensor::from_vector(std::vector<double>{mine[A]}, {1});
+      if (stream_.device.is_cuda()) {
+        part = part.to(stream_);
+        stop = stop.to(stream_);
+      }
+      cp_->group().all_reduce(part, comm::ReduceOp::kSum, stream_, "cp micro-batch losses");
+      cp_->group().all_reduce(stop, comm::ReduceOp::kMax, stream_, "cp stop request");
+      const std::vector<double> p = part.to_vector<double>();
+      std::copy(p.begin(), p.end(), mine.begin());
+      mine[A] = stop.to_vector<double>()[0];
+    }
     Tensor in = Tensor::from_vector(mine, {A + 1});
     Tensor out = Tensor::empty({(A + 1) * D}, DType::kF64, stream_);
     if (stream_.device.is_cuda()) in = in.to(stream_);

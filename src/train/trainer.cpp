@@ -13,6 +13,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
@@ -272,6 +273,10 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < cfg_.logging.eval_iters; ++i) {
     Batch b = make_batch(*data_.valid, i * cfg_.micro_batch_size, cfg_.micro_batch_size, data_.eod_id,
                          cfg_.data.eod_mask_loss);
+    if (cp_) {  // this rank's chunks; the cp ranks' loss sums add up below
+      b.tokens = cp_->local_tokens(b.tokens);
+      b.targets = cp_->local_tokens(b.targets);
+    }
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
     std::vector<double> l =
@@ -281,6 +286,12 @@ double Trainer::evaluate() {
             .to_vector<double>();
     for (double x : l) total += x;
     count += b.valid_tokens;
+  }
+  if (cp_) {
+    Tensor t = Tensor::from_vector(std::vector<double>{total}, {1});
+    if (stream_.device.is_cuda()) t = t.to(stream_);
+    cp_->group().all_reduce(t, comm::ReduceOp::kSum, stream_, "cp validation loss");
+    total = t.to_vector<double>()[0];
   }
   return count > 0 ? total / static_cast<double>(count) : -1;
 }

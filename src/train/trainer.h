@@ -32,6 +32,7 @@ class HfCheckpoint;
 namespace primus::parallel {
 class ProcessGroups;
 class TensorParallel;
+class ContextParallel;
 }  // namespace primus::parallel
 
 namespace primus {
@@ -135,7 +136,8 @@ class Trainer {
   Stream stream_;
   std::unique_ptr<comm::World, KeepOnUnwind> world_;
   std::unique_ptr<parallel::ProcessGroups, KeepOnUnwind> groups_;
-  std::unique_ptr<parallel::TensorParallel> tp_;  // tensor parallelism's collectives (null: tp 1)
+  std::unique_ptr<parallel::TensorParallel> tp_;   // tensor parallelism's collectives (null: tp 1)
+  std::unique_ptr<parallel::ContextParallel> cp_;  // context parallelism's (null: cp 1)
   std::unique_ptr<DpConfig> dp_cfg_;
   int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;
   std::unique_ptr<ParamStore> ckpt_full_;   // whole-model staging for sharded checkpoints

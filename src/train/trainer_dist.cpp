@@ -8,6 +8,7 @@
 #include "config/plan.h"
 #include "core/log.h"
 #include "parallel/config_agreement.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/process_groups.h"
@@ -68,10 +69,10 @@ void Trainer::init_distributed() {
     std::vector<std::string> places;  // failure reports name a rank with its coordinates from here on
     for (int r = 0; r < env.world_size; ++r) places.push_back(layout.dims.describe_rank(r));
     comm::set_rank_coordinates(std::move(places));
-    if (layout.dims.pp() > 1 || layout.dims.cp() > 1)
+    if (layout.dims.pp() > 1)
       throw ConfigError(
-          fmt::format("{}: pipeline and context parallelism are not implemented yet "
-                      "(data, tensor and expert parallelism are)",
+          fmt::format("{}: pipeline parallelism is not implemented yet (data, tensor, context and "
+                      "expert parallelism are)",
                       layout.describe()));
     groups_.reset(new parallel::ProcessGroups(parallel::build_groups(layout.dims, *world_->comm)));
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
@@ -130,6 +131,15 @@ void Trainer::init_data_parallel() {
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
   model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, *params_, stream_, cfg_.data.seq_length);
   if (!dp_cfg_) return;
+  if (groups_ && groups_->dims().cp() > 1) {
+    cp_ = std::make_unique<parallel::ContextParallel>(groups_->get("cp"));
+    model_->set_context_parallel(cp_.get());
+    log::info(
+        "context parallel: {} ranks, this rank holds chunks {} and {} of {} per sequence (cp_comm_type {})",
+        cp_->size(), cp_->chunk(0), cp_->chunk(1), 2 * cp_->size(),
+        cfg_.parallel.cp_comm_type == "all_gather" ? std::string("all_gather")
+                                                   : cfg_.parallel.cp_comm_type + ", run as all_gather");
+  }
   if (groups_ && groups_->dims().tp() > 1) {
     tp_ = std::make_unique<parallel::TensorParallel>(groups_->get("tp"), cfg_.parallel.sequence_parallel,
                                                      params_->tensor_shard().kv_replicas);

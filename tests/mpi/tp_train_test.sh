@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor-parallel training under mpirun or `primus launch` (ctest runs these; see tests/CMakeLists.txt): micro
+# Tensor- and context-parallel training under mpirun or `primus launch` (ctest runs these; see tests/CMakeLists.txt): micro
 # Llama / Qwen3 models on the CPU, 20 steps, global batch 16 (micro-batch 2). Each case's loss and grad-norm
 # curves stay within 1e-5 relative of the single process training the same global batch: the ranks compute
 # the same sums split differently (a row-parallel GEMM's K dimension is summed in two parts and then across
@@ -17,6 +17,10 @@
 #   resume NP TP NP2 TP2   save at iteration 10 with NP ranks / TP, resume with NP2 ranks / TP2 (a changed
 #                    layout): the joined curve equals the uninterrupted single process's; the checkpoint is
 #                    the whole model and exports to Hugging Face with whole-model shapes
+#   cp NP CP         context parallelism: each sequence in 2·CP chunks over CP ranks (x NP/CP data-parallel
+#                    ranks), evaluation every 10 steps (the validation loss summed over the cp ranks)
+#   cprecompute NP CP  the same with full recomputation
+#   cptp NP TP       CP 2 x TP (with SP) x NP/(2 TP) data-parallel ranks
 #   launch           sp 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad              refusals, each a clear error naming the key before training
 # Usage: tp_train_test.sh MODE MPIRUN PRIMUS NP TP [NP2 TP2]
@@ -57,6 +61,18 @@ for x, y in zip(a, b):
         worst = max(worst, d)
         if d > tol:
             sys.exit(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r} (relative {d:.3g}, allowed {tol})")
+def vals(p):
+    return {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
+va, vb = vals(sys.argv[1]), vals(sys.argv[2])
+if va.keys() != vb.keys():
+    sys.exit(f"validation steps differ: {sorted(va)} vs {sorted(vb)}")
+for k in va:
+    d = abs(va[k] - vb[k]) / max(abs(vb[k]), 1e-30)
+    worst = max(worst, d)
+    if d > tol:
+        sys.exit(f"validation at step {k}: {va[k]!r} vs {vb[k]!r} (relative {d:.3g}, allowed {tol})")
+if va:
+    print(f"validation losses at steps {sorted(va)} compared")
 print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, max relative difference {worst:.3g}"
       f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
 PY
@@ -99,10 +115,17 @@ if [ "$mode" = bad ]; then
   refuse emulate "WORLD_SIZE=1 is not divisible by TP x PP x CP = 2" 0 PRIMUS_DP_EMULATE=2 -- \
     --tensor_model_parallel_size 2
   refuse world "WORLD_SIZE=3 is not divisible by TP x PP x CP = 2" 3 -- --tensor_model_parallel_size 2
+  refuse cpseq "seq_length 60 is not divisible by 2 x the context-parallel degree 4 = 8" 4 -- \
+    --context_parallel_size 4 --seq_length 60
+  refuse cpmoe "not supported yet: context parallelism (context_parallel_size / parallelism.context_parallel_degree = 2) of MoE" 2 \
+    PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --context_parallel_size 2
+  refuse cpzero "not supported yet: context parallelism with a sharded optimizer or FSDP" 4 -- \
+    --context_parallel_size 2 --use_distributed_optimizer true
   echo "tp_train_test: bad passed"
   exit 0
 fi
-keys=()
+keys=()  # every run (the single process too)
+par=()   # the layout: the distributed runs only
 case "$mode" in
   launch)
     LAUNCH=1
@@ -112,6 +135,20 @@ case "$mode" in
   sp) keys=(--sequence_parallel true --recompute_granularity full --recompute_method uniform) ;;
   mha) keys=(--num_query_groups 4 --sequence_parallel true) ;;
   kvrep) keys=(--sequence_parallel true) ;;  # TP 4 over 2 kv heads: each shared by 2 ranks
+  cp)
+    cpd=$tp tp=1  # the degree argument is the context-parallel degree
+    par=(--context_parallel_size "$cpd" --cp_comm_type all_gather)
+    keys=(--eval_interval 10 --eval_iters 2)
+    ;;
+  cptp)
+    par=(--context_parallel_size 2)  # CP 2 x TP (the degree argument)
+    keys=(--sequence_parallel true)
+    ;;
+  cprecompute)
+    cpd=$tp tp=1
+    par=(--context_parallel_size "$cpd")
+    keys=(--recompute_granularity full --recompute_method uniform)
+    ;;
   qwen3)
     # At the micro config's lr 3e-3 the micro Qwen3's gradient norm turns rounding-sensitive from step 11 (its
     # q/k-norm on tiny heads): plain DP 2 then differs from one process by 3e-4 at step 11 and 25% at step
@@ -155,10 +192,15 @@ PY
   run dist "$np2" -- --tensor_model_parallel_size "$tp2" "${keys[@]}" "${save[@]}" --auto_continue_train true
   grep -q "resuming from" "$work/dist.log" || fail "the $np2-rank run did not resume"
 else
-  run dist "$np" -- --tensor_model_parallel_size "$tp" "${keys[@]}"
+  run dist "$np" -- --tensor_model_parallel_size "$tp" "${par[@]}" "${keys[@]}"
 fi
-grep -h "tensor parallel:" "$work/dist.log" | head -1
-grep -q "tensor parallel: $tp ranks\|tensor parallel: $tp2 ranks" "$work/dist.log" || fail "the run did not split the model"
+grep -h "tensor parallel:\|context parallel:" "$work/dist.log" | head -2
+if [ "$tp" -gt 1 ]; then
+  grep -q "tensor parallel: $tp ranks\|tensor parallel: $tp2 ranks" "$work/dist.log" || fail "the run did not split the model"
+fi
+if [ -n "${cpd:-}" ] || [ "$mode" = cptp ]; then
+  grep -q "context parallel: ${cpd:-2} ranks" "$work/dist.log" || fail "the run did not split the sequences"
+fi
 run single 0 -- "${keys[@]}"
 compare dist single 1e-5
 echo "tp_train_test: $mode passed"

@@ -1,7 +1,11 @@
 #include "ops/attention.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "op_test_util.h"
 #include "ops/elementwise.h"
@@ -330,6 +334,304 @@ TEST(Attention, ThreadCountDoesNotChangeResults) {
       const auto v = host(*t);
       all.insert(all.end(), v.begin(), v.end());
     }
+    return all;
+  });
+}
+
+// ---- attention_merge: partial results over key blocks (context parallelism) ----
+
+// Attention of every query over the keys [k0, k1) only, at their global positions (causal: key j is visible
+// to query i when j <= i): each row softmax-normalised over the keys it sees there, lse = log sum exp of
+// their scaled scores. A row that sees none gets out 0 and lse -inf. Over [0, T) this is naive_attention.
+Naive naive_block_attention(const std::vector<double>& qkv, const AttentionShape& s, int64_t k0, int64_t k1) {
+  const int64_t B = s.batch, T = s.seq, H = s.heads, KV = s.kv_heads, D = s.head_dim, Dv = s.dv(),
+                W = s.qkv_width();
+  const double inf = std::numeric_limits<double>::infinity();
+  Naive r;
+  r.out.assign(static_cast<size_t>(B * T * H * Dv), 0.0);
+  r.lse.assign(static_cast<size_t>(B * H * T), -inf);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kh = h / (H / KV);
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t end = s.causal ? std::min(k1, i + 1) : k1;
+        if (end <= k0) continue;  // no visible key in this block
+        std::vector<double> sc(static_cast<size_t>(end - k0));
+        double mx = -inf;
+        for (int64_t j = k0; j < end; ++j) {
+          double acc = 0.0;
+          for (int64_t e = 0; e < D; ++e)
+            acc += qkv[(b * T + i) * W + h * D + e] * qkv[(b * T + j) * W + (H + kh) * D + e];
+          sc[j - k0] = static_cast<double>(s.scale) * acc;
+          mx = std::max(mx, sc[j - k0]);
+        }
+        double sum = 0.0;
+        for (double v : sc) sum += std::exp(v - mx);
+        r.lse[(b * H + h) * T + i] = mx + std::log(sum);
+        for (int64_t j = k0; j < end; ++j) {
+          const double p = std::exp(sc[j - k0] - mx) / sum;
+          for (int64_t e = 0; e < Dv; ++e)
+            r.out[((b * T + i) * H + h) * Dv + e] += p * qkv[(b * T + j) * W + (H + KV) * D + kh * Dv + e];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// Boundaries 0 = c[0] <= c[1] <= ... <= c[blocks] = T of random key blocks (an empty block is possible, and
+// certain when T < blocks).
+std::vector<int64_t> random_cuts(Rng& rng, int64_t t, int blocks) {
+  std::vector<int64_t> c{0, t};
+  for (int i = 1; i < blocks; ++i) c.push_back(rng.integer(0, t));
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
+// A block's partial result as tensors of dtype dt. Rows whose lse is -inf get NaN values: a -inf side must
+// contribute nothing, whatever it holds (a fully masked row of a real kernel may be 0/0).
+std::pair<Tensor, Tensor> part_tensors(const Naive& p, const AttentionShape& s, DType dt) {
+  std::vector<double> out = p.out;
+  const int64_t T = s.seq, H = s.heads, Dv = s.dv();
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i)
+        if (std::isinf(p.lse[(b * H + h) * T + i]))
+          for (int64_t e = 0; e < Dv; ++e)
+            out[((b * T + i) * H + h) * Dv + e] = std::numeric_limits<double>::quiet_NaN();
+  return {tensor_of(out, out_shape(s), dt), tensor_of(p.lse, lse_shape(s), dt)};
+}
+
+struct Merged {
+  Tensor out, lse;
+};
+
+// Folds the parts, in `order`, into a running result that starts at (0, -inf).
+Merged merge_parts(const std::vector<Naive>& parts, const std::vector<int>& order, const AttentionShape& s,
+                   DType dt) {
+  Merged m{filled(out_shape(s), dt, 0.0), filled(lse_shape(s), dt, -std::numeric_limits<double>::infinity())};
+  for (int i : order) {
+    auto [part, part_lse] = part_tensors(parts[static_cast<size_t>(i)], s, dt);
+    ops::attention_merge(m.out, m.lse, part, part_lse, Stream::cpu());
+  }
+  return m;
+}
+
+// -inf exactly where the reference is -inf; the relative error over the other entries below tol.
+void expect_lse_near(const Tensor& lse, const std::vector<double>& ref, double tol) {
+  const std::vector<double> got = host(lse);
+  ASSERT_EQ(got.size(), ref.size());
+  std::vector<double> g, r;
+  int64_t mismatched = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(ref[i]) && ref[i] < 0) {
+      mismatched += !(std::isinf(got[i]) && got[i] < 0);
+    } else {
+      g.push_back(got[i]);
+      r.push_back(ref[i]);
+    }
+  }
+  EXPECT_EQ(mismatched, 0) << "entries that should be -inf";
+  EXPECT_LT(rel_err(g, r), tol);
+}
+
+int64_t count_neg_inf(const std::vector<double>& v) {
+  return std::count_if(v.begin(), v.end(), [](double x) { return std::isinf(x) && x < 0; });
+}
+
+struct MergeCase {
+  int64_t b, t, h, kv, d;
+  bool causal;
+  int blocks;
+};
+
+const MergeCase kMergeCases[] = {
+    {1, 1, 1, 1, 8, true, 2},    {2, 1, 2, 1, 8, false, 3},   {2, 31, 3, 1, 8, true, 3},
+    {1, 33, 4, 2, 64, false, 4}, {1, 127, 2, 2, 8, true, 4},  {2, 33, 1, 1, 128, true, 2},
+    {1, 31, 4, 4, 64, false, 2}, {1, 127, 3, 3, 64, true, 3}, {2, 31, 2, 1, 128, true, 4}};
+
+// Ring attention's merge: the keys are split into 2..4 blocks, each block's (out, lse) computed on its own,
+// folded with attention_merge from (0, -inf); the result is the attention over all keys. Causal blocks leave
+// rows with no visible key (lse -inf, NaN values) that must contribute nothing. Merging only the blocks after
+// the first one leaves the rows before the first of those keys with no key at all: acc 0 and lse -inf.
+TEST(AttentionMerge, KeyBlocksMergeToFullAttention) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    for (const MergeCase& c : kMergeCases) {
+      const AttentionShape s = make_shape(c.b, c.t, c.h, c.kv, c.d, c.causal);
+      const std::vector<int64_t> cuts = random_cuts(rng, c.t, c.blocks);
+      SCOPED_TRACE(fmt::format("{} B={} T={} H={} KV={} D={} causal={} cuts={}", dtype_name(dt), c.b, c.t,
+                               c.h, c.kv, c.d, c.causal, fmt::join(cuts, ",")));
+      const std::vector<double> qkv = host(rand_tensor(rng, qkv_shape(s), DType::kF64, -2.0, 2.0));
+      std::vector<Naive> parts;
+      std::vector<int> order;
+      int64_t empty_rows = 0;
+      for (int k = 0; k < c.blocks; ++k) {
+        parts.push_back(naive_block_attention(qkv, s, cuts[k], cuts[k + 1]));
+        order.push_back(k);
+        empty_rows += count_neg_inf(parts.back().lse);
+      }
+      if (c.causal && c.t > 1) EXPECT_GT(empty_rows, 0) << "no block left a row without keys";
+      const Naive full = naive_attention(qkv, s);
+      const Merged m = merge_parts(parts, order, s, dt);
+      EXPECT_LT(rel_err(m.out, full.out), fwd_tol(dt));
+      expect_lse_near(m.lse, full.lse, fwd_tol(dt));
+
+      if (!c.causal) continue;
+      // The blocks after the first: keys [cuts[1], T).
+      const Naive later = naive_block_attention(qkv, s, cuts[1], c.t);
+      const Merged ml = merge_parts(parts, std::vector<int>(order.begin() + 1, order.end()), s, dt);
+      EXPECT_LT(rel_err(ml.out, later.out), fwd_tol(dt));
+      expect_lse_near(ml.lse, later.lse, fwd_tol(dt));
+      const std::vector<double> out = host(ml.out);
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t i = 0; i < std::min(cuts[1], c.t); ++i)  // every block -inf: exactly 0
+          for (int64_t e = 0; e < c.h * c.d; ++e) ASSERT_EQ(out[(b * c.t + i) * c.h * c.d + e], 0.0);
+      EXPECT_EQ(count_neg_inf(host(ml.lse)), count_neg_inf(later.lse));
+    }
+  }
+}
+
+// Any order of the blocks gives the same result up to rounding; swapping the two sides of one merge gives
+// bitwise the same result (the formula is symmetric in them).
+TEST(AttentionMerge, OrderDoesNotMatter) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    for (const MergeCase& c : kMergeCases) {
+      const AttentionShape s = make_shape(c.b, c.t, c.h, c.kv, c.d, c.causal);
+      const std::vector<int64_t> cuts = random_cuts(rng, c.t, c.blocks);
+      SCOPED_TRACE(fmt::format("{} B={} T={} H={} D={} causal={} cuts={}", dtype_name(dt), c.b, c.t, c.h, c.d,
+                               c.causal, fmt::join(cuts, ",")));
+      const std::vector<double> qkv = host(rand_tensor(rng, qkv_shape(s), DType::kF64, -2.0, 2.0));
+      std::vector<Naive> parts;
+      std::vector<int> order;
+      for (int k = 0; k < c.blocks; ++k) {
+        parts.push_back(naive_block_attention(qkv, s, cuts[k], cuts[k + 1]));
+        order.push_back(k);
+      }
+      const Merged fwd = merge_parts(parts, order, s, dt);
+      const double tol = dt == DType::kF64 ? 1e-14 : 1e-6;
+      std::vector<int> rev(order.rbegin(), order.rend()), shuffled = order;
+      std::shuffle(shuffled.begin(), shuffled.end(), rng.gen());
+      for (const std::vector<int>& o : {rev, shuffled}) {
+        const Merged m = merge_parts(parts, o, s, dt);
+        EXPECT_LT(rel_err(m.out, host(fwd.out)), tol) << "order " << fmt::format("{}", fmt::join(o, ","));
+        expect_lse_near(m.lse, host(fwd.lse), tol);
+      }
+      // One merge, sides swapped: (acc = part 0, part = part 1) vs (acc = part 1, part = part 0).
+      auto [p0, l0] = part_tensors(parts[0], s, dt);
+      auto [p1, l1] = part_tensors(parts[1], s, dt);
+      Tensor a01 = clone(p0), l01 = clone(l0), a10 = clone(p1), l10 = clone(l1);
+      ops::attention_merge(a01, l01, p1, l1, Stream::cpu());
+      ops::attention_merge(a10, l10, p0, l0, Stream::cpu());
+      const std::vector<double> x = host(a01), y = host(a10);
+      for (size_t i = 0; i < x.size(); ++i)  // NaN only where both sides had none (then 0 is written)
+        ASSERT_TRUE(x[i] == y[i]) << "element " << i << ": " << x[i] << " vs " << y[i];
+      EXPECT_EQ(host(l01), host(l10));
+    }
+  }
+}
+
+// The -inf cases exactly: a -inf side leaves the other side as it is (its values and lse), whatever the -inf
+// side holds; both -inf gives 0 and -inf. One side far below the other (exp underflows) keeps the larger.
+TEST(AttentionMerge, MinusInfinitySidesContributeNothing) {
+  Rng rng;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : float_types()) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t B = 2, T = 5, H = 3, D = 8;
+    const Shape os{B, T, H * D}, ls{B, H, T};
+    // Per lse entry (b, h, t), indexed q = (b * H + h) * T + t: which side is -inf, by q % 4:
+    //   0: acc, 1: part, 2: both, 3: neither (part 1000 below acc: its weight underflows to 0).
+    Tensor acc = rand_tensor(rng, os, dt), part = rand_tensor(rng, os, dt);
+    Tensor acc_lse = rand_tensor(rng, ls, dt, -3.0, 3.0), part_lse = rand_tensor(rng, ls, dt, -3.0, 3.0);
+    std::vector<double> a = host(acc), p = host(part), al = host(acc_lse), pl = host(part_lse);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t q = (b * H + h) * T + t, row = ((b * T + t) * H + h) * D;
+          if (q % 4 == 0 || q % 4 == 2) {
+            al[q] = -inf;
+            for (int64_t e = 0; e < D; ++e) a[row + e] = nan;
+          }
+          if (q % 4 == 1 || q % 4 == 2) {
+            pl[q] = -inf;
+            for (int64_t e = 0; e < D; ++e) p[row + e] = nan;
+          }
+          if (q % 4 == 3) pl[q] = al[q] - 1000.0;
+        }
+      }
+    }
+    acc = tensor_of(a, os, dt);
+    acc_lse = tensor_of(al, ls, dt);
+    part = tensor_of(p, os, dt);
+    part_lse = tensor_of(pl, ls, dt);
+    const std::vector<double> a_in = host(acc), al_in = host(acc_lse), p_in = host(part),
+                              pl_in = host(part_lse);
+    ops::attention_merge(acc, acc_lse, part, part_lse, Stream::cpu());
+    const std::vector<double> a_out = host(acc), al_out = host(acc_lse);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t q = (b * H + h) * T + t, row = ((b * T + t) * H + h) * D;
+          SCOPED_TRACE(fmt::format("b={} h={} t={} case {}", b, h, t, q % 4));
+          const bool part_wins = q % 4 == 0;
+          const bool zero = q % 4 == 2;
+          EXPECT_EQ(al_out[q], zero ? -inf : part_wins ? pl_in[q] : al_in[q]);
+          for (int64_t e = 0; e < D; ++e)
+            ASSERT_EQ(a_out[row + e], zero ? 0.0 : part_wins ? p_in[row + e] : a_in[row + e]) << "e=" << e;
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionMerge, RejectsBadInputs) {
+  Rng rng;
+  const Stream st = Stream::cpu();
+  const int64_t B = 2, T = 3, H = 4, D = 8;
+  Tensor acc = filled({B, T, H * D}, DType::kF32, 0.0);
+  Tensor acc_lse = filled({B, H, T}, DType::kF32, -std::numeric_limits<double>::infinity());
+  Tensor part = rand_tensor(rng, {B, T, H * D}, DType::kF32),
+         part_lse = rand_tensor(rng, {B, H, T}, DType::kF32);
+  Tensor part_short = rand_tensor(rng, {B, T, H * D - 8}, DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse, part_short, part_lse, st),
+                      "attention_merge: part must be [2, 3, 32]");
+  Tensor part_lse_t = rand_tensor(rng, {B, T, H}, DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse, part, part_lse_t, st),
+                      "attention_merge: part_lse must be [2, 4, 3]");
+  Tensor acc_lse_bad = filled({B, H, T + 1}, DType::kF32, 0.0);
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse_bad, part, part_lse, st),
+                      "attention_merge: acc_lse must be [2, 4, 3]");
+  Tensor acc_lse_h5 = filled({B, 5, T}, DType::kF32, 0.0);  // 5 heads do not divide 32
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse_h5, part, part_lse, st), "H = 5 from acc_lse");
+  Tensor part64 = rand_tensor(rng, {B, T, H * D}, DType::kF64),
+         part_lse64 = rand_tensor(rng, {B, H, T}, DType::kF64);
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse, part64, part_lse64, st),
+                      "attention_merge: acc must be f64");
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse, part, part_lse64, st),
+                      "attention_merge: part_lse must be f32");
+  Tensor part_bf = rand_tensor(rng, {B, T, H * D}, DType::kBF16);
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse, part_bf, part_lse, st), "part must be f32 or f64");
+  Tensor acc_2d = filled({B * T, H * D}, DType::kF32, 0.0);
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc_2d, acc_lse, part, part_lse, st),
+                      "acc must have 3 dimensions");
+  EXPECT_PRIMUS_ERROR(ops::attention_merge(acc, acc_lse, acc, part_lse, st), "must not overlap");
+}
+
+TEST(AttentionMerge, ThreadCountDoesNotChangeResults) {
+  Rng rng;
+  const int64_t B = 2, T = 127, H = 4, D = 128;  // 130k elements: above the parallel grain
+  Tensor acc0 = rand_tensor(rng, {B, T, H * D}, DType::kF32),
+         part = rand_tensor(rng, {B, T, H * D}, DType::kF32);
+  Tensor lse0 = rand_tensor(rng, {B, H, T}, DType::kF32, -4.0, 4.0),
+         part_lse = rand_tensor(rng, {B, H, T}, DType::kF32, -4.0, 4.0);
+  expect_thread_count_invariant([&] {
+    Tensor acc = clone(acc0), lse = clone(lse0);
+    ops::attention_merge(acc, lse, part, part_lse, Stream::cpu());
+    std::vector<double> all = host(acc);
+    const auto l = host(lse);
+    all.insert(all.end(), l.begin(), l.end());
     return all;
   });
 }

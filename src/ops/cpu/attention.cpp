@@ -4,6 +4,9 @@
 // thread holds one block of at most 64 x T scores. The backward recomputes the probabilities from the saved
 // lse; each task owns whole output rows, so there are no atomics or races and the result does not depend on
 // the thread count.
+//
+// attention_merge is elementwise per (batch, token, head) row: two lse values give the row's two weights,
+// which scale its D elements; computed in the tensors' own dtype.
 #include <cmath>
 #include <limits>
 
@@ -158,6 +161,42 @@ void backward_impl(const T* dout, const T* qkv, const T* out, const T* lse, cons
   }
 }
 
+// One merge per (batch, token, head) row; rows follow acc's [B, T, H] order, the lse index is [B, H, T].
+template <typename T>
+void merge_impl(T* acc, T* acc_lse, const T* part, const T* part_lse, int64_t b, int64_t t, int64_t h,
+                int64_t d) {
+  const int64_t rows = b * t * h;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+#pragma omp parallel for schedule(static) if (rows * d > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t hh = r % h, tt = (r / h) % t, bb = r / (h * t);
+    const int64_t li = (bb * h + hh) * t + tt;
+    T* o = acc + r * d;
+    const T* p = part + r * d;
+    const T la = acc_lse[li], lp = part_lse[li];
+    const T m = la > lp ? la : lp;  // a NaN lse propagates (both comparisons are false)
+    if (m == neg_inf) {             // neither side has seen a key
+      std::fill_n(o, d, T(0));
+      acc_lse[li] = neg_inf;
+      continue;
+    }
+    // exp(l - lse') = exp(l - m) / s with s = exp(la - m) + exp(lp - m) in [1, 2].
+    const T wa = std::exp(la - m), wp = std::exp(lp - m);
+    const T inv = T(1) / (wa + wp);
+    const T ca = wa * inv, cp = wp * inv;
+    // A -inf side is skipped rather than multiplied by 0, so that its values (NaN in a fully masked row)
+    // cannot leak.
+    if (la == neg_inf) {
+      for (int64_t e = 0; e < d; ++e) o[e] = p[e] * cp;
+    } else if (lp == neg_inf) {
+      for (int64_t e = 0; e < d; ++e) o[e] = o[e] * ca;
+    } else {
+      for (int64_t e = 0; e < d; ++e) o[e] = o[e] * ca + p[e] * cp;
+    }
+    acc_lse[li] = m + std::log1p(std::exp(-std::abs(la - lp)));
+  }
+}
+
 }  // namespace
 
 void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
@@ -194,6 +233,31 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
     using T = decltype(tag);
     backward_impl<T>(dout.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<T>(), L, T(shape.scale),
                      dqkv.data<T>());
+  });
+}
+
+void attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& part, const Tensor& part_lse,
+                     const Stream& s) {
+  constexpr const char* op = "attention_merge";
+  const DType dt = check_float(op, "part", part);
+  check_host(op, "acc", acc);
+  check_ndim(op, "acc", acc, 3);
+  check_host(op, "acc_lse", acc_lse);
+  check_ndim(op, "acc_lse", acc_lse, 3);
+  const int64_t b = acc.size(0), t = acc.size(1), w = acc.size(2), h = acc_lse.size(1);
+  PRIMUS_CHECK(h >= 1 && w % h == 0, "{}: acc {} must be [B, T, H*D] with H = {} from acc_lse {}", op,
+               acc.describe(), h, acc_lse.describe());
+  check_tensor(op, "acc", acc, dt, {b, t, w});
+  check_tensor(op, "acc_lse", acc_lse, dt, {b, h, t});
+  check_tensor(op, "part", part, dt, {b, t, w});
+  check_tensor(op, "part_lse", part_lse, dt, {b, h, t});
+  PRIMUS_CHECK(!overlaps(acc, acc_lse) && !overlaps(acc, part) && !overlaps(acc, part_lse) &&
+                   !overlaps(acc_lse, part) && !overlaps(acc_lse, part_lse),
+               "{}: acc and acc_lse must not overlap each other, part or part_lse", op);
+  if (acc_lse.numel() == 0) return;
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    merge_impl<T>(acc.data<T>(), acc_lse.data<T>(), part.data<T>(), part_lse.data<T>(), b, t, h, w / h);
   });
 }
 

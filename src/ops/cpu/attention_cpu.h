@@ -10,5 +10,7 @@ void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& o
                        const Stream& s);
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);
+void attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& part, const Tensor& part_lse,
+                     const Stream& s);
 
 }  // namespace primus::ops::cpu

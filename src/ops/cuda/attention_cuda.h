@@ -1,7 +1,7 @@
 #pragma once
-// CUDA implementations (src/ops/cuda/attention.cu): bf16 activations/weights, f32 statistics and parameter
-// grads. Same contract as ops/attention.h, which documents every function; the dispatcher ops/attention.cpp
-// routes here.
+// CUDA implementations (src/ops/cuda/attention_cuda.cpp, which runs cuDNN or the flash kernels, and
+// attention_merge.cu): bf16 activations/weights, f32 statistics and parameter grads. Same contract as
+// ops/attention.h, which documents every function; the dispatcher ops/attention.cpp routes here.
 #include "ops/attention.h"
 
 namespace primus::ops::cuda {
@@ -10,5 +10,7 @@ void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& o
                        const Stream& s);
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);
+void attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& part, const Tensor& part_lse,
+                     const Stream& s);
 
 }  // namespace primus::ops::cuda
