@@ -6,7 +6,9 @@
 #         mock data, against one process on the same GPU with the same global batch (bf16: within 2e-2);
 #  nccl   the same with one rank per GPU over NCCL, and TP 2 + SP with ZeRO-1 is not possible on 2 GPUs (DP 1):
 #         so TP 2 + SP with full recomputation;
+#         (CASES: also micro_llama:kv1 -- one kv head on both TP ranks -- and micro_llama / micro_qwen3 CP 2);
 #  ckpt   TP 2 + SP and EP 2 + ZeRO-1 save over NCCL, one GPU resumes: joined curve vs one GPU;
+#  cpperf Llama-3-8B dims 4L at T 32768 (full recomputation): one GPU vs CP 2;
 #  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
 #         all-reduce / all-gather / reduce-scatter bandwidth at the TP message size for the floor.
@@ -68,9 +70,9 @@ PY
 
 # ops: the new kernels (vocabulary-parallel loss, vocabulary-sharded embedding) against their CPU references.
 if [[ " $parts " == *" ops "* ]] && [ -x "$bin/primus_gpu_tests" ]; then
-  timeout 300 "$bin/primus_gpu_tests" loss embedding >"$out/gpu_tests.txt" 2>&1
-  echo "== primus_gpu_tests loss embedding rc=$?"
-  grep -iE "vocab|shard|fail|passed|checks" "$out/gpu_tests.txt" | head -40 | cut -c1-200
+  timeout 300 "$bin/primus_gpu_tests" loss embedding attn_merge >"$out/gpu_tests.txt" 2>&1
+  echo "== primus_gpu_tests loss embedding attn_merge rc=$?"
+  grep -iE "merge|fail|checked cases" "$out/gpu_tests.txt" | head -30 | cut -c1-200
 fi
 
 micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --train_iters 20 --seq_length 64
@@ -78,17 +80,23 @@ micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --t
 for part in stage nccl; do
   [[ " $parts " == *" $part "* ]] || continue
   [ "$part" = nccl ] && [ "$ngpu" -lt 2 ] && { echo "== nccl: skipped ($ngpu GPU)"; continue; }
-  for case in "micro_llama:tp" "micro_llama:sp" "micro_qwen3:sp"; do
+  for case in ${CASES:-micro_llama:tp micro_llama:sp micro_qwen3:sp micro_llama:kv1 micro_llama:cp micro_qwen3:cp}; do
     model=${case%%:*} kind=${case##*:}
     extra=(--tensor_model_parallel_size 2)
     [ "$kind" = sp ] && extra+=(--sequence_parallel true)
+    # kv1: one key/value head replicated on both TP ranks (the same model on one GPU: --num_query_groups 1)
+    [ "$kind" = kv1 ] && extra+=(--num_query_groups 1)
+    [ "$kind" = cp ] && extra=(--context_parallel_size 2 --cp_comm_type all_gather)
+    kvflag=()
+    [ "$kind" = kv1 ] && kvflag=(--num_query_groups 1)
     [ "$part" = nccl ] && [ "$kind" = sp ] && extra+=(--recompute_granularity full --recompute_method uniform)
-    [ -f "$out/${model}_1gpu.jsonl" ] ||
-      run "${model}_1gpu" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}"
+    one="${model}_1gpu${kvflag[*]:+_kv1}"
+    [ -f "$out/$one.jsonl" ] ||
+      run "$one" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" "${kvflag[@]}"
     envs=(PRIMUS_E2E_MODEL=$model.yaml)
     [ "$part" = stage ] && envs+=(CUDA_VISIBLE_DEVICES=0 PRIMUS_COMM_BACKEND=tcp)
     run "${model}_${kind}2_$part" 2 180 "${envs[@]}" -- "${micro[@]}" "${extra[@]}"
-    curves "${model}_${kind}2_$part" "${model}_1gpu" 2e-2
+    curves "${model}_${kind}2_$part" "$one" 2e-2
   done
 done
 
@@ -112,6 +120,30 @@ if [[ " $parts " == *" ckpt "* ]] && [ "$ngpu" -ge 2 ]; then
     cat "$out/${model}_save.jsonl" "$out/${model}_resume.jsonl" >"$out/${model}_joined.jsonl" 2>/dev/null
     curves "${model}_joined" "${model}_1gpu" 2e-2
   done
+fi
+
+# cpperf: context parallelism on Llama-3-8B dims 4L at T 32768 (full recomputation so that one GPU fits):
+# one GPU vs CP 2, same global batch of one sequence.
+if [[ " $parts " == *" cpperf "* ]] && [ "$ngpu" -ge 2 ]; then
+  c=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters ${CP_ITERS:-16} --log_interval 4
+     --seq_length 32768 --max_position_embeddings 32768 --recompute_granularity full --recompute_method uniform)
+  run l8_32k_1gpu 1 300 CUDA_VISIBLE_DEVICES=0 -- "${c[@]}"
+  run l8_32k_cp2 2 300 -- "${c[@]}" --context_parallel_size 2 --cp_comm_type all_gather
+  python3 - "$out" l8_32k_1gpu l8_32k_cp2 <<'PY'
+import json, statistics, sys, os
+out = sys.argv[1]
+def med(n):
+    p = f"{out}/{n}.jsonl"
+    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l] if os.path.exists(p) else []
+    tail = [r["iter_ms"] for r in rec[len(rec) // 2:]]
+    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0), len(rec)
+base = med(sys.argv[2])[0]
+for n in sys.argv[2:]:
+    m, mem, k = med(n)
+    print(f"   {n}: " + (f"median of the last {k - k // 2} of {k} steps {m:.1f} ms per 32768 tokens, "
+                          f"{32768 / m * 1e3:,.0f} tok/s, peak {mem:.2f} GB, {base / m:.3f}x one GPU"
+                          if m and base else "no steps"))
+PY
 fi
 
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
