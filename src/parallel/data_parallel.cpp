@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "config/not_supported.h"
 #include "core/log.h"
 #include "ops/elementwise.h"
 #include "ops/optimizer.h"
@@ -33,12 +32,6 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
   c.ep = layout.dims.ep();
   c.edp = layout.dims.edp();
   c.cp = layout.dims.cp();
-  if (c.cp > 1 && (c.fsdp() || c.zero1()))
-    throw config::NotSupportedError(
-        fmt::format("{}: not supported yet: context parallelism with a sharded optimizer or FSDP "
-                    "(use_distributed_optimizer / use_torch_fsdp2 / data_parallel_sharding_strategy)",
-                    layout.describe()),
-        "use DDP (no_shard) with context_parallel_size > 1");
   if (c.ep > 1 && c.fsdp() && layout.dims.dp_replicate() > 1 && layout.dims.dp_shard() % c.ep != 0)
     throw ConfigError(
         fmt::format("{}: expert parallelism with HSDP needs the expert-parallel degree {} to divide "
@@ -106,7 +99,7 @@ comm::Communicator& DataParallel::group(const char* name) const {
 }
 
 comm::Communicator& DataParallel::shard_group() const {
-  return group(cfg_.fsdp() ? "dp_shard" : cfg_.cp > 1 ? "dp_cp" : "dp");
+  return group(cfg_.shard_group());
 }
 
 comm::Communicator& DataParallel::region_group(int r) const {

@@ -35,7 +35,7 @@ struct DpConfig {
   // `edp` ranks holding the same experts (the ParamStore's expert regions).
   int ep = 1, edp = 1;
   // Context parallelism: the cp ranks of a dp rank hold the same model and split its sequences, so dense
-  // gradients are reduced over dp x cp (DDP only for now).
+  // gradients are reduced, and ZeRO-1 / FSDP state sharded, over dp x cp (TorchTitan's dp_shard_cp mesh).
   int cp = 1;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
@@ -46,8 +46,12 @@ struct DpConfig {
   bool zero1() const {
     return sharding == parallel::Sharding::kOptim || sharding == parallel::Sharding::kOptimGrads;
   }
-  // Ranks the parameter state is sharded over (the ParamStore's region multiple).
-  int shard_ranks() const { return fsdp() ? dp_shard : zero1() ? dp : 1; }
+  // Ranks the parameter state is sharded over (the ParamStore's region multiple), and their group: the
+  // gradient reduction's too (DDP: dp, or dp_cp).
+  int shard_ranks() const { return fsdp() ? dp_shard * cp : zero1() ? dp * cp : 1; }
+  const char* shard_group() const {
+    return fsdp() ? (cp > 1 ? "dp_shard_cp" : "dp_shard") : (cp > 1 ? "dp_cp" : "dp");
+  }
   int expert_shard_ranks() const { return zero1() ? edp : fsdp() ? edp / dp_replicate : 1; }
   // The group that reduces and shards the expert regions: expert-dp, inside one replica under HSDP (the
   // replicas then all-reduce expert shards like the others).

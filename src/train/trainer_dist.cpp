@@ -77,7 +77,7 @@ void Trainer::init_distributed() {
     groups_.reset(new parallel::ProcessGroups(parallel::build_groups(layout.dims, *world_->comm)));
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
     dp_rank_ = groups_->get("dp").rank();
-    shard_rank_ = dp_cfg_->fsdp() ? groups_->get("dp_shard").rank() : dp_cfg_->zero1() ? dp_rank_ : 0;
+    shard_rank_ = dp_cfg_->shard_ranks() > 1 ? groups_->get(dp_cfg_->shard_group()).rank() : 0;
   } else {
     // A single process reproducing the arithmetic of a DP layout of the given size (equivalence tests).
     int n = 0;

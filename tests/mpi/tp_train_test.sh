@@ -20,6 +20,8 @@
 #   cp NP CP         context parallelism: each sequence in 2·CP chunks over CP ranks (x NP/CP data-parallel
 #                    ranks), evaluation every 10 steps (the validation loss summed over the cp ranks)
 #   cprecompute NP CP  the same with full recomputation
+#   cpzero1 NP CP    CP x the distributed optimizer sharded over dp x cp
+#   cpfsdp NP CP     CP x FSDP sharded over dp_shard x cp
 #   cptp NP TP       CP 2 x TP (with SP) x NP/(2 TP) data-parallel ranks
 #   launch           sp 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad              refusals, each a clear error naming the key before training
@@ -119,8 +121,6 @@ if [ "$mode" = bad ]; then
     --context_parallel_size 4 --seq_length 60
   refuse cpmoe "not supported yet: context parallelism (context_parallel_size / parallelism.context_parallel_degree = 2) of MoE" 2 \
     PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --context_parallel_size 2
-  refuse cpzero "not supported yet: context parallelism with a sharded optimizer or FSDP" 4 -- \
-    --context_parallel_size 2 --use_distributed_optimizer true
   echo "tp_train_test: bad passed"
   exit 0
 fi
@@ -143,6 +143,14 @@ case "$mode" in
   cptp)
     par=(--context_parallel_size 2)  # CP 2 x TP (the degree argument)
     keys=(--sequence_parallel true)
+    ;;
+  cpzero1)
+    cpd=$tp tp=1
+    par=(--context_parallel_size "$cpd" --use_distributed_optimizer true --overlap_param_gather true)
+    ;;
+  cpfsdp)
+    cpd=$tp tp=1
+    par=(--context_parallel_size "$cpd" --use_torch_fsdp2 true)
     ;;
   cprecompute)
     cpd=$tp tp=1
