@@ -289,12 +289,13 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
 
   // Attention: x_mid = x_in + attn(qkv(h1)) Wo^T
   Tensor d_h1 = ctx.act({n, d});
+  const Tensor dy = tp_gather_rows(ctx, dx, "sp gather attention output gradient");
   if (mla_) {
-    mla_->backward(ctx, dx, a.h1, a.mla, d_h1);
+    mla_->backward(ctx, dy, a.h1, a.mla, d_h1);
   } else {
-    attention_backward(ctx, tp_gather_rows(ctx, dx, "sp gather attention output gradient"), a, d_h1);
-    d_h1 = tp_sum_rows(ctx, d_h1, "tp attention input gradient");
+    attention_backward(ctx, dy, a, d_h1);
   }
+  d_h1 = tp_sum_rows(ctx, d_h1, "tp attention input gradient");
   Tensor g_norm1 = params_.grad(norm1_);
   ops::rmsnorm_backward(d_h1, a.x_in, params_.param(norm1_), a.rstd1, dx, g_norm1, /*accumulate_dx=*/true, s);
   a.clear();

@@ -1,5 +1,6 @@
 #include "model/mla_attention.h"
 
+#include "model/tp_boundary.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
 
@@ -98,7 +99,8 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
   a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
   Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, shape.out_width()});
   ops::attention_forward(a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}), shape, attn3, a.lse, s);
-  ops::linear_forward(a.attn, params_.param(w_o_), nullptr, x_mid, s, &residual);
+  // Tensor parallelism: this rank's heads' share of the output projection, summed over tp.
+  row_parallel_residual(ctx, a.attn, params_.param(w_o_), residual, x_mid, "tp attention output");
 }
 
 void MlaAttention::recompute_selective(const StepContext& ctx, MlaActivations& a) {

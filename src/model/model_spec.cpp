@@ -77,12 +77,10 @@ ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_paralle
   s.tp = TensorShard{size, rank, sequence_parallel && size > 1};
   if (size == 1) return s;
   // The layout's validation (ParallelDims::validate_training) names the keys; these guard direct callers.
-  if (moe.enabled() || mla.enabled || mtp_layers > 0)
+  if (moe.enabled() || mtp_layers > 0)
     throw config::NotSupportedError(
         fmt::format("not supported yet: tensor parallelism ({} ranks) of {} models", size,
-                    moe.enabled() ? "MoE"
-                    : mla.enabled ? "multi-latent-attention"
-                                  : "multi-token-prediction"));
+                    moe.enabled() ? "MoE" : "multi-token-prediction"));
   PRIMUS_CHECK(heads % size == 0 && ffn % size == 0 && vocab % size == 0,
                "tensor parallelism over {} ranks needs heads ({}), ffn ({}) and the padded vocabulary ({}) "
                "divisible by it",

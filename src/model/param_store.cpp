@@ -106,21 +106,28 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   // decay-taking tensors in one leading span.
   auto layer_matrices = [&](const std::string& p, int r, bool moe_layer) {  // r: the layer's hook region
     if (spec.mla.enabled) {
-      // model/mla_attention.h; HF DeepSeek names and shapes, rope rows in our rotate-half order.
+      // model/mla_attention.h; HF DeepSeek names and shapes, rope rows in our rotate-half order. Tensor
+      // parallelism splits the per-head projections (q / q_b, kv_b rows, o_proj columns) by heads; the
+      // low-rank down-projections feed every head, so each rank holds them whole and computes part of their
+      // gradient (summed over tp).
       const MlaConfig& a = spec.mla;
       const int64_t H = spec.heads, dq = a.qk_head_dim + a.qk_pos_emb_head_dim;
       if (a.q_lora_rank > 0) {
-        add(p + "self_attn.q_a_proj.weight", {a.q_lora_rank, spec.hidden}, r, true, InitKind::kNormal, std);
-        add(p + "self_attn.q_b_proj.weight", {H * dq, a.q_lora_rank}, r, true, InitKind::kNormal, std);
+        add(p + "self_attn.q_a_proj.weight", {a.q_lora_rank, d}, r, true, InitKind::kNormal, std);
+        sum_whole(T > 1);
+        add(p + "self_attn.q_b_proj.weight", {H * dq, a.q_lora_rank}, r, true, InitKind::kNormal, std,
+            column_parallel({{H * dq, 1}}, a.q_lora_rank));
       } else {
-        add(p + "self_attn.q_proj.weight", {H * dq, spec.hidden}, r, true, InitKind::kNormal, std);
+        add(p + "self_attn.q_proj.weight", {H * dq, d}, r, true, InitKind::kNormal, std,
+            column_parallel({{H * dq, 1}}, d));
       }
-      add(p + "self_attn.kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.qk_pos_emb_head_dim, spec.hidden}, r,
-          true, InitKind::kNormal, std);
-      add(p + "self_attn.kv_b_proj.weight", {H * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank}, r, true,
+      add(p + "self_attn.kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.qk_pos_emb_head_dim, d}, r, true,
           InitKind::kNormal, std);
-      add(p + "self_attn.o_proj.weight", {spec.hidden, H * a.v_head_dim}, r, true, InitKind::kScaledNormal,
-          out_std);
+      sum_whole(T > 1);
+      add(p + "self_attn.kv_b_proj.weight", {H * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank}, r, true,
+          InitKind::kNormal, std, column_parallel({{H * (a.qk_head_dim + a.v_head_dim), 1}}, a.kv_lora_rank));
+      add(p + "self_attn.o_proj.weight", {d, H * a.v_head_dim}, r, true, InitKind::kScaledNormal, out_std,
+          row_parallel(d, H * a.v_head_dim));
     } else {
       add(p + "self_attn.qkv_proj.weight", {spec.qkv_dim(), d}, r, true, InitKind::kNormal, std,
           column_parallel(qkv_parts(), d));
@@ -168,9 +175,12 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     add(p + "post_attention_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
     sum_whole(sp);
     if (spec.mla.enabled) {
-      if (spec.mla.q_lora_rank > 0)
+      if (spec.mla.q_lora_rank > 0) {
         add(p + "self_attn.q_a_layernorm.weight", {spec.mla.q_lora_rank}, r, false, InitKind::kOnes, 0);
+        sum_whole(T > 1);
+      }
       add(p + "self_attn.kv_a_layernorm.weight", {spec.mla.kv_lora_rank}, r, false, InitKind::kOnes, 0);
+      sum_whole(T > 1);
       return;
     }
     if (spec.qkv_bias) {

@@ -12,6 +12,8 @@
 #                    it (their gradients summed over those 2), sequence parallel
 #   qwen3 NP TP      micro Qwen3 (q/k-norm shared by the heads of several ranks, q/k/v biases split with
 #                    their rows, tied embeddings: one vocabulary-parallel table for lookup and head), SP
+#   mla NP TP        micro DeepSeek-style MLA (heads split; the low-rank down-projections whole, their gradients
+#                    summed over tp), SP
 #   zero1 NP TP      TP x the distributed optimizer (each tp rank's shard of its own split tensors)
 #   fsdp NP TP       TP x FSDP
 #   resume NP TP NP2 TP2   save at iteration 10 with NP ranks / TP, resume with NP2 ranks / TP2 (a changed
@@ -163,6 +165,11 @@ case "$mode" in
     # 17, as TP 2 does. At lr 5e-4 both stay within 1e-5.
     export PRIMUS_E2E_MODEL=micro_qwen3.yaml
     keys=(--sequence_parallel true --lr 5e-4 --min_lr 5e-5)
+    ;;
+  mla)
+    # The micro DeepSeek-style model with its MoE layers and MTP depth turned off: MLA over dense MLPs.
+    export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
+    keys=(--sequence_parallel true --num_experts null --mtp_num_layers 0)
     ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   fsdp) keys=(--use_torch_fsdp2 true --sequence_parallel true) ;;

@@ -229,6 +229,69 @@ TEST(TensorParallelStore, ShareAndGatherRoundTripTheWholeModelState) {
   });
 }
 
+// Multi-latent attention (DeepSeek): q / q_b and kv_b rows and o_proj columns split by heads, the low-rank
+// down-projections and their norms whole with gradients summed over tp.
+TEST(TensorParallelStore, SplitMlaModelComputesTheWholeModelsLossesAndGradients) {
+  for (const auto& [q_lora, sp] : {std::pair<int64_t, bool>{6, true}, std::pair<int64_t, bool>{0, false}}) {
+    SCOPED_TRACE(fmt::format("q_lora_rank {} sequence_parallel {}", q_lora, sp));
+    ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/false, /*tied=*/false);
+    cfg.use_rope_scaling = false;
+    cfg.num_query_groups = cfg.num_attention_heads;
+    MlaConfig& a = cfg.mla;
+    a.enabled = true;
+    a.q_lora_rank = q_lora;
+    a.kv_lora_rank = 5;
+    a.qk_head_dim = 3;
+    a.qk_pos_emb_head_dim = 4;
+    a.v_head_dim = 3;
+    const ModelSpec spec = ModelSpec::from_config(cfg);
+    RecomputeConfig rc;
+    ParamStore whole(spec);
+    whole.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+    whole.initialize(13, Stream::cpu());
+    perturb(whole);
+    LlamaModel model(cfg, rc, whole, Stream::cpu(), 8);
+    std::vector<int32_t> tv, yv;
+    for (int i = 0; i < 16; ++i) {
+      tv.push_back((i * 5 + 2) % 24);
+      yv.push_back(i == 9 ? -1 : (i * 13 + 4) % 24);
+    }
+    const Tensor tokens = Tensor::from_vector(tv, {2, 8}), targets = Tensor::from_vector(yv, {2, 8});
+    whole.grad_flat().zero_(Stream::cpu());
+    const std::vector<double> ref = model.forward_backward(tokens, targets, 0.25f).to_vector<double>();
+    std::mutex mu;
+    comm::run_ranks(2, [&](comm::Communicator& c) {
+      ParamStore local(spec.with_tensor_shard(2, c.rank(), sp));
+      local.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+      local.initialize(13, Stream::cpu());
+      perturb(local);
+      LlamaModel m(cfg, rc, local, Stream::cpu(), 8);
+      parallel::TensorParallel tp(c, sp);
+      m.set_tensor_parallel(&tp);
+      local.grad_flat().zero_(Stream::cpu());
+      const std::vector<double> losses = m.forward_backward(tokens, targets, 0.25f).to_vector<double>();
+      tp.sum_partial_grads(local, parallel::TensorParallel::whole_grads(local), Stream::cpu());
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < losses.size(); ++i)
+        EXPECT_NEAR(losses[i], ref[i], 1e-12 * (1 + std::abs(ref[i]))) << "token " << i;
+      for (int i = 0; i < static_cast<int>(local.entries().size()); ++i) {
+        const ParamEntry& e = local.entry(i);
+        const std::vector<double> g = local.grad(i).to_vector<double>();
+        const std::vector<double> all = whole.grad(whole.find(e.name)).to_vector<double>();
+        double scale = 0;
+        for (double x : all) scale = std::max(scale, std::abs(x));
+        std::vector<double> want(g.size());
+        e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
+          std::copy(all.begin() + wo, all.begin() + wo + len, want.begin() + lo);
+        });
+        for (size_t j = 0; j < g.size(); ++j)
+          ASSERT_NEAR(g[j], want[j], 1e-11 * (1 + scale))
+              << "rank " << c.rank() << " " << e.name << " [" << j << "]";
+      }
+    });
+  }
+}
+
 TEST(TensorParallelStore, RefusesWhatDoesNotSplit) {
   const ModelSpec spec = ModelSpec::from_config(tiny(false, false, false));  // 4 heads, 2 kv heads, ffn 24
   EXPECT_THROW(spec.with_tensor_shard(3, 0, false), Error);                  // heads
