@@ -25,6 +25,7 @@
 #   cpzero1 NP CP    CP x the distributed optimizer sharded over dp x cp
 #   cpfsdp NP CP     CP x FSDP sharded over dp_shard x cp
 #   cptp NP TP       CP 2 x TP (with SP) x NP/(2 TP) data-parallel ranks
+#   cpresume NP TP NP2 TP2  save at iteration 10 with CP 2 x TP (NP ranks), resume with TP2 alone (NP2 ranks)
 #   launch           sp 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad              refusals, each a clear error naming the key before training
 # Usage: tp_train_test.sh MODE MPIRUN PRIMUS NP TP [NP2 TP2]
@@ -174,14 +175,18 @@ case "$mode" in
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   fsdp) keys=(--use_torch_fsdp2 true --sequence_parallel true) ;;
   resume) keys=(--num_query_groups 4) ;;
+  cpresume)  # saved by CP 2 x TP, resumed by TP2 alone
+    keys=(--sequence_parallel true)
+    par=(--context_parallel_size 2)
+    ;;
   *) fail "unknown mode $mode" ;;
 esac
 
 read -ra extra <<<"${TP_EXTRA:-}"  # more overrides for every run of the case (debugging)
 keys+=("${extra[@]}")
-if [ "$mode" = resume ]; then
+if [ "$mode" = resume ] || [ "$mode" = cpresume ]; then
   save=(--save "$work/ckpt" --save_interval 10 --exit_interval 10)
-  run dist "$np" -- --tensor_model_parallel_size "$tp" "${keys[@]}" "${save[@]}"
+  run dist "$np" -- --tensor_model_parallel_size "$tp" "${par[@]}" "${keys[@]}" "${save[@]}"
   # The checkpoint of the split model is the whole model: its Hugging Face export has the whole shapes.
   "$primus" convert primus-to-hf --input "$work/ckpt" --output "$work/hf" >"$work/convert.log" 2>&1 ||
     { tail -20 "$work/convert.log"; fail "primus-to-hf of the TP $tp checkpoint failed"; }
@@ -213,7 +218,7 @@ grep -h "tensor parallel:\|context parallel:" "$work/dist.log" | head -2
 if [ "$tp" -gt 1 ]; then
   grep -q "tensor parallel: $tp ranks\|tensor parallel: $tp2 ranks" "$work/dist.log" || fail "the run did not split the model"
 fi
-if [ -n "${cpd:-}" ] || [ "$mode" = cptp ]; then
+if [ -n "${cpd:-}" ] || [ "$mode" = cptp ]; then  # (cpresume: the resumed run has no CP)
   grep -q "context parallel: ${cpd:-2} ranks" "$work/dist.log" || fail "the run did not split the sequences"
 fi
 run single 0 -- "${keys[@]}"
