@@ -14,6 +14,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "unit/model_grad_util.h"
+#include "unit/split_test_util.h"
 #include "unit/tcp_ranks.h"
 
 using namespace primus;
@@ -24,20 +25,6 @@ ModelConfig tiny(bool tied) {
   ModelConfig m = grad_test::tiny_model(/*qk_norm=*/true, /*qkv_bias=*/true, tied);
   m.vocab_size = m.padded_vocab_size = 24;
   return m;
-}
-
-// Norm weights start at 1 and biases at 0: move them so that their gradients are generic (by element index in
-// the whole tensor, so that a tensor-parallel split moves the same element alike).
-void perturb(ParamStore& p) {
-  for (int i = 0; i < static_cast<int>(p.entries().size()); ++i) {
-    const ParamEntry& e = p.entry(i);
-    if (e.decay) continue;
-    double* w = p.master(i).data<double>();
-    e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
-      for (int64_t j = 0; j < len; ++j)
-        w[lo + j] += 0.2 * std::sin(0.7 * static_cast<double>(wo + j) + static_cast<double>(e.name.size()));
-    });
-  }
 }
 
 }  // namespace
@@ -74,7 +61,7 @@ TEST(ContextParallel, SplitSequencesComputeTheWholeModelsLossesAndGradients) {
     ParamStore whole(spec);
     whole.allocate(DType::kF64, Stream::cpu(), DType::kF64);
     whole.initialize(9, Stream::cpu());
-    perturb(whole);
+    split_test::perturb(whole);
     LlamaModel model(cfg, rc, whole, Stream::cpu(), T);
     std::vector<int32_t> tv, yv;
     for (int i = 0; i < B * T; ++i) {
@@ -95,7 +82,7 @@ TEST(ContextParallel, SplitSequencesComputeTheWholeModelsLossesAndGradients) {
       ParamStore local(TP > 1 ? spec.with_tensor_shard(TP, tr, sp) : spec);
       local.allocate(DType::kF64, Stream::cpu(), DType::kF64);
       local.initialize(9, Stream::cpu());
-      perturb(local);
+      split_test::perturb(local);
       LlamaModel m(cfg, rc, local, Stream::cpu(), T);
       m.set_context_parallel(&cp);
       std::unique_ptr<parallel::TensorParallel> tp;
@@ -119,20 +106,7 @@ TEST(ContextParallel, SplitSequencesComputeTheWholeModelsLossesAndGradients) {
             EXPECT_NEAR(losses[(h * B + b) * C + t], want, 1e-12 * (1 + std::abs(want)))
                 << "rank " << r << " chunk " << cp.chunk(h) << " seq " << b << " t " << t;
           }
-      for (int i = 0; i < static_cast<int>(local.entries().size()); ++i) {
-        const ParamEntry& e = local.entry(i);
-        const std::vector<double> g = local.grad(i).to_vector<double>();
-        const std::vector<double> all = whole.grad(whole.find(e.name)).to_vector<double>();
-        double scale = 0;
-        for (double x : all) scale = std::max(scale, std::abs(x));
-        std::vector<double> want(g.size());
-        e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
-          std::copy(all.begin() + wo, all.begin() + wo + len, want.begin() + lo);
-        });
-        for (size_t j = 0; j < g.size(); ++j)
-          ASSERT_NEAR(g[j], want[j], 1e-11 * (1 + scale))
-              << "rank " << r << " " << e.name << " [" << j << "]";
-      }
+      split_test::expect_grad_parts(local, whole, 1e-11, "rank " + std::to_string(r));
     });
   }
 }

@@ -17,6 +17,7 @@
 #include "parallel/split_state.h"
 #include "parallel/tensor_parallel.h"
 #include "unit/model_grad_util.h"
+#include "unit/split_test_util.h"
 #include "unit/tcp_ranks.h"
 
 using namespace primus;
@@ -27,20 +28,6 @@ ModelConfig tiny(bool qk_norm, bool bias, bool tied) {
   ModelConfig m = grad_test::tiny_model(qk_norm, bias, tied);
   m.vocab_size = m.padded_vocab_size = 24;  // divisible by the tp degrees below
   return m;
-}
-
-// Norm weights start at 1 and biases at 0: move every element by a function of its index in the whole
-// tensor, so that their gradients are generic and every layout moves the same element alike.
-void perturb(ParamStore& p) {
-  for (int i = 0; i < static_cast<int>(p.entries().size()); ++i) {
-    const ParamEntry& e = p.entry(i);
-    if (e.decay) continue;
-    double* w = p.master(i).data<double>();
-    e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
-      for (int64_t j = 0; j < len; ++j)
-        w[lo + j] += 0.2 * std::sin(0.7 * static_cast<double>(wo + j) + static_cast<double>(e.name.size()));
-    });
-  }
 }
 
 // Rows of a [rows, cols] tensor (row-major values), as the expected part of a whole tensor.
@@ -143,7 +130,7 @@ TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
       ParamStore whole(spec);
       whole.allocate(DType::kF64, Stream::cpu(), DType::kF64);
       whole.initialize(5, Stream::cpu());
-      perturb(whole);
+      split_test::perturb(whole);
       LlamaModel model(cfg, rc, whole, Stream::cpu(), 8);
       std::vector<int32_t> tv, yv;
       for (int i = 0; i < 16; ++i) {
@@ -160,7 +147,7 @@ TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
         ParamStore local(spec.with_tensor_shard(T, c.rank(), sp));
         local.allocate(DType::kF64, Stream::cpu(), DType::kF64);
         local.initialize(5, Stream::cpu());
-        perturb(local);
+        split_test::perturb(local);
         LlamaModel m(cfg, rc, local, Stream::cpu(), 8);
         parallel::TensorParallel tp(c, sp, local.tensor_shard().kv_replicas);
         m.set_tensor_parallel(&tp);
@@ -171,20 +158,7 @@ TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
         ASSERT_EQ(losses.size(), ref_losses.size());
         for (size_t i = 0; i < losses.size(); ++i)
           EXPECT_NEAR(losses[i], ref_losses[i], 1e-12 * (1 + std::abs(ref_losses[i]))) << "token " << i;
-        for (int i = 0; i < static_cast<int>(local.entries().size()); ++i) {
-          const ParamEntry& e = local.entry(i);
-          const std::vector<double> g = local.grad(i).to_vector<double>();
-          const std::vector<double> all = whole.grad(whole.find(e.name)).to_vector<double>();
-          double scale = 0;
-          for (double x : all) scale = std::max(scale, std::abs(x));
-          std::vector<double> want(g.size());
-          e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
-            std::copy(all.begin() + wo, all.begin() + wo + len, want.begin() + lo);
-          });
-          for (size_t j = 0; j < g.size(); ++j)
-            ASSERT_NEAR(g[j], want[j], 1e-11 * (1 + scale))
-                << "rank " << c.rank() << " " << e.name << " [" << j << "]";
-        }
+        split_test::expect_grad_parts(local, whole, 1e-11, "rank " + std::to_string(c.rank()));
       });
     }
   }
@@ -249,7 +223,7 @@ TEST(TensorParallelStore, SplitMlaModelComputesTheWholeModelsLossesAndGradients)
     ParamStore whole(spec);
     whole.allocate(DType::kF64, Stream::cpu(), DType::kF64);
     whole.initialize(13, Stream::cpu());
-    perturb(whole);
+    split_test::perturb(whole);
     LlamaModel model(cfg, rc, whole, Stream::cpu(), 8);
     std::vector<int32_t> tv, yv;
     for (int i = 0; i < 16; ++i) {
@@ -264,7 +238,7 @@ TEST(TensorParallelStore, SplitMlaModelComputesTheWholeModelsLossesAndGradients)
       ParamStore local(spec.with_tensor_shard(2, c.rank(), sp));
       local.allocate(DType::kF64, Stream::cpu(), DType::kF64);
       local.initialize(13, Stream::cpu());
-      perturb(local);
+      split_test::perturb(local);
       LlamaModel m(cfg, rc, local, Stream::cpu(), 8);
       parallel::TensorParallel tp(c, sp);
       m.set_tensor_parallel(&tp);
@@ -274,20 +248,7 @@ TEST(TensorParallelStore, SplitMlaModelComputesTheWholeModelsLossesAndGradients)
       std::lock_guard<std::mutex> lock(mu);
       for (size_t i = 0; i < losses.size(); ++i)
         EXPECT_NEAR(losses[i], ref[i], 1e-12 * (1 + std::abs(ref[i]))) << "token " << i;
-      for (int i = 0; i < static_cast<int>(local.entries().size()); ++i) {
-        const ParamEntry& e = local.entry(i);
-        const std::vector<double> g = local.grad(i).to_vector<double>();
-        const std::vector<double> all = whole.grad(whole.find(e.name)).to_vector<double>();
-        double scale = 0;
-        for (double x : all) scale = std::max(scale, std::abs(x));
-        std::vector<double> want(g.size());
-        e.slice.for_each_run(e.numel, e.cols(), [&](int64_t lo, int64_t wo, int64_t len) {
-          std::copy(all.begin() + wo, all.begin() + wo + len, want.begin() + lo);
-        });
-        for (size_t j = 0; j < g.size(); ++j)
-          ASSERT_NEAR(g[j], want[j], 1e-11 * (1 + scale))
-              << "rank " << c.rank() << " " << e.name << " [" << j << "]";
-      }
+      split_test::expect_grad_parts(local, whole, 1e-11, "rank " + std::to_string(c.rank()));
     });
   }
 }
