@@ -8,6 +8,7 @@
 #         so TP 2 + SP with full recomputation;
 #         (CASES: also micro_llama:kv1 -- one kv head on both TP ranks -- and micro_llama / micro_qwen3 CP 2);
 #  ckpt   TP 2 + SP and EP 2 + ZeRO-1 save over NCCL, one GPU resumes: joined curve vs one GPU;
+#  bigckpt the Llama-3-8B-dims 4L model saved by TP 2 + SP over NCCL, resumed on one GPU;
 #  cpperf Llama-3-8B dims 4L at T 32768 (full recomputation): one GPU vs CP 2;
 #  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
@@ -120,6 +121,24 @@ if [[ " $parts " == *" ckpt "* ]] && [ "$ngpu" -ge 2 ]; then
     cat "$out/${model}_save.jsonl" "$out/${model}_resume.jsonl" >"$out/${model}_joined.jsonl" 2>/dev/null
     curves "${model}_joined" "${model}_1gpu" 2e-2
   done
+fi
+
+# bigckpt: a checkpoint of the Llama-3-8B-dims 4L model (1.9 B parameters) saved by TP 2 + SP over NCCL at
+# iteration 6, resumed by one GPU to 12: the joined curve against the uninterrupted one GPU (bf16: 2e-2), and
+# the save's time.
+if [[ " $parts " == *" bigckpt "* ]] && [ "$ngpu" -ge 2 ]; then
+  b=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters 12 --log_interval 2)
+  ck=/tmp/tp-ck/l8
+  rm -rf "$ck"
+  run l8_ck_1gpu 1 300 CUDA_VISIBLE_DEVICES=0 -- "${b[@]}"
+  run l8_ck_save 2 300 -- "${b[@]}" --tensor_model_parallel_size 2 --sequence_parallel true --save "$ck" \
+    --save_interval 6 --exit_interval 6
+  grep -hE "checkpoint: (saved|wrote)|saved checkpoint" "$out/l8_ck_save.log" | head -2 | cut -c1-200
+  run l8_ck_resume 1 300 CUDA_VISIBLE_DEVICES=0 -- "${b[@]}" --save "$ck" --auto_continue_train true
+  grep -h "resuming from" "$out/l8_ck_resume.log" | head -1 | cut -c1-200
+  cat "$out/l8_ck_save.jsonl" "$out/l8_ck_resume.jsonl" >"$out/l8_ck_joined.jsonl" 2>/dev/null
+  curves l8_ck_joined l8_ck_1gpu 2e-2
+  du -sh "$ck"/iter_* 2>/dev/null | head -2
 fi
 
 # cpperf: context parallelism on Llama-3-8B dims 4L at T 32768 (full recomputation so that one GPU fits):
