@@ -77,6 +77,26 @@ std::string layout_report(const config::ResolvedConfig& rc, int world_size, int 
   if (d.ep() > 1)
     out += fmt::format("experts        {} per expert-parallel rank ({} / ep {}); expert data-parallel {}\n",
                        cfg.model.moe.num_experts / d.ep(), cfg.model.moe.num_experts, d.ep(), d.edp());
+  if (d.tp() > 1) {
+    // What each tensor-parallel rank holds (ModelSpec::with_tensor_shard's split, docs/parallelism.md).
+    const ModelConfig& m = cfg.model;
+    const int64_t kv = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
+    const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+    out += fmt::format(
+        "tensor         per tp rank: {} of {} heads, {} kv head(s){}, ffn {} of {}, vocabulary {} of {}{}\n",
+        m.num_attention_heads / d.tp(), m.num_attention_heads, kv >= d.tp() ? kv / d.tp() : 1,
+        kv >= d.tp() ? "" : fmt::format(" (each shared by {} ranks)", d.tp() / kv),
+        m.ffn_hidden_size / d.tp(), m.ffn_hidden_size, vocab / d.tp(), vocab,
+        cfg.parallel.sequence_parallel ? "; sequence parallel: norms on 1/tp of the tokens" : "");
+  }
+  if (d.cp() > 1) {
+    const int64_t chunk = cfg.data.seq_length / (2 * d.cp());
+    out += fmt::format(
+        "sequence       {} tokens in {} chunks of {}: cp rank i holds chunks i and {} - i (cp_comm_type {} "
+        "runs as "
+        "all_gather)\n",
+        cfg.data.seq_length, 2 * d.cp(), chunk, 2 * d.cp() - 1, cfg.parallel.cp_comm_type);
+  }
   out += "groups of rank 0:";
   for (const std::string& g : ParallelDims::group_names()) {
     if (g == "world") continue;

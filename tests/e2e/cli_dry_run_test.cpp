@@ -139,7 +139,24 @@ TEST(ConfigCliDryRun, PlansTheLayoutOfAWorldItIsNotIn) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("groups of rank 0: tp [0 1] (2)"), std::string::npos) << r.out;
+  // What each tp rank holds (8B: 32 heads, 8 kv heads, ffn 14336, vocabulary 128256).
+  EXPECT_NE(
+      r.out.find("tensor         per tp rank: 16 of 32 heads, 4 kv head(s), ffn 7168 of 14336, vocabulary "
+                 "64128 of 128256"),
+      std::string::npos)
+      << r.out;
+
   EXPECT_NE(r.out.find("   15     1      7 |   1   0   7"), std::string::npos) << r.out;
+
+  // Context parallelism: the chunks of a sequence, and the exchange the run will use.
+  r = run_primus({"train", "pretrain", "--config",
+                  project_dir() + "/configs/examples/megatron/llama3.1_8B-pretrain.yaml", "--dry-run",
+                  "--nnodes", "1", "--nproc-per-node", "8", "--context_parallel_size", "4",
+                  "--global_batch_size", "16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("sequence       8192 tokens in 8 chunks of 1024: cp rank i holds chunks i and 7 - i"),
+            std::string::npos)
+      << r.out;
 
   // An uneven pipeline split (32 layers as 10 | 12 | 10) is the pipeline layout's to check, not layers % pp.
   r = run_primus({"train", "pretrain", "--config",
