@@ -16,6 +16,7 @@
 #                    summed over tp), SP
 #   zero1 NP TP      TP x the distributed optimizer (each tp rank's shard of its own split tensors)
 #   fsdp NP TP       TP x FSDP
+#   hsdp NP TP       TP x HSDP (2 replicas of FSDP shards)
 #   resume NP TP NP2 TP2   save at iteration 10 with NP ranks / TP, resume with NP2 ranks / TP2 (a changed
 #                    layout): the joined curve equals the uninterrupted single process's; the checkpoint is
 #                    the whole model and exports to Hugging Face with whole-model shapes
@@ -174,6 +175,7 @@ case "$mode" in
     ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   fsdp) keys=(--use_torch_fsdp2 true --sequence_parallel true) ;;
+  hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2 --sequence_parallel true) ;;
   resume) keys=(--num_query_groups 4) ;;
   cpresume)  # saved by CP 2 x TP, resumed by TP2 alone
     keys=(--sequence_parallel true)
