@@ -8,6 +8,16 @@
 
 namespace primus::ops {
 
+int64_t embedding_vocab_total(const char* op, int64_t rows, int64_t vocab_begin, int64_t vocab_total) {
+  PRIMUS_CHECK(vocab_total >= -1, "{}: vocab_total must be -1 (the table's rows) or the vocabulary, got {}",
+               op, vocab_total);
+  const int64_t total = vocab_total == -1 ? rows : vocab_total;
+  PRIMUS_CHECK(vocab_begin >= 0 && vocab_begin + rows <= total,
+               "{}: the table's rows [{}, {}) must lie in the vocabulary [0, {})", op, vocab_begin,
+               vocab_begin + rows, total);
+  return total;
+}
+
 void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s,
                        int64_t vocab_begin, int64_t vocab_total) {
   check_same_device("embedding_forward", table.device(), {&tokens, &table, &out});

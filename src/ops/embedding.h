@@ -15,6 +15,9 @@ namespace primus::ops {
 // means the table's own rows (vocab_begin must then be 0): the unsharded lookup.
 void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s,
                        int64_t vocab_begin = 0, int64_t vocab_total = -1);
+// The vocabulary the ids of a (sharded) lookup are checked against: vocab_total, or the table's `rows` for
+// -1; checks that the table's rows [vocab_begin, vocab_begin + rows) lie in it (both backends call it).
+int64_t embedding_vocab_total(const char* op, int64_t rows, int64_t vocab_begin, int64_t vocab_total);
 // dtable[V, D] += scatter of dout rows by token id. Deterministic: the same inputs give bitwise the same
 // result. Sharded (vocab_begin, vocab_total as for embedding_forward): only the dout rows whose ids fall in
 // [vocab_begin, vocab_begin + V) are added, at row id - vocab_begin; the others belong to another rank's

@@ -102,17 +102,17 @@ void TensorParallel::sum_partial_grads(const ParamStore& params, const GradView&
 }
 
 double TensorParallel::norm_contribution(const ParamStore& params, const GradView& g, const Stream& s) const {
-  Tensor all = Tensor::empty({1}, DType::kF32, s), whole = Tensor::zeros({1}, DType::kF32, s),
-         kv = Tensor::zeros({1}, DType::kF32, s);
+  // Three sums of squares in one buffer, read back once: everything, whole entries, replicated kv rows.
+  Tensor sums = Tensor::zeros({3}, DType::kF32, s);
+  Tensor all = sums.slice(0, 1), whole = sums.slice(1, 2), kv = sums.slice(2, 3);
   ops::sum_squares(g.grad, all, /*accumulate=*/false, s);
   for (const auto& [off, len] : pieces(params, g, Pieces::kWhole))
     ops::sum_squares(g.grad.slice(off, off + len), whole, /*accumulate=*/true, s);
   for (const auto& [off, len] : pieces(params, g, Pieces::kKvSum))
     ops::sum_squares(g.grad.slice(off, off + len), kv, /*accumulate=*/true, s);
-  const double a = all.to_vector<double>()[0], w = whole.to_vector<double>()[0],
-               k = kv.to_vector<double>()[0];
-  const double split = std::max(0.0, a - w - k);
-  return split + w / size() + k / kv_replicas_;
+  const std::vector<double> v = sums.to_vector<double>();
+  const double split = std::max(0.0, v[0] - v[1] - v[2]);
+  return split + v[1] / size() + v[2] / kv_replicas_;
 }
 
 }  // namespace primus::parallel

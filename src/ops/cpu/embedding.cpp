@@ -26,18 +26,6 @@ void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
   }
 }
 
-// The whole vocabulary the ids are checked against (vocab_total, or the table's rows for -1); the table's
-// rows [vocab_begin, vocab_begin + rows) must lie in it.
-int64_t shard_vocab(const char* op, int64_t rows, int64_t vocab_begin, int64_t vocab_total) {
-  PRIMUS_CHECK(vocab_total >= -1, "{}: vocab_total must be -1 (the table's rows) or the vocabulary, got {}",
-               op, vocab_total);
-  const int64_t total = vocab_total == -1 ? rows : vocab_total;
-  PRIMUS_CHECK(vocab_begin >= 0 && vocab_begin + rows <= total,
-               "{}: the table's rows [{}, {}) must lie in the vocabulary [0, {})", op, vocab_begin,
-               vocab_begin + rows, total);
-  return total;
-}
-
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, const Stream& s,
@@ -46,7 +34,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   const DType dt = check_float(op, "table", table);
   check_ndim(op, "table", table, 2);
   const int64_t vocab = table.size(0), d = table.size(1);
-  check_tokens(op, tokens, shard_vocab(op, vocab, vocab_begin, vocab_total));
+  check_tokens(op, tokens, embedding_vocab_total(op, vocab, vocab_begin, vocab_total));
   const int64_t n = tokens.numel();
   check_tensor(op, "out", out, dt, {n, d});
   PRIMUS_CHECK(!overlaps(out, table), "embedding_forward: out must not overlap table");
@@ -103,7 +91,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
   const DType dt = check_float(op, "dtable", dtable);
   check_ndim(op, "dtable", dtable, 2);
   const int64_t vocab = dtable.size(0), d = dtable.size(1);
-  check_tokens(op, tokens, shard_vocab(op, vocab, vocab_begin, vocab_total));
+  check_tokens(op, tokens, embedding_vocab_total(op, vocab, vocab_begin, vocab_total));
   const int64_t n = tokens.numel();
   check_tensor(op, "dout", dout, dt, {n, d});
   PRIMUS_CHECK(!overlaps(dout, dtable), "embedding_backward: dout must not overlap dtable");

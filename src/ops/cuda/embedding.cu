@@ -278,18 +278,6 @@ void raise_pending_error(const char* op, int64_t v) {
       id, v);
 }
 
-// The whole vocabulary the ids are checked against (vocab_total, or the table's rows for -1); the table's
-// rows [vocab_begin, vocab_begin + rows) must lie in it.
-int64_t shard_vocab(const char* op, int64_t rows, int64_t vocab_begin, int64_t vocab_total) {
-  PRIMUS_CHECK(vocab_total >= -1, "{}: vocab_total must be -1 (the table's rows) or the vocabulary, got {}",
-               op, vocab_total);
-  const int64_t total = vocab_total == -1 ? rows : vocab_total;
-  PRIMUS_CHECK(vocab_begin >= 0 && vocab_begin + rows <= total,
-               "{}: the table's rows [{}, {}) must lie in the vocabulary [0, {})", op, vocab_begin,
-               vocab_begin + rows, total);
-  return total;
-}
-
 bool vec_ok(int64_t d, std::initializer_list<const void*> ptrs) {
   if (d % 8 != 0) return false;
   for (const void* p : ptrs)
@@ -311,7 +299,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out, c
   const int64_t v = table.size(0), d = table.size(1), n = tokens.numel();
   PRIMUS_CHECK(out.numel() == n * d && out.size(-1) == d, "{}: out must be [{}, {}], got {}", op, n, d,
                out.describe());
-  const int64_t vt = shard_vocab(op, v, vocab_begin, vocab_total);
+  const int64_t vt = embedding_vocab_total(op, v, vocab_begin, vocab_total);
   raise_pending_error(op, vt);
   const int64_t total = n * d;
   if (total == 0) return;
@@ -412,7 +400,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
                dout.describe());
   PRIMUS_CHECK(v < (int64_t{1} << 31) - 1 && n < (int64_t{1} << 31), "{}: V ({}) or N ({}) too large", op, v,
                n);
-  const int64_t vt = shard_vocab(op, v, vocab_begin, vocab_total);
+  const int64_t vt = embedding_vocab_total(op, v, vocab_begin, vocab_total);
   raise_pending_error(op, vt);
   if (n == 0 || d == 0) return;
   cudaStream_t cs = cuda_stream(s);

@@ -365,6 +365,18 @@ __global__ void __launch_bounds__(kVpBlock)
   }
 }
 
+// The checked gradient buffer of a loss op (bf16, logits' shape and device, logits itself or apart), or null.
+bf16* dlogits_ptr(const char* op, const Tensor& logits, Tensor* dlogits) {
+  if (dlogits == nullptr) return nullptr;
+  detail::check_cuda_tensor(op, "dlogits", *dlogits, DType::kBF16);
+  detail::check_same_cuda_device(op, logits, *dlogits);
+  PRIMUS_CHECK(dlogits->shape() == logits.shape(), "{}: dlogits {} must have logits' shape {}", op,
+               dlogits->describe(), logits.describe());
+  PRIMUS_CHECK(dlogits->data_ptr() == logits.data_ptr() || !detail::overlaps(*dlogits, logits),
+               "{}: dlogits must be logits itself or not overlap it", op);
+  return static_cast<bf16*>(dlogits->data_ptr());
+}
+
 }  // namespace
 
 void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale, Tensor& losses,
@@ -381,16 +393,7 @@ void softmax_cross_entropy(const Tensor& logits, const Tensor& targets, float gr
   PRIMUS_CHECK(targets.numel() == rows && losses.numel() == rows,
                "{}: targets {} and losses {} must have {} rows", op, targets.describe(), losses.describe(),
                rows);
-  bf16* dx = nullptr;
-  if (dlogits != nullptr) {
-    detail::check_cuda_tensor(op, "dlogits", *dlogits, DType::kBF16);
-    detail::check_same_cuda_device(op, logits, *dlogits);
-    PRIMUS_CHECK(dlogits->shape() == logits.shape(), "{}: dlogits {} must have logits' shape {}", op,
-                 dlogits->describe(), logits.describe());
-    PRIMUS_CHECK(dlogits->data_ptr() == logits.data_ptr() || !detail::overlaps(*dlogits, logits),
-                 "{}: dlogits must be logits itself or not overlap it", op);
-    dx = static_cast<bf16*>(dlogits->data_ptr());
-  }
+  bf16* dx = dlogits_ptr(op, logits, dlogits);
   if (rows == 0) return;
   PRIMUS_CHECK(rows < (int64_t{1} << 28), "{}: too many rows ({})", op, rows);
   const auto* x = static_cast<const bf16*>(logits.data_ptr());
@@ -471,17 +474,9 @@ void vocab_parallel_ce_finish(const Tensor& logits, const Tensor& targets, int64
   PRIMUS_CHECK(ranks < (int64_t{1} << 20), "{}: too many ranks ({})", op, ranks);
   PRIMUS_CHECK(!detail::overlaps(losses, logits) && !detail::overlaps(losses, all_stats),
                "{}: losses must not overlap logits or all_stats", op);
-  bf16* dx = nullptr;
-  if (dlogits != nullptr) {
-    detail::check_cuda_tensor(op, "dlogits", *dlogits, DType::kBF16);
-    detail::check_same_cuda_device(op, logits, *dlogits);
-    PRIMUS_CHECK(dlogits->shape() == logits.shape(), "{}: dlogits {} must have logits' shape {}", op,
-                 dlogits->describe(), logits.describe());
-    PRIMUS_CHECK(dlogits->data_ptr() == logits.data_ptr() || !detail::overlaps(*dlogits, logits),
-                 "{}: dlogits must be logits itself or not overlap it", op);
-    PRIMUS_CHECK(!detail::overlaps(*dlogits, all_stats), "{}: dlogits must not overlap all_stats", op);
-    dx = static_cast<bf16*>(dlogits->data_ptr());
-  }
+  bf16* dx = dlogits_ptr(op, logits, dlogits);
+  PRIMUS_CHECK(dlogits == nullptr || !detail::overlaps(*dlogits, all_stats),
+               "{}: dlogits must not overlap all_stats", op);
   if (rows == 0) return;
   PRIMUS_CHECK(rows < (int64_t{1} << 31), "{}: too many rows ({})", op, rows);
   const auto* x = static_cast<const bf16*>(logits.data_ptr());
