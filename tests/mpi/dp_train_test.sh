@@ -31,28 +31,8 @@ if [ ! -d /usr/share/games/fortunes ]; then
 fi
 fail() { echo "dp_train_test FAILED: $*"; exit 1; }
 
-source "$src/tests/mpi/train_runs.sh"  # run NAME NP [env...] -- [overrides...]
+source "$src/tests/mpi/train_runs.sh"  # run, compare, refuse
 
-# compare A B TOL: loss and grad_norm per step; TOL 0 = bitwise
-compare() {
-  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'EOF'
-import json, sys
-def load(p):
-    return [json.loads(l) for l in open(p) if '"loss"' in l]
-a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
-assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm"):
-        d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
-        worst = max(worst, d)
-        if (tol == 0 and x[k] != y[k]) or d > tol:
-            sys.exit(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r} (relative {d:.3g}, allowed {tol})")
-print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, max relative difference {worst:.3g}"
-      f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
-EOF
-  [ $? -eq 0 ] || fail "curves differ: $1 vs $2"
-}
 
 case "$mode" in
   launch_*)  # the same cases with ranks started by `primus launch` (tcp backend) instead of mpirun

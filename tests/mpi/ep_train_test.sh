@@ -43,65 +43,11 @@ if [ ! -d /usr/share/games/fortunes ]; then
 fi
 fail() { echo "ep_train_test FAILED: $*"; exit 1; }
 
-source "$src/tests/mpi/train_runs.sh"  # run NAME NP [env...] -- [overrides...]
+source "$src/tests/mpi/train_runs.sh"  # run, compare, refuse
 
-# compare A B TOL: loss and grad_norm of every step (20 of them)
-compare() {
-  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'PY'
-import json, sys
-def load(p):
-    steps = {}
-    for l in open(p):
-        if '"loss"' in l:
-            j = json.loads(l)
-            steps[j["step"]] = j  # a resumed run appends: the last record of a step wins
-    return [steps[k] for k in sorted(steps)]
-a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
-assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
-worst = 0.0
-for x, y in zip(a, b):
-    # The routing statistics are the global batch's on every layout (summed over the ranks).
-    for k in ("loss", "grad_norm", "moe_aux_loss", "moe_max_load_ratio", "moe_dropped_fraction", "mtp_loss"):
-        if k not in y:
-            continue
-        if y[k] == 0 and x[k] == 0:
-            continue
-        d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
-        worst = max(worst, d)
-        if d > tol:
-            sys.exit(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r} (relative {d:.3g}, allowed {tol})")
-print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, max relative difference {worst:.3g}"
-      f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
-PY
-  [ $? -eq 0 ] || fail "curves differ: $1 vs $2"
-}
 
 export PRIMUS_E2E_MODEL=micro_mixtral.yaml
 if [ "$mode" = bad ]; then
-  # refuse NAME EXPECTED NP [env...] -- [overrides...]: exit 2 (every rank), the message, no step
-  refuse() {
-    local name=$1 expect=$2 n=$3
-    shift 3
-    local envs=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
-    shift
-    local out
-    if [ "$n" -eq 0 ]; then
-      out=$(env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" "${envs[@]}" timeout 60 "$primus" train pretrain \
-        "${common[@]}" "$@" 2>&1)
-    else
-      local xs=()
-      for e in "${envs[@]}"; do xs+=(-x "$e"); done
-      out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" "$primus" train \
-        pretrain "${common[@]}" "$@" 2>&1)
-    fi
-    local code=$?
-    echo "$out" | grep -m1 -A1 "error:" | cut -c1-220
-    [ $code -ne 0 ] && [ $code -ne 124 ] || fail "$name: exit code $code"
-    echo "$out" | grep -qF "$expect" || fail "$name: the output does not say '$expect'"
-    echo "$out" | grep -q "iter 1/" && fail "$name: a step ran"
-    return 0
-  }
   refuse dense "the model has no experts (num_experts / moe settings unset) (rule: EP needs an MoE model)" 2 \
     PRIMUS_E2E_MODEL=micro_llama.yaml -- --expert_model_parallel_size 2
   refuse hsdp "expert_parallel_degree = 4 does not divide dp_shard 2 x cp 1 x tp 1" 4 -- \

@@ -45,72 +45,11 @@ if [ ! -d /usr/share/games/fortunes ]; then
 fi
 fail() { echo "tp_train_test FAILED: $*"; exit 1; }
 
-source "$src/tests/mpi/train_runs.sh"  # run NAME NP [env...] -- [overrides...]
+source "$src/tests/mpi/train_runs.sh"  # run, compare, refuse
 
-# compare A B TOL: loss and grad_norm of every step (20 of them)
-compare() {
-  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'PY'
-import json, sys
-def load(p):
-    steps = {}
-    for l in open(p):
-        if '"loss"' in l:
-            j = json.loads(l)
-            steps[j["step"]] = j  # a resumed run appends: the last record of a step wins
-    return [steps[k] for k in sorted(steps)]
-a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
-assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm"):
-        d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
-        worst = max(worst, d)
-        if d > tol:
-            sys.exit(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r} (relative {d:.3g}, allowed {tol})")
-def vals(p):
-    return {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
-va, vb = vals(sys.argv[1]), vals(sys.argv[2])
-if va.keys() != vb.keys():
-    sys.exit(f"validation steps differ: {sorted(va)} vs {sorted(vb)}")
-for k in va:
-    d = abs(va[k] - vb[k]) / max(abs(vb[k]), 1e-30)
-    worst = max(worst, d)
-    if d > tol:
-        sys.exit(f"validation at step {k}: {va[k]!r} vs {vb[k]!r} (relative {d:.3g}, allowed {tol})")
-if va:
-    print(f"validation losses at steps {sorted(va)} compared")
-print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, max relative difference {worst:.3g}"
-      f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
-PY
-  [ $? -eq 0 ] || fail "curves differ: $1 vs $2"
-}
 
 export PRIMUS_E2E_MODEL=micro_llama.yaml
 if [ "$mode" = bad ]; then
-  # refuse NAME EXPECTED NP [env...] -- [overrides...]: exit 2 (every rank), the message, no step
-  refuse() {
-    local name=$1 expect=$2 n=$3
-    shift 3
-    local envs=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
-    shift
-    local out
-    if [ "$n" -eq 0 ]; then
-      out=$(env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" "${envs[@]}" timeout 60 "$primus" train pretrain \
-        "${common[@]}" "$@" 2>&1)
-    else
-      local xs=()
-      for e in "${envs[@]}"; do xs+=(-x "$e"); done
-      out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" "$primus" train \
-        pretrain "${common[@]}" "$@" 2>&1)
-    fi
-    local code=$?
-    echo "$out" | grep -m1 -A1 "error:" | cut -c1-220
-    [ $code -ne 0 ] && [ $code -ne 124 ] || fail "$name: exit code $code"
-    echo "$out" | grep -qF "$expect" || fail "$name: the output does not say '$expect'"
-    echo "$out" | grep -q "iter 1/" && fail "$name: a step ran"
-    return 0
-  }
   refuse heads "is not divisible by tensor_model_parallel_size=3" 3 -- \
     --tensor_model_parallel_size 3
   refuse ffn "ffn_hidden_size 190 is not divisible by the tensor-parallel degree 4" 4 -- \

@@ -1,6 +1,7 @@
-# Sourced by the multi-rank training tests (dp_train_test.sh, ep_train_test.sh): one training run of the
-# micro experiment. The caller defines work, primus, mpirun, flags (mpirun's), common (the training arguments),
-# fail(), and LAUNCH (non-empty: ranks started by `primus launch`, tcp backend, instead of mpirun).
+# Sourced by the multi-rank training tests (dp_train_test.sh, ep_train_test.sh, tp_train_test.sh): a training
+# run of the micro experiment, the comparison of two runs' curves, and a refusal check. The caller defines
+# work, primus, mpirun, flags (mpirun's), common (the training arguments), fail(), and LAUNCH (non-empty: ranks
+# started by `primus launch`, tcp backend, instead of mpirun).
 # run NAME NP(0 = single process) [env...] -- [overrides...]: metrics copied to $work/NAME.jsonl
 run() {
   local name=$1 n=$2
@@ -27,4 +28,70 @@ run() {
     fail "run $name exited $code"
   fi
   cp "$(find "$work" -path "*/$name/metrics.jsonl" | head -1)" "$work/$name.jsonl" || fail "no metrics for $name"
+}
+
+# compare A B TOL: every step's loss and grad_norm (20 steps), the routing statistics and MTP loss where the
+# runs log them, and the validation losses; TOL 0 = bitwise. A resumed run appends: a step's last record wins.
+compare() {
+  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'PY'
+import json, sys
+def load(p):
+    steps, vals = {}, {}
+    for j in map(json.loads, open(p)):
+        if "loss" in j:
+            steps[j["step"]] = j
+        if "val_loss" in j:
+            vals[j["step"]] = j["val_loss"]
+    return [steps[k] for k in sorted(steps)], vals
+(a, va), (b, vb), tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
+worst = 0.0
+def check(what, x, y):
+    global worst
+    if x == 0 and y == 0:
+        return
+    d = abs(x - y) / max(abs(y), 1e-30)
+    worst = max(worst, d)
+    if (tol == 0 and x != y) or d > tol:
+        sys.exit(f"{what}: {x!r} vs {y!r} (relative {d:.3g}, allowed {tol})")
+for x, y in zip(a, b):
+    for k in ("loss", "grad_norm", "moe_aux_loss", "moe_max_load_ratio", "moe_dropped_fraction", "mtp_loss"):
+        if k in y:
+            check(f"step {x['step']}: {k}", x[k], y[k])
+if va.keys() != vb.keys():
+    sys.exit(f"validation steps differ: {sorted(va)} vs {sorted(vb)}")
+for k in va:
+    check(f"validation at step {k}", va[k], vb[k])
+if va:
+    print(f"validation losses at steps {sorted(va)} compared")
+print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, max relative difference {worst:.3g}"
+      f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
+PY
+  [ $? -eq 0 ] || fail "curves differ: $1 vs $2"
+}
+
+# refuse NAME EXPECTED NP [env...] -- [overrides...]: the run fails (every rank) with EXPECTED in its output,
+# before any step (NP 0: one process).
+refuse() {
+  local name=$1 expect=$2 n=$3
+  shift 3
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local out
+  if [ "$n" -eq 0 ]; then
+    out=$(env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" "${envs[@]}" timeout 60 "$primus" train pretrain \
+      "${common[@]}" "$@" 2>&1)
+  else
+    local xs=()
+    for e in "${envs[@]}"; do xs+=(-x "$e"); done
+    out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" "$primus" train \
+      pretrain "${common[@]}" "$@" 2>&1)
+  fi
+  local code=$?
+  echo "$out" | grep -m1 -A1 "error:" | cut -c1-220
+  [ $code -ne 0 ] && [ $code -ne 124 ] || fail "$name: exit code $code"
+  echo "$out" | grep -qF "$expect" || fail "$name: the output does not say '$expect'"
+  echo "$out" | grep -q "iter 1/" && fail "$name: a step ran"
+  return 0
 }

@@ -30,6 +30,29 @@ inline ModelConfig tiny_model(bool qk_norm, bool qkv_bias, bool tied) {
   return m;
 }
 
+// The tiny model with DeepSeek-style multi-latent attention (one kv head per q head, YaRN on a short context
+// so that the ramp carries signal).
+inline ModelConfig tiny_mla(int64_t q_lora, bool tied) {
+  ModelConfig m = tiny_model(/*qk_norm=*/true, /*qkv_bias=*/false, tied);
+  m.use_rope_scaling = false;
+  m.num_query_groups = m.num_attention_heads;
+  MlaConfig& a = m.mla;
+  a.enabled = true;
+  a.q_lora_rank = q_lora;
+  a.kv_lora_rank = 5;
+  a.qk_head_dim = 3;
+  a.qk_pos_emb_head_dim = 4;
+  a.v_head_dim = 3;
+  a.yarn = true;  // a short original context so that the ramp and the scaled cos/sin carry signal
+  a.rotary_scaling_factor = 4.0;
+  a.original_max_position = 4;
+  a.beta_fast = 4.0;
+  a.beta_slow = 1.0;
+  a.mscale = 1.0;
+  a.mscale_all_dim = 0.5;
+  return m;
+}
+
 struct Fixture {
   ModelConfig cfg;
   ParamStore params;

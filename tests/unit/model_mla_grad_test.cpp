@@ -15,27 +15,6 @@ using namespace primus::grad_test;
 
 namespace {
 
-ModelConfig tiny_mla(int64_t q_lora, bool tied) {
-  ModelConfig m = tiny_model(/*qk_norm=*/true, /*qkv_bias=*/false, tied);
-  m.use_rope_scaling = false;
-  m.num_query_groups = m.num_attention_heads;
-  MlaConfig& a = m.mla;
-  a.enabled = true;
-  a.q_lora_rank = q_lora;
-  a.kv_lora_rank = 5;
-  a.qk_head_dim = 3;
-  a.qk_pos_emb_head_dim = 4;
-  a.v_head_dim = 3;
-  a.yarn = true;  // a short original context so that the ramp and the scaled cos/sin carry signal
-  a.rotary_scaling_factor = 4.0;
-  a.original_max_position = 4;
-  a.beta_fast = 4.0;
-  a.beta_slow = 1.0;
-  a.mscale = 1.0;
-  a.mscale_all_dim = 0.5;
-  return m;
-}
-
 ModelConfig with_deepseek_moe(ModelConfig m) {
   m.num_layers = 2;
   m.moe.num_experts = 8;

@@ -208,16 +208,8 @@ TEST(TensorParallelStore, ShareAndGatherRoundTripTheWholeModelState) {
 TEST(TensorParallelStore, SplitMlaModelComputesTheWholeModelsLossesAndGradients) {
   for (const auto& [q_lora, sp] : {std::pair<int64_t, bool>{6, true}, std::pair<int64_t, bool>{0, false}}) {
     SCOPED_TRACE(fmt::format("q_lora_rank {} sequence_parallel {}", q_lora, sp));
-    ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/false, /*tied=*/false);
-    cfg.use_rope_scaling = false;
-    cfg.num_query_groups = cfg.num_attention_heads;
-    MlaConfig& a = cfg.mla;
-    a.enabled = true;
-    a.q_lora_rank = q_lora;
-    a.kv_lora_rank = 5;
-    a.qk_head_dim = 3;
-    a.qk_pos_emb_head_dim = 4;
-    a.v_head_dim = 3;
+    ModelConfig cfg = grad_test::tiny_mla(q_lora, /*tied=*/false);
+    cfg.vocab_size = cfg.padded_vocab_size = 24;  // divisible by tp
     const ModelSpec spec = ModelSpec::from_config(cfg);
     RecomputeConfig rc;
     ParamStore whole(spec);
