@@ -21,10 +21,11 @@ using MPI_Datatype = void*;
 using MPI_Request = void*;
 using MPI_Errhandler = void*;
 constexpr int kMpiSuccess = 0;
-constexpr int kMpiUndefined = -32766;    // OpenMPI's MPI_UNDEFINED
-constexpr int kMpiThreadSerialized = 2;  // MPI_THREAD_SERIALIZED
+constexpr int kMpiUndefined = -32766;  // OpenMPI's MPI_UNDEFINED
+constexpr int kMpiThreadMultiple = 3;  // MPI_THREAD_MULTIPLE (the pipeline's sender threads)
 constexpr int kMpiMaxErrorString = 256;
 constexpr int kTag = 7;
+std::atomic<bool> g_thread_multiple{false};
 constexpr size_t kMaxMessage = size_t{1} << 30;  // MPI counts are ints: split larger messages
 
 // The functions and predefined objects we use, resolved from libmpi.so.40.
@@ -211,6 +212,10 @@ bool under_mpirun() {
   return v != nullptr && *v != '\0';
 }
 
+bool mpi_thread_multiple() {
+  return g_thread_multiple;
+}
+
 std::unique_ptr<Communicator> mpi_world(double timeout_s) {
   auto rt = std::make_shared<MpiRuntime>();
   rt->api = load_mpi();
@@ -219,9 +224,10 @@ std::unique_ptr<Communicator> mpi_world(double timeout_s) {
   api.Initialized(&inited);
   if (!inited) {
     int provided = 0;
-    int rc = api.Init_thread(nullptr, nullptr, kMpiThreadSerialized, &provided);
+    int rc = api.Init_thread(nullptr, nullptr, kMpiThreadMultiple, &provided);
     if (rc != kMpiSuccess)
       throw Error(ErrorKind::kRuntime, "MPI_Init_thread failed: " + api.error_string(rc));
+    g_thread_multiple = provided >= kMpiThreadMultiple;
     rt->initialised_here = true;
   }
   api.Comm_set_errhandler(api.comm_world, api.errors_return);

@@ -21,5 +21,8 @@ bool under_mpirun();
 // the stack is unwinding from an exception (so that mpirun stops every rank at once instead of blocking in
 // MPI_Finalize).
 std::unique_ptr<Communicator> mpi_world(double timeout_s);
+// Whether MPI lets several threads call it at once (MPI_THREAD_MULTIPLE was provided): the pipeline's
+// sender threads need it (parallel/pipeline_channels.h). False before mpi_world.
+bool mpi_thread_multiple();
 
 }  // namespace primus::comm

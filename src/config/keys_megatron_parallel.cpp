@@ -20,10 +20,11 @@ void add_megatron_parallel_keys(KeyTable& t) {
       "sequence parallelism: norms and residuals on 1/TP of the tokens (Megatron turns it off at TP = 1)"));
   t.add(impl("tp_comm_overlap", kB, "false",
              "overlap TP communication with GEMMs (async TP; not supported yet with TP > 1)"));
-  t.add(impl("pipeline_model_parallel_size", kI, "1", "pipeline-parallel degree (PP)")
+  t.add(impl("pipeline_model_parallel_size", kI, "1",
+             "pipeline-parallel degree (PP): the layers in stages over PP ranks, run by a schedule "
+             "(docs/pipeline.md)")
             .non_null()
-            .check(positive())
-            .supports(null_or_int(1), "only 1 for now"));
+            .check(positive()));
   t.add(impl("context_parallel_size", kI, "1",
              "context-parallel degree (CP): each sequence split in 2·CP chunks over CP ranks "
              "(docs/parallelism.md)")
@@ -58,19 +59,24 @@ void add_megatron_parallel_keys(KeyTable& t) {
 
   add_all(t, kWhyCP, {{"hierarchical_context_parallel_sizes", kL, "null", "hierarchical CP group sizes"}});
 
+  // The pipeline split and schedule (docs/pipeline.md): read by parallel/pipeline_projection.cpp for the
+  // runtime (parallel/pipeline_runtime.h) and the projection.
+  t.add(
+      impl("virtual_pipeline_model_parallel_size", kI, "null", "virtual pipeline stages (chunks) per rank"));
+  t.add(impl("num_layers_per_virtual_pipeline_stage", kI, "null", "layers per virtual stage"));
+  t.add(impl("num_virtual_stages_per_pipeline_rank", kI, "null", "virtual stages per rank (newer name)"));
+  t.add(impl("microbatch_group_size_per_vp_stage", kI, "null",
+             "interleaved: micro-batches per group (null: PP)"));
+  t.add(impl("pipeline_model_parallel_layout", kA, "null",
+             "explicit layer layout over stages (\"Et*3|(tt|)*29,m|L\")"));
+  t.add(impl("decoder_first_pipeline_num_layers", kI, "null", "layers on the first stage"));
+  t.add(impl("decoder_last_pipeline_num_layers", kI, "null", "layers on the last stage"));
+  t.add(impl("decoder_pipeline_manual_split_list", kL, "null", "Primus: layers per stage"));
+  t.add(impl("account_for_embedding_in_pipeline_split", kB, "false", "count the embedding as a layer"));
+  t.add(impl("account_for_loss_in_pipeline_split", kB, "false", "count the loss as a layer"));
   add_all(t, kWhyPP,
-          {{"virtual_pipeline_model_parallel_size", kI, "null", "virtual pipeline stages per rank"},
-           {"num_layers_per_virtual_pipeline_stage", kI, "null", "layers per virtual stage"},
-           {"num_virtual_stages_per_pipeline_rank", kI, "null", "virtual stages per rank"},
-           {"microbatch_group_size_per_vp_stage", kI, "null", "micro-batches per virtual-stage group"},
-           {"pipeline_model_parallel_layout", kA, "null", "explicit layer layout over stages"},
-           {"pipeline_model_parallel_comm_backend", kS, "null", "PP communication backend: nccl | ucc"},
+          {{"pipeline_model_parallel_comm_backend", kS, "null", "PP communication backend: nccl | ucc"},
            {"pipeline_model_parallel_split_rank", kI, "null", "encoder/decoder split rank"},
-           {"decoder_first_pipeline_num_layers", kI, "null", "layers on the first stage"},
-           {"decoder_last_pipeline_num_layers", kI, "null", "layers on the last stage"},
-           {"decoder_pipeline_manual_split_list", kL, "null", "Primus: layers per stage"},
-           {"account_for_embedding_in_pipeline_split", kB, "false", "count the embedding as a layer"},
-           {"account_for_loss_in_pipeline_split", kB, "false", "count the loss as a layer"},
            {"standalone_embedding_stage", kB, "false", "embedding on its own stage"},
            {"overlap_p2p_comm", kB, "true", "overlap pipeline send/recv"},
            {"scatter_gather_tensors_in_pipeline", kB, "true", "scatter/gather pipeline tensors over TP"},

@@ -37,26 +37,29 @@ void add_megatron_primus_keys(KeyTable& t) {
            {"turbo_mega_moe_precision", kS, "bf16", "MegaMoE expert precision"}});
 
   t.group("primus pipeline");
+  // The keys that pick the schedule (parallel/pipeline_projection.cpp, choose_schedule).
+  t.add(impl("patch_zero_bubble", kB, "false", "zero-bubble pipeline patches"));
+  t.add(impl("enable_zero_bubble", kB, "true", "zero-bubble schedule (zb-h1)"));
+  t.add(impl("zero_bubble_v_schedule", kB, "false", "zero-bubble V schedule (zb-v)"));
+  t.add(impl("zero_bubble_v_schedule_mem_setup", kS, "half",
+             "V schedule memory: half | min | zb (zb-v runs as zb)"));
+  t.add(impl("zero_bubble_max_pending_backward", kA, "auto", "pending backward passes (zb-h1 holds pp)"));
+  t.add(impl("enable_1f1b_v", kB, "false", "1F1B V schedule (not generated: refused)"));
+  t.add(impl("num_seq_splits", kI, "1", "sequence splits of the pipeline (> 1 not generated: refused)"));
+  t.add(impl("patch_primus_pipeline", kB, "false", "Primus pipeline patches"));
+  t.add(impl("pp_algorithm", kS, "1f1b-interleaved",
+             "1f1b | 1f1b-interleaved | zero-bubble | zero-bubble-heuristic | zbv-formatted"));
   add_all(t, kWhyZeroBubble,
-          {{"patch_zero_bubble", kB, "false", "zero-bubble pipeline patches"},
-           {"debug_scheduler_table", kB, "false", "print the schedule table"},
+          {{"debug_scheduler_table", kB, "false", "print the schedule table"},
            {"enable_zb_runtime", kB, "true", "unified zero-bubble runtime"},
            {"pre_communication_optimization", kB, "false", "tiny pre-communication"},
            {"zero_bubble_pipeline_timers_start_iter", kI, "100", "auto-schedule timers start"},
            {"zero_bubble_pipeline_timers_end_iter", kI, "110", "auto-schedule timers end"},
-           {"zero_bubble_max_pending_backward", kA, "auto", "pending backward passes"},
            {"zero_bubble_adaptive_memory_limit_percentile", kI, "85", "adaptive memory limit"},
            {"enable_optimizer_post_validation", kB, "false", "post-validated optimizer step"},
            {"enable_exactly_numeric_match", kB, "true", "post-validation matches exactly"},
-           {"enable_zero_bubble", kB, "true", "zero-bubble schedule"},
-           {"zero_bubble_v_schedule", kB, "false", "zero-bubble V schedule"},
-           {"zero_bubble_v_schedule_mem_setup", kS, "half", "V schedule memory: half | min | zb"},
-           {"enable_1f1b_v", kB, "false", "1F1B V schedule"},
            {"allow_padding_num_layers", kB, "true", "pad layers to the stage count"},
            {"interleave_group_size", kI, "0", "interleave group size"},
-           {"num_seq_splits", kI, "1", "sequence splits of the pipeline"},
-           {"patch_primus_pipeline", kB, "false", "Primus pipeline patches"},
-           {"pp_algorithm", kS, "1f1b-interleaved", "1f1b | 1f1b-interleaved | zero-bubble | ... | v-min"},
            {"communication_method", kS, "async_p2p", "async_p2p | batch_p2p"},
            {"pp_max_mem", kA, "null", "heuristic: activation memory per stage"},
            {"pp_cost_f", kA, "null", "heuristic: forward cost"},

@@ -108,7 +108,7 @@ void add_torchtitan_keys(KeyTable& t) {
     t.add(impl(k, kI, "1", "parallel degree")
               .non_null()
               .check(positive())
-              .supports(null_or_int(1), "only 1 for now"));
+              .supports(null_or_int(1), "only 1 for now: pipeline training reads Megatron-dialect configs"));
   t.add(impl("parallelism.expert_parallel_degree", kI, "1",
              "expert-parallel degree: each MoE layer's experts split over this many ranks")
             .non_null()

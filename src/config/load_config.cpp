@@ -7,6 +7,7 @@
 #include "config/run_names.h"
 #include "config/yaml_scalar.h"
 #include "core/error.h"
+#include "parallel/pipeline_projection.h"
 
 namespace primus::config {
 
@@ -113,6 +114,16 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
     }
   } else {
     validate_config(rc);
+  }
+  if (rc.info.framework == "megatron") {
+    // The pipeline split and schedule (read for every config: the keys are declared implemented). A training
+    // run with PP > 1 builds its plan here, so that a split or schedule it cannot run is refused before any
+    // rank starts.
+    auto plan = std::make_shared<parallel::PipelinePlanInput>(
+        parallel::pipeline_input_from_config(rc, /*training_use=*/!options.planning));
+    if (!options.planning && rc.train.parallel.pipeline_model_parallel_size > 1)
+      parallel::training_plan(*plan);
+    rc.train.pipeline = std::move(plan);
   }
   // A self-check of our key labels (config/key_use.h), on demand: the tests and the Primus sweep set it.
   if (auto check = options.env("PRIMUS_CHECK_KEY_USE"); check && *check == "1") {

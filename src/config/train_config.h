@@ -3,9 +3,14 @@
 // TorchTitan's sections) are mapped into this one struct by config/experiment.h; nothing downstream looks at
 // raw YAML. Field names follow Megatron's key names where one exists.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace primus::parallel {
+struct PipelinePlanInput;  // parallel/pipeline_projection.h
+}
 
 namespace primus {
 
@@ -249,6 +254,9 @@ struct TrainConfig {
   std::string gemm_tuning_file;  // GEMM tuning cache (kernel issue)
   // deterministic_mode (Megatron) / debug.deterministic (TorchTitan): bitwise reproducible GPU runs.
   bool deterministic = false;
+  // Pipeline parallelism: the split and schedule keys as the config loader read them (Megatron dialect;
+  // parallel/pipeline_projection.h); null for TorchTitan configs.
+  std::shared_ptr<const parallel::PipelinePlanInput> pipeline;
 };
 
 }  // namespace primus

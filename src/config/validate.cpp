@@ -45,9 +45,9 @@ void validate_config(ResolvedConfig& rc) {
     bad.add(fmt::format("{} is not divisible by {} (rule: num_attention_heads % TP == 0)",
                         cite("num_attention_heads", m.num_attention_heads),
                         cite("tensor_model_parallel_size", p.tensor_model_parallel_size)));
-  // Planning leaves the pipeline split to parallel/pipeline_layout, which knows the uneven splits and
-  // layouts.
-  if (!rc.planning && m.num_layers % p.pipeline_model_parallel_size != 0)
+  // Megatron configs leave the pipeline split to parallel/pipeline_layout (config/load_config.cpp), which
+  // knows the uneven splits and layouts.
+  if (!rc.planning && rc.info.framework != "megatron" && m.num_layers % p.pipeline_model_parallel_size != 0)
     bad.add(fmt::format("{} is not divisible by {} (rule: num_layers % PP == 0)",
                         cite("num_layers", m.num_layers),
                         cite("pipeline_model_parallel_size", p.pipeline_model_parallel_size)));

@@ -189,6 +189,32 @@ Tensor DecoderLayer::forward(const StepContext& ctx, const Tensor& x_in, LayerAc
   return x_out;
 }
 
+namespace {
+// dW (+ db) = dy^T x of a projection, at once or queued for a zero-bubble schedule's weight-gradient pass
+// (StepContext::deferred_wgrad). The queued GEMM keeps its operands alive; dy is copied when it is the
+// residual stream's gradient `dx`, which the rest of the backward keeps accumulating into.
+void weight_grad(const StepContext& ctx, ParamStore& params, int w, int b, const Tensor& dy, const Tensor& x,
+                 const Tensor& dx) {
+  auto run = [&params, w, b, s = ctx.stream](const Tensor& g_out, const Tensor& in) {
+    Tensor g_w = params.grad(w);
+    Tensor g_b = b >= 0 ? params.grad(b) : Tensor();
+    // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both
+    // add.
+    ops::linear_backward_weight(g_out, in, g_w, b >= 0 ? &g_b : nullptr, s, params.grad_accumulate(w));
+  };
+  if (!ctx.deferred_wgrad) {
+    run(dy, x);
+    return;
+  }
+  Tensor g_out = dy;
+  if (dy.data_ptr() == dx.data_ptr()) {
+    g_out = ctx.act(dy.shape());
+    g_out.copy_from(dy, ctx.stream);
+  }
+  ctx.deferred_wgrad->push_back([run, g_out, x] { run(g_out, x); });
+}
+}  // namespace
+
 void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a) {
   const Stream& s = ctx.stream;
   if (a.mode == RecomputeMode::kFull) {
@@ -211,13 +237,12 @@ void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a
 }
 
 void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a,
-                                      Tensor& d_h1) {
+                                      Tensor& d_h1, const Tensor& residual_grad) {
   const int64_t n = ctx.tokens();
   const Stream& s = ctx.stream;
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
   ops::linear_backward_input(dx, params_.param(w_o_), d_attn, false, s);
-  Tensor g_o = params_.grad(w_o_);
-  ops::linear_backward_weight(dx, a.attn, g_o, nullptr, s, params_.grad_accumulate(w_o_));
+  weight_grad(ctx, params_, w_o_, -1, dx, a.attn, residual_grad);
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   if (ctx.cp) {
     ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
@@ -241,11 +266,7 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
                                spec_.kv_heads, spec_.head_dim, d_raw, gk, s);
     d_qkv = d_raw;
   }
-  Tensor g_qkv = params_.grad(w_qkv_);
-  Tensor g_bias = b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor();
-  // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
-  ops::linear_backward_weight(d_qkv, a.h1, g_qkv, b_qkv_ >= 0 ? &g_bias : nullptr, s,
-                              params_.grad_accumulate(w_qkv_));
+  weight_grad(ctx, params_, w_qkv_, b_qkv_, d_qkv, a.h1, residual_grad);
   ops::linear_backward_input(d_qkv, params_.param(w_qkv_), d_h1, false, s);
   d_qkv = Tensor();
 }
@@ -264,20 +285,19 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
     Tensor d_act = ctx.act({n, spec_.ffn});
     ops::linear_backward_input(dy, params_.param(w_down_), d_act, false, s);
-    Tensor g_down = params_.grad(w_down_);
-    ops::linear_backward_weight(dy, a.act, g_down, nullptr, s, params_.grad_accumulate(w_down_));
+    weight_grad(ctx, params_, w_down_, -1, dy, a.act, dx);
     a.act = Tensor();
     Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
     ops::swiglu_backward(d_act, a.gu, d_gu, s);
     d_act = Tensor();
     a.gu = Tensor();
     ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
-    Tensor g_gu = params_.grad(w_gu_);
-    ops::linear_backward_weight(d_gu, a.h2, g_gu, nullptr, s, params_.grad_accumulate(w_gu_));
+    weight_grad(ctx, params_, w_gu_, -1, d_gu, a.h2, dx);
     d_h2 = tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
   }
   a.h2 = Tensor();
-  if (ctx.hooks) {  // the MLP's matrices are complete: their norm can run beside the attention's backward
+  if (ctx.hooks && !ctx.deferred_wgrad) {  // the MLP's matrices are complete: their norm can run beside the
+                                           // attention's backward
     const std::vector<int> done = moe_ ? moe_->gemm_weight_entries() : std::vector<int>{w_gu_, w_down_};
     ctx.hooks->grads_final(done);
   }
@@ -293,7 +313,7 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   if (mla_) {
     mla_->backward(ctx, dy, a.h1, a.mla, d_h1);
   } else {
-    attention_backward(ctx, dy, a, d_h1);
+    attention_backward(ctx, dy, a, d_h1, dx);
   }
   d_h1 = tp_sum_rows(ctx, d_h1, "tp attention input gradient");
   Tensor g_norm1 = params_.grad(norm1_);

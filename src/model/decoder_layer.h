@@ -64,8 +64,10 @@ class DecoderLayer {
   // rmsnorm of this rank's rows of x (statistics into rstd), then every token's rows (sequence parallelism).
   Tensor norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd,
                        const char* label) const;
-  // The packed-QKV attention's backward: d_h1 (overwritten) from dx = dL/dx_mid.
-  void attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a, Tensor& d_h1);
+  // The packed-QKV attention's backward: d_h1 (overwritten) from dx = dL/dx_mid (every token's rows);
+  // residual_grad: the layer's residual-stream gradient buffer (dx itself without sequence parallelism).
+  void attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a, Tensor& d_h1,
+                          const Tensor& residual_grad);
 
   const ModelSpec& spec_;
   ParamStore& params_;

@@ -63,10 +63,13 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
                                    params.tensor_shard().sequence_parallel)),
       params_(params),
       stream_(stream),
-      act_dtype_(stream.device.is_cpu() ? params.compute_flat().dtype() : DType::kBF16),
-      head_(spec_, params) {
+      act_dtype_(stream.device.is_cpu() ? params.compute_flat().dtype() : DType::kBF16) {
+  // The pipeline stage's share too (model_spec.h): a module another stage holds is not built here.
+  spec_.pp = params.spec().pp;
+  if (spec_.pp.head) head_ = std::make_unique<LmHead>(spec_, params);
   rope_table_ = ops::rope_table(rope_config(cfg), max_seq, spec_.rope_dim()).to(stream);
-  for (int l = 0; l < spec_.layers; ++l) layers_.push_back(std::make_unique<DecoderLayer>(spec_, params, l));
+  for (int l = 0; l < spec_.layers; ++l)
+    layers_.push_back(spec_.holds_layer(l) ? std::make_unique<DecoderLayer>(spec_, params, l) : nullptr);
   // MTP depths continue the layer numbering (Primus: depth k is layer L + k) in the recompute plan.
   const std::vector<RecomputeMode> plan = recompute_plan(recompute, spec_.layers + spec_.mtp_layers);
   recompute_.assign(plan.begin(), plan.begin() + spec_.layers);
@@ -157,7 +160,7 @@ Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tens
   for (int32_t t : host.view({n}).to_vector<int32_t>()) counted += t >= 0;
 
   Tensor h0 = ctx.act({n, d}), rstd0 = ctx.empty({n}, ctx.stat_dtype());
-  head_.norm_forward(ctx, x, head_.norm_entry(), h0, rstd0);
+  head_->norm_forward(ctx, x, head_->norm_entry(), h0, rstd0);
   std::vector<MtpActivations> acts(static_cast<size_t>(D));
   for (int64_t k = 0; k < D; ++k)
     mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), k == 0 ? h0 : acts[k - 1].h, acts[k],
@@ -176,7 +179,7 @@ Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tens
                             : 0.0f;
     mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
     Tensor dh = ctx.act({n, d});
-    head_.project(ctx, acts[k].h, tk, scale, mtp_losses_[k], &dh);
+    head_->project(ctx, acts[k].h, tk, scale, mtp_losses_[k], &dh);
     if (dh_next.defined()) ops::add(dh, dh_next, dh, s);
     Tensor dprev = ctx.act({n, d});
     Tensor de_k = de.slice(k * n, (k + 1) * n);
@@ -184,16 +187,96 @@ Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tens
     dh_next = dprev;
   }
   Tensor dh0 = ctx.act({n, d});
-  head_.project(ctx, h0, flat_targets, grad_scale, losses, &dh0);
+  head_->project(ctx, h0, flat_targets, grad_scale, losses, &dh0);
   ops::add(dh0, dh_next, dh0, s);
   Tensor dx = ctx.act({n, d});
-  head_.norm_backward(ctx, dh0, x, head_.norm_entry(), rstd0, dx);
+  head_->norm_backward(ctx, dh0, x, head_->norm_entry(), rstd0, dx);
   return dx;
+}
+
+Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& input, const Tensor& tokens,
+                                 const Tensor& targets, float grad_scale, float aux_grad_scale,
+                                 const BatchOrigin& origin) {
+  st.ctx = context(tokens);
+  StepContext& ctx = st.ctx;
+  ctx.aux_grad_scale = aux_grad_scale;
+  ctx.origin = origin;
+  const int64_t n = ctx.tokens();
+  auto hook = [&](void (ParamHooks::*f)(int), int region) {
+    if (hooks_) (hooks_->*f)(region);
+  };
+  Tensor x = input;
+  if (c.embedding) {
+    PRIMUS_CHECK(embed_ >= 0, "chunk_forward: this rank does not hold the embedding");
+    st.lookup = tokens.view({n});
+    hook(&ParamHooks::before_forward, 0);
+    x = embed(ctx, st.lookup);
+    hook(&ParamHooks::after_forward, 0);
+  }
+  if (st.train) st.slots.assign(static_cast<size_t>(c.num_layers), LayerActivations{});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const int l = c.first_layer + i;
+    PRIMUS_CHECK(layers_[l] != nullptr, "chunk_forward: this rank does not hold layer {}", l);
+    hook(&ParamHooks::before_forward, l + 1);
+    x = st.train ? layers_[l]->forward(ctx, x, &st.slots[i], recompute_[l], /*record_stats=*/true)
+                 : layers_[l]->forward(ctx, x, nullptr, RecomputeMode::kNone);
+    hook(&ParamHooks::after_forward, l + 1);
+  }
+  if (!c.loss) return x;
+  PRIMUS_CHECK(head_ != nullptr, "chunk_forward: this rank does not hold the output layer");
+  // The head's forward and backward run together (lm_head.h), between its region's forward and backward
+  // hooks.
+  const int head_region = static_cast<int>(layers_.size()) + 1;
+  st.losses = ctx.empty({n}, ctx.stat_dtype());
+  hook(&ParamHooks::before_forward, head_region);
+  head_->run(ctx, x, targets.view({n}), grad_scale, st.losses, st.train ? &st.dx : nullptr);
+  hook(st.train ? &ParamHooks::after_backward : &ParamHooks::after_forward, head_region);
+  return Tensor();
+}
+
+Shape LlamaModel::chunk_io_shape(const Tensor& tokens) const {
+  return {local_tokens(context(tokens)), spec_.hidden};
+}
+
+void LlamaModel::chunk_weight_grad(ChunkState& st) {
+  for (auto& gemm : st.wgrad) gemm();
+  st.wgrad.clear();
+}
+
+Tensor LlamaModel::chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_out, bool defer_weight_grads) {
+  PRIMUS_CHECK(st.train, "chunk_backward after an evaluation forward");
+  st.ctx.deferred_wgrad = defer_weight_grads ? &st.wgrad : nullptr;
+  const StepContext& ctx = st.ctx;
+  auto hook = [&](void (ParamHooks::*f)(int), int region) {
+    if (hooks_) (hooks_->*f)(region);
+  };
+  Tensor dx = c.loss ? std::move(st.dx) : std::move(grad_out);
+  for (int i = c.num_layers; i-- > 0;) {
+    const int l = c.first_layer + i;
+    hook(&ParamHooks::before_backward, l + 1);
+    dx = layers_[l]->backward(ctx, dx, st.slots[i]);
+    hook(&ParamHooks::after_backward, l + 1);
+  }
+  st.slots.clear();
+  if (!c.embedding) return dx;
+  hook(&ParamHooks::before_backward, 0);
+  Tensor g_embed = params_.grad(embed_);
+  ops::embedding_backward(st.lookup, tp_gather_rows(ctx, dx, "sp gather embedding gradient"), g_embed,
+                          ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
+  hook(&ParamHooks::after_backward, 0);
+  return Tensor();
 }
 
 Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
                                     float aux_grad_scale, const Tensor* host_targets,
                                     const BatchOrigin& origin) {
+  if (spec_.mtp_layers == 0) {
+    ChunkState st;
+    chunk_forward(whole_model(), st, Tensor(), tokens, targets, grad_scale, aux_grad_scale, origin);
+    chunk_backward(whole_model(), st, Tensor());
+    return st.losses;
+  }
+  // Multi-token prediction: the depths sit between the head's forward and backward and read the embedding.
   StepContext ctx = context(tokens);
   ctx.aux_grad_scale = aux_grad_scale;
   ctx.origin = origin;
@@ -208,7 +291,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   hook(&ParamHooks::before_forward, 0);
   Tensor e_all = embed(ctx, lookup);
   hook(&ParamHooks::after_forward, 0);
-  Tensor x = D > 0 ? e_all.slice(0, n) : e_all;
+  Tensor x = e_all.slice(0, n);
 
   std::vector<LayerActivations> slots(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -220,12 +303,8 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   Tensor dx, de;
   hook(&ParamHooks::before_forward, head_region);
-  if (D == 0) {
-    head_.run(ctx, x, targets.view({n}), grad_scale, losses, &dx);
-  } else {
-    de = ctx.act({D * n, spec_.hidden});
-    dx = mtp_heads(ctx, x, e_all, targets, grad_scale, host_targets, losses, de);
-  }
+  de = ctx.act({D * n, spec_.hidden});
+  dx = mtp_heads(ctx, x, e_all, targets, grad_scale, host_targets, losses, de);
   hook(&ParamHooks::after_backward, head_region);
   x = Tensor();
   for (size_t l = layers_.size(); l-- > 0;) {
@@ -238,7 +317,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   Tensor g_embed = params_.grad(embed_);
   ops::embedding_backward(lookup.slice(0, n), tp_gather_rows(ctx, dx, "sp gather embedding gradient"),
                           g_embed, ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
-  if (D > 0) ops::embedding_backward(lookup.slice(n, (1 + D) * n), de, g_embed, ctx.stream);
+  ops::embedding_backward(lookup.slice(n, (1 + D) * n), de, g_embed, ctx.stream);
   hook(&ParamHooks::after_backward, 0);
   return losses;
 }
@@ -246,7 +325,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
 std::vector<MoeMlp*> LlamaModel::moe_layers() {
   std::vector<MoeMlp*> out;
   for (auto& layer : layers_)
-    if (MoeMlp* m = layer->moe()) out.push_back(m);
+    if (MoeMlp* m = layer ? layer->moe() : nullptr) out.push_back(m);
   for (auto& depth : mtp_)
     if (MoeMlp* m = depth->layer().moe()) out.push_back(m);
   return out;
@@ -275,10 +354,11 @@ double LlamaModel::moe_losses_of_last_forward() {
 std::vector<int> LlamaModel::gemm_written_grad_entries() const {
   std::vector<int> out;
   for (const auto& layer : layers_)
-    for (int i : layer->gemm_weight_entries()) out.push_back(i);
+    if (layer)
+      for (int i : layer->gemm_weight_entries()) out.push_back(i);
   for (const auto& depth : mtp_)
     for (int i : depth->gemm_weight_entries()) out.push_back(i);
-  out.push_back(head_.weight_entry());
+  if (head_) out.push_back(head_->weight_entry());
   return out;
 }
 
@@ -300,16 +380,16 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, boo
   }
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   if (hooks_) hooks_->before_forward(head_region);
-  head_.run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);
+  head_->run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);
   if (D > 0) {
     Tensor h = ctx.act({n, spec_.hidden}), rstd = ctx.empty({n}, ctx.stat_dtype());
-    head_.norm_forward(ctx, x, head_.norm_entry(), h, rstd);
+    head_->norm_forward(ctx, x, head_->norm_entry(), h, rstd);
     mtp_losses_.assign(static_cast<size_t>(D), Tensor());
     for (int64_t k = 0; k < D; ++k) {
       MtpActivations a;
       mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), h, a, RecomputeMode::kNone, false);
       mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
-      head_.project(ctx, a.h, shifted_targets(ctx, targets, k + 1), 1.0f, mtp_losses_[k], nullptr);
+      head_->project(ctx, a.h, shifted_targets(ctx, targets, k + 1), 1.0f, mtp_losses_[k], nullptr);
       h = a.h;
     }
   }

@@ -1,6 +1,7 @@
 #pragma once
 // The decoder-only model of the Llama family (Llama 2/3, Qwen 2/3 by flags): embedding -> N decoder layers ->
 // final norm -> lm head, with an explicit forward/backward over one micro-batch.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,42 @@ class LlamaModel {
   // positions without a shifted target hold 0) and each depth's counted tokens. Empty without MTP.
   const std::vector<Tensor>& mtp_losses() const { return mtp_losses_; }
   const std::vector<int64_t>& mtp_counts() const { return mtp_counts_; }
+  // Pipeline parallelism (parallel/pipeline_runtime.h): the model runs as chunks, each a run of modules in
+  // model order on one rank, for one micro-batch at a time. forward_backward is the whole model as one chunk.
+  struct Chunk {
+    bool embedding = false;  // starts with the embedding (reads the tokens)
+    int first_layer = 0, num_layers = 0;
+    bool loss = false;  // ends with the final norm + output layer + loss
+  };
+  Chunk whole_model() const { return Chunk{true, 0, static_cast<int>(spec_.layers), true}; }
+  // What one chunk's forward keeps for its backward, for one micro-batch.
+  struct ChunkState {
+    StepContext ctx;
+    bool train = true;                         // false: evaluation (nothing kept, no gradient)
+    Tensor lookup;                             // embedding chunks: the token ids looked up
+    std::vector<LayerActivations> slots;       // per layer of the chunk
+    Tensor dx;                                 // loss chunks: dL/d(the last layer's output), until backward
+    Tensor losses;                             // loss chunks: per-token losses [B*T] on the device
+    std::vector<std::function<void()>> wgrad;  // zero-bubble: the weight-gradient GEMMs backward deferred
+  };
+  // Forward of chunk c for the micro-batch `tokens` / `targets` (i32 [B, T] on the model's device; every
+  // chunk takes them: the shape sets the micro-batch, the loss reads the targets). `input` is the previous
+  // chunk's output (ignored by an embedding chunk). Returns the chunk's output activation; a loss chunk
+  // returns an empty tensor and, when training, has already run the head's backward (st.dx).
+  Tensor chunk_forward(const Chunk& c, ChunkState& st, const Tensor& input, const Tensor& tokens,
+                       const Tensor& targets, float grad_scale, float aux_grad_scale = 0.0f,
+                       const BatchOrigin& origin = {});
+  // The activation passed between chunks for a micro-batch of `tokens` ([B, T]): [tokens this rank holds
+  // of the residual stream (1/tp of them under sequence parallelism), d].
+  Shape chunk_io_shape(const Tensor& tokens) const;
+  // Backward of chunk c: grad_out = dL/d(its output) (unused by a loss chunk); returns dL/d(its input)
+  // (empty for an embedding chunk). Parameter gradients accumulate; the state is spent.
+  // defer_weight_grads (zero-bubble schedules' input-gradient pass, BI): the decoder layers' projection
+  // weight gradients are queued in st.wgrad instead, for chunk_weight_grad (the BW pass); the other
+  // parameters' gradients (norms, embedding, output layer, MLA and MoE projections) are computed at once.
+  Tensor chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_out, bool defer_weight_grads = false);
+  void chunk_weight_grad(ChunkState& st);
+
   // Forward only (evaluation): per-token losses f32 [B*T]. with_mtp also runs the MTP depths and leaves their
   // per-token losses in mtp_losses() (mtp_counts() is not updated).
   Tensor forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp = false,
@@ -91,14 +128,14 @@ class LlamaModel {
   Stream stream_;
   DType act_dtype_;
   Tensor rope_table_;
-  std::vector<std::unique_ptr<DecoderLayer>> layers_;
+  std::vector<std::unique_ptr<DecoderLayer>> layers_;  // null: a layer another pipeline stage holds
   std::vector<RecomputeMode> recompute_;
   std::vector<std::unique_ptr<MtpDepth>> mtp_;
   std::vector<RecomputeMode> mtp_recompute_;
   std::vector<Tensor> mtp_losses_;
   std::vector<int64_t> mtp_counts_;
-  LmHead head_;
-  int embed_ = -1;
+  std::unique_ptr<LmHead> head_;  // null on a pipeline stage without the output layer
+  int embed_ = -1;                // -1 on a pipeline stage without the embedding
   ParamHooks* hooks_ = nullptr;
   const parallel::TensorParallel* tp_ = nullptr;
   const parallel::ContextParallel* cp_ = nullptr;

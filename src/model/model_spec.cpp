@@ -1,6 +1,7 @@
 #include "model/model_spec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 
@@ -102,6 +103,45 @@ ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_paralle
   return s;
 }
 
+ModelSpec ModelSpec::with_pipeline_share(bool embedding, std::vector<char> held, bool head) const {
+  PRIMUS_CHECK(static_cast<int64_t>(held.size()) == layers, "pipeline share: {} layer flags for {} layers",
+               held.size(), layers);
+  PRIMUS_CHECK(!pp.split, "with_pipeline_share: the spec is already split");
+  if (mtp_layers > 0)
+    throw config::NotSupportedError(
+        "not supported yet: pipeline parallelism of multi-token-prediction models (mtp_num_layers)");
+  if (tied_embeddings && embedding != head)
+    throw config::NotSupportedError(
+        "not supported yet: pipeline parallelism with tied embeddings (untie_embeddings_and_output_weights "
+        "false) and the embedding and output layer on different stages");
+  ModelSpec s = *this;
+  s.pp.split = true;
+  s.pp.embedding = embedding;
+  s.pp.head = head;
+  s.pp.layers = std::move(held);
+  return s;
+}
+
+std::string ModelSpec::pipeline_modules() const {
+  std::vector<std::string> parts;
+  if (pp.embedding) parts.push_back("embedding");
+  std::string runs;
+  for (int64_t l = 0; l < layers;) {
+    if (!holds_layer(l)) {
+      ++l;
+      continue;
+    }
+    int64_t e = l;
+    while (e + 1 < layers && holds_layer(e + 1)) ++e;
+    runs += fmt::format("{}{}", runs.empty() ? "layers " : ", ",
+                        e == l ? std::to_string(l) : fmt::format("{}-{}", l, e));
+    l = e + 1;
+  }
+  if (!runs.empty()) parts.push_back(runs);
+  if (pp.head) parts.push_back("head");
+  return parts.empty() ? std::string("(nothing)") : fmt::format("{}", fmt::join(parts, " + "));
+}
+
 std::string ModelSpec::describe() const {
   return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
                      kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "",
@@ -118,6 +158,7 @@ std::string ModelSpec::describe() const {
          (ep.size > 1 ? fmt::format(" experts-here={}..{}", first_local_expert(),
                                     first_local_expert() + local_experts() - 1)
                       : "") +
+         (pp.split ? " pipeline-stage=" + pipeline_modules() : "") +
          (tp.size > 1 ? fmt::format(" tp-shard={}/{}{}{} (sizes above are this rank's)", tp.rank, tp.size,
                                     tp.sequence_parallel ? " sp" : "",
                                     tp.kv_replicas > 1 ? fmt::format(" kv-head x{}", tp.kv_replicas) : "")

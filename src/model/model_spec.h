@@ -4,6 +4,7 @@
 // else.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/train_config.h"
 
@@ -62,6 +63,21 @@ struct ModelSpec {
   // This spec with the experts split over `size` ranks, as rank `rank` holds them (checks num_experts %
   // size).
   ModelSpec with_expert_shard(int size, int rank) const;
+
+  // Pipeline parallelism: the modules this rank holds over all its model chunks (the layout decides,
+  // Trainer::local_spec). Without a split every rank holds everything.
+  struct PipelineShare {
+    bool split = false;
+    bool embedding = true, head = true;  // the input embedding; the final norm + output layer
+    std::vector<char> layers;            // split: per decoder layer, whether this rank holds it
+  };
+  PipelineShare pp;
+  bool holds_layer(int64_t l) const { return !pp.split || pp.layers[static_cast<size_t>(l)] != 0; }
+  // This spec restricted to the embedding (or not), `layers` (one flag per decoder layer) and the head (or
+  // not). Refuses what the pipeline runtime does not cover yet: tied embeddings split from the output layer,
+  // multi-token prediction.
+  ModelSpec with_pipeline_share(bool embedding, std::vector<char> layers, bool head) const;
+  std::string pipeline_modules() const;  // "embedding + layers 0-1, 4-5 + head"
 
   static ModelSpec from_config(const ModelConfig& m);
   std::string describe() const;

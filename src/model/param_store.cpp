@@ -95,9 +95,12 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     regions_[r].end = total_;
   };
 
+  // Pipeline parallelism: a module this rank does not hold leaves its region empty, so that regions keep
+  // their numbers (the model's hook regions) on every stage.
   begin_region(0);
-  add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std,
-      column_parallel({{spec.vocab, 1}}, d));
+  if (spec.pp.embedding)
+    add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std,
+        column_parallel({{spec.vocab, 1}}, d));
   end_decay(0);
   end_region(0);
 
@@ -200,9 +203,9 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     const int r = l + 1;
     const std::string p = "layers." + std::to_string(l) + ".";
     begin_region(r);
-    layer_matrices(p, r, spec.is_moe_layer(l));
+    if (spec.holds_layer(l)) layer_matrices(p, r, spec.is_moe_layer(l));
     end_decay(r);
-    layer_rest(p, r, spec.is_moe_layer(l));
+    if (spec.holds_layer(l)) layer_rest(p, r, spec.is_moe_layer(l));
     end_region(r);
   }
 
@@ -211,7 +214,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   const int rf = L + 1;
   const bool mtp_moe = L > 0 && spec.is_moe_layer(L - 1);
   begin_region(rf);
-  if (!spec.tied_embeddings)
+  if (!spec.tied_embeddings && spec.pp.head)
     add("lm_head.weight", {spec.vocab, d}, rf, true, InitKind::kNormal, std,
         column_parallel({{spec.vocab, 1}}, d));
   for (int k = 0; k < spec.mtp_layers; ++k) {
@@ -220,8 +223,10 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     layer_matrices(p + "layer.", rf, mtp_moe);
   }
   end_decay(rf);
-  add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
-  sum_whole(sp);
+  if (spec.pp.head) {
+    add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+    sum_whole(sp);
+  }
   for (int k = 0; k < spec.mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "enorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);

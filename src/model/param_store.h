@@ -151,8 +151,9 @@ class ParamStore {
   const ModelSpec& spec() const { return spec_; }  // the spec it was laid out from
   const ModelSpec::ExpertShard& expert_shard() const { return ep_; }
   const ModelSpec::TensorShard& tensor_shard() const { return tp_; }
-  // Some entry holds only part of its whole tensor (tensor or expert parallelism).
-  bool split() const { return ep_.size > 1 || tp_.size > 1; }
+  // Some entry holds only part of its whole tensor (tensor or expert parallelism), or some module is on
+  // another pipeline stage.
+  bool split() const { return ep_.size > 1 || tp_.size > 1 || spec_.pp.split; }
   int64_t total_numel() const { return total_; }  // including alignment padding
   int64_t parameter_count() const;                // sum of entry sizes
 

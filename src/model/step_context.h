@@ -1,6 +1,8 @@
 #pragma once
 // What every layer needs to know about the micro-batch being processed.
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -47,6 +49,9 @@ struct StepContext {
   // Context parallelism (nullptr = none): the batch is this rank's [2B, C] chunk-major tokens; attention
   // spans every rank's chunks.
   const parallel::ContextParallel* cp = nullptr;
+  // Zero-bubble pipeline schedules (parallel/pipeline_schedule.h): the input-gradient pass queues the
+  // projections' weight-gradient GEMMs here for the later weight-gradient pass (nullptr = run them at once).
+  std::vector<std::function<void()>>* deferred_wgrad = nullptr;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }
   Tensor act(const Shape& shape) const { return Tensor::empty(shape, act_dtype, stream); }

@@ -191,6 +191,15 @@ parallel::TensorParallel::GradView DataParallel::grad_view() {
 }
 
 double DataParallel::grad_norm() {
+  const double stage = stage_grad_norm();
+  if (!pp_) return stage;
+  Tensor sq = Tensor::from_vector(std::vector<double>{stage * stage}, {1});
+  if (compute_.device.is_cuda()) sq = sq.to(compute_);
+  pp_->all_reduce(sq, ReduceOp::kSum, compute_, "grad norm (pp)");
+  return std::sqrt(std::max(0.0, sq.to_vector<double>()[0]));
+}
+
+double DataParallel::stage_grad_norm() {
   if (tp_) {
     // Split tensors count on every tp rank, whole ones once (the same on every tp rank), each dp shard once.
     PRIMUS_CHECK(cfg_.ep == 1, "tensor and expert parallelism together are not supported");

@@ -80,6 +80,9 @@ class DataParallel : public ParamHooks {
   // Tensor parallelism (not owned; nullptr = none): finish_grads also sums the gradients each tp rank holds
   // a part of, and grad_norm counts split tensors on every tp rank and whole ones once.
   void set_tensor_parallel(const parallel::TensorParallel* tp) { tp_ = tp; }
+  // Pipeline parallelism (not owned; nullptr = none): each stage holds its own layers, so grad_norm adds the
+  // stages' squares over this group.
+  void set_pipeline(comm::Communicator* pp) { pp_ = pp; }
 
   // Training step protocol: begin_step, per micro-batch begin_micro + forward_backward, finish_grads,
   // grad_norm, step.
@@ -132,6 +135,8 @@ class DataParallel : public ParamHooks {
   Stream compute_, comm_;
   CudaStepMarks* marks_ = nullptr;
   const parallel::TensorParallel* tp_ = nullptr;
+  comm::Communicator* pp_ = nullptr;
+  double stage_grad_norm();  // this pipeline stage's part (the whole model without pipeline parallelism)
   // The gradient buffer the optimizer reads, as tensor parallelism's reductions see it.
   parallel::TensorParallel::GradView grad_view();
   void compute_waits_for(const std::shared_ptr<StreamEvent>& e);  // through marks_ when set

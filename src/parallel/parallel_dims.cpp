@@ -194,7 +194,7 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
         "micro_batch_size {} x seq_length {} tokens do not split over the tensor-parallel degree {} with "
         "sequence_parallel (rule: tokens % TP == 0)",
         cfg.micro_batch_size, cfg.data.seq_length, tp()));
-  if (!pipeline_split_checked && m.num_layers % pp() != 0)
+  if (!pipeline_split_checked && !cfg.pipeline && m.num_layers % pp() != 0)
     bad.push_back(
         fmt::format("num_layers {} is not divisible by the pipeline-parallel degree {} ({}) (rule: "
                     "layers % PP == 0 without an explicit layout)",

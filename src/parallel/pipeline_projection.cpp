@@ -16,13 +16,20 @@ namespace {
 using config::CheckedKeys;
 using config::Value;
 
-// The keys are read with get(): a projection is not a use of a key by training (config/key_use.h).
-const Value* key(const CheckedKeys& k, const char* name) {
+// A projection reads the keys with get(), which is not a use of a key (config/key_use.h); training's read
+// (training_use) is one: the keys the pipeline runtime honours are declared implemented.
+struct Keys {
+  const CheckedKeys& k;
+  bool use = false;
+  const Value* get(const char* name) const { return use ? &k.value(name) : k.get(name); }
+};
+
+const Value* key(const Keys& k, const char* name) {
   const Value* v = k.get(name);
   return v != nullptr && !v->is_null() ? v : nullptr;
 }
 
-std::optional<int64_t> opt_int(const CheckedKeys& k, const char* name) {
+std::optional<int64_t> opt_int(const Keys& k, const char* name) {
   const Value* v = key(k, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_int())
@@ -30,20 +37,20 @@ std::optional<int64_t> opt_int(const CheckedKeys& k, const char* name) {
   return v->as_int();
 }
 
-bool flag(const CheckedKeys& k, const char* name) {
+bool flag(const Keys& k, const char* name) {
   const Value* v = key(k, name);
   return v != nullptr && v->is_bool() && v->as_bool();
 }
 
-std::string text(const CheckedKeys& k, const char* name) {
+std::string text(const Keys& k, const char* name) {
   const Value* v = key(k, name);
   if (v == nullptr) return "";
   return v->is_string() ? v->as_string() : v->repr();
 }
 
 // "file:line:col" of a value set somewhere, "" for a default.
-std::string origin_of(const CheckedKeys& k, const char* name) {
-  const Value* v = k.get(name);
+std::string origin_of(const Keys& k, const char* name) {
+  const Value* v = k.k.get(name);
   if (v == nullptr || v->origin().kind == config::Origin::Kind::kDefault) return "";
   return v->origin().str();
 }
@@ -86,8 +93,9 @@ std::string layout_from_value(const Value& v) {
   return out;
 }
 
-std::vector<double> cost_list(const CheckedKeys& k, const char* name) {
-  const Value* v = key(k, name);
+// Projection-only keys (the schedule simulator's costs): never a use by training.
+std::vector<double> cost_list(const CheckedKeys& keys, const char* name) {
+  const Value* v = key(Keys{keys}, name);
   if (v == nullptr) return {};
   auto number = [&](const Value& x) {
     if (!x.is_number() || x.as_float() <= 0)
@@ -123,21 +131,27 @@ int64_t configured_vpp(const PipelineSplitSpec& s) {
 
 // The schedule a training run with this config would use: Megatron's choice, or Primus's zero-bubble /
 // Primus-pipeline patches (zero_bubble.yaml, primus_pipeline.yaml; Primus's runtime.py picks in this order).
-void choose_schedule(const CheckedKeys& k, PipelinePlanInput& in) {
+void choose_schedule(const Keys& k, PipelinePlanInput& in) {
   const int64_t v = configured_vpp(in.split);
   const bool virtual_stages = v > 1;
   auto set = [&](std::optional<ScheduleKind> s, std::string from) {
     in.configured = s;
     in.configured_from = std::move(from);
   };
-  if (flag(k, "patch_zero_bubble")) {
-    const int64_t splits = opt_int(k, "num_seq_splits").value_or(1);
-    const bool zb = flag(k, "enable_zero_bubble"), zbv = flag(k, "zero_bubble_v_schedule");
+  // Every key is read up front, whichever branch decides.
+  const bool patch_zb = flag(k, "patch_zero_bubble"), patch_primus = flag(k, "patch_primus_pipeline");
+  const int64_t splits = opt_int(k, "num_seq_splits").value_or(1);
+  const bool zb = flag(k, "enable_zero_bubble"), zbv = flag(k, "zero_bubble_v_schedule");
+  const bool one_f_one_b_v = flag(k, "enable_1f1b_v");
+  const std::string mem = text(k, "zero_bubble_v_schedule_mem_setup");
+  const std::string pending = text(k, "zero_bubble_max_pending_backward");
+  const std::string algo = text(k, "pp_algorithm");
+  if (patch_zb) {
     if (splits > 1) {
       set(std::nullopt, "patch_zero_bubble");
       in.notes.push_back(fmt::format(
           "num_seq_splits {} selects Primus's sequence-split 1F1B, which is not generated", splits));
-    } else if (flag(k, "enable_1f1b_v")) {
+    } else if (one_f_one_b_v) {
       set(std::nullopt, "patch_zero_bubble");
       in.notes.push_back(
           "enable_1f1b_v selects Primus's 1F1B-V schedule, which is not generated; zb-v is the closest");
@@ -146,7 +160,6 @@ void choose_schedule(const CheckedKeys& k, PipelinePlanInput& in) {
           "patch_zero_bubble with enable_zero_bubble and zero_bubble_v_schedule false");
     } else if (zbv) {
       set(ScheduleKind::kZBV, "patch_zero_bubble + zero_bubble_v_schedule");
-      const std::string mem = text(k, "zero_bubble_v_schedule_mem_setup");
       if (!mem.empty() && mem != "zb")
         in.notes.push_back(
             fmt::format("zero_bubble_v_schedule_mem_setup '{}' selects Primus's memory-saving V "
@@ -159,7 +172,6 @@ void choose_schedule(const CheckedKeys& k, PipelinePlanInput& in) {
           "set (\"got virtual pipeline parallel but v_schedule is disabled\")");
     } else {
       set(ScheduleKind::kZBH1, "patch_zero_bubble + enable_zero_bubble");
-      const std::string pending = text(k, "zero_bubble_max_pending_backward");
       if (!pending.empty() && pending != "auto" && pending != std::to_string(in.split.pp))
         in.notes.push_back(
             fmt::format("zero_bubble_max_pending_backward {} lets Primus hold more backwards than "
@@ -168,8 +180,7 @@ void choose_schedule(const CheckedKeys& k, PipelinePlanInput& in) {
     }
     return;
   }
-  if (flag(k, "patch_primus_pipeline")) {
-    const std::string algo = text(k, "pp_algorithm");
+  if (patch_primus) {
     const std::string from = fmt::format("patch_primus_pipeline + pp_algorithm {}", algo);
     if (algo == "1f1b") {
       set(ScheduleKind::k1F1B, from);
@@ -200,13 +211,13 @@ void choose_schedule(const CheckedKeys& k, PipelinePlanInput& in) {
 
 }  // namespace
 
-PipelinePlanInput pipeline_input_from_config(const config::ResolvedConfig& rc) {
+PipelinePlanInput pipeline_input_from_config(const config::ResolvedConfig& rc, bool training_use) {
   if (rc.info.framework != "megatron")
     throw ConfigError(
         fmt::format("projection pipeline reads Megatron-dialect configs; {} uses framework {}", rc.info.path,
                     rc.info.framework),
         "TorchTitan's pipeline keys (parallelism.pipeline_parallel_*) are not mapped to the projection yet");
-  const CheckedKeys& k = rc.keys;
+  const Keys k{rc.keys, training_use};
   PipelinePlanInput in;
   PipelineSplitSpec& s = in.split;
   s.num_layers = rc.train.model.num_layers;
@@ -253,10 +264,10 @@ PipelinePlanInput pipeline_input_from_config(const config::ResolvedConfig& rc) {
   in.microbatches_from = fmt::format("global_batch_size {} / (micro_batch_size {} x data-parallel {})",
                                      rc.train.global_batch_size, rc.train.micro_batch_size, b.data_parallel);
   in.group_size = static_cast<int>(opt_int(k, "microbatch_group_size_per_vp_stage").value_or(0));
-  in.cost_f = cost_list(k, "pp_cost_f");
-  in.cost_b = cost_list(k, "pp_cost_b");
-  in.cost_w = cost_list(k, "pp_cost_w");
-  const Value* overlap = k.get("overlap_p2p_comm");
+  in.cost_f = cost_list(rc.keys, "pp_cost_f");
+  in.cost_b = cost_list(rc.keys, "pp_cost_b");
+  in.cost_w = cost_list(rc.keys, "pp_cost_w");
+  const Value* overlap = rc.keys.get("overlap_p2p_comm");
   in.overlap_p2p_comm = overlap == nullptr || !overlap->is_bool() || overlap->as_bool();
   choose_schedule(k, in);
   return in;
@@ -321,6 +332,32 @@ PipelineCosts costs_for(const PipelinePlanInput& in, const PipelineLayout& l, do
 
 }  // namespace
 
+PipelinePlan plan_schedule(ScheduleKind kind, const PipelinePlanInput& in, int64_t microbatches) {
+  std::string note;
+  const PipelineSplitSpec spec = spec_for(kind, in.split, &note);
+  PipelineLayout layout = make_pipeline_layout(spec);
+  // A layout string fixes the chunks per rank; say so rather than blame the virtual-stage keys.
+  const int want = kind == ScheduleKind::kZBV ? 2 : 1;
+  if (!spec.layout.empty() && kind != ScheduleKind::kInterleaved && layout.vpp() != want)
+    throw ConfigError(fmt::format("pipeline_model_parallel_layout gives {} chunks per rank; {} runs {}",
+                                  layout.vpp(), schedule_name(kind), want));
+  Schedule schedule = make_schedule(kind, {.pp = static_cast<int>(in.split.pp),
+                                           .vpp = layout.vpp(),
+                                           .microbatches = static_cast<int>(microbatches),
+                                           .group_size = in.group_size});
+  return PipelinePlan{kind, std::move(layout), std::move(schedule), std::move(note)};
+}
+
+PipelinePlan training_plan(const PipelinePlanInput& in) {
+  if (!in.configured)
+    throw ConfigError(fmt::format("not supported yet: the pipeline schedule that {} selects ({})",
+                                  in.configured_from, fmt::join(in.notes, "; ")),
+                      "gpipe, 1f1b, interleaved, zb-h1 and zb-v are generated: leave the Primus "
+                      "pipeline patches off for Megatron's 1F1B / interleaved, or set "
+                      "patch_zero_bubble with enable_zero_bubble (zb-h1) or zero_bubble_v_schedule (zb-v)");
+  return plan_schedule(*in.configured, in, in.microbatches);
+}
+
 PipelineProjection project_pipeline(const PipelinePlanInput& in, const ProjectionOptions& options) {
   PipelineProjection out;
   out.input = in;
@@ -341,17 +378,10 @@ PipelineProjection project_pipeline(const PipelinePlanInput& in, const Projectio
     sp.kind = kind;
     sp.configured = in.configured == kind;
     try {
-      const PipelineSplitSpec spec = spec_for(kind, in.split, &sp.note);
-      sp.layout = make_pipeline_layout(spec);
-      // A layout string fixes the chunks per rank; say so rather than blame the virtual-stage keys.
-      const int want = kind == ScheduleKind::kZBV ? 2 : 1;
-      if (!spec.layout.empty() && kind != ScheduleKind::kInterleaved && sp.layout->vpp() != want)
-        throw ConfigError(fmt::format("pipeline_model_parallel_layout gives {} chunks per rank; {} runs {}",
-                                      sp.layout->vpp(), schedule_name(kind), want));
-      sp.schedule = make_schedule(kind, {.pp = static_cast<int>(in.split.pp),
-                                         .vpp = sp.layout->vpp(),
-                                         .microbatches = static_cast<int>(out.microbatches),
-                                         .group_size = in.group_size});
+      PipelinePlan plan = plan_schedule(kind, in, out.microbatches);
+      sp.note = plan.note;
+      sp.layout = std::move(plan.layout);
+      sp.schedule = std::move(plan.schedule);
       sp.costs = costs_for(in, *sp.layout, options.p2p, out.embedding_layers, out.loss_layers);
       sp.costs.overlap = in.overlap_p2p_comm;
       sp.sim = simulate(sp.schedule, sp.costs);

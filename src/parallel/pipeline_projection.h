@@ -32,9 +32,23 @@ struct PipelinePlanInput {
   bool overlap_p2p_comm = true;
 };
 
-// Reads the keys (through get(), which the key-use self-check does not count as a use: training does not
-// honour them yet). Throws ConfigError for a TorchTitan config or a malformed value.
-PipelinePlanInput pipeline_input_from_config(const config::ResolvedConfig& rc);
+// Reads the keys. A projection reads them through get(), which the key-use self-check does not count as a
+// use; the config loader's read for training (training_use) counts: the split and schedule keys decide what
+// the pipeline runtime runs. Throws ConfigError for a TorchTitan config or a malformed value.
+PipelinePlanInput pipeline_input_from_config(const config::ResolvedConfig& rc, bool training_use = false);
+
+// One schedule's split and action lists for the given micro-batches (the schedule's own chunk count: 2 in a
+// V for zb-v, the configured virtual stages for interleaved, else 1). Throws ConfigError when it cannot run.
+struct PipelinePlan {
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  PipelineLayout layout;
+  Schedule schedule;
+  std::string note;  // how the split differs from the config's
+};
+PipelinePlan plan_schedule(ScheduleKind kind, const PipelinePlanInput& in, int64_t microbatches);
+// What a training run executes: the configured schedule for the configured micro-batches. ConfigError when
+// the config selects a schedule that is not generated (a Primus variant) or cannot run.
+PipelinePlan training_plan(const PipelinePlanInput& in);
 
 struct ProjectionOptions {
   std::optional<int64_t> microbatches;  // replaces the config's count

@@ -1,5 +1,6 @@
 #include "parallel/split_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -82,6 +83,66 @@ void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& 
     }
   }
   stream_sync(s);
+  global.sync_compute_copy(Stream::cpu());
+}
+
+void gather_pipeline_state(ParamStore& stage, const Stream& s, comm::Communicator& pp, const Stream& device,
+                           const std::vector<ModelSpec>& stage_specs, ParamStore& global) {
+  PRIMUS_CHECK(static_cast<int>(stage_specs.size()) == pp.size(), "{} stage specs for {} pipeline ranks",
+               stage_specs.size(), pp.size());
+  PRIMUS_CHECK(global.master_dtype() == DType::kF32 && !global.master_in_remainders() &&
+                   stage.shard_mode() == ShardMode::kNone,
+               "gather_pipeline_state: whole stores with an f32 master buffer on the whole-model side");
+  // Each stage packs master, moments (m, v) of its entries, in its store's order; the packs are padded to
+  // the largest and all-gathered, then every rank unpacks each stage's by that stage's layout.
+  auto packed_size = [](const ParamStore& p) {
+    int64_t n = 0;
+    for (const ParamEntry& e : p.entries()) n += 3 * e.numel;
+    return n;
+  };
+  std::vector<std::unique_ptr<ParamStore>> layouts;
+  int64_t widest = 0;
+  for (const ModelSpec& spec : stage_specs) {
+    layouts.push_back(std::make_unique<ParamStore>(spec));
+    widest = std::max(widest, packed_size(*layouts.back()));
+  }
+  PRIMUS_CHECK(packed_size(stage) == packed_size(*layouts[static_cast<size_t>(pp.rank())]),
+               "pipeline rank {}: the stage store differs from its spec", pp.rank());
+  Tensor mine = Tensor::zeros({widest}, DType::kF32);
+  int64_t at = 0;
+  for (int i = 0; i < static_cast<int>(stage.entries().size()); ++i) {
+    const ParamEntry& e = stage.entry(i);
+    const Tensor parts[3] = {stage.master_f32(i, s).flatten(),
+                             stage.adam_m_flat().slice(e.offset, e.offset + e.numel),
+                             stage.adam_v_flat().slice(e.offset, e.offset + e.numel)};
+    for (const Tensor& part : parts) {
+      mine.slice(at, at + e.numel)
+          .copy_from(part.device().is_cpu() ? part : part.to(Stream::cpu()), Stream::cpu());
+      at += e.numel;
+    }
+  }
+  stream_sync(s);
+  const Stream cs = pp.device_type() == DeviceType::kCUDA ? device : Stream::cpu();
+  Tensor send = pp.device_type() == DeviceType::kCUDA ? mine.to(cs) : mine;
+  Tensor all = Tensor::empty({pp.size() * widest}, DType::kF32, cs);
+  pp.all_gather(send, all, cs, "checkpoint gather of pipeline stages");
+  const Tensor host = all.device().is_cpu() ? all : all.to(Stream::cpu());
+  stream_sync(cs);
+  for (int r = 0; r < pp.size(); ++r) {
+    const float* from = host.data<float>() + r * widest;
+    for (const ParamEntry& e : layouts[static_cast<size_t>(r)]->entries()) {
+      const int j = global.find(e.name);
+      PRIMUS_CHECK(j >= 0 && global.entry(j).numel == e.numel,
+                   "gather_pipeline_state: '{}' of stage {} is not "
+                   "in the whole model as it is here",
+                   e.name, r);
+      const int64_t off = global.entry(j).offset;
+      for (Tensor* dst : {&global.master_flat(), &global.adam_m_flat(), &global.adam_v_flat()}) {
+        std::memcpy(dst->data<float>() + off, from, static_cast<size_t>(e.numel) * sizeof(float));
+        from += e.numel;
+      }
+    }
+  }
   global.sync_compute_copy(Stream::cpu());
 }
 

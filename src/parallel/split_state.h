@@ -5,6 +5,8 @@
 // places each rank's part where its EntrySlice (model/param_store.h) says; loading keeps this rank's part.
 // The stores here are whole over data parallelism (ShardMode::kNone); data parallelism's own gather /
 // scatter (ZeRO-1 and FSDP chunks) runs before / after these (parallel/data_parallel.h).
+#include <vector>
+
 #include "comm/communicator.h"
 #include "model/param_store.h"
 
@@ -18,6 +20,13 @@ namespace primus::parallel {
 // staging store).
 void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& group, const Stream& device,
                         ParamStore& global);
+
+// Pipeline parallelism: `global` (the whole model, on the CPU, f32 masters) from every stage's `stage` store
+// (its modules, whole over tp / ep / dp; on `s`'s device; masters may be in remainders). Collective over the
+// pipeline group `pp`; stage_specs[r] is rank r's spec (ModelSpec::with_pipeline_share), whose entries it
+// holds in store order. Every rank ends with the same `global`.
+void gather_pipeline_state(ParamStore& stage, const Stream& s, comm::Communicator& pp, const Stream& device,
+                           const std::vector<ModelSpec>& stage_specs, ParamStore& global);
 
 // This rank's share of a whole-model store: every entry of `local` (whole, on the CPU, f32 masters) from the
 // entry of the same name in `global`, split entries from the part their EntrySlice names.

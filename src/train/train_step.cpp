@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_runtime.h"
 #include "parallel/process_groups.h"
 #include "parallel/tensor_parallel.h"
 #include "profile/trace.h"
@@ -60,15 +61,24 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   // order in which a single process with the same global batch reads them.
   std::vector<Tensor> loss_t(static_cast<size_t>(A * D));
   std::vector<int64_t> valid(static_cast<size_t>(A * D), 0);
-  auto run_micro = [&](int64_t a, int d) {
+  // Micro-batch a of rank d: its batch (checked against the global order), on the device, with its gradient
+  // scale.
+  struct Prepared {
+    Batch b;
+    Tensor tokens, targets;
+    float scale = 1.0f;
+  };
+  auto prepare = [&](int64_t a, int d) {
     const int64_t k = a * D + d;
     // A process reads its own micro-batches from its (strided under DP, prefetching) loader; the emulation
     // every virtual rank's directly.
-    Batch b = [&] {
+    Prepared p;
+    p.b = [&] {
       PRIMUS_TRACE_RANGE("data");
       return loader_ ? loader_->next()
                      : make_batch(*data_.train, base + k * mbs, mbs, data_.eod_id, cfg_.data.eod_mask_loss);
     }();
+    Batch& b = p.b;
     PRIMUS_CHECK(b.first_sample == base + k * mbs,
                  "data-parallel rank {}: micro-batch {} starts at sample {}, expected {}", d, a,
                  b.first_sample, base + k * mbs);
@@ -78,27 +88,46 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     // micro-batches of the global batch (the gradient scale folds both divisions in).
     // Context parallelism: this rank trains its chunks of every sequence; the scale keeps the whole
     // micro-batch's token count, and the cp ranks' gradients add up to the micro-batch's.
-    const float scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
+    p.scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
     if (cp_) {
       b.tokens = cp_->local_tokens(b.tokens);
       b.targets = cp_->local_tokens(b.targets);
     }
-    Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
-    Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
+    p.tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
+    p.targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
+    valid[k] = b.valid_tokens;
+    return p;
+  };
+  auto origin = [&](const Batch& b) {
+    return BatchOrigin{static_cast<uint64_t>(cfg_.seed), false, b.first_sample};
+  };
+  auto run_micro = [&](int64_t a, int d) {
+    const int64_t k = a * D + d;
+    Prepared p = prepare(a, d);
     PRIMUS_TRACE_RANGE("forward_backward");
     // One process: the overlapped update's background sums the last micro-batch's gradient squares.
     if (overlap_ && !dp_ && a == A - 1) overlap_->arm_norm();
-    loss_t[k] =
-        model_->forward_backward(tokens, targets, scale, 1.0f / static_cast<float>(A * D), &b.targets,
-                                 BatchOrigin{static_cast<uint64_t>(cfg_.seed), false, b.first_sample});
-    valid[k] = b.valid_tokens;
+    loss_t[k] = model_->forward_backward(p.tokens, p.targets, p.scale, 1.0f / static_cast<float>(A * D),
+                                         &p.b.targets, origin(p.b));
     note_mtp();
     if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {
       log::warn("PRIMUS_INJECT_KILL: rank {} kills itself in iteration {}", world_rank_, iter);
       ::raise(SIGKILL);
     }
   };
+  // Pipeline parallelism: the schedule runs every micro-batch of this rank's stage; the loss stage returns
+  // their losses (undefined tensors elsewhere: the exchange below sums them over the stages).
+  auto run_pipeline = [&] {
+    PRIMUS_TRACE_RANGE("pipeline step");
+    std::vector<Tensor> l = pipeline_->run_step([&](int a) {
+      Prepared p = prepare(a, dp_rank_);
+      return parallel::PipelineRuntime::MicroBatch{p.tokens, p.targets, p.scale,
+                                                   1.0f / static_cast<float>(A * D), origin(p.b)};
+    });
+    for (int64_t a = 0; a < A; ++a) loss_t[a * D + dp_rank_] = l[static_cast<size_t>(a)];
+  };
   auto micro_loss = [&](int64_t k) {
+    if (!loss_t[k].defined()) return 0.0;  // a pipeline stage without the loss
     std::vector<double> l = loss_t[k].to_vector<double>();
     double sum = 0;
     for (double x : l) sum += x;
@@ -116,9 +145,16 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
       dp_->begin_step(grads_prepared);
     else if (!grads_prepared)
       params_->begin_grad_step(stream_);
-    for (int64_t a = 0; a < A; ++a) {
-      if (dp_) dp_->begin_micro(a == A - 1);
-      run_micro(a, dp_ ? dp_rank_ : 0);
+    if (pipeline_) {
+      // A region's last backward of the step is the schedule's to place: the reductions wait for
+      // finish_grads.
+      dp_->begin_micro(false);
+      run_pipeline();
+    } else {
+      for (int64_t a = 0; a < A; ++a) {
+        if (dp_) dp_->begin_micro(a == A - 1);
+        run_micro(a, dp_ ? dp_rank_ : 0);
+      }
     }
     if (dp_) {
       PRIMUS_TRACE_RANGE("finish_grads");
@@ -135,20 +171,23 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     std::vector<double> mine(static_cast<size_t>(A + 1));
     for (int64_t a = 0; a < A; ++a) mine[a] = micro_loss(a * D + dp_rank_);
     mine[A] = stop_any;
-    if (cp_) {
-      // Each cp rank summed the losses of its chunks: the micro-batch's loss is their sum; stop on any.
+    // Each cp rank summed the losses of its chunks, and only the pipeline's loss stage has any: the
+    // micro-batch's loss is their sum; stop on any rank's request.
+    auto sum_over = [&](comm::Communicator& g, const char* what) {
       Tensor part = Tensor::from_vector(std::vector<double>(mine.begin(), mine.begin() + A), {A});
       Tensor stop = Tensor::from_vector(std::vector<double>{mine[A]}, {1});
       if (stream_.device.is_cuda()) {
         part = part.to(stream_);
         stop = stop.to(stream_);
       }
-      cp_->group().all_reduce(part, comm::ReduceOp::kSum, stream_, "cp micro-batch losses");
-      cp_->group().all_reduce(stop, comm::ReduceOp::kMax, stream_, "cp stop request");
+      g.all_reduce(part, comm::ReduceOp::kSum, stream_, fmt::format("{} micro-batch losses", what));
+      g.all_reduce(stop, comm::ReduceOp::kMax, stream_, fmt::format("{} stop request", what));
       const std::vector<double> p = part.to_vector<double>();
       std::copy(p.begin(), p.end(), mine.begin());
       mine[A] = stop.to_vector<double>()[0];
-    }
+    };
+    if (cp_) sum_over(cp_->group(), "cp");
+    if (pipeline_) sum_over(groups_->get("pp"), "pp");
     Tensor in = Tensor::from_vector(mine, {A + 1});
     Tensor out = Tensor::empty({(A + 1) * D}, DType::kF64, stream_);
     if (stream_.device.is_cuda()) in = in.to(stream_);

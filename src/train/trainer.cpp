@@ -15,6 +15,7 @@
 #include "ops/gemm.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_runtime.h"
 #include "parallel/process_groups.h"
 #include "profile/trace.h"
 #include "safe/run_monitor.h"
@@ -63,12 +64,17 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // The projections' first weight-gradient GEMM of a step (FSDP: of a micro-batch) overwrites, so only norms,
   // biases and an untied embedding need zeroing. On the H100 the accumulating (beta = 1) weight-gradient
   // GEMMs of the 1B shape also ran ~25% slower. Emulation replays each rank's sum and keeps zeroing.
-  if (!dp_ || !dp_cfg_->emulate) params_->set_overwritten_grads(model_->gemm_written_grad_entries());
+  // Pipeline schedules may run a region's weight-gradient passes out of micro-batch order (zero-bubble):
+  // every write then accumulates into the zeroed buffer.
+  if ((!dp_ || !dp_cfg_->emulate) && !pipeline_)
+    params_->set_overwritten_grads(model_->gemm_written_grad_entries());
   optim_ = std::make_unique<AdamW>(cfg.optim, *params_);
   // The overlapped update: one GPU, and DDP / expert-parallel ranks (whole-model buffers; the update is
   // launched once the gradients are reduced). Sharded optimizers update their chunks serially.
   // Tensor parallelism sums partial gradients over tp after the dp reduction: the serial update follows it.
-  const bool whole_dp = dp_ && !dp_cfg_->emulate && params_->shard_mode() == ShardMode::kNone && !tp_;
+  // Pipeline stages hold a part of the model and sum their gradient norms over pp: serial too.
+  const bool whole_dp =
+      dp_ && !dp_cfg_->emulate && params_->shard_mode() == ShardMode::kNone && !tp_ && !pipeline_;
   if (stream_.device.is_cuda() && (!dp_ || whole_dp)) {
     norm_ = std::make_unique<ChunkedGradNorm>(*params_, stream_);
     if (overlap_update_enabled()) {
@@ -279,13 +285,19 @@ double Trainer::evaluate() {
     }
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
-    std::vector<double> l =
-        model_
-            ->forward_loss(tokens, targets, false,
-                           BatchOrigin{static_cast<uint64_t>(cfg_.seed), true, b.first_sample})
-            .to_vector<double>();
-    for (double x : l) total += x;
+    const BatchOrigin origin{static_cast<uint64_t>(cfg_.seed), true, b.first_sample};
+    // Pipeline parallelism: stage after stage; only the loss stage has losses (summed over pp below).
+    const Tensor losses = pipeline_ ? pipeline_->evaluate({tokens, targets, 1.0f, 0.0f, origin})
+                                    : model_->forward_loss(tokens, targets, false, origin);
+    if (losses.defined())
+      for (double x : losses.to_vector<double>()) total += x;
     count += b.valid_tokens;
+  }
+  if (pipeline_) {
+    Tensor t = Tensor::from_vector(std::vector<double>{total}, {1});
+    if (stream_.device.is_cuda()) t = t.to(stream_);
+    groups_->get("pp").all_reduce(t, comm::ReduceOp::kSum, stream_, "pp validation loss");
+    total = t.to_vector<double>()[0];
   }
   if (cp_) {
     Tensor t = Tensor::from_vector(std::vector<double>{total}, {1});

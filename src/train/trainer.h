@@ -33,6 +33,9 @@ namespace primus::parallel {
 class ProcessGroups;
 class TensorParallel;
 class ContextParallel;
+class PipelineRuntime;
+struct PipelinePlan;
+struct ParallelLayout;
 }  // namespace primus::parallel
 
 namespace primus {
@@ -110,6 +113,8 @@ class Trainer {
   // trainer_dist.cpp: data parallelism (DDP, ZeRO-1, FSDP, HSDP; docs/distributed.md)
   void init_distributed();  // launch env, world, groups, DP config (before anything is allocated)
   void init_data_parallel();
+  void init_pipeline(
+      const parallel::ParallelLayout& layout);  // the plan; refuses what PP does not compose with
   int64_t consumed_samples() const;
   // Stop code agreed by all ranks (the maximum), so that every rank leaves the loop at the same iteration.
   // A stop this process was asked for: 5 SIGTERM, 4 SIGINT, 3 another signal, 2 exit_duration_in_mins
@@ -138,10 +143,15 @@ class Trainer {
   std::unique_ptr<parallel::ProcessGroups, KeepOnUnwind> groups_;
   std::unique_ptr<parallel::TensorParallel> tp_;   // tensor parallelism's collectives (null: tp 1)
   std::unique_ptr<parallel::ContextParallel> cp_;  // context parallelism's (null: cp 1)
+  // Pipeline parallelism (null: pp 1): the split and schedule (from the config, before the store is laid
+  // out) and the runtime that runs this rank's list each step.
+  std::unique_ptr<parallel::PipelinePlan> pp_plan_;
+  std::unique_ptr<parallel::PipelineRuntime> pipeline_;
   std::unique_ptr<DpConfig> dp_cfg_;
   int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;
   std::unique_ptr<ParamStore> ckpt_full_;   // whole-model staging for sharded checkpoints
   std::unique_ptr<ParamStore> ckpt_local_;  // expert parallelism + ZeRO-1: this rank's gathered whole state
+  std::unique_ptr<ParamStore> ckpt_stage_;  // pipeline parallelism: this stage's modules, whole over tp
   int64_t consumed_ = 0;                    // samples the steps consumed (all ranks together)
   DataSources data_;
   std::unique_ptr<ParamStore> params_;

@@ -5,12 +5,14 @@
 #include "checkpoint/hf_weights.h"
 #include "comm/rank_names.h"
 #include "comm/world.h"
+#include "config/not_supported.h"
 #include "config/plan.h"
 #include "core/log.h"
 #include "parallel/config_agreement.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_dims.h"
+#include "parallel/pipeline_runtime.h"
 #include "parallel/process_groups.h"
 #include "parallel/split_state.h"
 #include "parallel/tensor_parallel.h"
@@ -69,13 +71,9 @@ void Trainer::init_distributed() {
     std::vector<std::string> places;  // failure reports name a rank with its coordinates from here on
     for (int r = 0; r < env.world_size; ++r) places.push_back(layout.dims.describe_rank(r));
     comm::set_rank_coordinates(std::move(places));
-    if (layout.dims.pp() > 1)
-      throw ConfigError(
-          fmt::format("{}: pipeline parallelism is not implemented yet (data, tensor, context and "
-                      "expert parallelism are)",
-                      layout.describe()));
     groups_.reset(new parallel::ProcessGroups(parallel::build_groups(layout.dims, *world_->comm)));
     dp_cfg_ = std::make_unique<DpConfig>(dp_config(layout, cfg_.parallel));
+    if (layout.dims.pp() > 1) init_pipeline(layout);
     dp_rank_ = groups_->get("dp").rank();
     shard_rank_ = dp_cfg_->shard_ranks() > 1 ? groups_->get(dp_cfg_->shard_group()).rank() : 0;
   } else {
@@ -100,6 +98,23 @@ void Trainer::init_distributed() {
   }
 }
 
+void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
+  // What the runtime composes with so far; the rest is refused before anything is allocated.
+  auto refuse = [&](const std::string& what) {
+    throw config::NotSupportedError(
+        fmt::format("{}: not supported yet: pipeline parallelism with {}", layout.describe(), what));
+  };
+  if (!cfg_.pipeline)
+    refuse("a TorchTitan config (parallelism.pipeline_parallel_* are not mapped; use the Megatron dialect)");
+  if (dp_cfg_->fsdp()) refuse("FSDP (use_torch_fsdp2 / optim_grads_params; DDP and ZeRO-1 compose)");
+  if (cfg_.model.moe.enabled()) refuse("MoE models");
+  if (layout.dims.cp() > 1) refuse("context parallelism");
+  pp_plan_ = std::make_unique<parallel::PipelinePlan>(parallel::training_plan(*cfg_.pipeline));
+  PRIMUS_CHECK(pp_plan_->schedule.microbatches == config::batch_layout(cfg_, dp_cfg_->dp).micro_batches,
+               "the pipeline schedule has {} micro-batches, the batch layout {}",
+               pp_plan_->schedule.microbatches, config::batch_layout(cfg_, dp_cfg_->dp).micro_batches);
+}
+
 ModelSpec Trainer::local_spec() const {
   ModelSpec spec = ModelSpec::from_config(cfg_.model);
   if (!groups_) return spec;
@@ -109,6 +124,7 @@ ModelSpec Trainer::local_spec() const {
   const parallel::ParallelCoords c = dims.coords(world_rank_);
   if (dims.ep() > 1) spec = spec.with_expert_shard(dims.ep(), c.ep);
   if (dims.tp() > 1) spec = spec.with_tensor_shard(dims.tp(), c.tp, cfg_.parallel.sequence_parallel);
+  if (pp_plan_) spec = parallel::stage_spec(spec, pp_plan_->layout, c.pp);
   return spec;
 }
 
@@ -148,12 +164,22 @@ void Trainer::init_data_parallel() {
               tp_->sequence_parallel() ? " with sequence parallelism" : "", tp_->rank(),
               params_->spec().describe());
   }
+  if (pp_plan_) {
+    pipeline_ = std::make_unique<parallel::PipelineRuntime>(*pp_plan_, groups_->get("pp"), *model_, stream_);
+    log::info(
+        "pipeline parallel: {} ranks x {} chunk(s), schedule {} over {} micro-batches; this rank (pp {}) "
+        "holds {}",
+        pp_plan_->layout.pp(), pp_plan_->layout.vpp(), parallel::schedule_name(pp_plan_->kind),
+        pp_plan_->schedule.microbatches, groups_->get("pp").rank(), params_->spec().pipeline_modules());
+    for (const std::string& n : cfg_.pipeline->notes) log::warn("pipeline: {}", n);
+  }
   // MoE: tokens travel over ep to their experts; the expert bias follows the loads of every dp x cp rank.
   if (groups_) model_->set_expert_groups(&groups_->get("ep"), &groups_->get("dp_cp"));
   // Micro-batches per rank: global batch = micro-batch x accumulation x DP.
   micro_batches_ = config::batch_layout(cfg_, dp_cfg_->dp).micro_batches;
   dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
   dp_->set_tensor_parallel(tp_.get());
+  if (pipeline_) dp_->set_pipeline(&groups_->get("pp"));
   hooks_.add(dp_.get());
   model_->set_hooks(&hooks_);
   log::info("data parallel: {} | {} micro-batch(es) of {} per rank per step", dp_cfg_->describe(),
@@ -295,12 +321,29 @@ const ParamStore* Trainer::params_for_save() {
       local = ckpt_local_.get();
       s = Stream::cpu();
     }
-    if (!ckpt_full_) {
-      ckpt_full_ = std::make_unique<ParamStore>(ModelSpec::from_config(cfg_.model));
-      ckpt_full_->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, Stream::cpu(), DType::kF32,
-                           MasterStorage::kF32);
+    auto whole_store = [&](const ModelSpec& spec) {
+      auto p = std::make_unique<ParamStore>(spec);
+      p->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, Stream::cpu(), DType::kF32,
+                  MasterStorage::kF32);
+      return p;
+    };
+    if (!ckpt_full_) ckpt_full_ = whole_store(ModelSpec::from_config(cfg_.model));
+    if (!pp_plan_) {
+      parallel::gather_split_state(*local, s, split_group(), stream_, *ckpt_full_);
+      return is_rank0() ? ckpt_full_.get() : nullptr;
     }
-    parallel::gather_split_state(*local, s, split_group(), stream_, *ckpt_full_);
+    // Pipeline parallelism: this stage's modules whole over tp / ep first, then every stage's.
+    const ModelSpec whole = ModelSpec::from_config(cfg_.model);
+    std::vector<ModelSpec> stages;
+    for (int r = 0; r < pp_plan_->layout.pp(); ++r)
+      stages.push_back(parallel::stage_spec(whole, pp_plan_->layout, r));
+    if (params_->expert_shard().size > 1 || params_->tensor_shard().size > 1) {
+      if (!ckpt_stage_) ckpt_stage_ = whole_store(stages[static_cast<size_t>(groups_->get("pp").rank())]);
+      parallel::gather_split_state(*local, s, split_group(), stream_, *ckpt_stage_);
+      local = ckpt_stage_.get();
+      s = Stream::cpu();
+    }
+    parallel::gather_pipeline_state(*local, s, groups_->get("pp"), stream_, stages, *ckpt_full_);
     return is_rank0() ? ckpt_full_.get() : nullptr;
   }
   if (params_->shard_mode() == ShardMode::kNone) return is_rank0() ? params_.get() : nullptr;

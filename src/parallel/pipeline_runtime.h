@@ -1,0 +1,74 @@
+#pragma once
+// The pipeline runtime: runs one rank's action list of a schedule (parallel/pipeline_schedule.h) on its model
+// chunks (LlamaModel::Chunk) for one training step, passing activations and their gradients to the
+// neighbouring stages. Any generated schedule runs unchanged: the list is the program.
+//
+// Point-to-point messages go through PipelineChannels (parallel/pipeline_channels.h): sends never block the
+// schedule (a sender thread per channel), receives wait for their message.
+//
+// Gradients accumulate over the step's micro-batches in the parameter store as in one process; the caller
+// reduces them over data parallelism afterwards (DataParallel::finish_grads).
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/llama_model.h"
+#include "parallel/pipeline_channels.h"
+#include "parallel/pipeline_projection.h"
+
+namespace primus::parallel {
+
+// The model chunks of one pipeline rank, from the split.
+std::vector<LlamaModel::Chunk> rank_chunks(const PipelineLayout& layout, int rank);
+// What the rank's parameter store holds: the union of its chunks (ModelSpec::with_pipeline_share).
+ModelSpec stage_spec(const ModelSpec& whole, const PipelineLayout& layout, int rank);
+
+class PipelineRuntime {
+ public:
+  // `pp` is the pipeline group (rank r of it runs the list of pipeline rank r); model and group outlive this.
+  // Collective over `pp` (the channels' communicators are split from it).
+  PipelineRuntime(PipelinePlan plan, comm::Communicator& pp, LlamaModel& model, const Stream& stream);
+  ~PipelineRuntime();
+
+  struct MicroBatch {
+    Tensor tokens, targets;  // i32 [B, T] on the model's device
+    float grad_scale = 1.0f, aux_grad_scale = 0.0f;
+    BatchOrigin origin;
+  };
+  // One training step: runs this rank's list; fetch(m) gives micro-batch m (called once per micro-batch, in
+  // increasing m). Returns each micro-batch's per-token losses on the rank holding the loss, undefined
+  // tensors elsewhere.
+  std::vector<Tensor> run_step(const std::function<MicroBatch(int)>& fetch);
+  // Forward only (evaluation), stage after stage: the per-token losses on the loss rank, undefined
+  // elsewhere.
+  Tensor evaluate(const MicroBatch& mb);
+
+  int loss_rank() const { return loss_rank_; }
+  bool holds_loss() const { return pp_.rank() == loss_rank_; }
+  const PipelinePlan& plan() const { return plan_; }
+  // The compute actions of the last step in the order they ran (the schedule's list, checked by the tests
+  // against the simulator's order).
+  const std::vector<Action>& executed() const { return executed_; }
+
+ private:
+  using Key = std::pair<int, int>;  // (micro-batch, chunk)
+  Tensor io_buffer(const MicroBatch& mb) const;
+  // The stage before / after chunk c of this rank in model order: (rank, chunk), or (-1, -1) at the ends.
+  std::pair<int, int> neighbour(int chunk, int step) const;
+
+  PipelinePlan plan_;
+  comm::Communicator& pp_;
+  LlamaModel& model_;
+  Stream stream_;
+  std::vector<LlamaModel::Chunk> chunks_;
+  int loss_rank_ = 0;
+  std::vector<Action> executed_;
+  bool order_checked_ = false;
+  std::unique_ptr<PipelineChannels> channels_;
+};
+
+}  // namespace primus::parallel

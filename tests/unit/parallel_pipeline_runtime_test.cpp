@@ -1,0 +1,153 @@
+// The pipeline runtime (parallel/pipeline_runtime.h) without ranks: every generated schedule of a grid runs
+// on its channels (non-blocking sends, one FIFO per sender, receiver and kind) with each receive getting the
+// message it expects, deliberately broken lists are caught, stage specs hold exactly their chunks' modules,
+// and the model run as chunks (the runtime's building block) gives one process's losses and gradients
+// bitwise.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "model/llama_model.h"
+#include "model_grad_util.h"
+#include "parallel/pipeline_runtime.h"
+
+namespace primus::parallel {
+namespace {
+
+Tensor random_ids(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = tok(rng);
+  return Tensor::from_vector(v, {2, n / 2});
+}
+
+// What a receiving stage gets: a copy of the sent tensor.
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  c.copy_from(t, Stream::cpu());
+  return c;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+TEST(PipelineRuntime, ChannelsSeparateSendersReceiversAndKinds) {
+  // Interleaved over 2 ranks: activations 0 -> 1 and (the wrap to chunk 1) 1 -> 0, gradients the reverse.
+  Schedule s = make_schedule(ScheduleKind::kInterleaved, {.pp = 2, .vpp = 2, .microbatches = 4});
+  const std::vector<ChannelKey> ch = schedule_channels(s);
+  ASSERT_EQ(ch.size(), 4u);
+  EXPECT_EQ(ch[0], (ChannelKey{0, 1, ActionKind::kSendF}));
+  EXPECT_EQ(ch[1], (ChannelKey{0, 1, ActionKind::kSendB}));
+  EXPECT_EQ(ch[2], (ChannelKey{1, 0, ActionKind::kSendF}));
+  EXPECT_EQ(ch[3], (ChannelKey{1, 0, ActionKind::kSendB}));
+}
+
+TEST(PipelineRuntime, EveryGeneratedScheduleRunsOnItsChannels) {
+  int checked = 0;
+  for (ScheduleKind kind : all_schedules()) {
+    for (int pp : {2, 3, 4}) {
+      for (int m : {1, 2, 3, 4, 5, 8, 9}) {
+        const int vpp = kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kZBV ? 2 : 1;
+        Schedule s;
+        try {
+          s = make_schedule(kind, {.pp = pp, .vpp = vpp, .microbatches = m});
+        } catch (const ConfigError&) {
+          continue;  // a combination the schedule refuses (its own tests cover that)
+        }
+        EXPECT_EQ(joined(check_channels(s)), "")
+            << schedule_name(kind) << " pp " << pp << " micro-batches " << m;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+TEST(PipelineRuntime, ChannelCheckCatchesMessagesOutOfOrder) {
+  Schedule s = make_schedule(ScheduleKind::kGPipe, {.pp = 2, .microbatches = 2});
+  // Rank 1 expects micro-batch 1's activation before micro-batch 0's: the channel delivers 0 first.
+  std::vector<Action>& r1 = s.ranks[1];
+  auto first =
+      std::find_if(r1.begin(), r1.end(), [](const Action& a) { return a.kind == ActionKind::kRecvF; });
+  auto second =
+      std::find_if(first + 1, r1.end(), [](const Action& a) { return a.kind == ActionKind::kRecvF; });
+  ASSERT_NE(second, r1.end());
+  std::swap(first->microbatch, second->microbatch);
+  const std::string problems = joined(check_channels(s));
+  EXPECT_NE(problems.find("rank 1 receives RECV_F(mb 1"), std::string::npos) << problems;
+}
+
+TEST(PipelineRuntime, ChannelCheckCatchesAWaitForever) {
+  Schedule s = make_schedule(ScheduleKind::k1F1B, {.pp = 2, .microbatches = 2});
+  // Rank 0 never sends micro-batch 1's activation: rank 1 waits for it forever.
+  std::vector<Action>& r0 = s.ranks[0];
+  r0.erase(std::find_if(r0.begin(), r0.end(),
+                        [](const Action& a) { return a.kind == ActionKind::kSendF && a.microbatch == 1; }));
+  EXPECT_NE(joined(check_channels(s)).find("rank 1 waits forever at RECV_F(mb 1"), std::string::npos);
+}
+
+TEST(PipelineRuntime, StageSpecsHoldTheirChunksModules) {
+  ModelConfig cfg = grad_test::tiny_model(false, false, false);
+  cfg.num_layers = 4;
+  const ModelSpec whole = ModelSpec::from_config(cfg);
+  PipelineSplitSpec split{.num_layers = 4, .pp = 2, .vpp = 2};
+  const PipelineLayout layout = make_pipeline_layout(split);
+  const ModelSpec r0 = stage_spec(whole, layout, 0), r1 = stage_spec(whole, layout, 1);
+  EXPECT_EQ(r0.pipeline_modules(), "embedding + layers 0, 2");
+  EXPECT_EQ(r1.pipeline_modules(), "layers 1, 3 + head");
+  const ParamStore p0(r0), p1(r1), all(whole);
+  EXPECT_GE(p0.find("embed_tokens.weight"), 0);
+  EXPECT_LT(p0.find("lm_head.weight"), 0);
+  EXPECT_LT(p0.find("layers.1.mlp.down_proj.weight"), 0);
+  EXPECT_GE(p1.find("layers.3.mlp.down_proj.weight"), 0);
+  EXPECT_GE(p1.find("norm.weight"), 0);
+  // Every parameter on exactly one stage; the region numbering kept (empty regions where absent).
+  EXPECT_EQ(p0.parameter_count() + p1.parameter_count(), all.parameter_count());
+  EXPECT_EQ(p0.regions().size(), all.regions().size());
+  EXPECT_TRUE(p0.split() && p1.split());
+}
+
+TEST(PipelineRuntime, TiedEmbeddingsSplitFromTheHeadAreRefused) {
+  const ModelConfig cfg = grad_test::tiny_model(false, false, /*tied=*/true);
+  const ModelSpec whole = ModelSpec::from_config(cfg);
+  std::vector<char> layers(static_cast<size_t>(whole.layers), 1);
+  EXPECT_THROW(whole.with_pipeline_share(true, layers, false), ConfigError);
+  EXPECT_NO_THROW(whole.with_pipeline_share(true, layers, true));
+}
+
+// Two chunks of one process chained by hand (what two stages do through send / recv) against the whole
+// model's forward_backward: the same losses and gradients, bitwise (the same kernels in the same order).
+TEST(PipelineRuntime, ChunksChainedGiveTheWholeModelsStepBitwise) {
+  ModelConfig cfg = grad_test::tiny_model(true, true, false);
+  cfg.num_layers = 3;
+  const ModelSpec spec = ModelSpec::from_config(cfg);
+  auto make = [&](ParamStore& p) {
+    p.allocate(DType::kF32, Stream::cpu());
+    p.initialize(7, Stream::cpu());
+    p.begin_grad_step(Stream::cpu());
+  };
+  ParamStore a(spec), b(spec);
+  make(a);
+  make(b);
+  RecomputeConfig rc;
+  LlamaModel whole(cfg, rc, a, Stream::cpu(), 16), chunked(cfg, rc, b, Stream::cpu(), 16);
+  const Tensor tokens = random_ids(32, cfg.vocab_size, 3), targets = random_ids(32, cfg.vocab_size, 4);
+  const Tensor la = whole.forward_backward(tokens, targets, 0.01f);
+  const LlamaModel::Chunk first{true, 0, 2, false}, second{false, 2, 1, true};
+  LlamaModel::ChunkState s1, s2;
+  const Tensor x = chunked.chunk_forward(first, s1, Tensor(), tokens, targets, 0.01f);
+  EXPECT_EQ(x.shape(), chunked.chunk_io_shape(tokens));
+  chunked.chunk_forward(second, s2, copy_of(x), tokens, targets, 0.01f);
+  const Tensor dx = chunked.chunk_backward(second, s2, Tensor());
+  EXPECT_FALSE(chunked.chunk_backward(first, s1, copy_of(dx)).defined());
+  EXPECT_EQ(la.to_vector<float>(), s2.losses.to_vector<float>());
+  EXPECT_EQ(a.grad_flat().to_vector<float>(), b.grad_flat().to_vector<float>());
+}
+
+}  // namespace
+}  // namespace primus::parallel
