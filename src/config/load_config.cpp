@@ -120,7 +120,7 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
     // run with PP > 1 builds its plan here, so that a split or schedule it cannot run is refused before any
     // rank starts.
     auto plan = std::make_shared<parallel::PipelinePlanInput>(
-        parallel::pipeline_input_from_config(rc, /*training_use=*/!options.planning));
+        parallel::pipeline_input_from_config(rc, /*training_use=*/true));
     if (!options.planning && rc.train.parallel.pipeline_model_parallel_size > 1)
       parallel::training_plan(*plan);
     rc.train.pipeline = std::move(plan);

@@ -72,6 +72,13 @@ VocabChoice choose_vocab_size(const std::string& type, const std::string& model,
     throw NotSupportedError(fmt::format("not supported yet: tokenizer_type '{}' (Llama 4 models)", type),
                             "Llama 4 models (interleaved MoE with chunked attention) have no model code "
                             "here; use another family");
+  // The rest of Primus's CUSTOM_TOKENIZER_TYPES (primus/backends/megatron/training/tokenizer/tokenizer.py).
+  for (const char* primus_type : {"DeepSeekV4Tokenizer", "Lfm2Tokenizer", "KimiK2Tokenizer"})
+    if (type == primus_type)
+      throw NotSupportedError(fmt::format("not supported yet: tokenizer_type '{}' (a Primus tokenizer of a "
+                                          "model family Primus-C++ does not train yet)",
+                                          type),
+                              "use HuggingFaceTokenizer with the model's tokenizer.json");
   if (!type.empty() && std::find(types.begin(), types.end(), type) == types.end())
     throw ConfigError(fmt::format("unknown tokenizer_type '{}'{}", type, did_you_mean_text(type, types)),
                       fmt::format("known: {}", fmt::join(types, ", ")));

@@ -10,6 +10,7 @@
 #include "parallel/parallel_dims.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/pipeline_projection.h"
+#include "parallel/pipeline_sim.h"
 
 namespace primus::parallel {
 
@@ -50,14 +51,22 @@ std::string layout_report(const config::ResolvedConfig& rc, int world_size, int 
                     need, model, expert, nproc_per_node, world / nproc_per_node, nproc_per_node));
   }
   const ParallelDims& d = layout.dims;
-  std::string stages;  // layers per pipeline stage, when PP > 1
+  std::string stages;  // the pipeline's schedule and split, when PP > 1
   if (d.pp() > 1 && rc.info.framework == "megatron") {
-    const PipelineLayout pl = make_pipeline_layout(pipeline_input_from_config(rc).split);
-    for (int r = 0; r < pl.pp(); ++r) {
-      int layers = 0;
-      for (int c = 0; c < pl.vpp(); ++c) layers += pl.layer_count(r, c);
-      stages += (stages.empty() ? "" : " ") + std::to_string(layers);
-    }
+    // What the trainer would run on this world: the configured schedule over its micro-batches per rank.
+    const PipelinePlanInput in = pipeline_input_from_config(rc);
+    if (!in.configured) training_plan(in);  // refused: the reason
+    const PipelinePlan plan =
+        plan_schedule(*in.configured, in, config::batch_layout(cfg, d.dp()).micro_batches);
+    const SimResult sim = simulate(plan.schedule, layout_costs(plan.layout));
+    stages = fmt::format(
+        "schedule {} ({}), {} micro-batches per step, {} chunk(s) per rank; simulated bubble {:.1f}%\n",
+        schedule_name(plan.kind), in.configured_from, plan.schedule.microbatches, plan.layout.vpp(),
+        100 * sim.bubble_fraction);
+    std::string split = plan.layout.describe();
+    for (size_t at = 0; (at = split.find("rank ", at)) != std::string::npos; at += 5)
+      if (at == 0 || split[at - 1] == '\n') split.insert(at, "               pp ");
+    stages += split;
   }
   d.validate_training(cfg, /*pipeline_split_checked=*/!stages.empty());
 
@@ -69,11 +78,7 @@ std::string layout_report(const config::ResolvedConfig& rc, int world_size, int 
   out += fmt::format(
       "batch          micro-batch {} x {} accumulation step(s) x data-parallel {} = global batch {}\n",
       cfg.micro_batch_size, accumulation, d.dp(), cfg.global_batch_size);
-  if (!stages.empty())
-    out += fmt::format(
-        "pipeline       layers per stage: {} (docs/pipeline.md; `primus projection pipeline` for "
-        "the schedules)\n",
-        stages);
+  if (!stages.empty()) out += "pipeline       " + stages + (stages.back() == '\n' ? "" : "\n");
   if (d.ep() > 1)
     out += fmt::format("experts        {} per expert-parallel rank ({} / ep {}); expert data-parallel {}\n",
                        cfg.model.moe.num_experts / d.ep(), cfg.model.moe.num_experts, d.ep(), d.edp());

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/pipeline_sim.h"
@@ -139,9 +141,24 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
     return t;
   };
 
+  const bool measure = measure_;
+  measure_ = false;
+  std::vector<Marks> marks;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto host_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
   for (const Action& a : list) {
     if (is_compute(a.kind)) {
+      if (measure) {
+        marks.push_back({a, nullptr, nullptr, host_ms(), 0});
+        if (stream_.device.is_cuda()) marks.back().start = StreamEvent::record(stream_, /*timed=*/true);
+      }
       run_compute(a);
+      if (measure) {
+        marks.back().end_ms = host_ms();
+        if (stream_.device.is_cuda()) marks.back().end = StreamEvent::record(stream_, /*timed=*/true);
+      }
     } else if (a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB) {
       channels_->send(a, take_outbox(a));
     } else {
@@ -150,6 +167,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
     }
   }
   channels_->finish();
+  if (measure) summarise(marks);
   if (!order_checked_) {
     // The simulator (parallel/pipeline_sim.h) plays the same list: its order is what projections and the
     // report's predicted timeline show, so the runtime must have run exactly that, once per step.
@@ -170,6 +188,75 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
                "gradients, {} sends)",
                me, states.size(), inputs.size(), grads.size(), outbox.size());
   return losses;
+}
+
+void PipelineRuntime::summarise(std::vector<Marks>& marks) {
+  const PipelineTopology& topo = plan_.layout.topology();
+  const int P = topo.pp, V = topo.vpp;
+  if (stream_.device.is_cuda()) {
+    stream_sync(stream_);
+    for (Marks& m : marks) {
+      m.start_ms = StreamEvent::elapsed_ms(marks.front().start.get(), m.start.get());
+      m.end_ms = StreamEvent::elapsed_ms(marks.front().start.get(), m.end.get());
+    }
+  }
+  // Per rank: [span, busy, then per chunk the mean F, B, BI, BW (ms)], all-gathered over the group.
+  const int width = 2 + 4 * V;
+  std::vector<double> mine(static_cast<size_t>(width), 0.0), count(static_cast<size_t>(4 * V), 0.0);
+  Timeline t;
+  for (const Marks& m : marks) {
+    const double d = m.end_ms - m.start_ms;
+    mine[1] += d;
+    const int k = m.action.kind == ActionKind::kF    ? 0
+                  : m.action.kind == ActionKind::kB  ? 1
+                  : m.action.kind == ActionKind::kBI ? 2
+                                                     : 3;
+    mine[static_cast<size_t>(2 + 4 * m.action.chunk + k)] += d;
+    count[static_cast<size_t>(4 * m.action.chunk + k)] += 1;
+    t.actions.push_back({m.action, m.start_ms, m.end_ms});
+  }
+  mine[0] = marks.empty() ? 0 : marks.back().end_ms - marks.front().start_ms;
+  for (int i = 0; i < 4 * V; ++i)
+    if (count[static_cast<size_t>(i)] > 0) mine[static_cast<size_t>(2 + i)] /= count[static_cast<size_t>(i)];
+  Tensor in = Tensor::from_vector(mine, {width});
+  Tensor all = Tensor::empty({P * width}, DType::kF64,
+                             pp_.device_type() == DeviceType::kCUDA ? stream_ : Stream::cpu());
+  if (pp_.device_type() == DeviceType::kCUDA) in = in.to(stream_);
+  pp_.all_gather(in, all, pp_.device_type() == DeviceType::kCUDA ? stream_ : Stream::cpu(),
+                 "pipeline timeline");
+  const std::vector<double> v = all.to_vector<double>();
+  PipelineCosts costs;
+  costs.chunk.assign(static_cast<size_t>(P), std::vector<ChunkCosts>(static_cast<size_t>(V)));
+  double busy = 0;
+  for (int r = 0; r < P; ++r) {
+    const double* row = v.data() + static_cast<size_t>(r * width);
+    t.step_ms = std::max(t.step_ms, row[0]);
+    t.busy_ms.push_back(row[1]);
+    busy += row[1];
+    for (int c = 0; c < V; ++c) {
+      ChunkCosts& cc = costs.chunk[static_cast<size_t>(r)][static_cast<size_t>(c)];
+      cc.f = row[2 + 4 * c];
+      cc.b = row[3 + 4 * c];
+      cc.bi = row[4 + 4 * c];
+      cc.bw = row[5 + 4 * c];
+    }
+  }
+  t.bubble = t.step_ms > 0 ? 1.0 - busy / (P * t.step_ms) : 0.0;
+  const SimResult sim = simulate(plan_.schedule, costs);
+  t.predicted_step_ms = sim.step_time;
+  t.predicted_bubble = sim.bubble_fraction;
+  timeline_ = std::move(t);
+}
+
+std::string PipelineRuntime::Timeline::describe() const {
+  std::string per_rank;
+  for (size_t r = 0; r < busy_ms.size(); ++r)
+    per_rank += fmt::format("{}{:.1f}", r == 0 ? "" : " / ", busy_ms[r]);
+  return fmt::format(
+      "pipeline timeline: step {:.1f} ms, busy per rank {} ms, measured bubble {:.1f}%; the simulator with "
+      "the "
+      "measured F/B times predicts {:.1f} ms, bubble {:.1f}%",
+      step_ms, per_rank, 100 * bubble, predicted_step_ms, 100 * predicted_bubble);
 }
 
 Tensor PipelineRuntime::evaluate(const MicroBatch& mb) {

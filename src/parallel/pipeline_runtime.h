@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "model/llama_model.h"
 #include "parallel/pipeline_channels.h"
 #include "parallel/pipeline_projection.h"
+#include "parallel/pipeline_sim.h"
 
 namespace primus::parallel {
 
@@ -54,6 +56,23 @@ class PipelineRuntime {
   // against the simulator's order).
   const std::vector<Action>& executed() const { return executed_; }
 
+  // The measured timeline of one step (measure_next_step before it): every compute action's start and end on
+  // this rank (ms from the step's first action; CUDA events on the GPU, the clock on the CPU), and the whole
+  // pipeline's summary, the same on every rank: the step, each rank's busy time, the measured bubble, and
+  // what the simulator predicts from the measured per-chunk F / B / BI / BW times (docs/pipeline.md §6).
+  struct Timeline {
+    std::vector<TimedAction> actions;  // this rank's compute actions
+    double step_ms = 0;                // the longest rank's span
+    std::vector<double> busy_ms;       // per rank
+    double bubble = 0;                 // 1 - sum(busy) / (pp x step)
+    double predicted_step_ms = 0, predicted_bubble = 0;
+    std::string describe() const;  // one line for the log
+  };
+  void measure_next_step() { measure_ = true; }
+  // The last measured step's timeline (collective over the pipeline group when it was measured; call on every
+  // rank after run_step).
+  const Timeline* last_timeline() const { return timeline_ ? &*timeline_ : nullptr; }
+
  private:
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
   Tensor io_buffer(const MicroBatch& mb) const;
@@ -69,6 +88,16 @@ class PipelineRuntime {
   std::vector<Action> executed_;
   bool order_checked_ = false;
   std::unique_ptr<PipelineChannels> channels_;
+  bool measure_ = false;
+  std::optional<Timeline> timeline_;
+  // Measuring: each compute action's start and end marks, then the summary over the group.
+  struct Marks {
+    Action action;
+    std::shared_ptr<StreamEvent> start, end;  // GPU
+    double start_ms = 0, end_ms = 0;          // CPU (or read from the events)
+  };
+  std::vector<Marks> marks_;
+  void summarise(std::vector<Marks>& marks);
 };
 
 }  // namespace primus::parallel

@@ -149,7 +149,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
       // A region's last backward of the step is the schedule's to place: the reductions wait for
       // finish_grads.
       dp_->begin_micro(false);
+      // The logged iterations also measure the pipeline's timeline (one wait for the GPU at the step's end).
+      const bool measure = iter % cfg_.logging.log_interval == 0;
+      if (measure) pipeline_->measure_next_step();
       run_pipeline();
+      if (measure && world_rank_ == 0) log::info("{}", pipeline_->last_timeline()->describe());
     } else {
       for (int64_t a = 0; a < A; ++a) {
         if (dp_) dp_->begin_micro(a == A - 1);

@@ -1,6 +1,6 @@
-// `projection pipeline` from a config (parallel/pipeline_projection.h): the planning load keeps what training
-// refuses (pp > 1), the keys reach the split with their origins, the configured schedule follows Megatron's
-// and Primus's switches, and bad input is an error naming the key.
+// `projection pipeline` from a config (parallel/pipeline_projection.h): training and planning loads read the
+// same keys (training builds its plan when the config loads), the keys reach the split with their origins,
+// the configured schedule follows Megatron's and Primus's switches, and bad input is an error naming the key.
 #include <gtest/gtest.h>
 
 #include "config/load_config.h"
@@ -41,19 +41,36 @@ struct Fixture {
   }
 };
 
-TEST(PipelineProjection, TrainingStillRefusesPipelineParallelismButPlanningReadsIt) {
+TEST(PipelineProjection, TrainingAndPlanningReadTheSameKeys) {
   Fixture f;
-  try {
-    f.load("      pipeline_model_parallel_size: 4\n", /*planning=*/false);
-    ADD_FAILURE() << "training accepted pp 4";
-  } catch (const config::NotSupportedError& e) {
-    EXPECT_HAS(e.what(), "not supported yet: pipeline_model_parallel_size=4");
-  }
+  // Training on 8 ranks (PP 4 x DP 2): the loader builds the training plan's input from the same keys.
+  config::ResolveOptions o;
+  o.env = fake_env({{"WORLD_SIZE", "8"}});
+  o.roots = std::vector<std::string>{config::testing::project_configs()};
+  const std::string head =
+      "work_group: g\nuser_name: u\nexp_name: e\nworkspace: ./w\nmodules:\n  pre_trainer:\n"
+      "    framework: megatron\n    config: pre_trainer.yaml\n    model: llama3.1_8B.yaml\n    overrides:\n"
+      "      mock_data: true\n      micro_batch_size: 1\n      global_batch_size: 16\n";
+  const config::ResolvedConfig train =
+      config::load_config(f.dir.write("train.yaml", head + "      pipeline_model_parallel_size: 4\n"), o);
+  ASSERT_TRUE(train.train.pipeline != nullptr);
+  EXPECT_EQ(train.train.pipeline->split.pp, 4);
+  EXPECT_EQ(train.train.pipeline->microbatches, 8);  // 16 / (1 x DP 2)
+  EXPECT_EQ(train.train.pipeline->configured, ScheduleKind::k1F1B);
+  const PipelinePlan plan = training_plan(*train.train.pipeline);
+  EXPECT_EQ(plan.layout.at(3, 0).describe(), "layers 24-31 + loss");
+  // A Primus schedule that is not generated is refused when the config loads, naming what chose it.
+  EXPECT_HAS(config_error_of([&] {
+               config::load_config(f.dir.write("zb.yaml", head + "      pipeline_model_parallel_size: 4\n"
+                                                                 "      patch_zero_bubble: true\n"
+                                                                 "      enable_1f1b_v: true\n"),
+                                   o);
+             }),
+             "not supported yet: the pipeline schedule that patch_zero_bubble selects");
+
+  // Planning (world = PP x --dp) reads the same keys.
   config::ResolvedConfig rc = f.load("      pipeline_model_parallel_size: 4\n");
   EXPECT_EQ(rc.world_size, 4);
-  bool listed = false;
-  for (const auto& w : rc.warnings) listed |= w.find("pipeline_model_parallel_size=4") != std::string::npos;
-  EXPECT_TRUE(listed);
   PipelinePlanInput in = pipeline_input_from_config(rc);
   EXPECT_EQ(in.split.pp, 4);
   EXPECT_EQ(in.split.num_layers, 32);
