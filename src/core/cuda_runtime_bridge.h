@@ -15,6 +15,7 @@ void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size
 void memset_async(void* p, int value, size_t bytes, const Stream& s);
 void stream_sync(const Stream& s);
 Stream compute_stream(int index);
+void set_device(int index);  // the calling thread's current device
 void memory_info(int index, size_t* used, size_t* total);
 // Page-locked host memory (cudaHostAlloc): device-to-host copies into it run at full PCIe/NVLink speed
 // (checkpoint staging).

@@ -111,6 +111,10 @@ void stream_sync(const Stream& s) {
   PRIMUS_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s)));
 }
 
+void set_device(int index) {
+  PRIMUS_CUDA_CHECK(cudaSetDevice(index));
+}
+
 void memory_info(int index, size_t* used, size_t* total) {
   size_t free_b = 0, total_b = 0;
   int prev = 0;

@@ -30,6 +30,9 @@ void stream_sync(const Stream&) {
 Stream compute_stream(int) {
   no_cuda();
 }
+void set_device(int) {
+  no_cuda();
+}
 void memory_info(int, size_t*, size_t*) {
   no_cuda();
 }

@@ -98,6 +98,9 @@ int cuda_device_count() {
 Stream cuda_compute_stream(int index) {
   return cuda_bridge::compute_stream(index);
 }
+void use_device_on_this_thread(Device d) {
+  if (d.is_cuda()) cuda_bridge::set_device(d.index);
+}
 
 void device_memory_info(Device d, size_t* used, size_t* total) {
   *used = *total = 0;

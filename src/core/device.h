@@ -38,6 +38,8 @@ bool cuda_available();
 int cuda_device_count();
 // The default compute stream of GPU `index` (created on first use).
 Stream cuda_compute_stream(int index = 0);
+// Makes `d` the calling thread's current GPU (a new thread starts on GPU 0); nothing for the CPU.
+void use_device_on_this_thread(Device d);
 // Device memory in use / total in bytes, (0, 0) on the CPU.
 void device_memory_info(Device d, size_t* used, size_t* total);
 // Peak bytes allocated through device_alloc on `d` since the last reset.

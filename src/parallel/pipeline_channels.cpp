@@ -95,12 +95,13 @@ PipelineChannels::PipelineChannels(comm::Communicator& pp, const Schedule& s, co
         pp.split(in ? 0 : -1, k.from == me_ ? 0 : 1, channel_name(k), /*low_latency=*/true);
     if (k.from == me_) {
       auto o = std::make_unique<Outgoing>();
-      o->comm = std::move(c);
+      o->comm = c.get();
       o->stream = device_sends_ ? make_comm_stream(compute) : compute;
       out_.emplace_back(k, std::move(o));
     } else if (k.to == me_) {
-      in_.emplace_back(k, std::move(c));
+      in_.emplace_back(k, c.get());
     }
+    if (c) comms_.push_back(std::move(c));
   }
   for (auto& [k, o] : out_) o->worker = std::thread([this, p = o.get()] { work(p); });
 }
@@ -113,9 +114,17 @@ PipelineChannels::~PipelineChannels() {
   cv_.notify_all();
   for (auto& [k, o] : out_)
     if (o->worker.joinable()) o->worker.join();
+  for (auto& c : comms_) c.reset();  // in channel order, the same on every rank
 }
 
 void PipelineChannels::work(Outgoing* o) {
+  // CUDA calls made here (events, NCCL's enqueue) belong to the compute stream's GPU, not to GPU 0.
+  try {
+    use_device_on_this_thread(compute_.device);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_) failure_ = std::current_exception();
+  }
   for (;;) {
     std::tuple<Tensor, std::shared_ptr<StreamEvent>> item;
     {
@@ -130,7 +139,10 @@ void PipelineChannels::work(Outgoing* o) {
       const auto& [t, ready] = item;
       stream_wait(o->stream, ready);
       o->comm->send(t, 1, o->stream, "pipeline send");
-    } catch (...) {
+    } catch (const std::exception& e) {
+      // The peer waits for this message: end the channel so that its receive fails now, not at the
+      // watchdog's timeout; this rank's next channel call rethrows.
+      o->comm->abort(std::string("pipeline send failed: ") + e.what());
       std::lock_guard<std::mutex> lock(mu_);
       if (!failure_) failure_ = std::current_exception();
     }

@@ -58,8 +58,8 @@ class PipelineChannels {
 
  private:
   struct Outgoing {
-    std::unique_ptr<comm::Communicator> comm;
-    Stream stream;  // NCCL: the sends' stream
+    comm::Communicator* comm = nullptr;  // owned by comms_
+    Stream stream;                       // NCCL: the sends' stream
     std::deque<std::tuple<Tensor, std::shared_ptr<StreamEvent>>> queue;
     std::vector<Tensor> sent;  // kept alive until finish()
     std::thread worker;
@@ -72,8 +72,11 @@ class PipelineChannels {
   int me_;
   Stream compute_;
   bool device_sends_ = false;  // NCCL: tensors stay on the GPU
+  // Every channel this rank is part of, in schedule_channels order: torn down in that order on every rank
+  // (an NCCL communicator's finalize waits for its peer's).
+  std::vector<std::unique_ptr<comm::Communicator>> comms_;
   std::vector<std::pair<ChannelKey, std::unique_ptr<Outgoing>>> out_;
-  std::vector<std::pair<ChannelKey, std::unique_ptr<comm::Communicator>>> in_;
+  std::vector<std::pair<ChannelKey, comm::Communicator*>> in_;
   std::mutex mu_;
   std::condition_variable cv_;
   int busy_ = 0;  // sends taken by a worker and not finished

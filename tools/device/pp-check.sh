@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Pipeline parallelism on GPUs (issue #20), one call on nvidia-h100-x2 / h200-x2 (stage also on one GPU):
+#  stage  two ranks sharing GPU 0 through the host-staged tcp communicator (CUDA_VISIBLE_DEVICES=0,
+#         PRIMUS_COMM_BACKEND=tcp): a micro Llama of 8 layers with PP 2 under 1F1B, interleaved (VPP 2), ZB-H1
+#         and ZB-V, 20 steps on mock data, against one process on the same GPU with the same global batch
+#         (bf16: within 2e-2);
+#  nccl   the same with one rank per GPU over NCCL;
+#  ckpt   PP 2 (1F1B) saves over NCCL at iteration 10, one GPU resumes: the joined curve vs one GPU;
+#  perf   Llama-3-8B dims with 8 layers, T 8192, micro-batch 1, global batch 8 (8 micro-batches): one GPU, then
+#         PP 2 with 1F1B, ZB-H1, interleaved and ZB-V, even (4 + 4 layers) and uneven (5 + 3: the last stage
+#         also runs the 128k-vocabulary head) splits; median step of steps 6-15 and the logged pipeline
+#         timelines (measured bubble vs the simulator fed the measured F/B times).
+# Carry .device (pp.tgz: stripped primus). Usage: PARTS="stage nccl ckpt perf" tools/device/pp-check.sh
+set -uo pipefail
+check=pp show='pipeline parallel:|done:'
+parts=${PARTS:-stage nccl ckpt perf}
+source "$(dirname "$0")/train_check_lib.sh"  # run, curves, bitwise; $out, $bin, $ngpu
+
+micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --train_iters 20 --seq_length 64
+       --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
+       --num_layers 8 --lr 1e-3 --min_lr 1e-4)
+schedule_flags() {  # the keys that select each schedule
+  case $1 in
+    1f1b) ;;
+    vpp) echo "--virtual_pipeline_model_parallel_size 2" ;;
+    zbh1) echo "--patch_zero_bubble true --enable_zero_bubble true" ;;
+    zbv) echo "--patch_zero_bubble true --zero_bubble_v_schedule true --zero_bubble_v_schedule_mem_setup zb" ;;
+  esac
+}
+for part in stage nccl; do
+  [[ " $parts " == *" $part "* ]] || continue
+  [ "$part" = nccl ] && [ "$ngpu" -lt 2 ] && { echo "== nccl: skipped ($ngpu GPU)"; continue; }
+  [ -f "$out/micro_1gpu.jsonl" ] || run micro_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 -- "${micro[@]}"
+  for s in ${SCHEDULES:-1f1b vpp zbh1 zbv}; do
+    envs=(PRIMUS_E2E_MODEL=micro_llama.yaml)
+    [ "$part" = stage ] && envs+=(CUDA_VISIBLE_DEVICES=0 PRIMUS_COMM_BACKEND=tcp)
+    read -ra flags <<<"$(schedule_flags "$s")"
+    run "micro_pp2_${s}_$part" 2 90 "${envs[@]}" -- "${micro[@]}" --pipeline_model_parallel_size 2 "${flags[@]}"
+    curves "micro_pp2_${s}_$part" micro_1gpu 2e-2
+  done
+done
+
+if [[ " $parts " == *" ckpt "* ]] && [ "$ngpu" -ge 2 ]; then
+  ck=/tmp/pp-ck
+  rm -rf "$ck"
+  [ -f "$out/micro_1gpu.jsonl" ] || run micro_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 -- "${micro[@]}"
+  run micro_pp2_save 2 180 -- "${micro[@]}" --pipeline_model_parallel_size 2 --save "$ck" --save_interval 10 \
+    --exit_interval 10
+  run micro_pp2_resume 1 120 CUDA_VISIBLE_DEVICES=0 -- "${micro[@]}" --save "$ck" --auto_continue_train true
+  grep -h "resuming from" "$out/micro_pp2_resume.log" | head -1 | cut -c1-160
+  cat "$out/micro_pp2_save.jsonl" "$out/micro_pp2_resume.jsonl" >"$out/micro_pp2_joined.jsonl" 2>/dev/null
+  curves micro_pp2_joined micro_1gpu 2e-2
+fi
+
+if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
+  l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --num_layers 8 --global_batch_size 8
+     --train_iters 15 --log_interval 5)
+  names=""
+  run l8x8_1gpu 1 300 CUDA_VISIBLE_DEVICES=0 -- "${l[@]}"
+  names="$names l8x8_1gpu"
+  for split in even uneven; do
+    sflags=()
+    [ $split = uneven ] && sflags=(--decoder_first_pipeline_num_layers 5)
+    for s in ${PERF_SCHEDULES:-1f1b zbh1 vpp zbv}; do
+      # The uneven split is defined for one chunk per rank (5 + 3 layers).
+      [ $split = uneven ] && { [ $s = vpp ] || [ $s = zbv ]; } && continue
+      read -ra flags <<<"$(schedule_flags "$s")"
+      run "l8x8_pp2_${s}_$split" 2 300 -- "${l[@]}" --pipeline_model_parallel_size 2 "${flags[@]}" "${sflags[@]}"
+      grep -h "pipeline timeline" "$out/l8x8_pp2_${s}_$split.log" | tail -1 | cut -c1-260
+      names="$names l8x8_pp2_${s}_$split"
+    done
+  done
+  python3 - "$out" $names <<'PY'
+import json, statistics, sys, os
+out = sys.argv[1]
+def med(n):
+    p = f"{out}/{n}.jsonl"
+    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l] if os.path.exists(p) else []
+    tail = [r["iter_ms"] for r in rec[5:]]
+    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
+base, _ = med("l8x8_1gpu")
+for n in sys.argv[2:]:
+    m, mem = med(n)
+    print(f"   {n}: " + (f"median {m:.1f} ms per global batch of 8 x 8192 tokens, {8 * 8192 / m * 1e3:,.0f} tok/s, "
+                          f"peak {mem:.2f} GB, {base / m:.3f}x one GPU" if m and base else "no steps"))
+PY
+fi
