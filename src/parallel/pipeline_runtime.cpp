@@ -67,6 +67,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
     return micro[static_cast<size_t>(m)];
   };
   std::map<Key, LlamaModel::ChunkState> states;
+  int held = 0;  // the most (micro-batch, chunk) activations held at once (forward until backward / BW)
   std::map<Key, Tensor> inputs, grads;  // a chunk's input activation / output gradient, received or local
   std::map<Key, Tensor> outbox;         // outputs / input gradients waiting for their send
   std::vector<Tensor> losses(static_cast<size_t>(M));
@@ -86,6 +87,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
         inputs.erase(it);
       }
       LlamaModel::ChunkState& st = states[key];
+      held = std::max(held, static_cast<int>(states.size()));
       Tensor out =
           model_.chunk_forward(c, st, in, mb.tokens, mb.targets, mb.grad_scale, mb.aux_grad_scale, mb.origin);
       if (c.loss) {
@@ -179,8 +181,14 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
                  "pipeline rank {}: the runtime ran {} compute actions, not the {} of the "
                  "simulator's order",
                  me, executed_.size(), predicted.size());
-    log::info("pipeline rank {}: the step ran the simulator's order ({} compute actions)", me,
-              executed_.size());
+    // Memory: the activations held at once are the schedule's (1F1B: at most pp - rank micro-batches).
+    PRIMUS_CHECK(held == sim.peak_in_flight.at(static_cast<size_t>(me)),
+                 "pipeline rank {}: {} chunk activations were held at once, the simulator says {}", me, held,
+                 sim.peak_in_flight.at(static_cast<size_t>(me)));
+    log::info(
+        "pipeline rank {}: the step ran the simulator's order ({} compute actions, at most {} chunk "
+        "activations held, as simulated)",
+        me, executed_.size(), held);
     order_checked_ = true;
   }
   PRIMUS_CHECK(states.empty() && inputs.empty() && grads.empty() && outbox.empty(),

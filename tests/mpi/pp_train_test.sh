@@ -23,6 +23,8 @@
 #   qwen3 NP PP      micro Qwen3 (q/k-norm, q/k/v biases), untied embeddings
 #   resume NP PP     save at iteration 10 with PP, resume with one process: the joined curve equals the
 #                    uninterrupted single process's (a checkpoint holds the whole model)
+#   resumesame NP PP save at iteration 10 with PP (ZB-H1), resume with the same layout: bitwise the
+#                    uninterrupted PP run
 #   bad              refusals, each a clear error naming the key before training
 # Usage: pp_train_test.sh MODE MPIRUN PRIMUS NP PP
 set -u
@@ -81,11 +83,23 @@ case "$mode" in
     keys=(--lr 5e-4 --min_lr 5e-5 --untie_embeddings_and_output_weights true)
     ;;
   resume) ;;
+  resumesame) par=(--patch_zero_bubble true --enable_zero_bubble true) ;;
   *) fail "unknown mode $mode" ;;
 esac
 
 read -ra extra <<<"${PP_EXTRA:-}"  # more overrides for every run of the case (debugging)
 keys+=("${extra[@]}")
+if [ "$mode" = resumesame ]; then
+  save=(--save "$work/ckpt" --save_interval 10)
+  run dist "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}" "${save[@]}" --exit_interval 10
+  run dist "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}" "${save[@]}" \
+    --auto_continue_train true
+  grep -q "resuming from" "$work/dist.log" || fail "the PP run did not resume"
+  run whole "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}"
+  compare dist whole 0
+  echo "pp_train_test: $mode passed"
+  exit 0
+fi
 if [ "$mode" = resume ]; then
   save=(--save "$work/ckpt" --save_interval 10 --exit_interval 10)
   run dist "$np" -- --pipeline_model_parallel_size "$pp" "${keys[@]}" "${save[@]}"
