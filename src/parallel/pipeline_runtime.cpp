@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
+#include <array>
 #include <chrono>
 
 #include "core/error.h"
@@ -146,6 +149,10 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
   const bool measure = measure_;
   measure_ = false;
   std::vector<Marks> marks;
+  // Times count from the step's start on each rank (the GPU: an event before the first action), so that a
+  // stage that waits for its first input shows that wait as idle.
+  std::shared_ptr<StreamEvent> step_start;
+  if (measure && stream_.device.is_cuda()) step_start = StreamEvent::record(stream_, /*timed=*/true);
   const auto t0 = std::chrono::steady_clock::now();
   auto host_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -169,7 +176,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
     }
   }
   channels_->finish();
-  if (measure) summarise(marks);
+  if (measure) summarise(marks, step_start.get());
   if (!order_checked_) {
     // The simulator (parallel/pipeline_sim.h) plays the same list: its order is what projections and the
     // report's predicted timeline show, so the runtime must have run exactly that, once per step.
@@ -198,61 +205,75 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
   return losses;
 }
 
-void PipelineRuntime::summarise(std::vector<Marks>& marks) {
+void PipelineRuntime::summarise(std::vector<Marks>& marks, const StreamEvent* step_start) {
   const PipelineTopology& topo = plan_.layout.topology();
   const int P = topo.pp, V = topo.vpp;
   if (stream_.device.is_cuda()) {
     stream_sync(stream_);
     for (Marks& m : marks) {
-      m.start_ms = StreamEvent::elapsed_ms(marks.front().start.get(), m.start.get());
-      m.end_ms = StreamEvent::elapsed_ms(marks.front().start.get(), m.end.get());
+      m.start_ms = StreamEvent::elapsed_ms(step_start, m.start.get());
+      m.end_ms = StreamEvent::elapsed_ms(step_start, m.end.get());
     }
   }
-  // Per rank: [span, busy, then per chunk the mean F, B, BI, BW (ms)], all-gathered over the group.
-  const int width = 2 + 4 * V;
-  std::vector<double> mine(static_cast<size_t>(width), 0.0), count(static_cast<size_t>(4 * V), 0.0);
-  Timeline t;
-  for (const Marks& m : marks) {
-    const double d = m.end_ms - m.start_ms;
-    mine[1] += d;
-    const int k = m.action.kind == ActionKind::kF    ? 0
-                  : m.action.kind == ActionKind::kB  ? 1
-                  : m.action.kind == ActionKind::kBI ? 2
-                                                     : 3;
-    mine[static_cast<size_t>(2 + 4 * m.action.chunk + k)] += d;
-    count[static_cast<size_t>(4 * m.action.chunk + k)] += 1;
-    t.actions.push_back({m.action, m.start_ms, m.end_ms});
+  // Every rank runs each of its chunks' micro-batches once per pass kind, so the lists are equally long;
+  // each rank contributes [its step span, busy, then per action: kind, micro-batch, chunk, start, end].
+  const int n = static_cast<int>(marks.size());
+  const int width = 2 + 5 * n;
+  std::vector<double> mine(static_cast<size_t>(width), 0.0);
+  for (int i = 0; i < n; ++i) {
+    const Marks& m = marks[static_cast<size_t>(i)];
+    mine[1] += m.end_ms - m.start_ms;
+    mine[0] = std::max(mine[0], m.end_ms);
+    double* a = mine.data() + 2 + 5 * i;
+    a[0] = static_cast<double>(m.action.kind);
+    a[1] = m.action.microbatch;
+    a[2] = m.action.chunk;
+    a[3] = m.start_ms;
+    a[4] = m.end_ms;
   }
-  mine[0] = marks.empty() ? 0 : marks.back().end_ms - marks.front().start_ms;
-  for (int i = 0; i < 4 * V; ++i)
-    if (count[static_cast<size_t>(i)] > 0) mine[static_cast<size_t>(2 + i)] /= count[static_cast<size_t>(i)];
+  const Stream gs = pp_.device_type() == DeviceType::kCUDA ? stream_ : Stream::cpu();
   Tensor in = Tensor::from_vector(mine, {width});
-  Tensor all = Tensor::empty({P * width}, DType::kF64,
-                             pp_.device_type() == DeviceType::kCUDA ? stream_ : Stream::cpu());
   if (pp_.device_type() == DeviceType::kCUDA) in = in.to(stream_);
-  pp_.all_gather(in, all, pp_.device_type() == DeviceType::kCUDA ? stream_ : Stream::cpu(),
-                 "pipeline timeline");
+  Tensor all = Tensor::empty({P * width}, DType::kF64, gs);
+  pp_.all_gather(in, all, gs, "pipeline timeline");
   const std::vector<double> v = all.to_vector<double>();
+
+  Timeline t;
+  t.schedule = schedule_name(plan_.kind);
+  t.topo = topo;
+  t.microbatches = plan_.schedule.microbatches;
+  t.measured.ranks.resize(static_cast<size_t>(P));
   PipelineCosts costs;
   costs.chunk.assign(static_cast<size_t>(P), std::vector<ChunkCosts>(static_cast<size_t>(V)));
   double busy = 0;
   for (int r = 0; r < P; ++r) {
-    const double* row = v.data() + static_cast<size_t>(r * width);
+    const double* row = v.data() + static_cast<size_t>(r) * width;
     t.step_ms = std::max(t.step_ms, row[0]);
     t.busy_ms.push_back(row[1]);
     busy += row[1];
+    // Mean duration of each pass kind per chunk: the simulator's costs.
+    std::vector<std::array<double, 4>> sum(static_cast<size_t>(V), {0, 0, 0, 0}), cnt = sum;
+    for (int i = 0; i < n; ++i) {
+      const double* a = row + 2 + 5 * i;
+      const Action act{static_cast<ActionKind>(static_cast<int>(a[0])), static_cast<int>(a[1]),
+                       static_cast<int>(a[2])};
+      t.measured.ranks[static_cast<size_t>(r)].push_back({act, a[3], a[4]});
+      const size_t k = static_cast<size_t>(a[0]);  // kF, kB, kBI, kBW = 0..3
+      sum[static_cast<size_t>(act.chunk)][k] += a[4] - a[3];
+      cnt[static_cast<size_t>(act.chunk)][k] += 1;
+    }
     for (int c = 0; c < V; ++c) {
-      ChunkCosts& cc = costs.chunk[static_cast<size_t>(r)][static_cast<size_t>(c)];
-      cc.f = row[2 + 4 * c];
-      cc.b = row[3 + 4 * c];
-      cc.bi = row[4 + 4 * c];
-      cc.bw = row[5 + 4 * c];
+      auto mean = [&](size_t k) { return cnt[c][k] > 0 ? sum[c][k] / cnt[c][k] : 0.0; };
+      costs.chunk[static_cast<size_t>(r)][static_cast<size_t>(c)] =
+          ChunkCosts{mean(0), mean(1), mean(2), mean(3)};
     }
   }
+  t.actions = t.measured.ranks[static_cast<size_t>(pp_.rank())];
+  t.measured.step_time = t.step_ms;
   t.bubble = t.step_ms > 0 ? 1.0 - busy / (P * t.step_ms) : 0.0;
-  const SimResult sim = simulate(plan_.schedule, costs);
-  t.predicted_step_ms = sim.step_time;
-  t.predicted_bubble = sim.bubble_fraction;
+  t.predicted = simulate(plan_.schedule, costs);
+  t.predicted_step_ms = t.predicted.step_time;
+  t.predicted_bubble = t.predicted.bubble_fraction;
   timeline_ = std::move(t);
 }
 
@@ -265,6 +286,34 @@ std::string PipelineRuntime::Timeline::describe() const {
       "the "
       "measured F/B times predicts {:.1f} ms, bubble {:.1f}%",
       step_ms, per_rank, 100 * bubble, predicted_step_ms, 100 * predicted_bubble);
+}
+
+std::string PipelineRuntime::Timeline::json() const {
+  auto lists = [](const SimResult& s) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& list : s.ranks) {
+      nlohmann::json acts = nlohmann::json::array();
+      for (const TimedAction& a : list)
+        if (is_compute(a.action.kind))
+          acts.push_back(
+              {action_kind_name(a.action.kind), a.action.microbatch, a.action.chunk, a.start, a.end});
+      ranks.push_back(acts);
+    }
+    return ranks;
+  };
+  nlohmann::json j = {{"schedule", schedule},
+                      {"pp", topo.pp},
+                      {"vpp", topo.vpp},
+                      {"v_shape", topo.v_shape},
+                      {"microbatches", microbatches},
+                      {"step_ms", step_ms},
+                      {"busy_ms", busy_ms},
+                      {"bubble", bubble},
+                      {"predicted_step_ms", predicted_step_ms},
+                      {"predicted_bubble", predicted_bubble},
+                      {"measured", lists(measured)},
+                      {"predicted", lists(predicted)}};
+  return j.dump() + "\n";
 }
 
 Tensor PipelineRuntime::evaluate(const MicroBatch& mb) {

@@ -61,12 +61,19 @@ class PipelineRuntime {
   // pipeline's summary, the same on every rank: the step, each rank's busy time, the measured bubble, and
   // what the simulator predicts from the measured per-chunk F / B / BI / BW times (docs/pipeline.md §6).
   struct Timeline {
+    std::string schedule;  // schedule_name
+    PipelineTopology topo;
+    int microbatches = 0;
     std::vector<TimedAction> actions;  // this rank's compute actions
     double step_ms = 0;                // the longest rank's span
     std::vector<double> busy_ms;       // per rank
     double bubble = 0;                 // 1 - sum(busy) / (pp x step)
     double predicted_step_ms = 0, predicted_bubble = 0;
+    // Every rank's compute actions as measured (times from each rank's step start; only ranks and
+    // step_time filled) and as simulated from the measured per-chunk times: what the report draws.
+    SimResult measured, predicted;
     std::string describe() const;  // one line for the log
+    std::string json() const;      // pipeline_timeline.json in the run directory (report/run_report.h)
   };
   void measure_next_step() { measure_ = true; }
   // The last measured step's timeline (collective over the pipeline group when it was measured; call on every
@@ -97,7 +104,7 @@ class PipelineRuntime {
     double start_ms = 0, end_ms = 0;          // CPU (or read from the events)
   };
   std::vector<Marks> marks_;
-  void summarise(std::vector<Marks>& marks);
+  void summarise(std::vector<Marks>& marks, const StreamEvent* step_start);
 };
 
 }  // namespace primus::parallel

@@ -71,7 +71,8 @@ std::string picture_title(const parallel::ScheduleProjection& s, const Picture& 
 }  // namespace
 
 std::string pipeline_timeline_svg(const std::string& title, const parallel::Schedule& schedule,
-                                  const parallel::SimResult& sim, double t_end, int width) {
+                                  const parallel::SimResult& sim, double t_end, int width,
+                                  const std::string& x_label) {
   const int vpp = schedule.topo.vpp;
   std::vector<std::string> lanes;
   std::vector<GanttBox> boxes;
@@ -97,7 +98,8 @@ std::string pipeline_timeline_svg(const std::string& title, const parallel::Sche
   if (vpp > 1)
     legend.push_back(
         {fmt::format("lighter: later chunk (of {})", vpp), lighten(base_color(ActionKind::kF), 0.45)});
-  return gantt_chart(title, lanes, boxes, legend, "time (units of F: one rank's forward of one micro-batch)",
+  return gantt_chart(title, lanes, boxes, legend,
+                     x_label.empty() ? "time (units of F: one rank's forward of one micro-batch)" : x_label,
                      t_end, width);
 }
 

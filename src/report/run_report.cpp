@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "report/pipeline_page.h"
 #include "report/svg_plot.h"
 #include "train/metrics.h"
 
@@ -108,6 +109,14 @@ RunData load_run(const std::string& dir) {
     ss << f.rdbuf();
     run.config_yaml = ss.str();
   }
+  if (fs::exists(dir + "/pipeline_timeline.json")) {
+    std::ifstream f(dir + "/pipeline_timeline.json");
+    run.pipeline = nlohmann::json::parse(f, nullptr, false);
+    if (run.pipeline.is_discarded() || !run.pipeline.contains("measured")) {
+      run.warnings.push_back(dir + "/pipeline_timeline.json is not a pipeline timeline");
+      run.pipeline = nullptr;
+    }
+  }
   if (fs::is_directory(dir + "/trace", ec)) {
     std::vector<std::string> traces;
     for (const auto& e : fs::directory_iterator(dir + "/trace", ec))
@@ -122,6 +131,58 @@ RunData load_run(const std::string& dir) {
     }
   }
   return run;
+}
+
+// The pipeline's measured step and the simulator's prediction from the measured per-chunk times, drawn by
+// the projection's timeline function on one time scale (ms).
+std::string pipeline_section(const nlohmann::json& p) {
+  using parallel::ActionKind;
+  parallel::Schedule s;
+  s.topo = parallel::PipelineTopology{p.value("pp", 1), p.value("vpp", 1), p.value("v_shape", false)};
+  s.microbatches = p.value("microbatches", 1);
+  auto sim_of = [&](const nlohmann::json& ranks) {
+    parallel::SimResult r;
+    for (const auto& list : ranks) {
+      std::vector<parallel::TimedAction> acts;
+      for (const auto& a : list) {
+        const std::string k = a.at(0).get<std::string>();
+        const ActionKind kind = k == "F"    ? ActionKind::kF
+                                : k == "B"  ? ActionKind::kB
+                                : k == "BI" ? ActionKind::kBI
+                                            : ActionKind::kBW;
+        const parallel::Action act{kind, a.at(1).get<int>(), a.at(2).get<int>()};
+        acts.push_back({act, a.at(3).get<double>(), a.at(4).get<double>()});
+        r.step_time = std::max(r.step_time, acts.back().end);
+      }
+      r.ranks.push_back(std::move(acts));
+    }
+    return r;
+  };
+  const parallel::SimResult measured = sim_of(p.at("measured")), predicted = sim_of(p.at("predicted"));
+  s.ranks.clear();
+  for (const auto& list : measured.ranks) {
+    std::vector<parallel::Action> acts;
+    for (const auto& a : list) acts.push_back(a.action);
+    s.ranks.push_back(std::move(acts));
+  }
+  if (static_cast<int>(s.ranks.size()) != s.topo.pp)
+    return "<p class=\"warn\">pipeline_timeline.json: rank count differs</p>\n";
+  const double t_end = std::max(measured.step_time, predicted.step_time);
+  std::string busy;
+  for (const auto& b : p.value("busy_ms", nlohmann::json::array()))
+    busy += (busy.empty() ? "" : " / ") + fmt_num(b.get<double>());
+  std::string h = "<h2>Pipeline timeline (latest measured step)</h2>\n";
+  h += fmt::format(
+      "<p style=\"font-size:12px;color:#555\">Schedule {} over {} micro-batches, {} rank(s) x {} chunk(s): "
+      "step {} "
+      "ms, busy per rank {} ms, measured bubble {:.1f}%. The simulator, fed the measured per-chunk forward / "
+      "backward times, predicts {} ms and {:.1f}%. Times from each rank's step start (CUDA events).</p>\n",
+      html_escape(p.value("schedule", "?")), s.microbatches, s.topo.pp, s.topo.vpp,
+      fmt_num(p.value("step_ms", 0.0)), busy, 100 * p.value("bubble", 0.0),
+      fmt_num(p.value("predicted_step_ms", 0.0)), 100 * p.value("predicted_bubble", 0.0));
+  h += pipeline_timeline_svg("measured", s, measured, t_end, 1000, "time (ms from the step's start)");
+  h += pipeline_timeline_svg("simulated from the measured times", s, predicted, t_end, 1000, "time (ms)");
+  return h;
 }
 
 std::string render_html(const RunData& run) {
@@ -191,6 +252,7 @@ std::string render_html(const RunData& run) {
   }
 
   // Timelines.
+  if (!run.pipeline.is_null()) h += pipeline_section(run.pipeline);
   h += "<h2>GPU timeline (profiled steps)</h2>\n";
   if (run.timelines.empty())
     h += "<p>No trace in <code>trace/</code> (set <code>profile: true</code> with profile_step_start / "

@@ -3,7 +3,8 @@
 // page: plots over steps (loss with validation loss, tokens/s/GPU, MFU, memory, step time) with guard events
 // drawn as markers, the run summary, the GPU timeline and op summary of every trace under RUN_DIR/trace, and
 // a table of every guard event (NaN skips/halts, loss spikes, slow steps, stragglers, hangs) from
-// events.jsonl and heartbeat/hang-rank-*.json.
+// events.jsonl and heartbeat/hang-rank-*.json, and for a pipeline-parallel run its latest measured step
+// (pipeline_timeline.json) drawn as the schedule pictures are, beside the simulator's prediction.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct RunData {
   nlohmann::json summary;                  // summary.json (null when absent)
   std::string config_yaml;
   std::vector<profile::TimelineReport> timelines;
+  nlohmann::json pipeline;  // pipeline_timeline.json: a pipeline run's measured step (null when absent)
   std::vector<std::string> warnings;  // unreadable lines or files, shown in the page
 };
 

@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "core/log.h"
 #include "parallel/context_parallel.h"
@@ -153,7 +155,17 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
       const bool measure = iter % cfg_.logging.log_interval == 0;
       if (measure) pipeline_->measure_next_step();
       run_pipeline();
-      if (measure && world_rank_ == 0) log::info("{}", pipeline_->last_timeline()->describe());
+      if (measure && world_rank_ == 0) {
+        const auto& t = *pipeline_->last_timeline();
+        log::info("{}", t.describe());
+        // The post-flight report draws the latest one (report/run_report.h); replaced atomically.
+        const std::string path = run_dir_ + "/pipeline_timeline.json";
+        {
+          std::ofstream f(path + ".tmp");
+          f << t.json();
+        }
+        std::filesystem::rename(path + ".tmp", path);
+      }
     } else {
       for (int64_t a = 0; a < A; ++a) {
         if (dp_) dp_->begin_micro(a == A - 1);

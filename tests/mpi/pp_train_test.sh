@@ -110,6 +110,12 @@ else
   grep -h "pipeline parallel:" "$work/dist.log" | head -"$pp"
   grep -q "pipeline parallel: $pp ranks" "$work/dist.log" || fail "the run did not split the model into stages"
   grep -q "ran the simulator's order" "$work/dist.log" || fail "the runtime's order was not checked"
+  # The logged steps measured the pipeline's timeline; the post-flight report draws the latest.
+  rundir=$(dirname "$(find "$work" -path "*/dist/pipeline_timeline.json" | head -1)")
+  [ -d "$rundir" ] || fail "no pipeline_timeline.json in the run directory"
+  "$primus" report "$rundir" >/dev/null 2>&1 || fail "primus report failed on the pipeline run"
+  grep -q "Pipeline timeline (latest measured step)" "$rundir/report.html" ||
+    fail "the report does not draw the pipeline timeline"
 fi
 ref=$((np / pp))
 [ "$mode" = resume ] && ref=1
