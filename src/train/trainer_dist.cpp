@@ -106,10 +106,15 @@ void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
   };
   if (!cfg_.pipeline)
     refuse("a TorchTitan config (parallelism.pipeline_parallel_* are not mapped; use the Megatron dialect)");
-  if (dp_cfg_->fsdp()) refuse("FSDP (use_torch_fsdp2 / optim_grads_params; DDP and ZeRO-1 compose)");
   if (cfg_.model.moe.enabled()) refuse("MoE models");
-  if (layout.dims.cp() > 1) refuse("context parallelism");
   pp_plan_ = std::make_unique<parallel::PipelinePlan>(parallel::training_plan(*cfg_.pipeline));
+  // FSDP reduce-scatters a region's gradient as its backward ends and releases the region; a zero-bubble
+  // weight-gradient pass would come after that.
+  if (dp_cfg_->fsdp() && parallel::splits_backward(pp_plan_->kind))
+    refuse(
+        fmt::format("FSDP and the {} schedule (its deferred weight gradients need the layer's gradient "
+                    "after FSDP has reduce-scattered it; 1F1B and interleaved compose with FSDP)",
+                    parallel::schedule_name(pp_plan_->kind)));
   // Measured 2026-11-27 on 2 x H200: the interleaved lists' first step never finishes over NCCL with
   // 64 MiB activations (1F1B, ZB-H1 and ZB-V run; the same interleaved lists run on the host backends).
   // Refused until the NCCL channel path is fixed for it, rather than hanging until the watchdog fires.

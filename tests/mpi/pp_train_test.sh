@@ -20,6 +20,8 @@
 #   eval NP PP       evaluation every 10 steps (forward stage after stage; the loss stage's sums)
 #   zero1 NP PP      PP x the distributed optimizer over the data-parallel ranks of each stage
 #   tp NP PP         PP x TP 2 with sequence parallelism (NP = 2 PP)
+#   fsdp NP PP       PP x FSDP over the data-parallel ranks of each stage (interleaved: 2 chunks per rank)
+#   cp NP PP         PP x CP 2 under ZB-V, with evaluation (NP = 2 PP)
 #   qwen3 NP PP      micro Qwen3 (q/k-norm, q/k/v biases), untied embeddings
 #   resume NP PP     save at iteration 10 with PP, resume with one process: the joined curve equals the
 #                    uninterrupted single process's (a checkpoint holds the whole model)
@@ -47,8 +49,8 @@ source "$src/tests/mpi/train_runs.sh"  # run, compare, refuse
 export PRIMUS_E2E_MODEL=micro_llama.yaml
 if [ "$mode" = bad ]; then
   refuse layers "num_layers=8 (command line (--num_layers 8)) is not divisible by pipeline_model_parallel_size=3" 3 -- --pipeline_model_parallel_size 3
-  refuse fsdp "not supported yet: pipeline parallelism with FSDP" 4 -- --pipeline_model_parallel_size 2 \
-    --use_torch_fsdp2 true
+  refuse fsdpzb "not supported yet: pipeline parallelism with FSDP and the zb-h1 schedule" 4 -- \
+    --pipeline_model_parallel_size 2 --use_torch_fsdp2 true --patch_zero_bubble true
   refuse moe "not supported yet: pipeline parallelism with MoE models" 2 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- \
     --pipeline_model_parallel_size 2
   refuse tied "not supported yet: pipeline parallelism with tied embeddings" 2 PRIMUS_E2E_MODEL=micro_qwen3.yaml -- \
@@ -74,6 +76,14 @@ case "$mode" in
   recompute) keys=(--recompute_granularity full --recompute_method uniform) ;;
   eval) keys=(--eval_interval 10 --eval_iters 2) ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_param_gather true) ;;
+  fsdp)
+    keys=(--use_torch_fsdp2 true)
+    par=(--virtual_pipeline_model_parallel_size 2)
+    ;;
+  cp)
+    keys=(--context_parallel_size 2 --eval_interval 10 --eval_iters 2)
+    par=(--patch_zero_bubble true --zero_bubble_v_schedule true --zero_bubble_v_schedule_mem_setup zb)
+    ;;
   tp)
     par=(--tensor_model_parallel_size 2)
     keys=(--sequence_parallel true)
