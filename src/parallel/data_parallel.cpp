@@ -38,10 +38,9 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
                     "the shard degree {} (each replica holds every expert)",
                     layout.describe(), c.ep, layout.dims.dp_shard()),
         "set expert_model_parallel_size to a divisor of the FSDP shard degree");
-  if (c.ep > 1 && layout.dims.cp() * layout.dims.tp() * layout.dims.pp() != 1)
+  if (c.ep > 1 && layout.dims.cp() * layout.dims.tp() != 1)
     throw ConfigError(
-        fmt::format("{}: not supported yet: expert parallelism combined with tensor, context or "
-                    "pipeline parallelism",
+        fmt::format("{}: not supported yet: expert parallelism combined with tensor or context parallelism",
                     layout.describe()));
   if (!c.fsdp()) {  // without parameter sharding every DP rank is a replica (layout_from_config)
     c.dp_replicate = c.dp;

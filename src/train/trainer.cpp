@@ -162,8 +162,9 @@ std::vector<double> Trainer::take_mtp_losses() {
 MoeStepMetrics Trainer::moe_metrics() {
   MoeStepMetrics out;
   std::vector<MoeLayerStats> layers = model_->take_moe_stats();
-  if (layers.empty()) return out;
   reduce_moe_stats(layers);  // data parallelism: the step's routing over every rank's micro-batches
+  if (pipeline_ && cfg_.model.moe.enabled()) gather_stage_moe_stats(layers);  // every stage's layers
+  if (layers.empty()) return out;
   out.present = true;
   out.per_layer_logging = cfg_.model.moe.per_layer_logging;
   int64_t routed = 0, dropped = 0;
@@ -181,6 +182,41 @@ MoeStepMetrics Trainer::moe_metrics() {
   out.z_loss /= static_cast<double>(layers.size());
   out.dropped_fraction = routed > 0 ? static_cast<double>(dropped) / static_cast<double>(routed) : 0.0;
   return out;
+}
+
+void Trainer::gather_stage_moe_stats(std::vector<MoeLayerStats>& layers) {
+  // One slot per MoE layer of the whole model, filled by the stage that holds it and summed over pp (the
+  // others add zeros): every stage ends with every layer's statistics, in layer order.
+  std::vector<int> moe_layers;
+  for (int64_t l = 0; l < cfg_.model.num_layers; ++l)
+    if (cfg_.model.moe.is_moe_layer(l)) moe_layers.push_back(static_cast<int>(l));
+  const int64_t n = static_cast<int64_t>(moe_layers.size()), w = 8;
+  std::vector<double> slots(static_cast<size_t>(n * w), 0.0);
+  for (const MoeLayerStats& s : layers) {
+    const auto it = std::find(moe_layers.begin(), moe_layers.end(), s.layer);
+    PRIMUS_CHECK(it != moe_layers.end(), "MoE statistics of layer {}, which is not an MoE layer", s.layer);
+    double* d = slots.data() + (it - moe_layers.begin()) * w;
+    d[0] = 1;  // present
+    d[1] = s.aux_loss;
+    d[2] = s.z_loss;
+    d[3] = static_cast<double>(s.forwards);
+    d[4] = static_cast<double>(s.routed);
+    d[5] = static_cast<double>(s.dropped);
+    d[6] = static_cast<double>(s.max_load);
+    d[7] = s.mean_load;
+  }
+  Tensor t = Tensor::from_vector(slots, {n * w});
+  if (stream_.device.is_cuda()) t = t.to(stream_);
+  groups_->get("pp").all_reduce(t, comm::ReduceOp::kSum, stream_, "moe routing statistics (pp)");
+  const std::vector<double> all = t.to_vector<double>();
+  layers.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const double* d = all.data() + i * w;
+    if (d[0] == 0) continue;  // e.g. an MTP depth's layer
+    layers.push_back({moe_layers[static_cast<size_t>(i)], d[1], d[2], static_cast<int64_t>(d[3]),
+                      static_cast<int64_t>(d[4]), static_cast<int64_t>(d[5]), static_cast<int64_t>(d[6]),
+                      d[7]});
+  }
 }
 
 double Trainer::step_grad_norm(int64_t iter) {

@@ -134,6 +134,8 @@ class Trainer {
   // Sums (maxes) the MoE layers' routing statistics over the data-parallel ranks (every rank calls it each
   // step), so that the logged losses and loads are the global batch's, as one process would log them.
   void reduce_moe_stats(std::vector<MoeLayerStats>& layers);
+  // Pipeline parallelism: every stage's MoE layers' statistics on every rank (collective over pp).
+  void gather_stage_moe_stats(std::vector<MoeLayerStats>& layers);
   void load_from_whole_model(ParamStore& whole);
   TrainConfig cfg_;
   std::string run_dir_;

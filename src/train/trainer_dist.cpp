@@ -106,7 +106,6 @@ void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
   };
   if (!cfg_.pipeline)
     refuse("a TorchTitan config (parallelism.pipeline_parallel_* are not mapped; use the Megatron dialect)");
-  if (cfg_.model.moe.enabled()) refuse("MoE models");
   pp_plan_ = std::make_unique<parallel::PipelinePlan>(parallel::training_plan(*cfg_.pipeline));
   // FSDP reduce-scatters a region's gradient as its backward ends and releases the region; a zero-bubble
   // weight-gradient pass would come after that.
@@ -223,7 +222,8 @@ void Trainer::init_data_parallel() {
 }
 
 void Trainer::reduce_moe_stats(std::vector<MoeLayerStats>& layers) {
-  if (!groups_ || groups_->get("dp_cp").size() == 1) return;
+  // (A pipeline stage of dense layers has none; its dp x cp peers hold the same stage.)
+  if (!groups_ || groups_->get("dp_cp").size() == 1 || layers.empty()) return;
   comm::Communicator& g = groups_->get("dp_cp");
   const Stream s = g.device_type() == DeviceType::kCPU ? Stream::cpu() : stream_;
   const int64_t n = static_cast<int64_t>(layers.size());

@@ -23,6 +23,10 @@
 #   fsdp NP PP       PP x FSDP over the data-parallel ranks of each stage (interleaved: 2 chunks per rank)
 #   cp NP PP         PP x CP 2 under ZB-V, with evaluation (NP = 2 PP)
 #   qwen3 NP PP      micro Qwen3 (q/k-norm, q/k/v biases), untied embeddings
+#   moe NP PP        micro Mixtral (8 MoE layers, aux and z losses): the routing statistics of every stage's
+#                    layers logged as one process logs them
+#   ep NP PP         micro Mixtral PP x EP 2 (NP = 2 PP) against EP 2
+#   deepseek NP PP   micro DeepSeek-style model (MLA, 2 dense then 6 MoE layers, shared experts), ZB-H1
 #   resume NP PP     save at iteration 10 with PP, resume with one process: the joined curve equals the
 #                    uninterrupted single process's (a checkpoint holds the whole model)
 #   resumesame NP PP save at iteration 10 with PP (ZB-H1), resume with the same layout: bitwise the
@@ -51,8 +55,8 @@ if [ "$mode" = bad ]; then
   refuse layers "num_layers=8 (command line (--num_layers 8)) is not divisible by pipeline_model_parallel_size=3" 3 -- --pipeline_model_parallel_size 3
   refuse fsdpzb "not supported yet: pipeline parallelism with FSDP and the zb-h1 schedule" 4 -- \
     --pipeline_model_parallel_size 2 --use_torch_fsdp2 true --patch_zero_bubble true
-  refuse moe "not supported yet: pipeline parallelism with MoE models" 2 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- \
-    --pipeline_model_parallel_size 2
+  refuse mtp "not supported yet: pipeline parallelism of multi-token-prediction models" 2 \
+    PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml -- --pipeline_model_parallel_size 2 --moe_layer_freq "([0]*2+[1]*6)"
   refuse tied "not supported yet: pipeline parallelism with tied embeddings" 2 PRIMUS_E2E_MODEL=micro_qwen3.yaml -- \
     --pipeline_model_parallel_size 2
   refuse vppmicro "micro-batches" 4 -- --pipeline_model_parallel_size 4 --virtual_pipeline_model_parallel_size 2 \
@@ -91,6 +95,16 @@ case "$mode" in
   qwen3)
     export PRIMUS_E2E_MODEL=micro_qwen3.yaml
     keys=(--lr 5e-4 --min_lr 5e-5 --untie_embeddings_and_output_weights true)
+    ;;
+  moe) export PRIMUS_E2E_MODEL=micro_mixtral.yaml ;;
+  ep)
+    export PRIMUS_E2E_MODEL=micro_mixtral.yaml
+    keys=(--expert_model_parallel_size 2)
+    ;;
+  deepseek)
+    export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
+    keys=(--mtp_num_layers 0 --moe_layer_freq "([0]*2+[1]*6)")
+    par=(--patch_zero_bubble true --enable_zero_bubble true)
     ;;
   resume) ;;
   resumesame) par=(--patch_zero_bubble true --enable_zero_bubble true) ;;
