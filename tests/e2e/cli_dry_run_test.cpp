@@ -164,7 +164,13 @@ TEST(ConfigCliDryRun, PlansTheLayoutOfAWorldItIsNotIn) {
                   "--nnodes", "1", "--nproc-per-node", "3", "--pipeline_model_parallel_size", "3",
                   "--decoder_first_pipeline_num_layers", "10", "--decoder_last_pipeline_num_layers", "10"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("pipeline       layers per stage: 10 12 10"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pipeline       schedule 1f1b (Megatron's default), 16 micro-batches per step"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("pp rank 0: embedding + layers 0-9\n               pp rank 1: layers 10-21\n"
+                       "               pp rank 2: layers 22-31 + loss"),
+            std::string::npos)
+      << r.out;
   r = run_primus({"train", "pretrain", "--config",
                   project_dir() + "/configs/examples/megatron/llama3.1_8B-pretrain.yaml", "--dry-run",
                   "--nnodes", "1", "--nproc-per-node", "3", "--pipeline_model_parallel_size", "3"});
