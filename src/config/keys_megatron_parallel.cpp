@@ -74,6 +74,10 @@ void add_megatron_parallel_keys(KeyTable& t) {
   t.add(impl("decoder_pipeline_manual_split_list", kL, "null", "Primus: layers per stage"));
   t.add(impl("account_for_embedding_in_pipeline_split", kB, "false", "count the embedding as a layer"));
   t.add(impl("account_for_loss_in_pipeline_split", kB, "false", "count the loss as a layer"));
+  t.add(impl("pipeline_schedule", kS, "null",
+             "run this generated schedule (gpipe | 1f1b | interleaved | zb-h1 | zb-v) instead of the one "
+             "Megatron's / Primus's keys select")
+            .ext());
   add_all(t, kWhyPP,
           {{"pipeline_model_parallel_comm_backend", kS, "null", "PP communication backend: nccl | ucc"},
            {"pipeline_model_parallel_split_rank", kI, "null", "encoder/decoder split rank"},

@@ -146,6 +146,11 @@ void choose_schedule(const Keys& k, PipelinePlanInput& in) {
   const std::string mem = text(k, "zero_bubble_v_schedule_mem_setup");
   const std::string pending = text(k, "zero_bubble_max_pending_backward");
   const std::string algo = text(k, "pp_algorithm");
+  const std::string named = text(k, "pipeline_schedule");
+  if (!named.empty()) {  // Primus-C++'s own key: any generated schedule, by name
+    set(schedule_from_name(named), fmt::format("pipeline_schedule {}", named));
+    return;
+  }
   if (patch_zb) {
     if (splits > 1) {
       set(std::nullopt, "patch_zero_bubble");

@@ -8,6 +8,7 @@
 # without PP because this 8-layer model at this learning rate already turns DP 2's or TP 2's reduction-order
 # rounding into 3e-5 / 3e-4 grad-norm differences from one process by step 12.)
 #   1f1b NP PP       Megatron's default schedule, PP ranks x NP/PP data-parallel (DDP) ranks
+#   gpipe NP PP      GPipe (all forwards, then all backwards), selected by Primus-C++'s pipeline_schedule key
 #   vpp NP PP        interleaved 1F1B, 2 chunks per rank (virtual_pipeline_model_parallel_size 2)
 #   zbh1 NP PP       zero-bubble ZB-H1 (patch_zero_bubble + enable_zero_bubble): backward split into the
 #                    input-gradient pass and the deferred weight-gradient pass
@@ -63,6 +64,8 @@ if [ "$mode" = bad ]; then
     --global_batch_size 4
   refuse oneFoneBv "not supported yet: the pipeline schedule" 2 -- --pipeline_model_parallel_size 2 \
     --patch_zero_bubble true --enable_1f1b_v true
+  refuse schedname "unknown pipeline schedule 'zb-h2'" 2 -- --pipeline_model_parallel_size 2 \
+    --pipeline_schedule zb-h2
   refuse layoutbad "pipeline_model_parallel_layout" 2 -- --pipeline_model_parallel_size 2 \
     --pipeline_model_parallel_layout "Et*3|t*4L"
   echo "pp_train_test: bad passed"
@@ -72,6 +75,7 @@ keys=()  # every run (the single process too)
 par=()   # the layout: the distributed runs only
 case "$mode" in
   1f1b) ;;
+  gpipe) par=(--pipeline_schedule gpipe) ;;
   vpp) par=(--virtual_pipeline_model_parallel_size 2) ;;
   zbh1) par=(--patch_zero_bubble true --enable_zero_bubble true) ;;
   zbv) par=(--patch_zero_bubble true --zero_bubble_v_schedule true --zero_bubble_v_schedule_mem_setup zb) ;;
