@@ -4,6 +4,7 @@
 
 #include "model/param_hooks.h"
 #include "model/tp_boundary.h"
+#include "model/weight_grad.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -189,32 +190,6 @@ Tensor DecoderLayer::forward(const StepContext& ctx, const Tensor& x_in, LayerAc
   return x_out;
 }
 
-namespace {
-// dW (+ db) = dy^T x of a projection, at once or queued for a zero-bubble schedule's weight-gradient pass
-// (StepContext::deferred_wgrad). The queued GEMM keeps its operands alive; dy is copied when it is the
-// residual stream's gradient `dx`, which the rest of the backward keeps accumulating into.
-void weight_grad(const StepContext& ctx, ParamStore& params, int w, int b, const Tensor& dy, const Tensor& x,
-                 const Tensor& dx) {
-  auto run = [&params, w, b, s = ctx.stream](const Tensor& g_out, const Tensor& in) {
-    Tensor g_w = params.grad(w);
-    Tensor g_b = b >= 0 ? params.grad(b) : Tensor();
-    // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both
-    // add.
-    ops::linear_backward_weight(g_out, in, g_w, b >= 0 ? &g_b : nullptr, s, params.grad_accumulate(w));
-  };
-  if (!ctx.deferred_wgrad) {
-    run(dy, x);
-    return;
-  }
-  Tensor g_out = dy;
-  if (dy.data_ptr() == dx.data_ptr()) {
-    g_out = ctx.act(dy.shape());
-    g_out.copy_from(dy, ctx.stream);
-  }
-  ctx.deferred_wgrad->push_back([run, g_out, x] { run(g_out, x); });
-}
-}  // namespace
-
 void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a) {
   const Stream& s = ctx.stream;
   if (a.mode == RecomputeMode::kFull) {
@@ -242,7 +217,7 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
   const Stream& s = ctx.stream;
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
   ops::linear_backward_input(dx, params_.param(w_o_), d_attn, false, s);
-  weight_grad(ctx, params_, w_o_, -1, dx, a.attn, residual_grad);
+  weight_grad(ctx, dx, a.attn, params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), residual_grad);
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   if (ctx.cp) {
     ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
@@ -266,7 +241,9 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
                                spec_.kv_heads, spec_.head_dim, d_raw, gk, s);
     d_qkv = d_raw;
   }
-  weight_grad(ctx, params_, w_qkv_, b_qkv_, d_qkv, a.h1, residual_grad);
+  // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
+  weight_grad(ctx, d_qkv, a.h1, params_.grad(w_qkv_), b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(),
+              params_.grad_accumulate(w_qkv_), residual_grad);
   ops::linear_backward_input(d_qkv, params_.param(w_qkv_), d_h1, false, s);
   d_qkv = Tensor();
 }
@@ -285,14 +262,14 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
     Tensor d_act = ctx.act({n, spec_.ffn});
     ops::linear_backward_input(dy, params_.param(w_down_), d_act, false, s);
-    weight_grad(ctx, params_, w_down_, -1, dy, a.act, dx);
+    weight_grad(ctx, dy, a.act, params_.grad(w_down_), Tensor(), params_.grad_accumulate(w_down_), dx);
     a.act = Tensor();
     Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
     ops::swiglu_backward(d_act, a.gu, d_gu, s);
     d_act = Tensor();
     a.gu = Tensor();
     ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
-    weight_grad(ctx, params_, w_gu_, -1, d_gu, a.h2, dx);
+    weight_grad(ctx, d_gu, a.h2, params_.grad(w_gu_), Tensor(), params_.grad_accumulate(w_gu_), dx);
     d_h2 = tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
   }
   a.h2 = Tensor();

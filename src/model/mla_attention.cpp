@@ -1,6 +1,7 @@
 #include "model/mla_attention.h"
 
 #include "model/tp_boundary.h"
+#include "model/weight_grad.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
 
@@ -127,8 +128,8 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
   // x_mid = residual + a Wo^T
   Tensor d_attn = ctx.act({n, shape.out_width()});
   ops::linear_backward_input(dx_mid, params_.param(w_o_), d_attn, false, s);
-  Tensor g_o = params_.grad(w_o_);
-  ops::linear_backward_weight(dx_mid, a.attn, g_o, nullptr, s, params_.grad_accumulate(w_o_));
+  // dx_mid may be the decoder's residual-stream gradient buffer (a queued GEMM copies it).
+  weight_grad(ctx, dx_mid, a.attn, params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), dx_mid);
   Tensor dqkv = ctx.act({n, d.qkv_width()});
   Tensor dqkv3 = dqkv.view({ctx.batch, ctx.seq, shape.qkv_width()});
   ops::attention_backward(d_attn.view({ctx.batch, ctx.seq, shape.out_width()}),
@@ -144,8 +145,7 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
   // written whole by the two GEMMs together)
   Tensor d_kvcn = ctx.act({n, m.kv_lora_rank});
   ops::linear_backward_input(dkv, params_.param(w_kvb_), d_kvcn, false, s);
-  Tensor g_kvb = params_.grad(w_kvb_);
-  ops::linear_backward_weight(dkv, a.kv_cn, g_kvb, nullptr, s, params_.grad_accumulate(w_kvb_));
+  weight_grad(ctx, dkv, a.kv_cn, params_.grad(w_kvb_), Tensor(), params_.grad_accumulate(w_kvb_));
   dkv = Tensor();
   Tensor d_kvc = ctx.act({n, m.kv_lora_rank});
   Tensor g_kvn = params_.grad(kv_norm_);
@@ -156,31 +156,27 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
   const Tensor w_c = w_kva.slice(0, m.kv_lora_rank),
                w_pe = w_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope);
   const Tensor g_kva = params_.grad(w_kva_);
-  Tensor g_c = g_kva.slice(0, m.kv_lora_rank), g_pe = g_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope);
   const bool acc_kva = params_.grad_accumulate(w_kva_);
-  ops::linear_backward_weight(d_kvc, h, g_c, nullptr, s, acc_kva);
-  ops::linear_backward_weight(dk_pe, h, g_pe, nullptr, s, acc_kva);
+  weight_grad(ctx, d_kvc, h, g_kva.slice(0, m.kv_lora_rank), Tensor(), acc_kva);
+  weight_grad(ctx, dk_pe, h, g_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope), Tensor(), acc_kva);
   ops::linear_backward_input(d_kvc, w_c, dh, false, s);
   ops::linear_backward_input(dk_pe, w_pe, dh, true, s);
   d_kvc = dk_pe = Tensor();
 
   // q
   if (w_q_ >= 0) {
-    Tensor g_q = params_.grad(w_q_);
-    ops::linear_backward_weight(dq, h, g_q, nullptr, s, params_.grad_accumulate(w_q_));
+    weight_grad(ctx, dq, h, params_.grad(w_q_), Tensor(), params_.grad_accumulate(w_q_));
     ops::linear_backward_input(dq, params_.param(w_q_), dh, true, s);
   } else {
     Tensor d_qan = ctx.act({n, m.q_lora_rank});
     ops::linear_backward_input(dq, params_.param(w_qb_), d_qan, false, s);
-    Tensor g_qb = params_.grad(w_qb_);
-    ops::linear_backward_weight(dq, a.q_an, g_qb, nullptr, s, params_.grad_accumulate(w_qb_));
+    weight_grad(ctx, dq, a.q_an, params_.grad(w_qb_), Tensor(), params_.grad_accumulate(w_qb_));
     dq = Tensor();
     Tensor d_qa = ctx.act({n, m.q_lora_rank});
     Tensor g_qn = params_.grad(q_norm_);
     ops::rmsnorm_backward(d_qan, a.q_a, params_.param(q_norm_), a.q_rstd, d_qa, g_qn, /*accumulate_dx=*/false,
                           s);
-    Tensor g_qa = params_.grad(w_qa_);
-    ops::linear_backward_weight(d_qa, h, g_qa, nullptr, s, params_.grad_accumulate(w_qa_));
+    weight_grad(ctx, d_qa, h, params_.grad(w_qa_), Tensor(), params_.grad_accumulate(w_qa_));
     ops::linear_backward_input(d_qa, params_.param(w_qa_), dh, true, s);
   }
   a = MlaActivations{};

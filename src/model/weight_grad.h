@@ -1,0 +1,33 @@
+#pragma once
+// A projection's weight gradient dW (+ db) = dy^T x, run at once or, in a zero-bubble pipeline schedule's
+// input-gradient pass (StepContext::deferred_wgrad), queued for its weight-gradient pass. The queued GEMM
+// keeps its operands alive; dy is copied when it is `residual_grad`, the residual stream's gradient that the
+// rest of the backward keeps accumulating into. `g` / `g_bias` are views of the gradient buffer (stable while
+// queued: the pipeline does not run under FSDP's attach / release with zero-bubble schedules) and
+// `accumulate` is the write mode decided now, in the order the backward reaches the projection.
+#include <utility>
+
+#include "model/step_context.h"
+#include "ops/gemm.h"
+
+namespace primus {
+
+inline void weight_grad(const StepContext& ctx, const Tensor& dy, const Tensor& x, Tensor g, Tensor g_bias,
+                        bool accumulate, const Tensor& residual_grad = Tensor()) {
+  auto run = [s = ctx.stream, accumulate](const Tensor& g_out, const Tensor& in, Tensor& gw, Tensor& gb) {
+    ops::linear_backward_weight(g_out, in, gw, gb.defined() ? &gb : nullptr, s, accumulate);
+  };
+  if (!ctx.deferred_wgrad) {
+    run(dy, x, g, g_bias);
+    return;
+  }
+  Tensor g_out = dy;
+  if (residual_grad.defined() && dy.data_ptr() == residual_grad.data_ptr()) {
+    g_out = ctx.act(dy.shape());
+    g_out.copy_from(dy, ctx.stream);
+  }
+  ctx.deferred_wgrad->push_back(
+      [run, g_out, x, g = std::move(g), gb = std::move(g_bias)]() mutable { run(g_out, x, g, gb); });
+}
+
+}  // namespace primus
