@@ -5,6 +5,7 @@
 #include "core/env.h"
 #include "core/philox.h"
 #include "core/stream_events.h"
+#include "model/weight_grad.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -297,18 +298,17 @@ void MoeMlp::shared_backward(const StepContext& ctx, const Tensor& dy, const Ten
     }
     ops::linear_backward_input(dg, params_.param(sh_gate_), dh, accumulate, s);
     accumulate = true;
-    Tensor g_gate = params_.grad(sh_gate_);
-    ops::linear_backward_weight(dg, h, g_gate, nullptr, s, params_.grad_accumulate(sh_gate_));
+    weight_grad(ctx, dg, h, params_.grad(sh_gate_), Tensor(), params_.grad_accumulate(sh_gate_));
   }
   Tensor d_sh_act = ctx.act({n, Fs});
   ops::linear_backward_input(d_sh_out, params_.param(sh_down_), d_sh_act, false, s);
-  Tensor g_sd = params_.grad(sh_down_);
-  ops::linear_backward_weight(d_sh_out, a.sh_act, g_sd, nullptr, s, params_.grad_accumulate(sh_down_));
+  // d_sh_out may be dy, the decoder's residual-stream gradient buffer (a queued GEMM copies it).
+  weight_grad(ctx, d_sh_out, a.sh_act, params_.grad(sh_down_), Tensor(), params_.grad_accumulate(sh_down_),
+              dy);
   Tensor d_sh_gu = ctx.act({n, 2 * Fs});
   ops::swiglu_backward(d_sh_act, a.sh_gu, d_sh_gu, s);
   ops::linear_backward_input(d_sh_gu, params_.param(sh_gu_), dh, accumulate, s);
-  Tensor g_sgu = params_.grad(sh_gu_);
-  ops::linear_backward_weight(d_sh_gu, h, g_sgu, nullptr, s, params_.grad_accumulate(sh_gu_));
+  weight_grad(ctx, d_sh_gu, h, params_.grad(sh_gu_), Tensor(), params_.grad_accumulate(sh_gu_));
 }
 
 void MoeMlp::recompute_selective(const StepContext& ctx, MoeActivations& a) {
@@ -350,10 +350,20 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
     stream_wait(s, arrived);  // dy_perm (read by the exchange) is released after this
     dy_perm = dy_local;
   }
+  // The experts' weight gradients, at once or queued for a zero-bubble weight-gradient pass
+  // (model/weight_grad.h).
+  auto expert_wgrad = [&](const Tensor& d_out, const Tensor& x, Tensor g, bool accumulate) {
+    if (!ctx.deferred_wgrad) {
+      ops::grouped_gemm_backward_weight(d_out, x, a.rows, g, s, accumulate);
+      return;
+    }
+    ctx.deferred_wgrad->push_back([d_out, x, counts = a.rows, g, s, accumulate]() mutable {
+      ops::grouped_gemm_backward_weight(d_out, x, counts, g, s, accumulate);
+    });
+  };
   Tensor d_act = ctx.act({rows, F});
   ops::grouped_gemm_backward_input(dy_perm, params_.param(w_down_), a.rows, d_act, s);
-  Tensor g_down = params_.grad(w_down_);
-  ops::grouped_gemm_backward_weight(dy_perm, a.act_perm, a.rows, g_down, s, params_.grad_accumulate(w_down_));
+  expert_wgrad(dy_perm, a.act_perm, params_.grad(w_down_), params_.grad_accumulate(w_down_));
   dy_perm = Tensor();
   a.act_perm = Tensor();
   Tensor d_gu = ctx.act({rows, 2 * F});
@@ -362,8 +372,7 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   a.gu_perm = Tensor();
   Tensor dx_perm = ctx.act({rows, d});
   ops::grouped_gemm_backward_input(d_gu, params_.param(w_gu_), a.rows, dx_perm, s);
-  Tensor g_gu = params_.grad(w_gu_);
-  ops::grouped_gemm_backward_weight(d_gu, a.x_perm, a.rows, g_gu, s, params_.grad_accumulate(w_gu_));
+  expert_wgrad(d_gu, a.x_perm, params_.grad(w_gu_), params_.grad_accumulate(w_gu_));
   d_gu = Tensor();
   a.x_perm = Tensor();
   if (ep_) {  // the input gradient goes back to the ranks the rows came from
@@ -390,8 +399,7 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
     ops::cast(dlogits, dl, s);
   }
   ops::linear_backward_input(dl, params_.param(router_), dh, /*accumulate=*/true, s);
-  Tensor g_router = params_.grad(router_);
-  ops::linear_backward_weight(dl, h, g_router, nullptr, s, params_.grad_accumulate(router_));
+  weight_grad(ctx, dl, h, params_.grad(router_), Tensor(), params_.grad_accumulate(router_));
 
   if (dh_shared.defined()) {
     ops::add(dh, dh_shared, dh, s);
