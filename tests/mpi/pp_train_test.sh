@@ -37,19 +37,9 @@
 set -u
 mode=$1 mpirun=$2 primus=$3 np=${4:-2} pp=${5:-2}
 src=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d /tmp/primus-pp-XXXXXX)
-[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
-flags=(--allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1
-       -x PRIMUS_WORKSPACE="$work" -x PRIMUS_E2E_MODEL)
-common=(--config "$src/tests/e2e/configs/fortunes_micro_llama.yaml" --train_iters 20 --seq_length 64
-        --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
-        --clip_grad 0.5 --num_layers 8 --lr 1e-3 --min_lr 1e-4)
-if [ ! -d /usr/share/games/fortunes ]; then
-  common+=(--mock_data true)
-fi
-fail() { echo "pp_train_test FAILED: $*"; exit 1; }
-
-source "$src/tests/mpi/train_runs.sh"  # run, compare, refuse
+source "$src/tests/mpi/train_runs.sh"  # init_runs, run, compare, refuse
+init_runs pp -x PRIMUS_E2E_MODEL
+common+=(--num_layers 8 --lr 1e-3 --min_lr 1e-4)
 
 export PRIMUS_E2E_MODEL=micro_llama.yaml
 if [ "$mode" = bad ]; then

@@ -1,7 +1,27 @@
-# Sourced by the multi-rank training tests (dp_train_test.sh, ep_train_test.sh, tp_train_test.sh): a training
-# run of the micro experiment, the comparison of two runs' curves, and a refusal check. The caller defines
-# work, primus, mpirun, flags (mpirun's), common (the training arguments), fail(), and LAUNCH (non-empty: ranks
-# started by `primus launch`, tcp backend, instead of mpirun).
+# Sourced by the multi-rank training tests (dp_, ep_, tp_, pp_train_test.sh): their set-up, a training run of
+# the micro experiment, the comparison of two runs' curves, and a refusal check. The caller defines src,
+# primus and mpirun, calls init_runs, and may set LAUNCH (non-empty: ranks started by `primus launch`, tcp
+# backend, instead of mpirun).
+
+# init_runs TAG [mpirun flags...]: $work (a scratch folder, removed at exit unless KEEP is set), flags
+# (mpirun's), common (the micro experiment's training arguments: 20 steps, global batch 16 of micro-batches
+# of 2, mock data when the fortunes corpus is absent) and fail().
+init_runs() {
+  local tag=$1
+  shift
+  work=$(mktemp -d "/tmp/primus-$tag-XXXXXX")
+  [ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+  flags=(--allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1
+         -x PRIMUS_WORKSPACE="$work" "$@")
+  common=(--config "$src/tests/e2e/configs/fortunes_micro_llama.yaml" --train_iters 20 --seq_length 64
+          --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
+          --clip_grad 0.5)
+  if [ ! -d /usr/share/games/fortunes ]; then
+    common+=(--mock_data true)
+  fi
+  eval "fail() { echo \"${tag}_train_test FAILED: \$*\"; exit 1; }"
+}
+
 # run NAME NP(0 = single process) [env...] -- [overrides...]: metrics copied to $work/NAME.jsonl
 run() {
   local name=$1 n=$2
