@@ -63,10 +63,7 @@ std::string layout_report(const config::ResolvedConfig& rc, int world_size, int 
         "schedule {} ({}), {} micro-batches per step, {} chunk(s) per rank; simulated bubble {:.1f}%\n",
         schedule_name(plan.kind), in.configured_from, plan.schedule.microbatches, plan.layout.vpp(),
         100 * sim.bubble_fraction);
-    std::string split = plan.layout.describe();
-    for (size_t at = 0; (at = split.find("rank ", at)) != std::string::npos; at += 5)
-      if (at == 0 || split[at - 1] == '\n') split.insert(at, "               pp ");
-    stages += split;
+    stages += plan.layout.describe("               pp ");
   }
   d.validate_training(cfg, /*pipeline_split_checked=*/!stages.empty());
 

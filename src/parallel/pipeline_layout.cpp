@@ -57,10 +57,10 @@ int PipelineLayout::layer_count(int rank, int chunk) const {
   return s.num_layers + s.num_mtp;
 }
 
-std::string PipelineLayout::describe() const {
+std::string PipelineLayout::describe(const std::string& prefix) const {
   std::string out;
   for (int r = 0; r < pp(); ++r) {
-    out += fmt::format("rank {}", r);
+    out += fmt::format("{}rank {}", prefix, r);
     for (int c = 0; c < vpp(); ++c) {
       if (vpp() > 1) out += fmt::format(" | chunk {}", c);
       out += ": " + at(r, c).describe();

@@ -77,8 +77,9 @@ class PipelineLayout {
   const StageModules& at(int rank, int chunk) const { return stages_.at(rank).at(chunk); }
   // Decoder + MTP layers of a chunk: what the simulator's default cost model weighs a chunk by.
   int layer_count(int rank, int chunk) const;
-  // A table, one line per rank: "rank 0 | chunk 0: embedding + layers 0-3 | chunk 1: layers 16-19".
-  std::string describe() const;
+  // A table, one line per rank: "rank 0 | chunk 0: embedding + layers 0-3 | chunk 1: layers 16-19", each
+  // line starting with `prefix`.
+  std::string describe(const std::string& prefix = "") const;
 
  private:
   PipelineTopology topo_;

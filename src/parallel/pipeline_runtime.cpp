@@ -76,19 +76,21 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
   std::vector<Tensor> losses(static_cast<size_t>(M));
   executed_.clear();
 
+  // The tensor waiting under `key` in `m` (an input, an output gradient, a send), taken out of it.
+  auto take = [&](std::map<Key, Tensor>& m, const Key& key, const Action& a, const char* what) {
+    auto it = m.find(key);
+    PRIMUS_CHECK(it != m.end(), "pipeline rank {}: {} has no {}", me, a.str(), what);
+    Tensor t = std::move(it->second);
+    m.erase(it);
+    return t;
+  };
   auto run_compute = [&](const Action& a) {
     const LlamaModel::Chunk& c = chunks_.at(static_cast<size_t>(a.chunk));
     const Key key{a.microbatch, a.chunk};
     const MicroBatch& mb = batch(a.microbatch);
     if (a.kind == ActionKind::kF) {
       PRIMUS_TRACE_RANGE("pipeline forward");
-      Tensor in;
-      if (!c.embedding) {
-        auto it = inputs.find(key);
-        PRIMUS_CHECK(it != inputs.end(), "pipeline rank {}: {} has no input", me, a.str());
-        in = std::move(it->second);
-        inputs.erase(it);
-      }
+      const Tensor in = c.embedding ? Tensor() : take(inputs, key, a, "input");
       LlamaModel::ChunkState& st = states[key];
       held = std::max(held, static_cast<int>(states.size()));
       Tensor out =
@@ -111,13 +113,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
       states.erase(st);
     } else {
       PRIMUS_TRACE_RANGE("pipeline backward");
-      Tensor g;
-      if (!c.loss) {
-        auto it = grads.find(key);
-        PRIMUS_CHECK(it != grads.end(), "pipeline rank {}: {} has no output gradient", me, a.str());
-        g = std::move(it->second);
-        grads.erase(it);
-      }
+      Tensor g = c.loss ? Tensor() : take(grads, key, a, "output gradient");
       auto st = states.find(key);
       PRIMUS_CHECK(st != states.end(), "pipeline rank {}: {} before its forward", me, a.str());
       const bool split = a.kind == ActionKind::kBI;
@@ -132,13 +128,6 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
       }
     }
     executed_.push_back(a);
-  };
-  auto take_outbox = [&](const Action& a) {
-    auto it = outbox.find({a.microbatch, a.chunk});
-    PRIMUS_CHECK(it != outbox.end(), "pipeline rank {}: {} has nothing to send", me, a.str());
-    Tensor t = std::move(it->second);
-    outbox.erase(it);
-    return t;
   };
   auto recv_target = [&](const Action& a) {
     Tensor t = io_buffer(batch(a.microbatch));
@@ -169,7 +158,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
         if (stream_.device.is_cuda()) marks.back().end = StreamEvent::record(stream_, /*timed=*/true);
       }
     } else if (a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB) {
-      channels_->send(a, take_outbox(a));
+      channels_->send(a, take(outbox, {a.microbatch, a.chunk}, a, "tensor to send"));
     } else {
       PRIMUS_TRACE_RANGE("pipeline recv");
       channels_->recv(a, recv_target(a));

@@ -122,9 +122,10 @@ void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
     refuse(
         "the interleaved schedule over NCCL (its first step hangs on 2 GPUs; the host-staged tcp backend, "
         "PRIMUS_COMM_BACKEND=tcp, and the CPU backends run it; 1f1b, zb-h1 and zb-v run over NCCL)");
-  PRIMUS_CHECK(pp_plan_->schedule.microbatches == config::batch_layout(cfg_, dp_cfg_->dp).micro_batches,
+  const int64_t micro = config::batch_layout(cfg_, dp_cfg_->dp).micro_batches;
+  PRIMUS_CHECK(pp_plan_->schedule.microbatches == micro,
                "the pipeline schedule has {} micro-batches, the batch layout {}",
-               pp_plan_->schedule.microbatches, config::batch_layout(cfg_, dp_cfg_->dp).micro_batches);
+               pp_plan_->schedule.microbatches, micro);
 }
 
 ModelSpec Trainer::local_spec() const {
