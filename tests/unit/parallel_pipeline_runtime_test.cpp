@@ -30,6 +30,24 @@ Tensor copy_of(const Tensor& t) {
   return c;
 }
 
+// Two models with the same weights (f32, CPU, gradients zeroed): one runs the reference, the other the
+// pipeline's pieces.
+struct TwinModels {
+  ParamStore a, b;
+  LlamaModel reference, piecewise;
+  static ParamStore& ready(ParamStore& p, uint64_t seed) {
+    p.allocate(DType::kF32, Stream::cpu());
+    p.initialize(seed, Stream::cpu());
+    p.begin_grad_step(Stream::cpu());
+    return p;
+  }
+  TwinModels(const ModelConfig& cfg, uint64_t seed)
+      : a(ModelSpec::from_config(cfg)),
+        b(ModelSpec::from_config(cfg)),
+        reference(cfg, RecomputeConfig{}, ready(a, seed), Stream::cpu(), 16),
+        piecewise(cfg, RecomputeConfig{}, ready(b, seed), Stream::cpu(), 16) {}
+};
+
 std::string joined(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += x + "\n";
@@ -125,17 +143,8 @@ TEST(PipelineRuntime, TiedEmbeddingsSplitFromTheHeadAreRefused) {
 TEST(PipelineRuntime, ChunksChainedGiveTheWholeModelsStepBitwise) {
   ModelConfig cfg = grad_test::tiny_model(true, true, false);
   cfg.num_layers = 3;
-  const ModelSpec spec = ModelSpec::from_config(cfg);
-  auto make = [&](ParamStore& p) {
-    p.allocate(DType::kF32, Stream::cpu());
-    p.initialize(7, Stream::cpu());
-    p.begin_grad_step(Stream::cpu());
-  };
-  ParamStore a(spec), b(spec);
-  make(a);
-  make(b);
-  RecomputeConfig rc;
-  LlamaModel whole(cfg, rc, a, Stream::cpu(), 16), chunked(cfg, rc, b, Stream::cpu(), 16);
+  TwinModels m(cfg, 7);
+  LlamaModel &whole = m.reference, &chunked = m.piecewise;
   const Tensor tokens = random_ids(32, cfg.vocab_size, 3), targets = random_ids(32, cfg.vocab_size, 4);
   const Tensor la = whole.forward_backward(tokens, targets, 0.01f);
   const LlamaModel::Chunk first{true, 0, 2, false}, second{false, 2, 1, true};
@@ -146,7 +155,7 @@ TEST(PipelineRuntime, ChunksChainedGiveTheWholeModelsStepBitwise) {
   const Tensor dx = chunked.chunk_backward(second, s2, Tensor());
   EXPECT_FALSE(chunked.chunk_backward(first, s1, copy_of(dx)).defined());
   EXPECT_EQ(la.to_vector<float>(), s2.losses.to_vector<float>());
-  EXPECT_EQ(a.grad_flat().to_vector<float>(), b.grad_flat().to_vector<float>());
+  EXPECT_EQ(m.a.grad_flat().to_vector<float>(), m.b.grad_flat().to_vector<float>());
 }
 
 // Zero-bubble's split backward: the input-gradient pass leaves the projections' weight gradients to the
@@ -154,17 +163,9 @@ TEST(PipelineRuntime, ChunksChainedGiveTheWholeModelsStepBitwise) {
 // result is bitwise the one-pass backward's -- for the packed-QKV and the multi-latent attention.
 TEST(PipelineRuntime, DeferredWeightGradientsEqualTheOnePassBackward) {
   for (const ModelConfig& cfg : {grad_test::tiny_model(true, true, false), grad_test::tiny_mla(8, false)}) {
-    const ModelSpec spec = ModelSpec::from_config(cfg);
-    auto make = [&](ParamStore& p) {
-      p.allocate(DType::kF32, Stream::cpu());
-      p.initialize(11, Stream::cpu());
-      p.begin_grad_step(Stream::cpu());
-    };
-    ParamStore a(spec), b(spec);
-    make(a);
-    make(b);
-    RecomputeConfig rc;
-    LlamaModel one(cfg, rc, a, Stream::cpu(), 16), split(cfg, rc, b, Stream::cpu(), 16);
+    TwinModels m(cfg, 11);
+    LlamaModel &one = m.reference, &split = m.piecewise;
+    ParamStore &a = m.a, &b = m.b;
     const Tensor tokens = random_ids(32, cfg.vocab_size, 5), targets = random_ids(32, cfg.vocab_size, 6);
     one.forward_backward(tokens, targets, 0.01f);
     LlamaModel::ChunkState st;
@@ -182,7 +183,7 @@ TEST(PipelineRuntime, DeferredWeightGradientsEqualTheOnePassBackward) {
     split.chunk_weight_grad(st);
     EXPECT_TRUE(st.wgrad.empty());
     EXPECT_GT(sum_abs(o), 0.0);
-    EXPECT_EQ(a.grad_flat().to_vector<float>(), b.grad_flat().to_vector<float>()) << spec.describe();
+    EXPECT_EQ(a.grad_flat().to_vector<float>(), b.grad_flat().to_vector<float>()) << b.spec().describe();
   }
 }
 
