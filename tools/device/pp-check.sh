@@ -14,7 +14,7 @@
 set -uo pipefail
 check=pp show='pipeline parallel:|done:'
 parts=${PARTS:-stage nccl ckpt perf}
-source "$(dirname "$0")/train_check_lib.sh"  # run, curves, bitwise; $out, $bin, $ngpu
+source "$(dirname "$0")/train_check_lib.sh"  # run, curves, bitwise, medians; $out, $bin, $ngpu
 
 micro=(--config tests/e2e/configs/fortunes_micro_llama.yaml --mock_data true --train_iters 20 --seq_length 64
        --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
@@ -70,18 +70,5 @@ if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
       names="$names l8x8_pp2_${s}_$split"
     done
   done
-  python3 - "$out" $names <<'PY'
-import json, statistics, sys, os
-out = sys.argv[1]
-def med(n):
-    p = f"{out}/{n}.jsonl"
-    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l] if os.path.exists(p) else []
-    tail = [r["iter_ms"] for r in rec[5:]]
-    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
-base, _ = med("l8x8_1gpu")
-for n in sys.argv[2:]:
-    m, mem = med(n)
-    print(f"   {n}: " + (f"median {m:.1f} ms per global batch of 8 x 8192 tokens, {8 * 8192 / m * 1e3:,.0f} tok/s, "
-                          f"peak {mem:.2f} GB, {base / m:.3f}x one GPU" if m and base else "no steps"))
-PY
+  medians 5 l8x8_1gpu $((8 * 8192)) $names
 fi

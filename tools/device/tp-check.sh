@@ -17,7 +17,7 @@
 set -uo pipefail
 check=tp show='tensor parallel:|context parallel:|done:'
 parts=${PARTS:-stage nccl perf}
-source "$(dirname "$0")/train_check_lib.sh"  # run, curves, bitwise; $out, $bin, $ngpu
+source "$(dirname "$0")/train_check_lib.sh"  # run, curves, bitwise, medians; $out, $bin, $ngpu
 
 # ops: the new kernels (vocabulary-parallel loss, vocabulary-sharded embedding) against their CPU references.
 if [[ " $parts " == *" ops "* ]] && [ -x "$bin/primus_gpu_tests" ]; then
@@ -127,31 +127,15 @@ if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
   timeout 200 "$bin/primus" launch --nproc-per-node 2 --master-port 0 -- benchmark comm --backend nccl \
     --ops all_reduce,all_gather,reduce_scatter --sizes 32M,64M 2>&1 | tail -12 | tee "$out/comm.txt"
   l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters 30 --log_interval 10)
-  names=""
   for gbs in 1 2; do
     run "l8_1gpu_b$gbs" 1 200 CUDA_VISIBLE_DEVICES=0 -- "${l[@]}" --global_batch_size $gbs
     run "l8_tp2_b$gbs" 2 200 -- "${l[@]}" --global_batch_size $gbs --tensor_model_parallel_size 2
     run "l8_tp2sp_b$gbs" 2 200 -- "${l[@]}" --global_batch_size $gbs --tensor_model_parallel_size 2 \
       --sequence_parallel true
-    names="$names l8_1gpu_b$gbs l8_tp2_b$gbs l8_tp2sp_b$gbs"
     if [ $gbs = 2 ]; then
       run l8_dp2_b2 2 200 -- "${l[@]}" --global_batch_size 2 --overlap_grad_reduce true
-      names="$names l8_dp2_b2"
     fi
   done
-  python3 - "$out" $names <<'PY'
-import json, statistics, sys, os
-out = sys.argv[1]
-def med(n):
-    p = f"{out}/{n}.jsonl"
-    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l] if os.path.exists(p) else []
-    tail = [r["iter_ms"] for r in rec[10:]]
-    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
-for n in sys.argv[2:]:
-    gbs = int(n[-1])
-    base, _ = med(f"l8_1gpu_b{gbs}")
-    m, mem = med(n)
-    print(f"   {n}: " + (f"median {m:.1f} ms per global batch of {gbs} x 8192 tokens, {gbs * 8192 / m * 1e3:,.0f} "
-                          f"tok/s, peak {mem:.2f} GB, {base / m:.3f}x one GPU" if m and base else "no steps"))
-PY
+  medians 10 l8_1gpu_b1 8192 l8_1gpu_b1 l8_tp2_b1 l8_tp2sp_b1
+  medians 10 l8_1gpu_b2 16384 l8_1gpu_b2 l8_tp2_b2 l8_tp2sp_b2 l8_dp2_b2
 fi

@@ -4,6 +4,8 @@
 #                                              its summary line shows the log lines matching $show
 #   curves A B TOL                             loss (and grad norm, reported) of every step within TOL
 #   bitwise A B                                every step's loss and grad norm equal
+#   medians SKIP BASE TOKENS NAME...           each run's median step (after SKIP steps), tokens/s, peak memory
+#                                              and ratio to BASE; TOKENS: tokens per step
 # The caller sets check (the name), show (a grep -E pattern) and PARTS' default; DEVICE (default cuda) lets the
 # parts that need no GPU run on the CPU.
 out=/tmp/$check-out
@@ -73,5 +75,23 @@ same = bool(a) and len(a) == len(b) and all(x["loss"] == y["loss"] and x["grad_n
                                             for x, y in zip(a, b))
 print(f"   {sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: {len(a)} / {len(b)} steps, "
       f"{'BITWISE EQUAL' if same else 'DIFFERENT'}")
+PY
+}
+
+# medians SKIP BASE TOKENS NAME...: the timing table of the perf parts
+medians() {
+  python3 - "$out" "$@" <<'PY'
+import json, statistics, sys, os
+out, skip, base_name, tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def med(n):
+    p = f"{out}/{n}.jsonl"
+    rec = [json.loads(l) for l in open(p) if '"iter_ms"' in l] if os.path.exists(p) else []
+    tail = [r["iter_ms"] for r in rec[skip:]]
+    return (statistics.median(tail) if tail else None), max((r.get("mem_gb", 0) for r in rec), default=0)
+base, _ = med(base_name)
+for n in sys.argv[5:]:
+    m, mem = med(n)
+    print(f"   {n}: " + (f"median {m:.1f} ms per step of {tokens:,} tokens, {tokens / m * 1e3:,.0f} tok/s, "
+                          f"peak {mem:.2f} GB, {base / m:.3f}x {base_name}" if m and base else "no steps"))
 PY
 }
