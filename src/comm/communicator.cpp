@@ -350,19 +350,6 @@ void Communicator::recv(const Tensor& t, int peer, const Stream& s, std::string_
   h.finish();
 }
 
-void Communicator::send_recv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer,
-                             const Stream& s, std::string_view label) {
-  const char* op = "send_recv";
-  PRIMUS_COMM_CHECK_TENSOR(out, "sent tensor");
-  PRIMUS_COMM_CHECK_TENSOR(in, "received tensor");
-  for (int peer : {send_peer, recv_peer})
-    PRIMUS_COMM_REQUIRE(peer >= 0 && peer < size_ && peer != rank_,
-                        "peer {} is not another rank of the group (size {})", peer, size_);
-  HostStage o(*this, out, s, true), i(*this, in, s, false);
-  run_op(op, label, [&] { do_send_recv(o.host(), send_peer, i.host(), recv_peer, s); });
-  i.finish();
-}
-
 void Communicator::barrier(std::string_view label) {
   run_op("barrier", label, [&] { do_barrier(); });
 }

@@ -81,11 +81,6 @@ class Communicator {
   void broadcast(const Tensor& t, int root, const Stream& s, std::string_view label);
   void send(const Tensor& t, int peer, const Stream& s, std::string_view label);
   void recv(const Tensor& t, int peer, const Stream& s, std::string_view label);
-  // Sends `out` to `send_peer` while receiving `in` from `recv_peer` (the same or another rank), both
-  // progressing at once: pipeline stages pair a send with their next receive, so that two stages sending to
-  // each other cannot deadlock on blocking (rendezvous) sends.
-  void send_recv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer, const Stream& s,
-                 std::string_view label);
   void barrier(std::string_view label);
 
   // Collective over this communicator: ranks with the same color form a new communicator ordered by (key,
@@ -118,8 +113,6 @@ class Communicator {
   virtual void do_broadcast(const Tensor& t, int root, const Stream& s) = 0;
   virtual void do_send(const Tensor& t, int peer, const Stream& s) = 0;
   virtual void do_recv(const Tensor& t, int peer, const Stream& s) = 0;
-  virtual void do_send_recv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer,
-                            const Stream& s) = 0;
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
                                                  bool low_latency) = 0;

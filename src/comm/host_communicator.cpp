@@ -180,11 +180,6 @@ void HostCommunicator::do_recv(const Tensor& t, int peer, const Stream&) {
   exchange(-1, nullptr, 0, peer, t.data_ptr(), t.nbytes());
 }
 
-void HostCommunicator::do_send_recv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer,
-                                    const Stream&) {
-  exchange(send_peer, out.data_ptr(), out.nbytes(), recv_peer, in.data_ptr(), in.nbytes());
-}
-
 void HostCommunicator::do_barrier() {
   const int n = size(), r = rank();
   char out = 1, in = 0;

@@ -40,8 +40,6 @@ class HostCommunicator : public Communicator {
   void do_broadcast(const Tensor& t, int root, const Stream& s) override;
   void do_send(const Tensor& t, int peer, const Stream& s) override;
   void do_recv(const Tensor& t, int peer, const Stream& s) override;
-  void do_send_recv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer,
-                    const Stream& s) override;
   void do_barrier() override;
 
   // All-gathers one int pair per rank (used by split implementations).

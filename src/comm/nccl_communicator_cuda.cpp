@@ -200,14 +200,6 @@ class NcclCommunicator : public Communicator {
     check(ncclRecv(t.data_ptr(), t.nbytes(), ncclUint8, peer, comm_, cuda_stream(s)), "ncclRecv");
     track(s);
   }
-  void do_send_recv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer,
-                    const Stream& s) override {
-    check(ncclGroupStart(), "ncclGroupStart");
-    check(ncclSend(out.data_ptr(), out.nbytes(), ncclUint8, send_peer, comm_, cuda_stream(s)), "ncclSend");
-    check(ncclRecv(in.data_ptr(), in.nbytes(), ncclUint8, recv_peer, comm_, cuda_stream(s)), "ncclRecv");
-    check(ncclGroupEnd(), "ncclGroupEnd");
-    track(s);
-  }
   void do_barrier() override {
     // A one-element all-reduce on an internal stream, waited for on the host with the timeout.
     cudaSetDevice(device_);
