@@ -253,6 +253,13 @@ void Communicator::all_reduce(const Tensor& t, ReduceOp rop, const Stream& s, st
   h.finish();
 }
 
+double Communicator::all_reduce_value(double v, ReduceOp op, const Stream& s, std::string_view label) {
+  Tensor t = Tensor::from_vector(std::vector<double>{v}, {1});
+  if (s.device.is_cuda()) t = t.to(s);
+  all_reduce(t, op, s, label);
+  return t.to_vector<double>()[0];
+}
+
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp rop, const Stream& s,
                                   std::string_view label) {
   const char* op = "reduce_scatter";

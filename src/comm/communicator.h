@@ -68,6 +68,9 @@ class Communicator {
 
   // In place: t = op over all ranks' t.
   void all_reduce(const Tensor& t, ReduceOp op, const Stream& s, std::string_view label);
+  // One f64 value reduced over the ranks (a loss sum, a stop request, a norm's square), through `s`'s device
+  // when it is a GPU (NCCL reduces GPU tensors only).
+  double all_reduce_value(double v, ReduceOp op, const Stream& s, std::string_view label);
   // in: [size * k] elements, out: [k]; rank r receives the reduction of every rank's chunk r.
   void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, const Stream& s,
                       std::string_view label);

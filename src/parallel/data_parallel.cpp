@@ -192,22 +192,19 @@ parallel::TensorParallel::GradView DataParallel::grad_view() {
 double DataParallel::grad_norm() {
   const double stage = stage_grad_norm();
   if (!pp_) return stage;
-  Tensor sq = Tensor::from_vector(std::vector<double>{stage * stage}, {1});
-  if (compute_.device.is_cuda()) sq = sq.to(compute_);
-  pp_->all_reduce(sq, ReduceOp::kSum, compute_, "grad norm (pp)");
-  return std::sqrt(std::max(0.0, sq.to_vector<double>()[0]));
+  return std::sqrt(
+      std::max(0.0, pp_->all_reduce_value(stage * stage, ReduceOp::kSum, compute_, "grad norm (pp)")));
 }
 
 double DataParallel::stage_grad_norm() {
   if (tp_) {
     // Split tensors count on every tp rank, whole ones once (the same on every tp rank), each dp shard once.
     PRIMUS_CHECK(cfg_.ep == 1, "tensor and expert parallelism together are not supported");
-    Tensor sq =
-        Tensor::from_vector(std::vector<double>{tp_->norm_contribution(params_, grad_view(), compute_)}, {1});
-    if (compute_.device.is_cuda()) sq = sq.to(compute_);
-    tp_->group().all_reduce(sq, ReduceOp::kSum, compute_, "grad norm (tp)");
-    if (cfg_.shard_ranks() > 1) shard_group().all_reduce(sq, ReduceOp::kSum, compute_, "grad norm");
-    return std::sqrt(std::max(0.0, sq.to_vector<double>()[0]));
+    double sq = tp_->group().all_reduce_value(tp_->norm_contribution(params_, grad_view(), compute_),
+                                              ReduceOp::kSum, compute_, "grad norm (tp)");
+    if (cfg_.shard_ranks() > 1)
+      sq = shard_group().all_reduce_value(sq, ReduceOp::kSum, compute_, "grad norm");
+    return std::sqrt(std::max(0.0, sq));
   }
   Tensor out = Tensor::empty({1}, DType::kF32, compute_);
   if (cfg_.shard_ranks() == 1) {

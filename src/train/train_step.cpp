@@ -218,10 +218,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   }
   if (tp_) {
     // Tensor-parallel peers read the same batches (same losses) but may see different signals: agree too.
-    Tensor t = Tensor::from_vector(std::vector<double>{static_cast<double>(stop_any)}, {1});
-    if (stream_.device.is_cuda()) t = t.to(stream_);
-    tp_->group().all_reduce(t, comm::ReduceOp::kMax, stream_, "stop request");
-    stop_any = static_cast<int>(t.to_vector<double>()[0]);
+    stop_any = static_cast<int>(
+        tp_->group().all_reduce_value(stop_any, comm::ReduceOp::kMax, stream_, "stop request"));
   }
   if (params_->shard_mode() != ShardMode::kFull) inject_.maybe_poison_grad(iter, *params_, stream_);
   StepOutcome o;

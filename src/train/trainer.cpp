@@ -212,7 +212,7 @@ void Trainer::gather_stage_moe_stats(std::vector<MoeLayerStats>& layers) {
   layers.clear();
   for (int64_t i = 0; i < n; ++i) {
     const double* d = all.data() + i * w;
-    if (d[0] == 0) continue;  // e.g. an MTP depth's layer
+    if (d[0] == 0) continue;  // no stage holds it (layers the model did not build)
     layers.push_back({moe_layers[static_cast<size_t>(i)], d[1], d[2], static_cast<int64_t>(d[3]),
                       static_cast<int64_t>(d[4]), static_cast<int64_t>(d[5]), static_cast<int64_t>(d[6]),
                       d[7]});
@@ -329,18 +329,9 @@ double Trainer::evaluate() {
       for (double x : losses.to_vector<double>()) total += x;
     count += b.valid_tokens;
   }
-  if (pipeline_) {
-    Tensor t = Tensor::from_vector(std::vector<double>{total}, {1});
-    if (stream_.device.is_cuda()) t = t.to(stream_);
-    groups_->get("pp").all_reduce(t, comm::ReduceOp::kSum, stream_, "pp validation loss");
-    total = t.to_vector<double>()[0];
-  }
-  if (cp_) {
-    Tensor t = Tensor::from_vector(std::vector<double>{total}, {1});
-    if (stream_.device.is_cuda()) t = t.to(stream_);
-    cp_->group().all_reduce(t, comm::ReduceOp::kSum, stream_, "cp validation loss");
-    total = t.to_vector<double>()[0];
-  }
+  if (pipeline_)
+    total = groups_->get("pp").all_reduce_value(total, comm::ReduceOp::kSum, stream_, "pp validation loss");
+  if (cp_) total = cp_->group().all_reduce_value(total, comm::ReduceOp::kSum, stream_, "cp validation loss");
   return count > 0 ? total / static_cast<double>(count) : -1;
 }
 
