@@ -364,15 +364,22 @@ std::vector<int> LlamaModel::gemm_written_grad_entries() const {
 
 Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp,
                                 const BatchOrigin& origin) {
+  if (!with_mtp || spec_.mtp_layers == 0) {  // the whole model as one chunk, forward only
+    ChunkState st;
+    st.train = false;
+    chunk_forward(whole_model(), st, Tensor(), tokens, targets, 1.0f, 0.0f, origin);
+    return st.losses;
+  }
+  // Multi-token prediction: the depths read the embedding of the shifted tokens.
   StepContext ctx = context(tokens);
   ctx.origin = origin;
-  const int64_t n = ctx.tokens(), D = with_mtp ? spec_.mtp_layers : 0;
+  const int64_t n = ctx.tokens(), D = spec_.mtp_layers;
   const int head_region = static_cast<int>(layers_.size()) + 1;
-  Tensor lookup = D > 0 ? lookup_tokens(ctx, tokens) : tokens.view({n});
+  Tensor lookup = lookup_tokens(ctx, tokens);
   if (hooks_) hooks_->before_forward(0);
   Tensor e_all = embed(ctx, lookup);
   if (hooks_) hooks_->after_forward(0);
-  Tensor x = D > 0 ? e_all.slice(0, n) : e_all;
+  Tensor x = e_all.slice(0, n);
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (hooks_) hooks_->before_forward(static_cast<int>(l) + 1);
     x = layers_[l]->forward(ctx, x, nullptr, RecomputeMode::kNone);
@@ -381,17 +388,15 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, boo
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   if (hooks_) hooks_->before_forward(head_region);
   head_->run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);
-  if (D > 0) {
-    Tensor h = ctx.act({n, spec_.hidden}), rstd = ctx.empty({n}, ctx.stat_dtype());
-    head_->norm_forward(ctx, x, head_->norm_entry(), h, rstd);
-    mtp_losses_.assign(static_cast<size_t>(D), Tensor());
-    for (int64_t k = 0; k < D; ++k) {
-      MtpActivations a;
-      mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), h, a, RecomputeMode::kNone, false);
-      mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
-      head_->project(ctx, a.h, shifted_targets(ctx, targets, k + 1), 1.0f, mtp_losses_[k], nullptr);
-      h = a.h;
-    }
+  Tensor h = ctx.act({n, spec_.hidden}), rstd = ctx.empty({n}, ctx.stat_dtype());
+  head_->norm_forward(ctx, x, head_->norm_entry(), h, rstd);
+  mtp_losses_.assign(static_cast<size_t>(D), Tensor());
+  for (int64_t k = 0; k < D; ++k) {
+    MtpActivations a;
+    mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), h, a, RecomputeMode::kNone, false);
+    mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
+    head_->project(ctx, a.h, shifted_targets(ctx, targets, k + 1), 1.0f, mtp_losses_[k], nullptr);
+    h = a.h;
   }
   if (hooks_) hooks_->after_forward(head_region);
   return losses;
