@@ -1,0 +1,95 @@
+#pragma once
+// FP8 tensors and the `quant` op family: casting to FP8 with scales, and the FP8 GEMM (docs/kernels/fp8.md).
+//
+// An FP8 tensor is its bytes plus f32 *dequantisation* multipliers (`scale_inv`): the value of element (r, c)
+// is fp8_to_float(data[r, c]) * scale_inv[group(r, c)]. The groups are one of:
+//   kTensorwise     one multiplier for the whole tensor             scale_inv [1]
+//   kRowwise        one per row                                     scale_inv [rows]
+//   kBlock1x128     one per 1 x 128 tile of a row                   scale_inv [ceil(cols / 128), rows]
+//                   (row index fastest: the layout cuBLASLt's VEC128_32F scale mode reads)
+//   kBlock128x128   one per 128 x 128 block                         scale_inv [ceil(rows / 128), ceil(cols / 128)]
+// Rows are the "outer" dimension and cols the contiguous one; every FP8 GEMM operand is stored [outer, K]
+// with K contiguous, the only layout Hopper's FP8 tensor cores take ("TN"), so the GEMM's K is always `cols`.
+//
+// Quantisation is q = fp8(x * scale) with scale = 1 / scale_inv: round to nearest even, saturating to the
+// largest finite value (+-448 E4M3, +-57344 E5M2; NaN stays NaN), which is what the GPU's cvt ...satfinite
+// does. For the computed groups (rowwise and blockwise; tensorwise with `current` scaling) the scale is
+// fp8_max / amax(group) in f32 (IEEE division), or 1 when the group's amax is 0 or not finite; scale_inv is
+// 1 / scale in f32. The CPU implementation is the exact emulation the GPU kernels are checked against bit for
+// bit.
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace primus::ops {
+
+enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
+enum class Fp8Granularity : uint8_t { kTensorwise, kRowwise, kBlock1x128, kBlock128x128 };
+
+const char* fp8_format_name(Fp8Format f);            // "e4m3", "e5m2"
+const char* fp8_granularity_name(Fp8Granularity g);  // "tensorwise", "rowwise", "1x128", "128x128"
+inline DType fp8_dtype(Fp8Format f) { return f == Fp8Format::kE4M3 ? DType::kFP8E4M3 : DType::kFP8E5M2; }
+inline float fp8_max(Fp8Format f) { return f == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+
+// Scalar conversions (host): the definition the kernels match.
+uint8_t float_to_fp8(float x, Fp8Format f);
+float fp8_to_float(uint8_t bits, Fp8Format f);
+
+// The scale_inv shape of a [rows, cols] tensor under a granularity (see the table above).
+Shape fp8_scale_shape(Fp8Granularity g, int64_t rows, int64_t cols);
+
+struct Fp8Tensor {
+  Tensor data;       // kFP8E4M3 / kFP8E5M2, [rows, cols] row-major, contiguous
+  Tensor scale_inv;  // f32, fp8_scale_shape(granularity, rows, cols)
+  Fp8Format format = Fp8Format::kE4M3;
+  Fp8Granularity granularity = Fp8Granularity::kTensorwise;
+
+  bool defined() const { return data.defined(); }
+  int64_t rows() const { return data.size(0); }
+  int64_t cols() const { return data.size(1); }
+  // Uninitialised data and scale_inv on `s`'s device.
+  static Fp8Tensor empty(int64_t rows, int64_t cols, Fp8Format f, Fp8Granularity g, const Stream& s);
+  std::string describe() const;  // "e4m3 1x128 [8192, 4096] on cuda:0"
+};
+
+// What quantize() reads besides x.
+struct QuantizeArgs {
+  // kTensorwise only: the quantisation multiplier, f32 [1] on x's device. Null = current scaling: the
+  // tensor's own amax decides it (one more pass over x).
+  const Tensor* scale = nullptr;
+  // If set (f32 [1] on x's device): amax_out[0] = max(amax_out[0], max |x|). Delayed scaling records each
+  // use of a tensor here; NaN in x makes it NaN.
+  Tensor* amax_out = nullptr;
+};
+
+// Casts x [R, C] (bf16 or f32 on CUDA; f32 or f64 on the CPU) to FP8 in one read of x:
+//   out   [R, C] grouped along x's rows (a GEMM operand whose K is C), when `out` is non-null;
+//   out_t [C, R] = x^T grouped along x's columns (an operand whose K is R: the weight-gradient GEMM's), when
+//                 `out_t` is non-null.
+// Each given output must be allocated (Fp8Tensor::empty) with its format and granularity; they may differ in
+// granularity (a weight's 128x128 blocks and ... ) but not tensorwise-with-scale vs computed. Throws
+// primus::Error naming `what` on a shape, dtype or device mismatch.
+void quantize(const Tensor& x, Fp8Tensor* out, Fp8Tensor* out_t, const QuantizeArgs& args, const Stream& s,
+              const char* what = "quantize");
+
+// x = dequantised t (f32 [rows, cols]; CPU or CUDA). Tests and the CPU GEMM use it.
+void dequantize(const Fp8Tensor& t, Tensor& x, const Stream& s);
+
+// max |x| over x into amax [1] (f32, overwritten). NaN propagates.
+void amax(const Tensor& x, Tensor& amax, const Stream& s);
+
+// c [M, N] = alpha * deq(a) [M, K] @ deq(b) [N, K]^T + beta * c_in (c_in defaults to c). a is the left
+// operand with K = a.cols(), b the right one stored [N, K] (a weight [out, in] as it is). Scaling pairs:
+// tensorwise x tensorwise, rowwise x rowwise, 1x128 x 128x128, 1x128 x 1x128, 128x128 x 1x128. At least one
+// of a, b must be E4M3 (Hopper has no E5M2 x E5M2). K must be a multiple of 16 (of 128 for blockwise), M and
+// N of 16. c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum: Hopper's faster FP8 accumulation (tensorwise
+// only; ignored elsewhere and on the CPU). CPU: dequantise to f32 / f64 and multiply (OpenBLAS) -- the
+// reference.
+void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, float alpha, float beta, bool fast_accum,
+              const Stream& s, const Tensor* c_in = nullptr);
+
+// Throws primus::Error (naming `what`) unless fp8_gemm accepts these shapes and scalings.
+void check_fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, const char* what);
+
+}  // namespace primus::ops
