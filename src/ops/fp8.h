@@ -7,7 +7,8 @@
 //   kRowwise        one per row                                     scale_inv [rows]
 //   kBlock1x128     one per 1 x 128 tile of a row                   scale_inv [ceil(cols / 128), rows]
 //                   (row index fastest: the layout cuBLASLt's VEC128_32F scale mode reads)
-//   kBlock128x128   one per 128 x 128 block                         scale_inv [ceil(rows / 128), ceil(cols / 128)]
+//   kBlock128x128   one per 128 x 128 block                         scale_inv [ceil(rows / 128), ceil(cols /
+//   128)]
 // Rows are the "outer" dimension and cols the contiguous one; every FP8 GEMM operand is stored [outer, K]
 // with K contiguous, the only layout Hopper's FP8 tensor cores take ("TN"), so the GEMM's K is always `cols`.
 //
@@ -29,8 +30,12 @@ enum class Fp8Granularity : uint8_t { kTensorwise, kRowwise, kBlock1x128, kBlock
 
 const char* fp8_format_name(Fp8Format f);            // "e4m3", "e5m2"
 const char* fp8_granularity_name(Fp8Granularity g);  // "tensorwise", "rowwise", "1x128", "128x128"
-inline DType fp8_dtype(Fp8Format f) { return f == Fp8Format::kE4M3 ? DType::kFP8E4M3 : DType::kFP8E5M2; }
-inline float fp8_max(Fp8Format f) { return f == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+inline DType fp8_dtype(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? DType::kFP8E4M3 : DType::kFP8E5M2;
+}
+inline float fp8_max(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? 448.0f : 57344.0f;
+}
 
 // Scalar conversions (host): the definition the kernels match.
 uint8_t float_to_fp8(float x, Fp8Format f);
@@ -83,9 +88,9 @@ void amax(const Tensor& x, Tensor& amax, const Stream& s);
 // operand with K = a.cols(), b the right one stored [N, K] (a weight [out, in] as it is). Scaling pairs:
 // tensorwise x tensorwise, rowwise x rowwise, 1x128 x 128x128, 1x128 x 1x128, 128x128 x 1x128. At least one
 // of a, b must be E4M3 (Hopper has no E5M2 x E5M2). K must be a multiple of 16 (of 128 for blockwise), M and
-// N of 16. c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum: Hopper's faster FP8 accumulation (tensorwise
-// only; ignored elsewhere and on the CPU). CPU: dequantise to f32 / f64 and multiply (OpenBLAS) -- the
-// reference.
+// N of 16. c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum: Hopper's faster FP8 accumulation
+// (tensorwise only; ignored elsewhere and on the CPU). CPU: dequantise to f32 / f64 and multiply (OpenBLAS)
+// -- the reference.
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, float alpha, float beta, bool fast_accum,
               const Stream& s, const Tensor* c_in = nullptr);
 

@@ -23,7 +23,9 @@ FormatBits bits_of(Fp8Format f) {
 
 }  // namespace
 
-const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2"; }
+const char* fp8_format_name(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2";
+}
 
 const char* fp8_granularity_name(Fp8Granularity g) {
   switch (g) {
@@ -114,8 +116,8 @@ Fp8Tensor Fp8Tensor::empty(int64_t rows, int64_t cols, Fp8Format f, Fp8Granulari
 
 std::string Fp8Tensor::describe() const {
   if (!defined()) return "undefined fp8 tensor";
-  return fmt::format("{} {} [{}, {}] on {}", fp8_format_name(format), fp8_granularity_name(granularity), rows(),
-                     cols(), data.device().str());
+  return fmt::format("{} {} [{}, {}] on {}", fp8_format_name(format), fp8_granularity_name(granularity),
+                     rows(), cols(), data.device().str());
 }
 
 }  // namespace primus::ops
