@@ -219,8 +219,55 @@ void write_gemm_report(const std::string& path, const std::vector<GemmBenchRow>&
   }
 }
 
+bool gemm_bench_is_fp8(const GemmBenchOptions& opt) {
+  return opt.dtype == "fp8" || opt.dtype == "e4m3" || opt.dtype == "fp8e4m3";
+}
+
+void validate_gemm_bench_options(const GemmBenchOptions& opt) {
+  if (opt.m <= 0 || opt.n <= 0 || opt.k <= 0)
+    throw ConfigError(
+        fmt::format("benchmark gemm: --M --N --K must be positive (got {} {} {})", opt.m, opt.n, opt.k));
+  if (opt.duration_s <= 0) throw ConfigError("benchmark gemm: --duration must be positive");
+  if (!gemm_bench_is_fp8(opt)) {
+    if (opt.dtype == "e5m2" || opt.dtype == "fp8e5m2")
+      throw ConfigError(fmt::format(
+          "benchmark gemm: --dtype {}: the FP8 benchmark is e4m3 x e4m3; use --dtype fp8", opt.dtype));
+    if (!opt.scaling.empty())
+      throw ConfigError(
+          fmt::format("benchmark gemm: --scaling {} applies to --dtype fp8 only (got --dtype {})",
+                      opt.scaling, opt.dtype));
+    if (opt.fast_accum)
+      throw ConfigError(fmt::format(
+          "benchmark gemm: --fast-accum applies to --dtype fp8 only (got --dtype {})", opt.dtype));
+    return;
+  }
+  const std::string scaling = opt.scaling.empty() ? "tensorwise" : opt.scaling;
+  if (scaling != "tensorwise" && scaling != "rowwise" && scaling != "blockwise")
+    throw ConfigError(
+        fmt::format("benchmark gemm: --scaling {}: expected tensorwise, rowwise or blockwise", scaling));
+  if (opt.trans_a)
+    throw ConfigError(
+        "benchmark gemm: --dtype fp8 runs the TN layout only (a [M, K], b stored [N, K] as with --trans_b, K "
+        "contiguous in both: the layout Hopper's FP8 tensor cores take); --trans_a is not supported");
+  if (opt.tune || !opt.tuning_file.empty())
+    throw ConfigError(
+        "benchmark gemm: --tune / --tuning-file are for the bf16, fp16 and fp32 GEMMs; FP8 plans use "
+        "cuBLASLt's heuristic");
+  if (opt.fast_accum && scaling != "tensorwise")
+    throw ConfigError(fmt::format(
+        "benchmark gemm: --fast-accum applies to --scaling tensorwise only (got --scaling {})", scaling));
+  const int64_t k_mult = scaling == "blockwise" ? 128 : 16;
+  if (opt.k % k_mult != 0)
+    throw ConfigError(fmt::format("benchmark gemm: --dtype fp8 --scaling {}: --K {} must be a multiple of {}",
+                                  scaling, opt.k, k_mult));
+  if (opt.m % 16 != 0 || opt.n % 16 != 0)
+    throw ConfigError(
+        fmt::format("benchmark gemm: --dtype fp8: --M {} and --N {} must be multiples of 16", opt.m, opt.n));
+}
+
 #ifndef PRIMUS_WITH_CUDA
-int run_gemm_bench(const GemmBenchOptions&) {
+int run_gemm_bench(const GemmBenchOptions& opt) {
+  validate_gemm_bench_options(opt);
   throw Error(ErrorKind::kRuntime, "benchmark gemm needs a CUDA build (PRIMUS_CUDA=ON) and a GPU");
 }
 int run_gemm_dense_bench(const GemmDenseOptions&) {

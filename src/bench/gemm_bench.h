@@ -4,11 +4,13 @@
 //
 // gemm: one GEMM shape, c[M, N] = op(a) @ op(b) in the row-major terms of ops/gemm.h, timed through the same
 // cuBLASLt path training uses (cached plan; tuned algorithm when a tuning file is loaded), L2-cold (rotating
-// operand sets covering >= 512 MB), median and mean of CUDA-event timings over --duration seconds.
-// gemm-dense: every GEMM of one Llama training step as our model issues them (fused QKV, attention output
-// with the residual fused, fused gate+up, down with the residual fused, and the chunked lm head; each with
-// its dgrad and its f32-accumulating wgrad), optionally tuned (--tune), which writes the tuning file training
-// loads.
+// operand sets covering >= 512 MB), median and mean of CUDA-event timings over --duration seconds. With
+// --dtype fp8 the shape runs through ops::cuda::fp8_gemm (ops/fp8.h): e4m3 x e4m3 -> bf16 in the TN layout
+// (a [M, K], b stored [N, K]) with the --scaling pair's multipliers, on the same rotating L2-cold sets, and
+// the bf16 GEMM of the same shape and layout is timed after it as the baseline row. gemm-dense: every GEMM of
+// one Llama training step as our model issues them (fused QKV, attention output with the residual fused,
+// fused gate+up, down with the residual fused, and the chunked lm head; each with its dgrad and its
+// f32-accumulating wgrad), optionally tuned (--tune), which writes the tuning file training loads.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,7 +23,10 @@ namespace primus::bench {
 struct GemmBenchOptions {
   int64_t m = 4096, n = 4096, k = 4096;
   bool trans_a = false, trans_b = false;
-  std::string dtype = "bf16";  // bf16 | fp16 | fp32 (fp32: plain f32 FMA, no TF32)
+  std::string dtype = "bf16";  // bf16 | fp16 | fp32 (fp32: plain f32 FMA, no TF32) | fp8 (e4m3, TN, bf16 out)
+  // --dtype fp8 only: tensorwise (default) | rowwise | blockwise (1x128 activations a x 128x128 weights b).
+  std::string scaling;
+  bool fast_accum = false;  // --dtype fp8 --scaling tensorwise: cuBLASLt's fast FP8 accumulation
   double duration_s = 10.0;
   std::string output_file = "gemm_report.md";  // .md | .csv | .jsonl
   bool tune = false;
@@ -89,6 +94,13 @@ void write_gemm_report(const std::string& path, const std::vector<GemmBenchRow>&
                        const std::string& title);
 
 // Entry points (return the process exit code; throw primus::Error on bad options or GPU failures).
+// Throws ConfigError on options `benchmark gemm` refuses (any build, before touching a GPU): non-positive
+// sizes or duration; --scaling or --fast-accum without --dtype fp8; for fp8 --trans_a, --tune /
+// --tuning-file, an unknown scaling, fast accumulation with a scaling other than tensorwise, and sizes the
+// FP8 GEMM refuses (M, N multiples of 16; K of 16, of 128 for blockwise).
+void validate_gemm_bench_options(const GemmBenchOptions& opt);
+// True for --dtype fp8 (fp8 / e4m3 / fp8e4m3).
+bool gemm_bench_is_fp8(const GemmBenchOptions& opt);
 int run_gemm_bench(const GemmBenchOptions& opt);
 int run_gemm_dense_bench(const GemmDenseOptions& opt);
 

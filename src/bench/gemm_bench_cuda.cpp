@@ -2,8 +2,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <random>
 
 #include "bench/gemm_bench.h"
 #include "bench/gemm_timing.h"
@@ -11,6 +15,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "ops/cuda/fp8_gemm_cuda.h"
+#include "ops/fp8.h"
 
 namespace primus::bench {
 
@@ -19,7 +25,8 @@ namespace {
 DType bench_dtype(const std::string& name) {
   DType t = dtype_from_name(name);
   if (t != DType::kBF16 && t != DType::kF16 && t != DType::kF32)
-    throw ConfigError(fmt::format("--dtype {}: the GEMM benchmarks take bf16, fp16 or fp32", name));
+    throw ConfigError(fmt::format(
+        "--dtype {}: the GEMM benchmarks take bf16, fp16 or fp32 (and `benchmark gemm` also fp8)", name));
   return t;
 }
 
@@ -137,13 +144,132 @@ Stream bench_stream(int device) {
   return cuda_compute_stream(device);
 }
 
+// ---- FP8 (--dtype fp8) ----
+
+constexpr size_t kFp8PatternBytes = (1u << 22) + 4093;  // not a power of two: rows do not repeat in step
+
+// Random finite e4m3 bytes (every exponent; the NaN codes S.1111.111 excluded), generated once per process.
+const std::vector<uint8_t>& fp8_pattern() {
+  static std::once_flag once;
+  static std::vector<uint8_t> pat;
+  std::call_once(once, [] {
+    std::mt19937_64 rng(0x5eedf8u);
+    pat.resize(kFp8PatternBytes);
+    for (auto& b : pat) {
+      auto v = static_cast<uint8_t>(rng());
+      b = (v & 0x7f) == 0x7f ? static_cast<uint8_t>(v ^ 0x01) : v;
+    }
+  });
+  return pat;
+}
+
+// Fills `bytes` FP8 bytes at device pointer p: a shifted copy of the pattern, then doubling device copies.
+void fill_random_fp8(void* p, size_t bytes, uint64_t seed, const Stream& s) {
+  const auto& pat = fp8_pattern();
+  const size_t shift = static_cast<size_t>(seed % (kFp8PatternBytes / 2));
+  const size_t first = std::min(bytes, kFp8PatternBytes - shift);
+  cudaStream_t cs = cuda_stream(s);
+  PRIMUS_CUDA_CHECK(cudaMemcpyAsync(p, pat.data() + shift, first, cudaMemcpyHostToDevice, cs));
+  size_t done = first;
+  char* base = static_cast<char*>(p);
+  while (done < bytes) {
+    const size_t n = std::min(done, bytes - done);
+    PRIMUS_CUDA_CHECK(cudaMemcpyAsync(base + done, base, n, cudaMemcpyDeviceToDevice, cs));
+    done += n;
+  }
+  PRIMUS_CUDA_CHECK(cudaStreamSynchronize(cs));
+}
+
+// Positive multipliers 2^U(-3, 3) into a device f32 tensor.
+void fill_scales(Tensor& scale_inv, uint64_t seed, const Stream& s) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> ud(-3.0, 3.0);
+  std::vector<float> host(static_cast<size_t>(scale_inv.numel()));
+  for (float& v : host) v = static_cast<float>(std::exp2(ud(rng)));
+  PRIMUS_CUDA_CHECK(cudaMemcpyAsync(scale_inv.data_ptr(), host.data(), host.size() * 4,
+                                    cudaMemcpyHostToDevice, cuda_stream(s)));
+  PRIMUS_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s)));
+}
+
+struct Fp8Set {
+  ops::Fp8Tensor a, b;
+  Tensor c;
+};
+
+// --scaling tensorwise | rowwise | blockwise: the activations' (a) and weights' (b) granularities.
+std::pair<ops::Fp8Granularity, ops::Fp8Granularity> fp8_scaling(const std::string& name) {
+  using G = ops::Fp8Granularity;
+  if (name == "rowwise") return {G::kRowwise, G::kRowwise};
+  if (name == "blockwise") return {G::kBlock1x128, G::kBlock128x128};
+  return {G::kTensorwise, G::kTensorwise};
+}
+
+// FP8 e4m3 x e4m3 -> bf16 through ops::cuda::fp8_gemm on rotating operand sets (L2-cold, as the bf16 path),
+// then the bf16 GEMM of the same shape and layout through lt::matmul as the baseline row.
+int run_fp8_gemm_bench(const GemmBenchOptions& opt) {
+  const std::string scaling = opt.scaling.empty() ? "tensorwise" : opt.scaling;
+  const auto [ga, gb] = fp8_scaling(scaling);
+  const Stream s = bench_stream(opt.device);
+  const size_t per_set = static_cast<size_t>(opt.m * opt.k + opt.n * opt.k + opt.m * opt.n * 2);
+  size_t n_sets = std::max<size_t>(1, (opt.tune_options.rotate_bytes + per_set - 1) / per_set);
+  n_sets = std::min<size_t>(n_sets, std::max<size_t>(1, opt.tune_options.max_bytes / per_set));
+  n_sets = std::min<size_t>(n_sets, 256);
+  std::vector<Fp8Set> sets;
+  for (size_t i = 0; i < n_sets; ++i) {
+    const uint64_t seed = 0xf8be7c4u + 7919 * i;
+    Fp8Set st;
+    st.a = ops::Fp8Tensor::empty(opt.m, opt.k, ops::Fp8Format::kE4M3, ga, s);
+    st.b = ops::Fp8Tensor::empty(opt.n, opt.k, ops::Fp8Format::kE4M3, gb, s);
+    st.c = Tensor::empty({opt.m, opt.n}, DType::kBF16, s);
+    fill_random_fp8(st.a.data.data_ptr(), st.a.data.nbytes(), seed + 1, s);
+    fill_random_fp8(st.b.data.data_ptr(), st.b.data.nbytes(), seed + 2, s);
+    fill_scales(st.a.scale_inv, seed + 3, s);
+    fill_scales(st.b.scale_inv, seed + 4, s);
+    sets.push_back(std::move(st));
+  }
+  auto at = [&](int run) -> Fp8Set& { return sets[static_cast<size_t>(run) % sets.size()]; };
+  GemmBenchRow r;
+  r.name = "gemm fp8 " + scaling + (opt.fast_accum ? " fast" : "");
+  r.key = {opt.m, opt.n, opt.k, false, true, DType::kFP8E4M3, DType::kFP8E4M3, DType::kBF16, "none"};
+  r.algo = fmt::format("a {} x b {}{}: {}", ops::fp8_granularity_name(ga), ops::fp8_granularity_name(gb),
+                       opt.fast_accum ? " fast_accum" : "",
+                       ops::cuda::fp8_gemm_algo(sets[0].a, sets[0].b, sets[0].c, opt.fast_accum, s));
+  auto run = [&](int i) {
+    Fp8Set& st = at(i);
+    ops::cuda::fp8_gemm(st.a, st.b, st.c, 1.0f, 0.0f, opt.fast_accum, s, nullptr);
+  };
+  const TimingStats ts =
+      time_for(run, std::max<int>(3, static_cast<int>(sets.size())), opt.duration_s, 20, 1000000, s);
+  r.avg_ms = ts.mean_ms;
+  r.median_ms = ts.median_ms;
+  r.min_ms = ts.min_ms;
+  r.runs = ts.runs;
+  r.heuristic_ms = r.tuned_ms = ts.median_ms;
+  fill_rates(r);
+  sets.clear();
+  stream_sync(s);
+  GemmBenchRow base = time_shape(
+      "bf16 (baseline)", {opt.m, opt.n, opt.k, false, true, DType::kBF16, DType::kBF16, DType::kBF16, "none"},
+      GemmCMode::kNone, 1, opt.duration_s, opt.tune_options, s);
+  const double speedup = r.median_ms > 0 ? base.median_ms / r.median_ms : 0;
+  r.note = fmt::format("{:.2f}x the bf16 GEMM of the same shape", speedup);
+  print_rows({r, base});
+  write_gemm_report(opt.output_file, {r, base},
+                    fmt::format("FP8 GEMM benchmark ({} scaling) on {} (cuBLASLt {})", scaling,
+                                lt::gpu_name(opt.device), lt::cublaslt_version()));
+  log::info(
+      "benchmark gemm: fp8 {} {}x{}x{} median {:.4f} ms, {:.1f} TFLOP/s; bf16 {:.4f} ms, {:.1f} TFLOP/s; "
+      "{:.2f}x; report {}",
+      scaling, opt.m, opt.n, opt.k, r.median_ms, r.tflops, base.median_ms, base.tflops, speedup,
+      opt.output_file);
+  return 0;
+}
+
 }  // namespace
 
 int run_gemm_bench(const GemmBenchOptions& opt) {
-  if (opt.m <= 0 || opt.n <= 0 || opt.k <= 0)
-    throw ConfigError(
-        fmt::format("benchmark gemm: --M --N --K must be positive (got {} {} {})", opt.m, opt.n, opt.k));
-  if (opt.duration_s <= 0) throw ConfigError("benchmark gemm: --duration must be positive");
+  validate_gemm_bench_options(opt);
+  if (gemm_bench_is_fp8(opt)) return run_fp8_gemm_bench(opt);
   const DType t = bench_dtype(opt.dtype);
   const Stream s = bench_stream(opt.device);
   GemmKey key{opt.m, opt.n, opt.k, opt.trans_a, opt.trans_b, t, t, t, "none"};

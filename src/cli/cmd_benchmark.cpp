@@ -2,6 +2,8 @@
 // gemm-dense, attention (cmd_benchmark_attention.cpp), comm (cmd_benchmark_comm.cpp).
 //   primus benchmark gemm --M 8192 --N 8192 --K 8192 --dtype bf16 [--trans_a] [--trans_b] [--duration 10]
 //                         [--output-file gemm_report.md|.csv|.jsonl] [--tune [--tuning-file F]]
+//   primus benchmark gemm --M 8192 --N 4096 --K 4096 --dtype fp8 [--scaling tensorwise|rowwise|blockwise]
+//                         [--fast-accum]   (TN: a [M, K], b [N, K]; e4m3 -> bf16; bf16 baseline row after it)
 //   primus benchmark gemm-dense --model llama3.1_8B --micro-batch-size 1 --seq-length 8192 [--tune]
 //                               [--tuning-file gemm_tuning.json] [--output-file gemm_dense_report.md]
 //   primus benchmark grouped-gemm [--paths auto|grouped,batched,loop,streams|all] [--loads equal|uneven|both]
@@ -34,7 +36,16 @@ void attach_gemm(CLI::App* parent, CliContext& ctx) {
   app->add_option("--K", o->k, "Inner dimension")->capture_default_str();
   app->add_flag("--trans_a,--trans-a", o->trans_a, "a is stored [K, M]");
   app->add_flag("--trans_b,--trans-b", o->trans_b, "b is stored [N, K]");
-  app->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (fp32 without TF32)")->capture_default_str();
+  app->add_option(
+         "--dtype", o->dtype,
+         "bf16 | fp16 | fp32 (fp32 without TF32) | fp8 (e4m3 x e4m3 -> bf16 in the TN layout, a [M, K] and "
+         "b [N, K]; the bf16 GEMM of the same shape is timed after it)")
+      ->capture_default_str();
+  app->add_option(
+      "--scaling", o->scaling,
+      "--dtype fp8: tensorwise (default) | rowwise | blockwise (1x128 activations a x 128x128 weights b)");
+  app->add_flag("--fast-accum", o->fast_accum,
+                "--dtype fp8 --scaling tensorwise: cuBLASLt's fast FP8 accumulation (no promotion to f32)");
   app->add_option("--duration", o->duration_s, "Seconds of timed runs")->capture_default_str();
   app->add_option("--output-file", o->output_file, "Report: .md, .csv, .tsv or .jsonl")
       ->capture_default_str();

@@ -9,7 +9,9 @@
 // Per device: one cuBLASLt handle; per (device, stream): one 32 MiB workspace (Hopper kernels want >= 32 MiB,
 // and a workspace shared by two streams would race). Per (problem, operand alignment): a plan holding the
 // matmul and layout descriptors and the chosen algorithm, built once, so that the hot path creates no
-// descriptor.
+// descriptor. FP8 problems (ops/cuda/fp8_gemm_cuda.cpp) add a scale mode per operand and the
+// fast-accumulation flag to the problem, and their scale pointers to the operands (docs/kernels/fp8.md, "FP8
+// GEMM").
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -45,15 +47,32 @@ enum class Epilogue : uint8_t {
 const char* epilogue_name(Epilogue e);  // "none", "bias", "bgrad"
 Epilogue epilogue_from_name(const std::string& name);
 
+// How cuBLASLt scales an FP8 operand, named per our (row-major) a and b; see ops/fp8.h for the layouts.
+// kNone sets no scale attribute at all (the 16/32-bit GEMMs), so their descriptors are what they were before
+// FP8 existed.
+enum class ScaleMode : uint8_t {
+  kNone = 0,
+  kScalar = 1,      // one f32 for the operand: CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F
+  kOuterVec = 2,    // one f32 per row of the operand (M for a, N for b): OUTER_VEC_32F
+  kVec128 = 3,      // one f32 per 1 x 128 run along K, [ceil(K / 128), rows] rows fastest: VEC128_32F
+  kBlk128x128 = 4,  // one f32 per 128 x 128 block, [ceil(rows / 128), ld] K-blocks fastest: BLK128x128_32F
+};
+const char* scale_mode_name(ScaleMode m);  // "none", "scalar", "outer_vec", "vec128", "blk128x128"
+
 struct Problem {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   DType a_type = DType::kBF16, b_type = DType::kBF16;
   DType c_type = DType::kBF16;  // C and D (input and output) share it
   Epilogue epilogue = Epilogue::kNone;
+  // FP8 only (a_type / b_type fp8e4m3 or fp8e5m2, trans_a = false, trans_b = true: Hopper's "TN"): how each
+  // operand's dequantisation multipliers (Operands::a_scale / b_scale) are laid out, and
+  // CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic promotion of the tensor cores' partial sums to f32).
+  ScaleMode a_scale = ScaleMode::kNone, b_scale = ScaleMode::kNone;
+  bool fast_accum = false;
 
   bool operator==(const Problem& o) const = default;
-  // "8192x6144x4096 a=N b=T bf16*bf16->bf16 bias"
+  // "8192x6144x4096 a=N b=T bf16*bf16->bf16 bias"; FP8 problems add " scale=vec128*blk128x128[ fast_accum]"
   std::string str() const;
   double flops() const {
     return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
@@ -71,6 +90,10 @@ struct Operands {
   void* d = nullptr;
   const void* bias = nullptr;  // Epilogue::kBias
   void* bgrad = nullptr;       // Epilogue::kBgrad (overwritten, not accumulated)
+  // f32 dequantisation multipliers of our a and b (Problem::a_scale / b_scale != kNone). cuBLASLt's A is our
+  // b, so b_scale goes to CUBLASLT_MATMUL_DESC_A_SCALE_POINTER and a_scale to B_SCALE_POINTER.
+  const void* a_scale = nullptr;
+  const void* b_scale = nullptr;
   float alpha = 1.0f;
   float beta = 0.0f;
 };

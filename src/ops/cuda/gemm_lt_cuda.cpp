@@ -38,6 +38,10 @@ cudaDataType_t cuda_type(DType t) {
       return CUDA_R_16BF;
     case DType::kF16:
       return CUDA_R_16F;
+    case DType::kFP8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kFP8E5M2:
+      return CUDA_R_8F_E5M2;
     default:
       break;
   }
@@ -79,6 +83,9 @@ struct ProblemHash {
     h = hash_mix(h, static_cast<uint64_t>(p.k));
     h = hash_mix(h, (uint64_t(p.trans_a) << 1) | uint64_t(p.trans_b) | (uint64_t(p.epilogue) << 2) |
                         (uint64_t(p.a_type) << 8) | (uint64_t(p.b_type) << 16) | (uint64_t(p.c_type) << 24));
+    // Mixed in only for FP8 problems, so that every other problem hashes as it did before they existed.
+    if (p.a_scale != ScaleMode::kNone || p.b_scale != ScaleMode::kNone || p.fast_accum)
+      h = hash_mix(h, uint64_t(p.a_scale) | (uint64_t(p.b_scale) << 8) | (uint64_t(p.fast_accum) << 16));
     return h;
   }
 };
@@ -170,11 +177,36 @@ PlanKey make_key(const Problem& p, const Operands& o, int device) {
   return k;
 }
 
-void set_epilogue_pointer(Plan& plan, const Problem& p, const Operands& o) {
-  if (p.epilogue == Epilogue::kNone) return;
-  const void* ptr = p.epilogue == Epilogue::kBias ? o.bias : static_cast<const void*>(o.bgrad);
-  PRIMUS_CUBLASLT_CHECK(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
+int32_t lt_scale_mode(ScaleMode m) {
+  switch (m) {
+    case ScaleMode::kScalar:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case ScaleMode::kOuterVec:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case ScaleMode::kVec128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case ScaleMode::kBlk128x128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case ScaleMode::kNone:
+      break;
+  }
+  PRIMUS_FAIL("cuBLASLt GEMM: no cuBLASLt scale mode for '{}'", scale_mode_name(m));
+}
+
+// The per-call pointers that live on the matmul descriptor: the epilogue's vector and the FP8 scales (our b's
+// are cuBLASLt's A scales, our a's its B scales). Nothing is set for a problem that has neither.
+void set_call_pointers(Plan& plan, const Problem& p, const Operands& o) {
+  if (p.epilogue != Epilogue::kNone) {
+    const void* ptr = p.epilogue == Epilogue::kBias ? o.bias : static_cast<const void*>(o.bgrad);
+    PRIMUS_CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
+  }
+  if (p.b_scale != ScaleMode::kNone)
+    PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                         &o.b_scale, sizeof(o.b_scale)));
+  if (p.a_scale != ScaleMode::kNone)
+    PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                         &o.a_scale, sizeof(o.a_scale)));
 }
 
 void build_descriptors(Plan& plan, const Problem& p) {
@@ -193,6 +225,22 @@ void build_descriptors(Plan& plan, const Problem& p) {
     int32_t bias_type = cuda_type(p.c_type);
     PRIMUS_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                          &bias_type, sizeof(bias_type)));
+  }
+  // FP8: the scale modes (our b is cuBLASLt's A, our a its B) and fast accumulation. Untouched otherwise.
+  if (p.b_scale != ScaleMode::kNone) {
+    const int32_t mode = lt_scale_mode(p.b_scale);
+    PRIMUS_CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+  }
+  if (p.a_scale != ScaleMode::kNone) {
+    const int32_t mode = lt_scale_mode(p.a_scale);
+    PRIMUS_CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+  }
+  if (p.fast_accum) {
+    const int8_t fast = 1;
+    PRIMUS_CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
   }
   // Stored (pre-op) shapes in column-major terms: a row-major [R, C] buffer is a column-major [C, R] one, ld
   // = C.
@@ -288,7 +336,7 @@ Plan& plan_locked(State& st, const PlanKey& key, const Operands& o, cublasLtHand
   if (it != st.plans.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
   build_descriptors(*plan, key.p);
-  set_epilogue_pointer(*plan, key.p, o);  // the heuristic reads the pointer's alignment
+  set_call_pointers(*plan, key.p, o);  // the heuristic reads the pointer's alignment
   auto tuned = st.tuned.find(key.p);
   size_t ws = 0;
   // AlgoCheck sees descriptors, not pointers: the algorithm's own minimum alignments are compared with these
@@ -335,6 +383,10 @@ void check_operands(const Problem& p, const Operands& o, const Stream& s) {
                p.str());
   PRIMUS_CHECK(p.epilogue != Epilogue::kBgrad || o.bgrad, "cuBLASLt GEMM {}: bgrad epilogue without output",
                p.str());
+  PRIMUS_CHECK(p.a_scale == ScaleMode::kNone || o.a_scale, "cuBLASLt GEMM {}: a's scale mode without a_scale",
+               p.str());
+  PRIMUS_CHECK(p.b_scale == ScaleMode::kNone || o.b_scale, "cuBLASLt GEMM {}: b's scale mode without b_scale",
+               p.str());
 }
 
 }  // namespace
@@ -358,10 +410,30 @@ Epilogue epilogue_from_name(const std::string& name) {
   throw ConfigError(fmt::format("unknown GEMM epilogue '{}' (expected none, bias or bgrad)", name));
 }
 
+const char* scale_mode_name(ScaleMode m) {
+  switch (m) {
+    case ScaleMode::kNone:
+      return "none";
+    case ScaleMode::kScalar:
+      return "scalar";
+    case ScaleMode::kOuterVec:
+      return "outer_vec";
+    case ScaleMode::kVec128:
+      return "vec128";
+    case ScaleMode::kBlk128x128:
+      return "blk128x128";
+  }
+  return "?";
+}
+
 std::string Problem::str() const {
-  return fmt::format("{}x{}x{} a={} b={} {}*{}->{}{}", m, n, k, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N',
+  std::string scales;
+  if (a_scale != ScaleMode::kNone || b_scale != ScaleMode::kNone || fast_accum)
+    scales = fmt::format(" scale={}*{}{}", scale_mode_name(a_scale), scale_mode_name(b_scale),
+                         fast_accum ? " fast_accum" : "");
+  return fmt::format("{}x{}x{} a={} b={} {}*{}->{}{}{}", m, n, k, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N',
                      dtype_name(a_type), dtype_name(b_type), dtype_name(c_type),
-                     epilogue == Epilogue::kNone ? "" : std::string(" ") + epilogue_name(epilogue));
+                     epilogue == Epilogue::kNone ? "" : std::string(" ") + epilogue_name(epilogue), scales);
 }
 
 double Problem::min_bytes(bool reads_c) const {
@@ -380,7 +452,7 @@ bool try_matmul(const Problem& p, const Operands& o, const Stream& s) {
   void* ws = workspace_locked(st, s);
   Plan& plan = plan_locked(st, key, o, h);
   if (!plan.info.supported) return false;
-  set_epilogue_pointer(plan, p, o);
+  set_call_pointers(plan, p, o);
   cublasStatus_t rc = launch(h, plan, o, plan.info.algo, ws, s);
   if (rc != CUBLAS_STATUS_SUCCESS && plan.info.tuned && !plan.verified) {
     log::warn("gemm: tuned algorithm for {} failed ({}); falling back to the heuristic", p.str(),
@@ -414,7 +486,7 @@ void matmul_with_algo(const Problem& p, const Operands& o, const cublasLtMatmulA
   cublasLtHandle_t h = handle_locked(st, s.device.index);
   void* ws = workspace_locked(st, s);
   Plan& plan = plan_locked(st, key, o, h);
-  set_epilogue_pointer(plan, p, o);
+  set_call_pointers(plan, p, o);
   // The plan's descriptors serve any algorithm; an unsupported plan (no heuristic result) still has them.
   cublasStatus_t rc = launch(h, plan, o, algo, ws, s);
   if (rc != CUBLAS_STATUS_SUCCESS)
@@ -443,7 +515,7 @@ std::vector<cublasLtMatmulHeuristicResult_t> heuristic_candidates(const Problem&
   // A scratch plan: the cached one may hold a tuned algorithm, and the query must not disturb it.
   Plan plan;
   build_descriptors(plan, p);
-  set_epilogue_pointer(plan, p, o);
+  set_call_pointers(plan, p, o);
   return query_heuristic(h, plan, key, count);
 }
 
@@ -457,7 +529,7 @@ std::vector<cublasLtMatmulHeuristicResult_t> candidates_by_algo_id(const Problem
   cublasLtHandle_t h = handle_locked(st, s.device.index);
   Plan plan;
   build_descriptors(plan, p);
-  set_epilogue_pointer(plan, p, o);
+  set_call_pointers(plan, p, o);
   std::vector<int> ids(256);
   int n_ids = 0;
   if (cublasLtMatmulAlgoGetIds(h, CUBLAS_COMPUTE_32F, CUDA_R_32F, cuda_type(p.b_type), cuda_type(p.a_type),
@@ -507,7 +579,7 @@ bool algo_usable(const Problem& p, const Operands& o, const cublasLtMatmulAlgo_t
   cublasLtHandle_t h = handle_locked(st, s.device.index);
   Plan plan;
   build_descriptors(plan, p);
-  set_epilogue_pointer(plan, p, o);
+  set_call_pointers(plan, p, o);
   return check_algo(h, plan, algo, nullptr);
 }
 
