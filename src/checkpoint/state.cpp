@@ -1,6 +1,9 @@
 #include "checkpoint/state.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -180,6 +183,38 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   }
 }
 
+namespace {
+
+// f32 values as 8 hex digits of their bits each: exact, and a quarter of the size of decimal JSON numbers.
+std::string floats_to_hex(const std::vector<float>& v) {
+  std::string out;
+  out.reserve(v.size() * 8);
+  for (float f : v) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    out += fmt::format("{:08x}", u);
+  }
+  return out;
+}
+
+std::vector<float> floats_from_hex(const std::string& h, const std::string& what) {
+  if (h.size() % 8 != 0) throw Error(ErrorKind::kRuntime, fmt::format("{}: hex floats of odd length", what));
+  std::vector<float> v(h.size() / 8);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u = 0;
+    for (size_t k = 0; k < 8; ++k) {
+      const char c = h[i * 8 + k];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) throw Error(ErrorKind::kRuntime, fmt::format("{}: '{}' in hex floats", what, c));
+      u = (u << 4) | static_cast<uint32_t>(d);
+    }
+    std::memcpy(&v[i], &u, 4);
+  }
+  return v;
+}
+
+}  // namespace
+
 std::string state_to_json(const TrainingState& s) {
   nlohmann::ordered_json j;
   j["iteration"] = s.iteration;
@@ -202,6 +237,15 @@ std::string state_to_json(const TrainingState& s) {
   j["config_xxh3"] = s.config_xxh3;
   j["model"] = model_json(s.model);
   if (!s.hf_config.empty()) j["hf_config"] = nlohmann::json::parse(s.hf_config);
+  if (s.fp8) {
+    const Fp8State::Saved& f = *s.fp8;
+    j["fp8"] = {{"recipe", f.recipe},
+                {"history_len", f.history_len},
+                {"steps", f.steps},
+                {"projections", f.names},
+                {"history_f32_hex", floats_to_hex(f.history)},
+                {"scale_f32_hex", floats_to_hex(f.scale)}};
+  }
   return j.dump(1) + "\n";
 }
 
@@ -233,6 +277,17 @@ TrainingState state_from_json(const std::string& text, const std::string& what) 
     s.config_xxh3 = j.at("config_xxh3").get<std::string>();
     s.model = model_from(j.at("model"));
     if (j.contains("hf_config")) s.hf_config = j["hf_config"].dump();
+    if (j.contains("fp8")) {
+      const auto& f = j["fp8"];
+      Fp8State::Saved v;
+      v.recipe = f.at("recipe").get<std::string>();
+      v.history_len = f.at("history_len").get<int64_t>();
+      v.steps = f.at("steps").get<int64_t>();
+      v.names = f.at("projections").get<std::vector<std::string>>();
+      v.history = floats_from_hex(f.at("history_f32_hex").get<std::string>(), what + " fp8.history_f32_hex");
+      v.scale = floats_from_hex(f.at("scale_f32_hex").get<std::string>(), what + " fp8.scale_f32_hex");
+      s.fp8 = std::move(v);
+    }
     if (s.iteration < 0 || s.consumed_samples < 0 || s.optimizer_steps < 0)
       throw Error(ErrorKind::kRuntime, fmt::format("{}: negative counters", what));
     return s;

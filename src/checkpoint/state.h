@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/train_config.h"
+#include "model/fp8_linear.h"
 
 namespace primus::ckpt {
 
@@ -45,6 +46,9 @@ struct TrainingState {
   std::string config_xxh3;      // of the resolved YAML
   ModelConfig model;
   std::string hf_config;  // the config.json the weights were converted from ("" if none): kept for export
+  // FP8 training: the recipe and (delayed scaling) every projection's amax history and scales, so that a
+  // resumed run casts exactly as the uninterrupted one would. Absent for BF16 runs.
+  std::optional<Fp8State::Saved> fp8;
 };
 
 std::string state_to_json(const TrainingState& s);

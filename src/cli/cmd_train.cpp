@@ -16,6 +16,7 @@
 #include "config/report.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/fp8_linear.h"
 #include "parallel/layout_report.h"
 #include "train/run.h"
 
@@ -55,6 +56,18 @@ void check_mistyped_options(const std::vector<std::string>& overrides) {
       throw ConfigError(fmt::format("command line: unknown option '--{}'; did you mean '{}'?", key, near[0]),
                         "run `primus train pretrain --help`");
   }
+}
+
+// The FP8 recipe a run would use, checked against the model's sizes as training checks them (the GPU's
+// FP8 support is checked when training starts): "" for BF16 runs.
+static std::string fp8_report(const TrainConfig& t) {
+  const std::optional<Fp8Recipe> r = Fp8Recipe::from_config(t.fp8);
+  if (!r) return {};
+  const int64_t cp = std::max<int64_t>(1, t.parallel.context_parallel_size);
+  check_fp8_runnable(*r, t.model, t.micro_batch_size * t.data.seq_length / cp,
+                     t.parallel.tensor_model_parallel_size, Stream::cpu());
+  return fmt::format("fp8            {} ({}); {:.1f}% of the step's GEMM FLOPs in FP8\n", r->describe(),
+                     t.fp8.source, 100.0 * fp8_gemm_flop_share(*r, t.model));
 }
 
 int run_pretrain_command(const PretrainArgs& args) {
@@ -101,8 +114,8 @@ int run_pretrain_command(const PretrainArgs& args) {
   }
   if (args.dry_run) {
     const int nproc = planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size);
-    std::string report =
-        config::dry_run_report(rc) + parallel::layout_report(rc, static_cast<int>(rc.world_size), nproc);
+    std::string report = config::dry_run_report(rc) + fp8_report(rc.train) +
+                         parallel::layout_report(rc, static_cast<int>(rc.world_size), nproc);
     std::fwrite(report.data(), 1, report.size(), stdout);
     return 0;
   }

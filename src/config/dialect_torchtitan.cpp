@@ -33,12 +33,34 @@ void map_torchtitan(ResolvedConfig& rc) {
     if (rc.planning) return;  // planning keeps refused values (listed in the warnings): nothing is trained
     PRIMUS_CHECK(holds, "{}: a value its support rule should have refused reached the mapper", key);
   };
-  // primus_turbo selects Primus-Turbo's kernels: ours are the only kernels here.
+  // primus_turbo selects Primus-Turbo's kernels: ours are the only kernels here. float8 (TorchTitan's older
+  // name) and quantize.linear.float8 turn on FP8 linears with the quantize.linear.float8 section's recipe.
+  bool float8 = false;
   only("model.converters", [&] {
-    for (const Value& c : k.value("model.converters").items())
-      if (c.as_string() != "primus_turbo") return false;
+    for (const Value& c : k.value("model.converters").items()) {
+      const std::string& name = c.as_string();
+      if (name == "float8" || name == "quantize.linear.float8")
+        float8 = true;
+      else if (name != "primus_turbo")
+        return false;
+    }
     return true;
   }());
+  if (float8) {
+    Fp8Config& f = t.fp8;
+    f.enabled = true;
+    // torchao's float8 recipes: E4M3 forward, E5M2 gradients for tensorwise; rowwise keeps E4M3 throughout.
+    const std::string recipe = k.is_null("quantize.linear.float8.recipe_name")
+                                   ? "tensorwise"
+                                   : k.s("quantize.linear.float8.recipe_name");
+    f.recipe = recipe == "tensorwise" ? "tensorwise" : "rowwise";
+    f.format = recipe == "tensorwise" ? "hybrid" : "e4m3";
+    f.wgrad = recipe != "rowwise_with_gw_hp";
+    for (const Value& v : k.value("quantize.linear.float8.filter_fqns").items())
+      f.filter_fqns.push_back(v.as_string());
+    f.source = fmt::format("model.converters float8 ({})", k.origin("model.converters").str());
+    src("fp8", "model.converters");
+  }
 
   // Model: family + flavor.
   const std::string family = k.s("model.name");

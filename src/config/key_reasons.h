@@ -35,7 +35,9 @@ inline constexpr const char* kWhyMoeEp1 =
 inline constexpr const char* kWhyPP = "applies only to pipeline parallelism (PP > 1), not supported yet";
 inline constexpr const char* kWhyTP = "applies only to tensor parallelism (TP > 1), not supported yet";
 inline constexpr const char* kWhyCP = "applies only to context parallelism (CP > 1), not supported yet";
-inline constexpr const char* kWhyFp8 = "applies only when fp8 (or fp4) is set, which is not supported yet";
+inline constexpr const char* kWhyFp8 =
+    "a Transformer Engine / kitchen FP8 hook with no counterpart here (FP8 is model/fp8_linear.h)";
+inline constexpr const char* kWhyFp4 = "applies only when fp4 is set, which is not supported yet";
 inline constexpr const char* kWhyFp16 =
     "applies only to fp16 training with loss scaling, which is not supported";
 inline constexpr const char* kWhyOtherModel =

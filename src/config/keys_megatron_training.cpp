@@ -114,7 +114,8 @@ void add_megatron_training_keys(KeyTable& t) {
   t.group("precision");
   t.add(impl("bf16", kB, "false", "BF16 compute with fp32 master weights (GPU; the CPU computes in fp32)"));
   t.add(unsup("fp16", kB, "false", "FP16 compute with loss scaling"));
-  t.add(unsup("fp8", kS, "null", "FP8 GEMMs: e4m3 | hybrid").check(one_of({"e4m3", "hybrid"})));
+  t.add(impl("fp8", kS, "null", "FP8 GEMMs of the decoder projections: e4m3 | hybrid (E5M2 gradients)")
+            .check(one_of({"e4m3", "hybrid"})));
   t.add(unsup("fp4", kS, "null", "FP4 GEMMs: e2m1"));
   t.add(noeff("accumulate_allreduce_grads_in_fp32", kB, "false",
               "gradients are always accumulated in fp32 here", "fp32 gradient accumulation"));
@@ -124,21 +125,35 @@ void add_megatron_training_keys(KeyTable& t) {
   t.add(noeff("loss_scale_window", kF, "1000", kWhyFp16, "loss-scale growth window"));
   t.add(noeff("hysteresis", kI, "2", kWhyFp16, "loss-scale hysteresis"));
   t.add(noeff("fp16_lm_cross_entropy", kB, "false", kWhyFp16, "cross-entropy in fp16"));
-  static const Knob kFp8[] = {
-      {"fp8_margin", kI, "0", "FP8 scaling margin"},
-      {"fp8_recipe", kS, "delayed", "delayed | tensorwise | blockwise | mxfp8"},
-      {"fp8_interval", kI, "1", "FP8 scale update interval (deprecated)"},
-      {"fp8_amax_history_len", kI, "1024", "amax history length"},
-      {"fp8_amax_compute_algo", kS, "max", "amax reduction: max | most_recent"},
-      {"fp8_wgrad", kB, "true", "FP8 weight gradients"},
-      {"fp8_param_gather", kB, "false", "gather parameters in FP8"},
+  // FP8 (docs/fp8.md; model/fp8_linear.h).
+  t.add(impl("fp8_recipe", kS, "delayed",
+             "FP8 scaling: delayed | tensorwise (current) | rowwise (Primus-C++) | blockwise; mxfp8 needs "
+             "Blackwell")
+            .check(one_of({"delayed", "tensorwise", "rowwise", "blockwise", "mxfp8", "custom"}))
+            .supports(strings({"delayed", "tensorwise", "rowwise", "blockwise"}),
+                      "delayed, tensorwise, rowwise and blockwise run on Hopper; mxfp8 needs Blackwell's "
+                      "MX tensor cores (Hopper has none) and custom needs a quantizer factory"));
+  t.add(impl("fp8_margin", kI, "0", "delayed scaling: scale = fp8_max / amax / 2^margin")
+            .check(non_negative()));
+  t.add(impl("fp8_amax_history_len", kI, "1024", "delayed scaling: amax history length").check(positive()));
+  t.add(impl("fp8_amax_compute_algo", kS, "max", "delayed scaling: amax over the history: max | most_recent")
+            .check(one_of({"max", "most_recent"})));
+  t.add(impl("fp8_wgrad", kB, "true", "weight-gradient GEMMs in FP8 (false: BF16)"));
+  t.add(impl("first_last_layers_bf16", kB, "false", "keep the first/last decoder layers in BF16"));
+  t.add(impl("num_layers_at_start_in_bf16", kI, "1", "with first_last_layers_bf16: BF16 layers at the start")
+            .check(non_negative()));
+  t.add(impl("num_layers_at_end_in_bf16", kI, "1", "with first_last_layers_bf16: BF16 layers at the end")
+            .check(non_negative()));
+  t.add(noeff("fp8_interval", kI, "1", "deprecated in Megatron: scales are updated every step here",
+              "FP8 scale update interval (deprecated)"));
+  t.add(unsup("fp8_param_gather", kB, "false", "gather parameters in FP8"));
+  add_all(
+      t, "no FP8 weight copy outlives a step here: each micro-batch casts the BF16 weights it uses",
+      {{"no_fp8_weight_transpose_cache", kB, "false", "Primus: no FP8 weight-transpose cache"},
+       {"keep_fp8_transpose_cache_when_using_custom_fsdp", kB, "false", "FP8 transpose cache with FSDP"}});
+  static const Knob kFp4[] = {
       {"fp4_recipe", kS, "nvfp4", "FP4 recipe: nvfp4 | mxfp4"},
       {"fp4_param", kB, "false", "FP4 parameters"},
-      {"first_last_layers_bf16", kB, "false", "keep the first/last layers in BF16"},
-      {"num_layers_at_start_in_bf16", kI, "1", "BF16 layers at the start"},
-      {"num_layers_at_end_in_bf16", kI, "1", "BF16 layers at the end"},
-      {"no_fp8_weight_transpose_cache", kB, "false", "Primus: no FP8 weight-transpose cache"},
-      {"keep_fp8_transpose_cache_when_using_custom_fsdp", kB, "false", "FP8 transpose cache with FSDP"},
       {"mxfp4_gradient_stochastic_rounding", kB, "false", "Primus-Turbo MXFP4 stochastic rounding"},
       {"weight_deosc", kB, "false", "Primus MXFP4 weight de-oscillation"},
       {"weight_deosc_period", kI, "200", "de-oscillation window"},
@@ -146,7 +161,7 @@ void add_megatron_training_keys(KeyTable& t) {
       {"weight_deosc_start_step", kI, "0", "de-oscillation start step"},
       {"weight_deosc_log_freq", kI, "0", "de-oscillation log period"},
   };
-  for (const Knob& k : kFp8) t.add(noeff(k.name, k.type, k.def, kWhyFp8, k.doc));
+  for (const Knob& k : kFp4) t.add(noeff(k.name, k.type, k.def, kWhyFp4, k.doc));
   t.add(noeff("te_rng_tracker", kB, "false", kWhyTE, "Transformer Engine RNG tracker"));
   t.add(noeff("inference_rng_tracker", kB, "false", kWhyInference, "inference RNG tracker"));
 

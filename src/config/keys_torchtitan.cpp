@@ -26,16 +26,21 @@ void add_torchtitan_keys(KeyTable& t) {
   t.add(impl("model.hf_assets_path", kS, "null",
              "HuggingFace model name or folder; gives the vocabulary size "
              "(null: byte tokens)"));
-  t.add(impl("model.converters", kL, "[]", "model converters: primus_turbo (no effect) | float8 | mx")
+  t.add(impl("model.converters", kL, "[]",
+             "model converters: primus_turbo (no effect) | float8 / quantize.linear.float8 (FP8 linears)")
             .supports(
                 [](const Value& v, const KeyLookup&) {
                   if (v.is_null()) return true;
-                  for (const Value& item : v.items())
-                    if (!item.is_string() || item.as_string() != "primus_turbo") return false;
+                  for (const Value& item : v.items()) {
+                    if (!item.is_string()) return false;
+                    const std::string& c = item.as_string();
+                    if (c != "primus_turbo" && c != "float8" && c != "quantize.linear.float8") return false;
+                  }
                   return true;
                 },
-                "only primus_turbo (a kernel switch with no effect here); float8/mx converters are not "
-                "supported"));
+                "primus_turbo (a kernel switch with no effect here) and float8 / quantize.linear.float8; the "
+                "mx converters need Blackwell's MX tensor cores (Hopper has none) and the grouped-GEMM "
+                "converters FP8 MoE experts"));
 
   t.group("training");
   t.add(section("training", "training loop"));

@@ -94,19 +94,28 @@ void add_torchtitan_aux_keys(KeyTable& t) {
   for (const char* s : {"quantize", "quantize.linear", "quantize.linear.float8", "quantize.linear.mx",
                         "quantize.grouped_mm", "quantize.grouped_mm.float8", "quantize.grouped_mm.mx"})
     t.add(section(s, "quantised training (torchao)"));
-  add_all(
-      t, kWhyQuantConverter,
-      {{"quantize.linear.float8.enable_fsdp_float8_all_gather", kB, "false", "FP8 FSDP all-gather"},
-       {"quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", kB, "false", "precomputed scales"},
-       {"quantize.linear.float8.recipe_name", kS, "null", "tensorwise | rowwise | rowwise_with_gw_hp"},
-       {"quantize.linear.float8.filter_fqns", kL, "[]", "linears left in high precision"},
-       {"quantize.linear.float8.emulate", kB, "false", "emulated FP8"},
-       {"quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", kS, "triton", "MXFP8 cast kernel"},
-       {"quantize.linear.mx.recipe_name", kS, "mxfp8_cublas", "MX recipe"},
-       {"quantize.linear.mx.filter_fqns", kL, "[]", "linears left in high precision"},
-       {"quantize.grouped_mm.float8.fqns", kL, "[]", "MoE modules in FP8"},
-       {"quantize.grouped_mm.mx.recipe_name", kS, "mxfp8", "grouped-GEMM MX recipe"},
-       {"quantize.grouped_mm.mx.fqns", kL, "[]", "MoE modules in MXFP8"}});
+  // FP8 linears (docs/fp8.md): the float8 converter turns them on.
+  t.add(impl("quantize.linear.float8.recipe_name", kS, "null",
+             "FP8 scaling with the float8 converter: tensorwise (null) | rowwise | rowwise_with_gw_hp")
+            .check(one_of({"tensorwise", "rowwise", "rowwise_with_gw_hp"})));
+  t.add(impl("quantize.linear.float8.filter_fqns", kL, "[]",
+             "projections whose name contains one of these stay BF16 (the output layer always does)"));
+  add_all(t,
+          "FSDP gathers the BF16 weights and each projection casts after the gather, with the same scale "
+          "(the whole weight's amax): the FP8 values are those of an FP8 all-gather",
+          {{"quantize.linear.float8.enable_fsdp_float8_all_gather", kB, "false", "FP8 FSDP all-gather"},
+           {"quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", kB, "false",
+            "precomputed scales"}});
+  t.add(noeff("quantize.linear.float8.emulate", kB, "false",
+              "the GPU always runs real FP8 GEMMs (Hopper); the CPU backend always emulates them exactly",
+              "emulated FP8"));
+  add_all(t, kWhyQuantConverter,
+          {{"quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", kS, "triton", "MXFP8 cast kernel"},
+           {"quantize.linear.mx.recipe_name", kS, "mxfp8_cublas", "MX recipe"},
+           {"quantize.linear.mx.filter_fqns", kL, "[]", "linears left in high precision"},
+           {"quantize.grouped_mm.float8.fqns", kL, "[]", "MoE modules in FP8"},
+           {"quantize.grouped_mm.mx.recipe_name", kS, "mxfp8", "grouped-GEMM MX recipe"},
+           {"quantize.grouped_mm.mx.fqns", kL, "[]", "MoE modules in MXFP8"}});
 }
 
 void add_platform_keys(KeyTable& t) {

@@ -223,6 +223,23 @@ struct StabilityConfig {
   int64_t straggler_interval = 10;  // steps between straggler checks
 };
 
+// FP8 training (docs/fp8.md): the decoder projections' GEMMs in FP8 under one recipe. Megatron's fp8 /
+// fp8_recipe / fp8_amax_* / first_last_layers_bf16 keys and TorchTitan's quantize.linear.float8 section map
+// here; model/fp8_linear.h resolves it into the per-tensor formats and scale granularities.
+struct Fp8Config {
+  bool enabled = false;
+  std::string format = "hybrid";          // e4m3 (every tensor) | hybrid (E4M3 forward, E5M2 gradients)
+  std::string recipe = "delayed";         // delayed | tensorwise (current scaling) | rowwise | blockwise
+  bool wgrad = true;                      // weight-gradient GEMMs in FP8 (false: BF16)
+  int64_t amax_history_len = 1024;        // delayed scaling: amax history per tensor
+  std::string amax_compute_algo = "max";  // delayed scaling: max | most_recent over the history
+  int64_t margin = 0;                     // delayed scaling: scale = fp8_max / amax / 2^margin
+  int64_t bf16_layers_at_start = 0;       // first_last_layers_bf16: these layers stay BF16
+  int64_t bf16_layers_at_end = 0;
+  std::vector<std::string> filter_fqns;  // TorchTitan: projections whose name contains one stay BF16
+  std::string source;                    // the keys that turned it on (for messages)
+};
+
 struct RunInfo {
   std::string work_group = "amd";
   std::string user_name = "root";
@@ -249,7 +266,8 @@ struct TrainConfig {
   int64_t micro_batch_size = 1;
   int64_t global_batch_size = 1;
   int64_t seed = 1234;
-  bool bf16 = true;              // GPU compute precision; the CPU backend always computes in f32
+  bool bf16 = true;  // GPU compute precision; the CPU backend always computes in f32
+  Fp8Config fp8;
   std::string device = "auto";   // auto | cpu | cuda  (primus extension key `device`)
   std::string gemm_tuning_file;  // GEMM tuning cache (kernel issue)
   // deterministic_mode (Megatron) / debug.deterministic (TorchTitan): bitwise reproducible GPU runs.

@@ -17,6 +17,8 @@ void stream_sync(const Stream& s);
 Stream compute_stream(int index);
 void set_device(int index);  // the calling thread's current device
 void memory_info(int index, size_t* used, size_t* total);
+// The GPU's compute capability as major * 10 + minor (90 for Hopper).
+int compute_capability(int index);
 // Page-locked host memory (cudaHostAlloc): device-to-host copies into it run at full PCIe/NVLink speed
 // (checkpoint staging).
 void* host_alloc_pinned(size_t bytes);

@@ -115,6 +115,13 @@ void set_device(int index) {
   PRIMUS_CUDA_CHECK(cudaSetDevice(index));
 }
 
+int compute_capability(int index) {
+  int major = 0, minor = 0;
+  PRIMUS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+  PRIMUS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index));
+  return major * 10 + minor;
+}
+
 void memory_info(int index, size_t* used, size_t* total) {
   size_t free_b = 0, total_b = 0;
   int prev = 0;

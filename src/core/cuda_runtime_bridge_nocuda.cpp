@@ -33,6 +33,9 @@ Stream compute_stream(int) {
 void set_device(int) {
   no_cuda();
 }
+int compute_capability(int) {
+  no_cuda();
+}
 void memory_info(int, size_t*, size_t*) {
   no_cuda();
 }

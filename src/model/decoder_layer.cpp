@@ -21,7 +21,7 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, int layer_
 
 DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, const std::string& p, bool moe_layer,
                            int stats_layer)
-    : spec_(spec), params_(params) {
+    : spec_(spec), params_(params), prefix_(p) {
   auto need = [&](const std::string& n) {
     int i = params.find(p + n);
     PRIMUS_CHECK(i >= 0, "parameter {}{} missing", p, n);
@@ -45,6 +45,23 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, const std:
   if (spec.qk_norm && !mla_) {
     q_norm_ = need("self_attn.q_norm.weight");
     k_norm_ = need("self_attn.k_norm.weight");
+  }
+}
+
+void DecoderLayer::enable_fp8(Fp8State& state, int64_t layer) {
+  const Fp8Recipe& r = state.recipe();
+  auto slot = [&](const char* name) {
+    const std::string full = prefix_ + name;
+    return r.covers(layer, spec_.layers, full) ? state.add(full) : -1;
+  };
+  // MLA and MoE keep their projections in BF16 (docs/fp8.md), and so does a biased QKV.
+  if (!mla_) {
+    if (b_qkv_ < 0) fp8_qkv_ = slot("self_attn.qkv_proj");
+    fp8_o_ = slot("self_attn.o_proj");
+  }
+  if (!moe_) {
+    fp8_gu_ = slot("mlp.gate_up_proj");
+    fp8_down_ = slot("mlp.down_proj");
   }
 }
 
@@ -119,7 +136,7 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   } else {
     Tensor qkv = ctx.act({n, spec_.qkv_dim()});
     Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
-    ops::linear_forward(a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv, s);
+    project(ctx, fp8_qkv_, a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv);
     if (spec_.qk_norm) {
       // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
       a.qkv_raw = qkv;
@@ -144,7 +161,7 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
       ops::attention_forward(qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}), attention_shape(spec_, ctx),
                              attn3, a.lse, s);
     }
-    row_parallel_residual(ctx, a.attn, params_.param(w_o_), x_in, a.x_mid, "tp attention output");
+    row_parallel_residual(ctx, a.attn, params_.param(w_o_), x_in, a.x_mid, "tp attention output", fp8_o_);
   }
 
   a.rstd2 = ctx.empty({nl}, ctx.stat_dtype());
@@ -156,10 +173,10 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
     ops::add(x_out, a.x_mid, x_out, s);
   } else {
     a.gu = ctx.act({n, 2 * spec_.ffn});
-    ops::linear_forward(a.h2, params_.param(w_gu_), nullptr, a.gu, s);
+    project(ctx, fp8_gu_, a.h2, params_.param(w_gu_), nullptr, a.gu);
     a.act = ctx.act({n, spec_.ffn});
     ops::swiglu_forward(a.gu, a.act, s);
-    row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output");
+    row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output", fp8_down_);
   }
   a.mode = RecomputeMode::kNone;
   return x_out;
@@ -216,8 +233,8 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
   const int64_t n = ctx.tokens();
   const Stream& s = ctx.stream;
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
-  ops::linear_backward_input(dx, params_.param(w_o_), d_attn, false, s);
-  weight_grad(ctx, dx, a.attn, params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), residual_grad);
+  project_backward(ctx, fp8_o_, dx, a.attn, params_.param(w_o_), d_attn, false, params_.grad(w_o_), Tensor(),
+                   params_.grad_accumulate(w_o_), residual_grad);
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   if (ctx.cp) {
     ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
@@ -242,9 +259,9 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
     d_qkv = d_raw;
   }
   // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
-  weight_grad(ctx, d_qkv, a.h1, params_.grad(w_qkv_), b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(),
-              params_.grad_accumulate(w_qkv_), residual_grad);
-  ops::linear_backward_input(d_qkv, params_.param(w_qkv_), d_h1, false, s);
+  project_backward(ctx, fp8_qkv_, d_qkv, a.h1, params_.param(w_qkv_), d_h1, false, params_.grad(w_qkv_),
+                   b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(), params_.grad_accumulate(w_qkv_),
+                   residual_grad);
   d_qkv = Tensor();
 }
 
@@ -261,15 +278,15 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   } else {
     const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
     Tensor d_act = ctx.act({n, spec_.ffn});
-    ops::linear_backward_input(dy, params_.param(w_down_), d_act, false, s);
-    weight_grad(ctx, dy, a.act, params_.grad(w_down_), Tensor(), params_.grad_accumulate(w_down_), dx);
+    project_backward(ctx, fp8_down_, dy, a.act, params_.param(w_down_), d_act, false, params_.grad(w_down_),
+                     Tensor(), params_.grad_accumulate(w_down_), dx);
     a.act = Tensor();
     Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
     ops::swiglu_backward(d_act, a.gu, d_gu, s);
     d_act = Tensor();
     a.gu = Tensor();
-    ops::linear_backward_input(d_gu, params_.param(w_gu_), d_h2, false, s);
-    weight_grad(ctx, d_gu, a.h2, params_.grad(w_gu_), Tensor(), params_.grad_accumulate(w_gu_), dx);
+    project_backward(ctx, fp8_gu_, d_gu, a.h2, params_.param(w_gu_), d_h2, false, params_.grad(w_gu_),
+                     Tensor(), params_.grad_accumulate(w_gu_), dx);
     d_h2 = tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
   }
   a.h2 = Tensor();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/fp8_linear.h"
 #include "model/mla_attention.h"
 #include "model/model_spec.h"
 #include "model/moe_mlp.h"
@@ -53,6 +54,9 @@ class DecoderLayer {
   // Parameter entries whose gradient each backward writes whole with one GEMM (the four projections).
   std::vector<int> gemm_weight_entries() const;
   MoeMlp* moe() { return moe_.get(); }  // nullptr in a dense layer
+  // FP8 training: registers this layer's projections that the recipe covers with `state`
+  // (model/fp8_linear.h); `layer` is the decoder-layer index the recipe's BF16 first/last layers count.
+  void enable_fp8(Fp8State& state, int64_t layer);
 
  private:
   // Runs the forward and fills every field of the slot (mode kNone semantics).
@@ -73,6 +77,9 @@ class DecoderLayer {
   ParamStore& params_;
   int w_qkv_ = -1, b_qkv_ = -1, w_o_ = -1, w_gu_ = -1, w_down_ = -1, norm1_, norm2_, q_norm_ = -1,
       k_norm_ = -1;
+  std::string prefix_;  // "layers.3."
+  // FP8 slots of the four projections (-1: BF16).
+  int fp8_qkv_ = -1, fp8_o_ = -1, fp8_gu_ = -1, fp8_down_ = -1;
   std::unique_ptr<MoeMlp> moe_;
   std::unique_ptr<MlaAttention> mla_;
 };

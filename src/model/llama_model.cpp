@@ -78,6 +78,12 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
   embed_ = params.find("embed_tokens.weight");
 }
 
+void LlamaModel::enable_fp8(const Fp8Recipe& recipe) {
+  fp8_ = std::make_unique<Fp8State>(recipe, stream_);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    if (layers_[l]) layers_[l]->enable_fp8(*fp8_, static_cast<int64_t>(l));
+}
+
 StepContext LlamaModel::context(const Tensor& tokens) const {
   PRIMUS_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::kI32, "tokens must be i32 [B, T], got {}",
                tokens.describe());
@@ -90,6 +96,7 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
   ctx.hooks = hooks_;
   ctx.tp = tp_;
   ctx.cp = cp_;
+  ctx.fp8 = fp8_.get();
   PRIMUS_CHECK(ctx.seq <= rope_table_.size(0), "sequence length {} exceeds the rope table ({})", ctx.seq,
                rope_table_.size(0));
   return ctx;

@@ -104,6 +104,10 @@ class LlamaModel {
   void set_tensor_parallel(const parallel::TensorParallel* tp);
   // Region hooks (not owned; nullptr = none).
   void set_hooks(ParamHooks* hooks) { hooks_ = hooks; }
+  // FP8 training (model/fp8_linear.h): the decoder projections the recipe covers run their GEMMs in FP8.
+  // Before the first step.
+  void enable_fp8(const Fp8Recipe& recipe);
+  Fp8State* fp8() const { return fp8_.get(); }  // nullptr: BF16
   // Entries whose gradient the step's first GEMM writes whole (ParamStore::set_overwritten_grads): every
   // projection matrix and the output head. Norms, biases and an untied input embedding are accumulated into.
   std::vector<int> gemm_written_grad_entries() const;
@@ -135,7 +139,8 @@ class LlamaModel {
   std::vector<Tensor> mtp_losses_;
   std::vector<int64_t> mtp_counts_;
   std::unique_ptr<LmHead> head_;  // null on a pipeline stage without the output layer
-  int embed_ = -1;                // -1 on a pipeline stage without the embedding
+  std::unique_ptr<Fp8State> fp8_;
+  int embed_ = -1;  // -1 on a pipeline stage without the embedding
   ParamHooks* hooks_ = nullptr;
   const parallel::TensorParallel* tp_ = nullptr;
   const parallel::ContextParallel* cp_ = nullptr;

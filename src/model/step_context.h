@@ -9,6 +9,7 @@
 namespace primus {
 
 class ParamHooks;  // model/param_hooks.h
+class Fp8State;    // model/fp8_linear.h
 namespace parallel {
 class TensorParallel;   // parallel/tensor_parallel.h
 class ContextParallel;  // parallel/context_parallel.h
@@ -52,6 +53,8 @@ struct StepContext {
   // Zero-bubble pipeline schedules (parallel/pipeline_schedule.h): the input-gradient pass queues the
   // projections' weight-gradient GEMMs here for the later weight-gradient pass (nullptr = run them at once).
   std::vector<std::function<void()>>* deferred_wgrad = nullptr;
+  // FP8 training (nullptr = BF16): the recipe and scaling state of the projections (model/fp8_linear.h).
+  Fp8State* fp8 = nullptr;
   int64_t tokens() const { return batch * seq; }
   Tensor empty(const Shape& shape, DType dtype) const { return Tensor::empty(shape, dtype, stream); }
   Tensor act(const Shape& shape) const { return Tensor::empty(shape, act_dtype, stream); }

@@ -1,6 +1,7 @@
 #pragma once
 // The model side of tensor parallelism (parallel/tensor_parallel.h): the collectives at a parallel region's
 // boundary, written so that a layer reads the same on one rank (where they are identities) as on many.
+#include "model/fp8_linear.h"
 #include "model/step_context.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -23,21 +24,21 @@ inline Tensor tp_sum_rows(const StepContext& ctx, const Tensor& partial, const c
 
 // y [local_tokens, d] = residual + x W^T summed over tp: a row-parallel projection (x [tokens, in/tp], w
 // [d, in/tp]) and its residual add. On one rank the add rides on the GEMM's C input; without SP rank 0 adds
-// it there before the all-reduce, so it is counted once.
+// it there before the all-reduce, so it is counted once. fp8_slot: the projection's FP8 slot (-1: BF16).
 inline void row_parallel_residual(const StepContext& ctx, const Tensor& x, const Tensor& w,
-                                  const Tensor& residual, Tensor& y, const char* label) {
+                                  const Tensor& residual, Tensor& y, const char* label, int fp8_slot = -1) {
   const Stream& s = ctx.stream;
   if (!ctx.tp) {
-    ops::linear_forward(x, w, nullptr, y, s, &residual);
+    project(ctx, fp8_slot, x, w, nullptr, y, &residual);
     return;
   }
   if (!ctx.tp->sequence_parallel()) {
-    ops::linear_forward(x, w, nullptr, y, s, ctx.tp->rank() == 0 ? &residual : nullptr);
+    project(ctx, fp8_slot, x, w, nullptr, y, ctx.tp->rank() == 0 ? &residual : nullptr);
     ctx.tp->sum_rows(y, s, label);
     return;
   }
   Tensor partial = ctx.act({ctx.tokens(), w.size(0)});
-  ops::linear_forward(x, w, nullptr, partial, s);
+  project(ctx, fp8_slot, x, w, nullptr, partial);
   Tensor mine = ctx.tp->sum_rows(partial, s, label);
   ops::add(mine, residual, y, s);
 }

@@ -49,6 +49,7 @@ std::string format_log_line(const StepMetrics& m, bool on_gpu) {
     if (m.moe.z_loss > 0) s += fmt::format(" | z {:.3e}", m.moe.z_loss);
     if (m.moe.dropped_fraction > 0) s += fmt::format(" | dropped {:.2f}%", 100.0 * m.moe.dropped_fraction);
   }
+  if (!m.fp8_recipe.empty()) s += fmt::format(" | fp8 {} {:.0f}%", m.fp8_recipe, 100.0 * m.fp8_share);
   if (m.eta_s >= 0) s += " | ETA " + format_duration(m.eta_s);
   if (m.moe.present && m.moe.per_layer_logging)
     for (const MoeStepMetrics::Layer& l : m.moe.layers)
@@ -90,6 +91,10 @@ void JsonlSink::write_step(const StepMetrics& m) {
   j["mem_gb"] = m.mem_gb;
   j["consumed_samples"] = m.consumed_samples;
   if (m.skipped) j["skipped"] = true;
+  if (!m.fp8_recipe.empty()) {
+    j["fp8_recipe"] = m.fp8_recipe;
+    j["fp8_gemm_share"] = m.fp8_share;
+  }
   if (!m.mtp_losses.empty()) {
     double mean = 0;
     for (double x : m.mtp_losses) mean += x;

@@ -47,6 +47,8 @@ struct StepMetrics {
   int64_t skipped_total = 0;  // updates skipped so far in the job (a resumed run counts those before it)
   MoeStepMetrics moe;
   std::vector<double> mtp_losses;  // multi-token prediction: each depth's loss (empty without MTP)
+  std::string fp8_recipe;          // FP8 training: the recipe's id ("" for BF16)
+  double fp8_share = 0;            // and the share of the step's GEMM FLOPs it runs in FP8
 };
 
 // "iter 120/1000 | loss 3.214 | lr 2.9e-4 | grad-norm 0.83 | 412 ms | 39.8k tok/s/GPU | 487 TFLOP/s/GPU |

@@ -142,6 +142,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   if (emulate) {
     dp_->emulate_grads(A, run_micro);
     model_->end_step();
+    end_fp8_step();
   } else {
     if (dp_)
       dp_->begin_step(grads_prepared);
@@ -177,6 +178,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
       dp_->finish_grads();
     }
     model_->end_step();
+    end_fp8_step();
     if (!dp_) params_->end_grad_step(stream_);
   }
   stop_any = stop_request();  // a signal or the time limit, as the micro-batches are done

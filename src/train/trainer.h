@@ -5,6 +5,7 @@
 // conditions (SIGTERM/SIGINT, exit_interval, exit_duration_in_mins).
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,9 @@ class Trainer {
   // Multi-token prediction: keeps the latest micro-batch's per-depth losses (note_mtp) and averages them over
   // the step's micro-batches (take_mtp_losses, which reads the device and starts the next step's list).
   void note_mtp();
+  // FP8 delayed scaling: reduce the step's amaxes over the groups holding copies or shards of each projection
+  // (dp, cp, tp) and update the scales (model/fp8_linear.h). Nothing without FP8.
+  void end_fp8_step();
   std::vector<double> take_mtp_losses();
   // Guards after the gradients are complete: decide apply / skip / halt.
   void run_guards(int64_t iter, StepOutcome& o, const std::vector<double>& micro_losses);
@@ -160,6 +164,7 @@ class Trainer {
   // The model's hooks: data parallelism and the overlapped update add theirs (one chain, one model pointer).
   ParamHookChain hooks_;
   std::unique_ptr<LlamaModel> model_;
+  std::optional<Fp8Recipe> fp8_recipe_;  // FP8 training (model/fp8_linear.h); nullopt: BF16
   std::unique_ptr<DataParallel> dp_;
   Stopwatch run_clock_;  // since train() began: exit_duration_in_mins
   std::unique_ptr<AdamW> optim_;

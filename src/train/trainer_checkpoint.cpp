@@ -181,6 +181,14 @@ void Trainer::resume_or_start() {
                     "random stream depend on it)",
                     v.dir, st.rng->seed, cfg_.seed),
         fmt::format("set seed: {}, or no_load_rng: true to continue with the new seed", st.rng->seed));
+  if (Fp8State* f8 = model_->fp8()) {
+    if (st.fp8)
+      f8->load(*st.fp8, v.dir);
+    else
+      log::warn("checkpoint: {} was trained without FP8; the FP8 scales start fresh", v.dir);
+  } else if (st.fp8) {
+    log::warn("checkpoint: {} was trained with FP8 ({}); this run continues in BF16", v.dir, st.fp8->recipe);
+  }
   start_iter_ = st.iteration;
   start_consumed_ = st.consumed_samples;
   skipped_total_ = st.skipped_iterations;
@@ -227,6 +235,7 @@ ckpt::TrainingState Trainer::current_state(int64_t iter) const {
   st.config_xxh3 = ckpt::hex64(ckpt::xxh3_bytes(resolved_yaml_.data(), resolved_yaml_.size()));
   st.model = cfg_.model;
   st.hf_config = hf_config_;
+  if (const Fp8State* f8 = model_->fp8()) st.fp8 = f8->save();
   return st;
 }
 

@@ -141,6 +141,15 @@ ModelSpec Trainer::local_spec() const {
   return spec;
 }
 
+void Trainer::end_fp8_step() {
+  Fp8State* st = model_->fp8();
+  if (st == nullptr) return;
+  std::vector<comm::Communicator*> groups;
+  if (groups_ && dp_cfg_ && !dp_cfg_->emulate)
+    for (const char* g : {"dp_cp", "tp"}) groups.push_back(&groups_->get(g));
+  st->end_step(groups);
+}
+
 std::unique_ptr<ParamStore> Trainer::local_store_layout() const {
   return std::make_unique<ParamStore>(local_spec(), dp_cfg_ ? dp_cfg_->shard_ranks() : 1,
                                       dp_cfg_ ? dp_cfg_->expert_shard_ranks() : 1);
@@ -159,6 +168,12 @@ void Trainer::init_data_parallel() {
   }
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
   model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, *params_, stream_, cfg_.data.seq_length);
+  if (fp8_recipe_) {
+    model_->enable_fp8(*fp8_recipe_);
+    log::info("fp8: {}; {} projections on this rank, {:.1f}% of the step's GEMM FLOPs in FP8",
+              fp8_recipe_->describe(), model_->fp8()->slots(),
+              100.0 * fp8_gemm_flop_share(*fp8_recipe_, cfg_.model));
+  }
   if (!dp_cfg_) return;
   if (groups_ && groups_->dims().cp() > 1) {
     cp_ = std::make_unique<parallel::ContextParallel>(groups_->get("cp"));

@@ -102,8 +102,8 @@ TEST_F(ConfigCliErrors, NonDivisibleBatchNamesKeysAndRule) {
 }
 
 TEST_F(ConfigCliErrors, NotSupportedYetExitsTwo) {
-  CliResult r = refuse_experiment(experiment("      fp8: e4m3\n"));
-  EXPECT_NE(r.err.find("not supported yet: fp8=e4m3"), std::string::npos) << r.err;
+  CliResult r = refuse_experiment(experiment("      fp4: e2m1\n"));
+  EXPECT_NE(r.err.find("not supported yet: fp4=e2m1"), std::string::npos) << r.err;
 }
 
 TEST_F(ConfigCliErrors, CommandLineMistakes) {
