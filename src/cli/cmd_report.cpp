@@ -46,6 +46,7 @@ void attach_report(CLI::App& root, CliContext& ctx) {
   auto output = std::make_shared<std::string>();
   auto json_out = std::make_shared<std::string>();
   auto md_out = std::make_shared<std::string>();
+  auto compare = std::make_shared<std::vector<std::string>>();
   CLI::App* app = root.add_subcommand(
       "report",
       "Post-flight HTML report of a run directory, or `report timeline TRACE...`: GPU timeline analysis");
@@ -53,14 +54,16 @@ void attach_report(CLI::App& root, CliContext& ctx) {
   app->add_option("--output,-o", *output, "HTML file (default RUN_DIR/report.html)");
   app->add_option("--json", *json_out, "timeline: also write the tables as JSON");
   app->add_option("--markdown", *md_out, "timeline: also write the tables as Markdown");
-  app->callback([args, output, json_out, md_out, &ctx] {
-    ctx.action = [args, output, json_out, md_out] {
+  app->add_option("--compare", *compare,
+                  "other run directories whose loss curves are drawn beside this run's (e.g. BF16 vs FP8)");
+  app->callback([args, output, json_out, md_out, compare, &ctx] {
+    ctx.action = [args, output, json_out, md_out, compare] {
       if ((*args)[0] == "timeline")
         return run_timeline(std::vector<std::string>(args->begin() + 1, args->end()), *json_out, *md_out);
       if (args->size() != 1)
         throw ConfigError(fmt::format("report: expected one run directory, got {} arguments", args->size()),
                           "primus report RUN_DIR  |  primus report timeline TRACE...");
-      const std::string path = report::write_run_report((*args)[0], *output);
+      const std::string path = report::write_run_report((*args)[0], *output, *compare);
       log::info("report: wrote {}", path);
       return 0;
     };

@@ -203,6 +203,7 @@ void map_megatron(ResolvedConfig& rc) {
     f.amax_history_len = k.i("fp8_amax_history_len");
     f.amax_compute_algo = k.s("fp8_amax_compute_algo");
     f.margin = k.i("fp8_margin");
+    f.output_layer = k.b("fp8_output_layer");
     if (k.b("first_last_layers_bf16")) {
       f.bf16_layers_at_start = k.i("num_layers_at_start_in_bf16");
       f.bf16_layers_at_end = k.i("num_layers_at_end_in_bf16");

@@ -58,6 +58,8 @@ void map_torchtitan(ResolvedConfig& rc) {
     f.wgrad = recipe != "rowwise_with_gw_hp";
     for (const Value& v : k.value("quantize.linear.float8.filter_fqns").items())
       f.filter_fqns.push_back(v.as_string());
+    // torchao converts every linear, the output layer too, unless filter_fqns names it ("output").
+    f.output_layer = true;
     f.source = fmt::format("model.converters float8 ({})", k.origin("model.converters").str());
     src("fp8", "model.converters");
   }

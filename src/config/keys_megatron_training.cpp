@@ -139,6 +139,8 @@ void add_megatron_training_keys(KeyTable& t) {
   t.add(impl("fp8_amax_compute_algo", kS, "max", "delayed scaling: amax over the history: max | most_recent")
             .check(one_of({"max", "most_recent"})));
   t.add(impl("fp8_wgrad", kB, "true", "weight-gradient GEMMs in FP8 (false: BF16)"));
+  t.add(impl("fp8_output_layer", kB, "false",
+             "Primus-C++: the output layer's GEMMs in FP8 too (Megatron keeps it BF16, the default)"));
   t.add(impl("first_last_layers_bf16", kB, "false", "keep the first/last decoder layers in BF16"));
   t.add(impl("num_layers_at_start_in_bf16", kI, "1", "with first_last_layers_bf16: BF16 layers at the start")
             .check(non_negative()));

@@ -237,6 +237,7 @@ struct Fp8Config {
   int64_t bf16_layers_at_start = 0;       // first_last_layers_bf16: these layers stay BF16
   int64_t bf16_layers_at_end = 0;
   std::vector<std::string> filter_fqns;  // TorchTitan: projections whose name contains one stay BF16
+  bool output_layer = false;             // the output layer's GEMMs in FP8 too (TorchTitan: unless filtered)
   std::string source;                    // the keys that turned it on (for messages)
 };
 

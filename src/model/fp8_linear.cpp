@@ -49,6 +49,7 @@ std::optional<Fp8Recipe> Fp8Recipe::from_config(const Fp8Config& c) {
   r.bf16_layers_at_start = c.bf16_layers_at_start;
   r.bf16_layers_at_end = c.bf16_layers_at_end;
   r.filter_fqns = c.filter_fqns;
+  r.output_layer = c.output_layer;
   return r;
 }
 
@@ -75,6 +76,7 @@ std::string Fp8Recipe::describe() const {
     s += fmt::format(", BF16 layers: first {} and last {}", bf16_layers_at_start, bf16_layers_at_end);
   if (!filter_fqns.empty())
     s += fmt::format(", BF16 where the name contains {}", fmt::join(filter_fqns, "|"));
+  if (output_layer && covers(0, 1, "output")) s += ", output layer in FP8";
   return s;
 }
 
@@ -162,6 +164,11 @@ void check_fp8_runnable(const Fp8Recipe& r, const ModelConfig& m, int64_t tokens
   // dgrad and K of the weight gradient.
   need(tokens, k_mult, "tokens per micro-batch (micro_batch_size x seq_length / cp)",
        "micro_batch_size, seq_length");
+  if (r.output_layer && r.covers(0, 1, "output")) {
+    need(spec.hidden, k_mult, "output layer input features (hidden_size)", "hidden_size");
+    need(spec.vocab, k_mult, "output layer rows (the padded vocabulary per tp rank)",
+         "make_vocab_size_divisible_by");
+  }
   for (int64_t l = 0; l < spec.layers; ++l) {
     if (spec.is_moe_layer(l)) continue;
     for (const ProjectionDims& p : dense_projections(spec)) {
@@ -208,7 +215,9 @@ double fp8_gemm_flop_share(const Fp8Recipe& r, const ModelConfig& m) {
         fp8 += fp8_part * static_cast<double>(p.out * p.in);
     }
   }
-  all += static_cast<double>(spec.hidden * spec.vocab);  // the output layer (BF16)
+  const double head = static_cast<double>(spec.hidden * spec.vocab);  // the output layer
+  all += head;
+  if (r.output_layer && r.covers(0, 1, "output")) fp8 += fp8_part * head;
   return all > 0 ? fp8 / all : 0.0;
 }
 

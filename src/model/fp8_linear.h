@@ -48,6 +48,7 @@ struct Fp8Recipe {
   int64_t margin = 0;
   int64_t bf16_layers_at_start = 0, bf16_layers_at_end = 0;
   std::vector<std::string> filter_fqns;
+  bool output_layer = false;  // the output layer too (its slot is named "output", which filter_fqns may name)
 
   // nullopt when FP8 is off. Throws ConfigError naming the key for a recipe that cannot run.
   static std::optional<Fp8Recipe> from_config(const Fp8Config& c);

@@ -82,6 +82,7 @@ void LlamaModel::enable_fp8(const Fp8Recipe& recipe) {
   fp8_ = std::make_unique<Fp8State>(recipe, stream_);
   for (size_t l = 0; l < layers_.size(); ++l)
     if (layers_[l]) layers_[l]->enable_fp8(*fp8_, static_cast<int64_t>(l));
+  if (head_ && recipe.output_layer && recipe.covers(0, 1, "output")) head_->enable_fp8(*fp8_);
 }
 
 StepContext LlamaModel::context(const Tensor& tokens) const {

@@ -73,7 +73,7 @@ void LmHead::project(const StepContext& ctx, const Tensor& h, const Tensor& targ
     const int64_t r1 = std::min(n, r0 + rows);
     Tensor hc = h.slice(r0, r1);
     Tensor logits = logits_buf.slice(0, r1 - r0);
-    ops::linear_forward(hc, w, nullptr, logits, s);
+    primus::project(ctx, fp8_slot_, hc, w, nullptr, logits);
     Tensor lc = losses.slice(r0, r1);
     Tensor tc = targets.slice(r0, r1);
     if (ctx.tp) {
@@ -93,8 +93,8 @@ void LmHead::project(const StepContext& ctx, const Tensor& h, const Tensor& targ
       ops::softmax_cross_entropy(logits, tc, grad_scale, lc, &logits, s);  // in place
     }
     Tensor dhc = dh->slice(r0, r1);
-    ops::linear_backward_input(logits, w, dhc, false, s);
-    ops::linear_backward_weight(logits, hc, dw, nullptr, s, params_.grad_accumulate(weight_));
+    project_backward(ctx, fp8_slot_, logits, hc, w, dhc, false, dw, Tensor(),
+                     params_.grad_accumulate(weight_));
   }
 }
 

@@ -2,6 +2,7 @@
 // Final RMSNorm + output projection + softmax cross-entropy. Forward and backward run together, chunk by
 // chunk of rows: logits of one chunk are computed, turned into their gradient in place, and consumed by the
 // two backward GEMMs before the next chunk, so the full tokens x vocab logits never exist at once.
+#include "model/fp8_linear.h"
 #include "model/model_spec.h"
 #include "model/param_store.h"
 #include "model/step_context.h"
@@ -38,11 +39,15 @@ class LmHead {
   // The output projection's entry (the embedding when tied): its gradient is written whole by GEMMs here,
   // before the embedding's backward adds into it.
   int weight_entry() const { return weight_; }
+  // FP8 training with the output layer covered (Fp8Recipe::output_layer): its GEMMs run in FP8 as the slot
+  // "output" of `state` (model/fp8_linear.h).
+  void enable_fp8(Fp8State& state) { fp8_slot_ = state.add("output"); }
 
  private:
   const ModelSpec& spec_;
   ParamStore& params_;
   int norm_ = -1, weight_ = -1;
+  int fp8_slot_ = -1;  // -1: BF16
 };
 
 }  // namespace primus

@@ -7,17 +7,18 @@
 //   kRowwise        one per row                                     scale_inv [rows]
 //   kBlock1x128     one per 1 x 128 tile of a row                   scale_inv [ceil(cols / 128), rows]
 //                   (row index fastest: the layout cuBLASLt's VEC128_32F scale mode reads)
-//   kBlock128x128   one per 128 x 128 block                         scale_inv [ceil(rows / 128), ceil(cols /
-//   128)]
+//   kBlock128x128   one per 128 x 128 block                         scale_inv [ceil(rows/128),
+//   ceil(cols/128)]
 // Rows are the "outer" dimension and cols the contiguous one; every FP8 GEMM operand is stored [outer, K]
 // with K contiguous, the only layout Hopper's FP8 tensor cores take ("TN"), so the GEMM's K is always `cols`.
 //
 // Quantisation is q = fp8(x * scale) with scale = 1 / scale_inv: round to nearest even, saturating to the
 // largest finite value (+-448 E4M3, +-57344 E5M2; NaN stays NaN), which is what the GPU's cvt ...satfinite
 // does. For the computed groups (rowwise and blockwise; tensorwise with `current` scaling) the scale is
-// fp8_max / amax(group) in f32 (IEEE division), or 1 when the group's amax is 0 or not finite; scale_inv is
-// 1 / scale in f32. The CPU implementation is the exact emulation the GPU kernels are checked against bit for
-// bit.
+// fp8_max / amax(group) in f32 (IEEE division), clamped to FLT_MAX (an amax below ~1.3e-36 would make it
+// +inf and every zero of the group 0 * inf = NaN, as Transformer Engine guards too), or 1 when the group's
+// amax is 0 or not finite; scale_inv is 1 / scale in f32. The CPU implementation is the exact emulation the
+// GPU kernels are checked against bit for bit.
 #include <cstdint>
 #include <string>
 
@@ -89,8 +90,10 @@ void amax(const Tensor& x, Tensor& amax, const Stream& s);
 // tensorwise x tensorwise, rowwise x rowwise, 1x128 x 128x128, 1x128 x 1x128, 128x128 x 1x128. At least one
 // of a, b must be E4M3 (Hopper has no E5M2 x E5M2). K must be a multiple of 16 (of 128 for blockwise), M and
 // N of 16. c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum: Hopper's faster FP8 accumulation
-// (tensorwise only; ignored elsewhere and on the CPU). CPU: dequantise to f32 / f64 and multiply (OpenBLAS)
-// -- the reference.
+// (tensorwise only; ignored elsewhere and on the CPU). CPU: an f64 c is computed exactly per element (raw
+// FP8 products summed per K-group in f64, times the group's multipliers) -- the reference the GPU is checked
+// against; an f32 c (CPU training) multiplies the raw FP8 values with OpenBLAS per K-group and sums in f32,
+// as the GPU does. The GPU's FP8 accumulation is not f32-exact (~2e-4 relative, docs/kernels/fp8.md).
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, float alpha, float beta, bool fast_accum,
               const Stream& s, const Tensor* c_in = nullptr);
 

@@ -185,6 +185,83 @@ std::string pipeline_section(const nlohmann::json& p) {
   return h;
 }
 
+namespace {
+
+// The mean of the last n values of `key` (a smoother end point than the last step alone).
+double tail_mean(const std::vector<nlohmann::json>& recs, const char* key, size_t n) {
+  double sum = 0;
+  size_t k = 0;
+  for (size_t i = recs.size(); i-- > 0 && k < n;) {
+    const double v = num(recs[i], key);
+    if (!std::isfinite(v)) continue;
+    sum += v;
+    ++k;
+  }
+  return k ? sum / static_cast<double>(k) : NAN;
+}
+
+// This run's loss beside the compared runs': one chart of the training losses (each a 20-step moving average,
+// so that recipes a few per cent apart stay distinguishable), one of the validation losses, and a table of
+// the end points with each run's difference to this one.
+std::string compared_section(const RunData& run) {
+  static const char* colors[] = {"#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  auto smoothed = [](const std::vector<nlohmann::json>& recs, const std::string& name, const char* color) {
+    Series s = series_of(recs, "loss", name, color);
+    Series out{name, color, {}, {}, false};
+    double sum = 0;
+    constexpr size_t kWindow = 20;
+    for (size_t i = 0; i < s.y.size(); ++i) {
+      sum += s.y[i];
+      if (i >= kWindow) sum -= s.y[i - kWindow];
+      if (i + 1 < kWindow && s.y.size() >= kWindow) continue;
+      out.x.push_back(s.x[i]);
+      out.y.push_back(sum / static_cast<double>(std::min(i + 1, kWindow)));
+    }
+    return out;
+  };
+  const std::string self = fs::path(run.dir).lexically_normal().filename().string();
+  std::vector<Series> train = {smoothed(run.steps, self + " (this run)", "#1f77b4")};
+  std::vector<Series> val;
+  Series v0 = series_of(run.validation, "val_loss", self + " (this run)", "#1f77b4");
+  v0.points = true;
+  val.push_back(v0);
+  for (size_t i = 0; i < run.compared.size(); ++i) {
+    const RunData::Compared& c = run.compared[i];
+    const char* color = colors[i % (sizeof(colors) / sizeof(colors[0]))];
+    train.push_back(smoothed(c.steps, c.name, color));
+    Series v = series_of(c.validation, "val_loss", c.name, color);
+    v.points = true;
+    val.push_back(v);
+  }
+  std::string h = "<h2>Compared runs</h2>\n<div class=\"grid\">\n";
+  h += line_chart("Training loss (20-step mean)", "loss", train);
+  if (!run.validation.empty()) h += line_chart("Validation loss", "loss", val);
+  h += "</div>\n<table><tr><th>run</th><th>precision</th><th>train loss (last 50 steps)</th><th>vs this run"
+       "</th><th>last validation loss</th><th>vs this run</th></tr>\n";
+  const double t0 = tail_mean(run.steps, "loss", 50), v_0 = tail_mean(run.validation, "val_loss", 1);
+  auto row = [&](const std::string& name, const std::vector<nlohmann::json>& steps,
+                 const std::vector<nlohmann::json>& validation) {
+    const double t = tail_mean(steps, "loss", 50), v = tail_mean(validation, "val_loss", 1);
+    const std::string prec = !steps.empty() && steps.back().contains("fp8_recipe")
+                                 ? "FP8 " + steps.back().value("fp8_recipe", "?")
+                                 : "BF16 / FP32";
+    auto rel = [](double a, double b) {
+      return std::isfinite(a) && std::isfinite(b) && b != 0 ? fmt::format("{:+.2f}%", 100.0 * (a - b) / b)
+                                                            : std::string("-");
+    };
+    h += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td></tr>\n",
+        html_escape(name), html_escape(prec), fmt_num(t), rel(t, t0), fmt_num(v), rel(v, v_0));
+  };
+  row(self + " (this run)", run.steps, run.validation);
+  for (const RunData::Compared& c : run.compared) row(c.name, c.steps, c.validation);
+  h += "</table>\n";
+  return h;
+}
+
+}  // namespace
+
 std::string render_html(const RunData& run) {
   std::string h =
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Primus run report</title>\n<style>\n"
@@ -205,6 +282,10 @@ std::string render_html(const RunData& run) {
       h += fmt::format(
           "<tr><th>{}</th><td>{}</td></tr>", html_escape(it.key()),
           html_escape(it.value().is_string() ? it.value().get<std::string>() : it.value().dump()));
+  if (!run.steps.empty() && run.steps.back().contains("fp8_recipe"))
+    h += fmt::format("<tr><th>precision</th><td>FP8 {} ({:.1f}% of the step's GEMM FLOPs)</td></tr>",
+                     html_escape(run.steps.back().value("fp8_recipe", "?")),
+                     100.0 * run.steps.back().value("fp8_gemm_share", 0.0));
   h += fmt::format(
       "<tr><th>steps recorded</th><td>{}</td></tr><tr><th>validation points</th><td>{}</td></tr>"
       "<tr><th>guard events</th><td>{}</td></tr></table>\n",
@@ -234,6 +315,7 @@ std::string render_html(const RunData& run) {
   h += line_chart("Gradient norm", "grad norm", {series_of(run.steps, "grad_norm", "grad norm", "#7f7f7f")},
                   markers);
   h += "</div>\n";
+  if (!run.compared.empty()) h += compared_section(run);
 
   // Guard events.
   h += "<h2>Guard events</h2>\n";
@@ -324,8 +406,15 @@ std::string render_html(const RunData& run) {
   return h;
 }
 
-std::string write_run_report(const std::string& dir, const std::string& output) {
-  const RunData run = load_run(dir);
+std::string write_run_report(const std::string& dir, const std::string& output,
+                             const std::vector<std::string>& compare) {
+  RunData run = load_run(dir);
+  for (const std::string& c : compare) {
+    RunData other = load_run(c);
+    std::string name = fs::path(c).lexically_normal().filename().string();
+    if (name.empty()) name = fs::path(c).lexically_normal().parent_path().filename().string();
+    run.compared.push_back({name, std::move(other.steps), std::move(other.validation)});
+  }
   const std::string path = output.empty() ? dir + "/report.html" : output;
   std::ofstream f(path);
   if (!f) throw Error(ErrorKind::kRuntime, "report: cannot write " + path);

@@ -97,6 +97,16 @@ TEST(TrainFp8E2E, EveryRecipeTracksTheFullPrecisionRun) {
     // ... and it is not the f32 run itself (the casts happened).
     EXPECT_NE(l[5], ref[5]);
   }
+  // The report draws the recipes' curves beside the full-precision run's, with their end points' differences.
+  CliResult rep = run_primus({"report", s.dir + "/amd/ci/f32", "--compare", s.dir + "/amd/ci/delayed",
+                              s.dir + "/amd/ci/blockwise", "-o", s.dir + "/cmp.html"},
+                             {}, s.dir);
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const std::string html = slurp(s.dir + "/cmp.html");
+  EXPECT_NE(html.find("<h2>Compared runs</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>delayed</td><td>FP8 delayed-hybrid</td>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>blockwise</td><td>FP8 blockwise-e4m3</td>"), std::string::npos);
+  EXPECT_NE(html.find("Training loss (20-step mean)"), std::string::npos);
 }
 
 TEST(TrainFp8E2E, DelayedScalingResumesBitExactly) {

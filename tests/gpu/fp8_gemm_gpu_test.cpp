@@ -2,8 +2,9 @@
 // element, src/ops/cpu/fp8_gemm.cpp) on the same FP8 bytes and multipliers: every scaling pair, e4m3 x e4m3,
 // e4m3 x e5m2 and e5m2 x e4m3, bf16 and f32 outputs, beta = 1 accumulation into f32 (the weight gradient),
 // alpha / beta with a separate c_in, fast accumulation on and off; the probe of the 128x128 scales' leading
-// dimension (unpadded vs padded to a multiple of 4); refusals; and, unless --quick, Llama-3-8B layer shapes
-// (M = 8192 tokens) timed in TFLOP/s next to the bf16 GEMM of the same shape, with sampled rows checked.
+// dimension (padded to a multiple of 4, as cuBLASLt reads it); refusals; and, unless --quick, Llama-3-8B
+// layer shapes (M = 8192 tokens) timed in TFLOP/s next to the bf16 GEMM of the same shape, with sampled rows
+// checked.
 //
 // Tolerances. The products of FP8 values are exact in the tensor cores, but their sum is not an f32 sum:
 // Hopper's FP8 MMA adds products into an accumulator with about 13 mantissa bits, truncating (DeepSeek-V3
@@ -307,54 +308,25 @@ void fast_accum_cases(Context& ctx) {
                  a, b, out, 1.0f, 0.0f, fast, false);
 }
 
-// ---- the 128x128 scales' leading dimension: unpadded (ceil(K/128)) vs padded to a multiple of 4 ----
-// K = 640 gives 5 K-blocks, so the two layouts differ from the second 128-row block on: only one of them can
-// match the reference. The unpadded row is checked (it is the default); the padded one is information, and a
-// summary row says which layout cuBLASLt reads.
-void block_scale_ld_probe(Context& ctx) {
+// ---- the 128x128 scales' leading dimension ----
+// K = 640 gives 5 K-blocks: cuBLASLt reads the scales with ld rounded up to 8 here (measured 2026-11-27: the
+// unpadded ld gave rel_err 0.42 / 5e23), so this checks the padded copy fp8_gemm makes.
+void block_scale_ld_case(Context& ctx) {
   const int64_t m = 256, n = 384, k = 640;
   const Pair probes[] = {{G::kBlock1x128, G::kBlock128x128}, {G::kBlock128x128, G::kBlock1x128}};
-  std::string summary;
   for (const Pair& pr : probes) {
     Fp8Tensor ha = host_operand(ctx, m, k, F::kE4M3, pr.a), hb = host_operand(ctx, n, k, F::kE4M3, pr.b);
     const Tensor ref = reference(ha, hb, 1.0f, 0.0f, nullptr);
-    double err[2] = {INFINITY, INFINITY};
-    const cuda::Fp8BlockScaleLd modes[2] = {cuda::Fp8BlockScaleLd::kUnpadded, cuda::Fp8BlockScaleLd::kPad4};
-    for (int i = 0; i < 2; ++i) {
-      const std::string name = fmt::format("ld probe {} {}x{}x{} ld={}", pair_name(pr), m, n, k,
-                                           cuda::fp8_block_scale_ld_name(modes[i]));
-      cuda::set_fp8_block_scale_ld(modes[i]);
-      try {
-        Fp8Tensor ga = upload(ctx, ha), gb = upload(ctx, hb);
-        Tensor gc = ctx.poisoned({m, n}, DType::kF32);
-        cuda::fp8_gemm(ga, gb, gc, 1.0f, 0.0f, false, ctx.stream, nullptr);
-        if (i == 0) {
-          err[i] = ctx.check(kFam, name, gather_rows(ctx, gc, all_rows(m)), ref, kTolF32,
-                             "ceil(K/128) = 5: the default layout");
-        } else {
-          const size_t before = ctx.results.size();
-          err[i] = ctx.check(kFam, name, gather_rows(ctx, gc, all_rows(m)), ref, kTolF32);
-          ctx.results.resize(before);  // recorded below as an information row
-          ctx.info(kFam, name,
-                   fmt::format("rel_err {:.2e}: {} the reference (PRIMUS_FP8_BLOCK_SCALE_LD=pad4)", err[i],
-                               err[i] <= kTolF32 ? "MATCHES" : "does not match"));
-        }
-      } catch (const std::exception& e) {
-        if (i == 0)
-          record_failure(ctx, name, e);
-        else
-          ctx.info(kFam, name, fmt::format("threw: {}", e.what()));
-      }
+    const std::string name = fmt::format("{} {}x{}x{} (5 K-blocks: padded scale ld)", pair_name(pr), m, n, k);
+    try {
+      Fp8Tensor ga = upload(ctx, ha), gb = upload(ctx, hb);
+      Tensor gc = ctx.poisoned({m, n}, DType::kF32);
+      cuda::fp8_gemm(ga, gb, gc, 1.0f, 0.0f, false, ctx.stream, nullptr);
+      ctx.check(kFam, name, gather_rows(ctx, gc, all_rows(m)), ref, kTolF32);
+    } catch (const std::exception& e) {
+      record_failure(ctx, name, e);
     }
-    cuda::set_fp8_block_scale_ld(cuda::Fp8BlockScaleLd::kAuto);
-    const bool un = err[0] <= kTolF32, pad = err[1] <= kTolF32;
-    summary += fmt::format("{}{}: {}", summary.empty() ? "" : "; ", pair_name(pr),
-                           un && pad ? "both match (?)"
-                           : un      ? "unpadded matches"
-                           : pad     ? "pad4 matches: make pad4 the default"
-                                     : "neither matches");
   }
-  ctx.info(kFam, "ld probe verdict", summary);
 }
 
 // ---- refusals on the GPU path ----
@@ -451,7 +423,7 @@ PRIMUS_GPU_TEST(fp8_gemm) {
   pair_cases(ctx);
   accumulate_cases(ctx);
   fast_accum_cases(ctx);
-  block_scale_ld_probe(ctx);
+  block_scale_ld_case(ctx);
   validation_cases(ctx);
   if (!ctx.quick) model_size_cases(ctx);
 }

@@ -3,7 +3,8 @@
 #   tests     primus_gpu_tests' quant and fp8_gemm families (byte-exact casts, GEMMs vs the CPU reference, the
 #             Llama-3-8B shapes timed beside BF16) and the gemm family (the BF16 path must not have moved)
 #   smoke     the tiny fortunes model for 30 steps in BF16 and under each recipe (finite, learning, the log line)
-#   perf      Llama-3-8B dims 4L T8192 B1 (bench_llama3-8B-4L.yaml): BF16 and each FP8 recipe, then the PyTorch
+#   perf      Llama-3-8B dims 4L T8192 B1 (bench_llama3-8B-4L.yaml): BF16 and each FP8 recipe (without and with the
+#             output layer in FP8), then the PyTorch
 #             anchor's same workload (torch_baseline.py, that entry only) in the same call
 #   gemm      torch._scaled_mm on torch_moe_baseline.py's FP8 shapes (its FP8 section only, same call as tests)
 #   accuracy  the Llama-124M shape on the fortunes bytes, STEPS (1000) steps: BF16 and each recipe from the same
@@ -17,7 +18,7 @@ steps=${STEPS:-1000}
 out=/tmp/fp8-out
 final=${OUT:-/tmp/fp8-final}
 rm -rf "$out"; mkdir -p "$out" "$final"
-trap 'tar czf "$final/fp8-logs.tgz" -C "$out" . ; cp "$out"/*.json "$out"/*.txt "$final"/ 2>/dev/null' EXIT
+trap 'tar czf "$final/fp8-logs.tgz" -C "$out" . ; cp "$out"/*.json "$out"/*.txt "$out"/*.html "$final"/ 2>/dev/null' EXIT
 export PRIMUS_WORKSPACE=/tmp/primus-ws PRIMUS_QUICKSTART_DATA=$PWD/.device/fortunes PRIMUS_USER=dev PRIMUS_HOME=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 date -u +%Y-%m-%dT%H:%M:%SZ
@@ -41,7 +42,8 @@ declare -A recipe=(
 names="delayed current rowwise blockwise"
 
 if has tests; then
-  "$bin/primus_gpu_tests" quant fp8_gemm gemm > "$out/gpu_tests.txt" 2>&1
+  # shellcheck disable=SC2086
+  "$bin/primus_gpu_tests" ${GPU_TESTS:-quant fp8_gemm gemm} > "$out/gpu_tests.txt" 2>&1
   echo "== gpu_tests rc=$?"; tail -4 "$out/gpu_tests.txt"; grep -E "FAIL|probe|TFLOP" "$out/gpu_tests.txt" | head -60
 fi
 if has gemm; then
@@ -56,7 +58,7 @@ EOF
 fi
 if has smoke; then
   tiny=(--config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml --train_iters 30 --eval_interval 0
-        --log_interval 10 --device cuda)
+        --log_interval 10 --lr_warmup_iters 5 --device cuda)
   run tiny_bf16 "${tiny[@]}"
   for n in $names; do
     # shellcheck disable=SC2086
@@ -69,6 +71,9 @@ if has perf; then
   for n in $names; do
     # shellcheck disable=SC2086
     run b8_$n "${b8[@]}" ${recipe[$n]}
+    # The output layer in FP8 too (TorchTitan's float8 default; Megatron keeps it BF16).
+    # shellcheck disable=SC2086
+    run b8_${n}_out "${b8[@]}" ${recipe[$n]} --fp8_output_layer true
   done
   python3 - > "$out/torch_baseline_8b4l.txt" 2>&1 <<'EOF'
 src = open('.device/torch_baseline.py').read()
@@ -79,14 +84,25 @@ EOF
   echo "== torch baseline 8B-4L rc=$?"; grep -E "llama3-8B-4L" "$out/torch_baseline_8b4l.txt" | tail -2
 fi
 if has accuracy; then
-  acc=(--config configs/examples/megatron/fp8_accuracy_llama-124M-fortunes.yaml --train_iters "$steps" --device cuda)
+  # ACC_ARGS: extra overrides for every accuracy run (e.g. "--micro_batch_size 4 --global_batch_size 4").
+  # shellcheck disable=SC2206
+  acc=(--config configs/examples/megatron/fp8_accuracy_llama-124M-fortunes.yaml --train_iters "$steps" --device cuda
+       ${ACC_ARGS:-})
   run acc_bf16 "${acc[@]}"
+  # The BF16 run again from another initialisation: how far two BF16 runs land apart (the noise under the bar).
+  run acc_bf16_seed2 "${acc[@]}" --seed 4321
   for n in delayed rowwise blockwise; do
     # shellcheck disable=SC2086
     run acc_$n "${acc[@]}" ${recipe[$n]}
   done
-  for n in bf16 delayed rowwise blockwise; do
+  for n in bf16 bf16_seed2 delayed rowwise blockwise; do
     cp "/tmp/primus-ws/amd/dev/acc_$n/metrics.jsonl" "$out/acc_${n}_metrics.jsonl" 2>/dev/null
   done
+  grep -H "validation at" "$out"/acc_*.log
+  # The curves side by side (docs/fp8.md links the page).
+  ws=/tmp/primus-ws/amd/dev
+  "$bin/primus" report "$ws/acc_bf16" --compare "$ws/acc_bf16_seed2" "$ws/acc_delayed" "$ws/acc_rowwise" \
+    "$ws/acc_blockwise" -o "$out/fp8_accuracy_report.html" > "$out/report.txt" 2>&1
+  echo "== report rc=$?"; grep -o "<tr><td>acc_[^/]*</td>.\{0,220\}" "$out/fp8_accuracy_report.html"
 fi
 date -u +%Y-%m-%dT%H:%M:%SZ
