@@ -86,26 +86,24 @@ std::string Fp8Recipe::id() const {
                      grad == Fp8Format::kE5M2 ? "hybrid" : "e4m3", wgrad_fp8 ? "" : "-bf16wgrad");
 }
 
-Fp8Granularity Fp8Recipe::activation_granularity() const {
-  switch (scaling) {
-    case Scaling::kRowwise:
+// Tensorwise recipes cast every tensor whole; rowwise by rows; blockwise activations and gradients by 1x128
+// tiles and weights by 128x128 blocks (DeepSeek-V3's).
+static Fp8Granularity granularity(Fp8Recipe::Scaling s, bool weight) {
+  switch (s) {
+    case Fp8Recipe::Scaling::kRowwise:
       return Fp8Granularity::kRowwise;
-    case Scaling::kBlockwise:
-      return Fp8Granularity::kBlock1x128;
+    case Fp8Recipe::Scaling::kBlockwise:
+      return weight ? Fp8Granularity::kBlock128x128 : Fp8Granularity::kBlock1x128;
     default:
       return Fp8Granularity::kTensorwise;
   }
 }
 
+Fp8Granularity Fp8Recipe::activation_granularity() const {
+  return granularity(scaling, false);
+}
 Fp8Granularity Fp8Recipe::weight_granularity() const {
-  switch (scaling) {
-    case Scaling::kRowwise:
-      return Fp8Granularity::kRowwise;
-    case Scaling::kBlockwise:
-      return Fp8Granularity::kBlock128x128;
-    default:
-      return Fp8Granularity::kTensorwise;
-  }
+  return granularity(scaling, true);
 }
 
 bool Fp8Recipe::covers(int64_t layer, int64_t layers, const std::string& name) const {

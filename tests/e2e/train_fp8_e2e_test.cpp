@@ -119,19 +119,12 @@ TEST(TrainFp8E2E, DelayedScalingResumesBitExactly) {
     a.insert(a.end(), extra.begin(), extra.end());
     return run_primus(a, env_for(s.dir, name), s.dir);
   };
-  const std::string save_a = s.dir + "/ckpt-a", save_b = s.dir + "/ckpt-b";
-  CliResult straight = run("straight", save_a, {});
-  ASSERT_EQ(straight.exit_code, 0) << straight.err << straight.out;
+  const std::string save_b = s.dir + "/ckpt-b";  // run_straight_and_split's split run saves here
   // Stopping at 6 leaves a history that has wrapped (6 steps > 4 entries): the resume must restore the ring.
-  CliResult first = run("split", save_b, {"--exit_interval", "6"});
-  ASSERT_EQ(first.exit_code, 0) << first.err << first.out;
-  CliResult second = run("split", save_b, {"--resume", "auto"});
-  ASSERT_EQ(second.exit_code, 0) << second.err << second.out;
-  EXPECT_NE(second.out.find("resuming from"), std::string::npos) << second.out;
-  const auto a = steps_of(s.dir + "/amd/ci/straight/metrics.jsonl");
-  const auto b = steps_of(s.dir + "/amd/ci/split/metrics.jsonl");
-  ASSERT_EQ(a.size(), 10u);
-  ASSERT_EQ(b.size(), 10u);
+  const StraightAndSplit runs = run_straight_and_split(run, s.dir, 6, 10);
+  ASSERT_FALSE(runs.straight.empty());
+  const auto& a = runs.straight;
+  const auto& b = runs.split;
   for (size_t i = 0; i < a.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>());

@@ -62,25 +62,17 @@ TEST(TrainMoeE2E, DeepSeekStyleMoeResumesBitExactlyWithItsExpertBias) {
          "      micro_batch_size: 2\n      global_batch_size: 4\n      seq_length: 32\n"
          "      lr: 1.0e-3\n      lr_warmup_iters: 1\n      log_interval: 1\n      eval_interval: 0\n"
          "      moe_router_bias_update_rate: 0.01\n";
-  const std::string save_a = s.dir + "/ckpt-a", save_b = s.dir + "/ckpt-b";
+  const std::string save_a = s.dir + "/ckpt-a";  // run_straight_and_split's straight run saves here
   auto run = [&](const std::string& name, const std::string& save, std::vector<std::string> extra) {
     std::vector<std::string> a = {"train",  "pretrain", "--config",        exp, "--train_iters", "8",
                                   "--save", save,       "--save_interval", "4"};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_primus(a, env_for(s.dir, name), s.dir);
   };
-  CliResult straight = run("straight", save_a, {});
-  ASSERT_EQ(straight.exit_code, 0) << straight.err << straight.out;
-  CliResult first = run("split", save_b, {"--exit_interval", "4"});
-  ASSERT_EQ(first.exit_code, 0) << first.err << first.out;
-  CliResult second = run("split", save_b, {"--resume", "auto"});
-  ASSERT_EQ(second.exit_code, 0) << second.err << second.out;
-  EXPECT_NE(second.out.find("resuming from"), std::string::npos) << second.out;
-
-  const auto a = steps_of(s.dir + "/amd/ci/straight/metrics.jsonl");
-  const auto b = steps_of(s.dir + "/amd/ci/split/metrics.jsonl");
-  ASSERT_EQ(a.size(), 8u);
-  ASSERT_EQ(b.size(), 8u);
+  const StraightAndSplit runs = run_straight_and_split(run, s.dir, 4, 8);
+  ASSERT_FALSE(runs.straight.empty());
+  const auto& a = runs.straight;
+  const auto& b = runs.split;
   for (size_t i = 0; i < a.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>());
@@ -135,16 +127,10 @@ TEST(TrainMoeE2E, ForcedBalancingTrainsAndResumesBitExactly) {
       a.insert(a.end(), extra.begin(), extra.end());
       return run_primus(a, env_for(s.dir, name), s.dir);
     };
-    CliResult straight = run("straight", s.dir + "/ckpt-a", {});
-    ASSERT_EQ(straight.exit_code, 0) << straight.err << straight.out;
-    CliResult first = run("split", s.dir + "/ckpt-b", {"--exit_interval", "3"});
-    ASSERT_EQ(first.exit_code, 0) << first.err << first.out;
-    CliResult second = run("split", s.dir + "/ckpt-b", {"--resume", "auto"});
-    ASSERT_EQ(second.exit_code, 0) << second.err << second.out;
-    const auto a = steps_of(s.dir + "/amd/ci/straight/metrics.jsonl");
-    const auto b = steps_of(s.dir + "/amd/ci/split/metrics.jsonl");
-    ASSERT_EQ(a.size(), 6u);
-    ASSERT_EQ(b.size(), 6u);
+    const StraightAndSplit runs = run_straight_and_split(run, s.dir, 3, 6);
+    ASSERT_FALSE(runs.straight.empty());
+    const auto& a = runs.straight;
+    const auto& b = runs.split;
     for (size_t i = 0; i < a.size(); ++i) {
       SCOPED_TRACE(i);
       EXPECT_TRUE(std::isfinite(a[i]["loss"].get<double>()));

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers of the training end-to-end tests (MoE, MLA): a scratch workspace removed on exit, the per-step
 // records of a run's metrics.jsonl, and the environment that places a run in that workspace.
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_process.h"
 #include "train/metrics.h"
 
 namespace primus::cli_test {
@@ -39,6 +41,35 @@ inline std::map<std::string, std::optional<std::string>> env_for(const std::stri
                                                                  const std::string& exp) {
   return {
       {"PRIMUS_WORKSPACE", ws}, {"PRIMUS_EXP_NAME", exp}, {"PRIMUS_USER", "ci"}, {"OMP_NUM_THREADS", "1"}};
+}
+
+// A run split by a checkpoint beside the same run straight through, for bit-exact resume tests. `run(name,
+// save_dir, extra_args)` runs `primus train` as the test wants it; the straight run saves into dir/ckpt-a,
+// the split one into dir/ckpt-b, stops after `exit_at` iterations (--exit_interval) and resumes (--resume
+// auto). Returns both runs' step records, checked to hold `steps` each; a failed run or a missing resume is a
+// test failure (and empty records).
+struct StraightAndSplit {
+  std::vector<nlohmann::json> straight, split;
+};
+template <typename Run>
+StraightAndSplit run_straight_and_split(Run&& run, const std::string& dir, int exit_at, size_t steps) {
+  auto ok = [](const CliResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+    return r.exit_code == 0;
+  };
+  if (!ok(run("straight", dir + "/ckpt-a", std::vector<std::string>{})) ||
+      !ok(run("split", dir + "/ckpt-b",
+              std::vector<std::string>{"--exit_interval", std::to_string(exit_at)})))
+    return {};
+  const CliResult second = run("split", dir + "/ckpt-b", std::vector<std::string>{"--resume", "auto"});
+  if (!ok(second)) return {};
+  EXPECT_NE(second.out.find("resuming from"), std::string::npos) << second.out;
+  StraightAndSplit r{steps_of(dir + "/amd/ci/straight/metrics.jsonl"),
+                     steps_of(dir + "/amd/ci/split/metrics.jsonl")};
+  EXPECT_EQ(r.straight.size(), steps);
+  EXPECT_EQ(r.split.size(), steps);
+  if (r.straight.size() != steps || r.split.size() != steps) return {};
+  return r;
 }
 
 }  // namespace primus::cli_test
