@@ -53,7 +53,7 @@ run() {
 # compare A B TOL: every step's loss and grad_norm (20 steps), the routing statistics and MTP loss where the
 # runs log them, and the validation losses; TOL 0 = bitwise. A resumed run appends: a step's last record wins.
 compare() {
-  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'PY'
+  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" "${4:-$3}" <<'PY'
 import json, sys
 def load(p):
     steps, vals = {}, {}
@@ -64,9 +64,10 @@ def load(p):
             vals[j["step"]] = j["val_loss"]
     return [steps[k] for k in sorted(steps)], vals
 (a, va), (b, vb), tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+tol_grad = float(sys.argv[4])  # the gradient norm's tolerance (the 4th argument; default: the same)
 assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
 worst = 0.0
-def check(what, x, y):
+def check(what, x, y, tol=tol):
     global worst
     if x == 0 and y == 0:
         return
@@ -77,7 +78,7 @@ def check(what, x, y):
 for x, y in zip(a, b):
     for k in ("loss", "grad_norm", "moe_aux_loss", "moe_max_load_ratio", "moe_dropped_fraction", "mtp_loss"):
         if k in y:
-            check(f"step {x['step']}: {k}", x[k], y[k])
+            check(f"step {x['step']}: {k}", x[k], y[k], tol_grad if k == "grad_norm" else tol)
 if va.keys() != vb.keys():
     sys.exit(f"validation steps differ: {sorted(va)} vs {sorted(vb)}")
 for k in va:
