@@ -194,22 +194,28 @@ void map_megatron(ResolvedConfig& rc) {
   src("micro_batch_size", "micro_batch_size");
   t.seed = k.i("seed");
   t.bf16 = k.b("bf16");
-  if (!k.is_null("fp8")) {
-    Fp8Config& f = t.fp8;
-    f.enabled = true;
-    f.format = k.s("fp8");
+  {
+    // Every FP8 key is read (and so recorded as used) whether or not fp8 turns it on.
+    Fp8Config f;
     f.recipe = k.s("fp8_recipe");
     f.wgrad = k.b("fp8_wgrad");
     f.amax_history_len = k.i("fp8_amax_history_len");
     f.amax_compute_algo = k.s("fp8_amax_compute_algo");
     f.margin = k.i("fp8_margin");
     f.output_layer = k.b("fp8_output_layer");
+    const int64_t bf16_start = k.i("num_layers_at_start_in_bf16"),
+                  bf16_end = k.i("num_layers_at_end_in_bf16");
     if (k.b("first_last_layers_bf16")) {
-      f.bf16_layers_at_start = k.i("num_layers_at_start_in_bf16");
-      f.bf16_layers_at_end = k.i("num_layers_at_end_in_bf16");
+      f.bf16_layers_at_start = bf16_start;
+      f.bf16_layers_at_end = bf16_end;
     }
-    f.source = fmt::format("fp8: {} ({})", f.format, k.origin("fp8").str());
-    src("fp8", "fp8");
+    if (!k.is_null("fp8")) {
+      f.enabled = true;
+      f.format = k.s("fp8");
+      f.source = fmt::format("fp8: {} ({})", f.format, k.origin("fp8").str());
+      src("fp8", "fp8");
+      t.fp8 = f;
+    }
   }
   t.device = k.s("device");
   t.gemm_tuning_file = k.s("gemm_tuning_file");

@@ -46,22 +46,27 @@ void map_torchtitan(ResolvedConfig& rc) {
     }
     return true;
   }());
-  if (float8) {
-    Fp8Config& f = t.fp8;
-    f.enabled = true;
-    // torchao's float8 recipes: E4M3 forward, E5M2 gradients for tensorwise; rowwise keeps E4M3 throughout.
+  {
+    // The float8 section's keys are read (and so recorded as used) whether or not the converter is on.
     const std::string recipe = k.is_null("quantize.linear.float8.recipe_name")
                                    ? "tensorwise"
                                    : k.s("quantize.linear.float8.recipe_name");
-    f.recipe = recipe == "tensorwise" ? "tensorwise" : "rowwise";
-    f.format = recipe == "tensorwise" ? "hybrid" : "e4m3";
-    f.wgrad = recipe != "rowwise_with_gw_hp";
+    std::vector<std::string> filter;
     for (const Value& v : k.value("quantize.linear.float8.filter_fqns").items())
-      f.filter_fqns.push_back(v.as_string());
-    // torchao converts every linear, the output layer too, unless filter_fqns names it ("output").
-    f.output_layer = true;
-    f.source = fmt::format("model.converters float8 ({})", k.origin("model.converters").str());
-    src("fp8", "model.converters");
+      filter.push_back(v.as_string());
+    if (float8) {
+      Fp8Config& f = t.fp8;
+      f.enabled = true;
+      // torchao's float8 recipes: E4M3 forward, E5M2 gradients for tensorwise; rowwise keeps E4M3 throughout.
+      f.recipe = recipe == "tensorwise" ? "tensorwise" : "rowwise";
+      f.format = recipe == "tensorwise" ? "hybrid" : "e4m3";
+      f.wgrad = recipe != "rowwise_with_gw_hp";
+      f.filter_fqns = filter;
+      // torchao converts every linear, the output layer too, unless filter_fqns names it ("output").
+      f.output_layer = true;
+      f.source = fmt::format("model.converters float8 ({})", k.origin("model.converters").str());
+      src("fp8", "model.converters");
+    }
   }
 
   // Model: family + flavor.
