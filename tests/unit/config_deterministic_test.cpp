@@ -48,24 +48,24 @@ TEST(ConfigDeterministic, TorchTitanDebugDeterministic) {
 // Planning (projection, `--dry-run --nnodes`) keeps values training refuses as warnings; TorchTitan's FP8
 // converter reached the mapper's "only primus_turbo" assertion and aborted the plan with an internal error
 // (found by planning every Primus MI355X experiment for one node of 8).
-TEST(ConfigPlanning, TorchTitanFloat8ConverterIsAWarningWhenPlanning) {
+TEST(ConfigPlanning, TorchTitanMxConverterIsAWarningWhenPlanning) {
   testing::TempDir dir;
   const std::string exp =
       dir.write("fp8.yaml",
                 "work_group: g\nuser_name: u\nexp_name: e\nworkspace: w\nmodules:\n  pre_trainer:\n"
                 "    framework: torchtitan\n    config: pre_trainer.yaml\n    model: micro_llama.yaml\n"
                 "    overrides:\n      training:\n        mock_data: true\n      model:\n        converters: "
-                "[float8]\n");
+                "[mx]\n");
   ResolveOptions o;
   o.env = testing::fake_env();
   o.roots = std::vector<std::string>{testing::project_configs()};
-  EXPECT_THROW(load_config(exp, o), ConfigError) << "training refuses the float8 converter";
+  EXPECT_THROW(load_config(exp, o), ConfigError) << "training refuses the mx converter (Blackwell only)";
   o.planning = true;
   o.plan_world_size = 8;
   ResolvedConfig rc = load_config(exp, o);
   EXPECT_EQ(rc.world_size, 8);
   bool warned = false;
-  for (const std::string& w : rc.warnings) warned |= w.find("float8") != std::string::npos;
+  for (const std::string& w : rc.warnings) warned |= w.find("model.converters") != std::string::npos;
   EXPECT_TRUE(warned);
 }
 

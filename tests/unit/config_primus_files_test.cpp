@@ -106,7 +106,7 @@ TEST(ConfigPrimusExamples, TorchTitanExperimentHasPrimusTopLevelKeys) {
   EXPECT_EQ(tree.module.entries().size(), 25u) << "as Primus's loader: 25 top-level keys";
 }
 
-TEST(ConfigPrimusExamples, MoEExperimentsLoadWithTheirExpertParallelismAndFp8IsNotSupportedYet) {
+TEST(ConfigPrimusExamples, MoEExperimentsLoadWithTheirExpertParallelismAndFp8ExperimentsWithTheirRecipe) {
   // Primus's MoE examples are written for 8 GPUs of expert parallelism and benchmark with forced balancing.
   // The configuration loads as written; whether a world fits its layout is the layout's check
   // (ParallelDims, the CLI tests).
@@ -159,10 +159,15 @@ TEST(ConfigPrimusExamples, MoEExperimentsLoadWithTheirExpertParallelismAndFp8IsN
   EXPECT_TRUE(v2.train.model.mla.yarn);
   EXPECT_EQ(v2.train.model.mla.rotary_scaling_factor, 40.0);
   EXPECT_EQ(v2.train.model.num_query_groups, 16);
-  std::string fp8 = config_error_of(
-      [] { load_config(example("megatron", "llama3.1_8B-FP8-pretrain.yaml"), primus_options()); });
-  EXPECT_NE(fp8.find("not supported yet: fp8=hybrid"), std::string::npos) << fp8;
-  EXPECT_NE(fp8.find("llama3.1_8B-FP8-pretrain.yaml:79:7"), std::string::npos) << fp8;
+  // FP8: Primus's trainer defaults (delayed scaling, history 1024) under the experiment's fp8: hybrid.
+  ResolvedConfig fp8 = load_config(example("megatron", "llama3.1_8B-FP8-pretrain.yaml"), primus_options());
+  EXPECT_TRUE(fp8.train.fp8.enabled);
+  EXPECT_EQ(fp8.train.fp8.format, "hybrid");
+  EXPECT_EQ(fp8.train.fp8.recipe, "delayed");
+  EXPECT_EQ(fp8.train.fp8.amax_history_len, 1024);
+  EXPECT_FALSE(fp8.train.fp8.output_layer);
+  EXPECT_NE(fp8.train.fp8.source.find("llama3.1_8B-FP8-pretrain.yaml:79:7"), std::string::npos)
+      << fp8.train.fp8.source;
 }
 
 // An experiment over Primus's presets for any module/model pair.

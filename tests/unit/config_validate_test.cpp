@@ -116,9 +116,12 @@ TEST(ConfigValidate, WorldSizeGivesTheDataParallelSize) {
 
 TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
   Fixture f;
-  expect_has(f.error("micro_llama.yaml", "      fp8: hybrid\n      mtp_use_repeated_layer: true\n"),
-             {"2 problems", "not supported yet: fp8=hybrid", "not supported yet: mtp_use_repeated_layer=true",
+  expect_has(f.error("micro_llama.yaml", "      fp4: e2m1\n      mtp_use_repeated_layer: true\n"),
+             {"2 problems", "not supported yet: fp4=e2m1", "not supported yet: mtp_use_repeated_layer=true",
               "exp.yaml:12:7"});
+  // FP8 trains; MX formats need Blackwell.
+  expect_has(f.error("micro_llama.yaml", "      fp8: e4m3\n      fp8_recipe: mxfp8\n"),
+             {"not supported yet: fp8_recipe=mxfp8", "Hopper has none"});
   // Tensor parallelism trains; its communication overlap does not yet.
   expect_has(
       f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n      tp_comm_overlap: true\n"),
