@@ -7,13 +7,15 @@
 #             output layer in FP8), then the PyTorch
 #             anchor's same workload (torch_baseline.py, that entry only) in the same call
 #   gemm      torch._scaled_mm on torch_moe_baseline.py's FP8 shapes (its FP8 section only, same call as tests)
+#   primus    Primus's own llama3.1_8B-FP8-pretrain.yaml (from .device/primus-configs) with 2 layers, 3 steps of 4
+#             micro-batches, as written (delayed) and blockwise; `benchmark gemm --dtype fp8` for each scaling
 #   accuracy  the Llama-124M shape on the fortunes bytes, STEPS (1000) steps: BF16 and each recipe from the same
 #             init and data; validation loss at the end (the 1% bar)
 # Usage: tar xzf .device/fp8.tgz && PARTS="tests smoke" tools/device/fp8-check.sh .device/bin
 # Carry .device (fp8.tgz: stripped primus + primus_gpu_tests; fortunes/; torch_baseline.py, torch_moe_baseline.py).
 set -uo pipefail
 bin=${1:-.device/bin}
-parts=${PARTS:-tests smoke perf gemm accuracy}
+parts=${PARTS:-tests smoke perf gemm primus accuracy}
 steps=${STEPS:-1000}
 out=/tmp/fp8-out
 final=${OUT:-/tmp/fp8-final}
@@ -82,6 +84,17 @@ src = src.replace("for (name,V,d,L,h,kv,ffn,T,B) in cfgs:",
 exec(src)
 EOF
   echo "== torch baseline 8B-4L rc=$?"; grep -E "llama3-8B-4L" "$out/torch_baseline_8b4l.txt" | tail -2
+fi
+if has primus; then
+  ex=.device/primus-configs/examples/megatron/configs/MI300X/llama3.1_8B-FP8-pretrain.yaml
+  few=(--config "$ex" --num_layers 2 --train_iters 3 --global_batch_size 8 --log_interval 1 --lr_warmup_iters 1)
+  PRIMUS_CONFIG_PATH=.device/primus-configs/primus/configs run primus_fp8 "${few[@]}"
+  PRIMUS_CONFIG_PATH=.device/primus-configs/primus/configs run primus_fp8_blockwise "${few[@]}" --fp8_recipe blockwise
+  for sc in tensorwise rowwise blockwise; do
+    "$bin/primus" benchmark gemm --dtype fp8 --scaling "$sc" --M 8192 --N 8192 --K 8192 --duration 2 \
+      --output-file "$out/bench_gemm_fp8_$sc.md" > "$out/bench_gemm_fp8_$sc.log" 2>&1
+    echo "== benchmark gemm fp8 $sc rc=$?"; tail -3 "$out/bench_gemm_fp8_$sc.log"
+  done
 fi
 if has accuracy; then
   # ACC_ARGS: extra overrides for every accuracy run (e.g. "--micro_batch_size 4 --global_batch_size 4").
