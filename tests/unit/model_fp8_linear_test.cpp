@@ -1,0 +1,142 @@
+// FP8 projections (model/fp8_linear.h) on the CPU against the f32 projection they replace: the forward, the
+// input gradient and the weight gradient of every recipe land within the error FP8's rounding allows (stated
+// per format below) and not at zero error (the casts happened); delayed scaling's state turns recorded amaxes
+// into the scales Transformer Engine's formula gives, and its checkpoint form round-trips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "model/fp8_linear.h"
+#include "ops/gemm.h"
+
+namespace primus {
+namespace {
+
+Tensor randn(std::mt19937& rng, const Shape& shape, float scale) {
+  std::normal_distribution<float> d(0.0f, scale);
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+  return t;
+}
+
+double rel_err(const Tensor& a, const Tensor& b) {
+  const float *x = a.data<float>(), *y = b.data<float>();
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    den += static_cast<double>(y[i]) * y[i];
+  }
+  return std::sqrt(num / den);
+}
+
+Fp8Recipe recipe(const char* name, const char* format) {
+  Fp8Config c;
+  c.enabled = true;
+  c.recipe = name;
+  c.format = format;
+  return *Fp8Recipe::from_config(c);
+}
+
+struct Grads {
+  Tensor y, dx, dw;
+};
+
+// y = x W^T, dx = dy W, dW = dy^T x through project() with `state` (nullptr: the f32 path).
+Grads run(Fp8State* state, const Tensor& x, const Tensor& w, const Tensor& dy) {
+  StepContext ctx;
+  ctx.stream = Stream::cpu();
+  ctx.act_dtype = DType::kF32;
+  ctx.fp8 = state;
+  const int slot = state ? 0 : -1;
+  Grads g{Tensor::empty({x.size(0), w.size(0)}, DType::kF32), Tensor::empty(x.shape(), DType::kF32),
+          Tensor::empty(w.shape(), DType::kF32)};
+  project(ctx, slot, x, w, nullptr, g.y);
+  project_backward(ctx, slot, dy, x, w, g.dx, false, g.dw, Tensor(), /*accumulate_w=*/false);
+  return g;
+}
+
+TEST(Fp8Linear, EveryRecipeStaysWithinFp8RoundingOfTheF32Projection) {
+  std::mt19937 rng(20261127);
+  // Every dimension a multiple of 128 (blockwise); 384 tokens make the weight gradient's K three 1x128 tiles.
+  const Tensor x = randn(rng, {384, 256}, 1.0f), w = randn(rng, {128, 256}, 0.02f),
+               dy = randn(rng, {384, 128}, 1e-4f);
+  const Grads ref = run(nullptr, x, w, dy);
+  // Relative norm errors: an E4M3 cast is within 2^-4 relative per element (RMS ~1.8% for a uniform rounding
+  // position), E5M2 within 2^-3 (~3.6%); a GEMM of two casts adds them in quadrature. Bounds: E4M3 x E4M3 5%,
+  // with an E5M2 operand 8%.
+  struct Case {
+    const char* name;
+    const char* format;
+    double fwd_tol, grad_tol;
+  };
+  for (const Case& c : {Case{"delayed", "hybrid", 0.05, 0.08}, Case{"tensorwise", "hybrid", 0.05, 0.08},
+                        Case{"rowwise", "e4m3", 0.05, 0.05}, Case{"blockwise", "e4m3", 0.05, 0.05}}) {
+    SCOPED_TRACE(c.name);
+    Fp8State st(recipe(c.name, c.format), Stream::cpu());
+    ASSERT_EQ(st.add("proj"), 0);
+    const Grads g = run(&st, x, w, dy);
+    for (const auto& [what, got, want, tol] :
+         {std::tuple{"y", &g.y, &ref.y, c.fwd_tol}, std::tuple{"dx", &g.dx, &ref.dx, c.grad_tol},
+          std::tuple{"dw", &g.dw, &ref.dw, c.grad_tol}}) {
+      const double e = rel_err(*got, *want);
+      EXPECT_LT(e, tol) << what;
+      EXPECT_GT(e, 1e-4) << what << ": no FP8 rounding at all";
+    }
+  }
+}
+
+TEST(Fp8Linear, DelayedScalingTurnsRecordedAmaxesIntoScales) {
+  std::mt19937 rng(7);
+  const Tensor x = randn(rng, {128, 128}, 2.0f), w = randn(rng, {128, 128}, 0.05f),
+               dy = randn(rng, {128, 128}, 1e-3f);
+  Fp8Recipe r = recipe("delayed", "hybrid");
+  r.history_len = 3;
+  r.margin = 1;
+  Fp8State st(r, Stream::cpu());
+  st.add("proj");
+  // No history yet: the casts compute their own scale (current scaling), and record the amaxes.
+  EXPECT_EQ(st.scale(0, Fp8State::kX), nullptr);
+  run(&st, x, w, dy);
+  auto amax = [](const Tensor& t) {
+    float a = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) a = std::max(a, std::fabs(t.data<float>()[i]));
+    return a;
+  };
+  EXPECT_EQ(st.amax_out(0, Fp8State::kX)->to_vector<float>()[0], amax(x));
+  EXPECT_EQ(st.amax_out(0, Fp8State::kDy)->to_vector<float>()[0], amax(dy));
+  st.end_step({});
+  // scale = fp8_max / amax / 2^margin, E4M3 for x and W, E5M2 for dy.
+  ASSERT_NE(st.scale(0, Fp8State::kX), nullptr);
+  EXPECT_EQ(st.scale(0, Fp8State::kX)->to_vector<float>()[0], 448.0f / amax(x) / 2.0f);
+  EXPECT_EQ(st.scale(0, Fp8State::kW)->to_vector<float>()[0], 448.0f / amax(w) / 2.0f);
+  EXPECT_EQ(st.scale(0, Fp8State::kDy)->to_vector<float>()[0], 57344.0f / amax(dy) / 2.0f);
+  EXPECT_EQ(st.amax_out(0, Fp8State::kX)->to_vector<float>()[0], 0.0f) << "the step's amax starts again at 0";
+  // A smaller x next step: the history's max (the first step's) still decides.
+  Tensor half = Tensor::empty(x.shape(), DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) half.data<float>()[i] = 0.5f * x.data<float>()[i];
+  run(&st, half, w, dy);
+  st.end_step({});
+  EXPECT_EQ(st.scale(0, Fp8State::kX)->to_vector<float>()[0], 448.0f / amax(x) / 2.0f);
+  // The checkpoint form restores the same state into a fresh one; another recipe is refused.
+  Fp8State back(r, Stream::cpu());
+  back.add("proj");
+  back.load(st.save(), "ckpt");
+  EXPECT_EQ(back.scale(0, Fp8State::kX)->to_vector<float>(), st.scale(0, Fp8State::kX)->to_vector<float>());
+  EXPECT_EQ(back.save().history, st.save().history);
+  Fp8State other(recipe("blockwise", "hybrid"), Stream::cpu());
+  other.add("proj");
+  try {
+    other.load(st.save(), "ckpt");
+    ADD_FAILURE() << "a checkpoint of another recipe loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("trained with FP8 recipe delayed-hybrid, this run uses blockwise-hybrid"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace primus
