@@ -27,6 +27,7 @@
 #include "bench/gemm_timing.h"
 #include "core/cuda_check.h"
 #include "gpu/gpu_test.h"
+#include "gpu/sampled_rows.h"
 #include "ops/cuda/fp8_gemm_cuda.h"
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/fp8.h"
@@ -148,37 +149,6 @@ Tensor reference(const Fp8Tensor& a, const Fp8Tensor& b, float alpha, float beta
   if (c0 != nullptr) c_in = c0->dtype() == DType::kF64 ? *c0 : cpu_cast(*c0, DType::kF64);
   ops::fp8_gemm(a, b, c, alpha, beta, false, Stream::cpu(), c0 != nullptr ? &c_in : nullptr);
   return c;
-}
-
-// Rows of a GPU [R, C] bf16 / f32 matrix as a host f64 [rows, C].
-Tensor gather_rows(Context& ctx, const Tensor& g, const std::vector<int64_t>& rows) {
-  const int64_t c = g.size(1);
-  const size_t es = dtype_size(g.dtype());
-  std::vector<uint8_t> raw(rows.size() * c * es);
-  stream_sync(ctx.stream);
-  for (size_t i = 0; i < rows.size(); ++i)
-    PRIMUS_CUDA_CHECK(cudaMemcpy(raw.data() + i * c * es,
-                                 static_cast<const uint8_t*>(g.data_ptr()) + rows[i] * c * es, c * es,
-                                 cudaMemcpyDeviceToHost));
-  std::vector<double> out(rows.size() * c);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (g.dtype() == DType::kF32) {
-      float f;
-      std::memcpy(&f, raw.data() + 4 * i, 4);
-      out[i] = f;
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, raw.data() + 2 * i, 2);
-      out[i] = bf16_to_float(bf16_t{bits});
-    }
-  }
-  return Tensor::from_vector(out, {static_cast<int64_t>(rows.size()), c});
-}
-
-std::vector<int64_t> all_rows(int64_t n) {
-  std::vector<int64_t> r(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) r[i] = i;
-  return r;
 }
 
 // `count` distinct sorted rows including the first and the last.

@@ -19,6 +19,7 @@
 #include "bench/gemm_tuning.h"
 #include "core/cuda_check.h"
 #include "gpu/gpu_test.h"
+#include "gpu/sampled_rows.h"
 #include "ops/cuda/gemm_cuda.h"
 #include "ops/cuda/gemm_lt.h"
 
@@ -91,43 +92,6 @@ Tensor upload(Context& ctx, const Mat& m) {
   Tensor g = Tensor::empty({m.rows, m.cols}, m.dtype, ctx.stream);
   device_copy(g.data_ptr(), g.device(), m.cpu.data_ptr(), Device::cpu(), m.cpu.nbytes(), ctx.stream);
   return g;
-}
-
-// Rows `rows` of a GPU [R, C] matrix (bf16, f16 or f32) as a CPU f64 tensor [rows.size(), C].
-Tensor gather_rows(Context& ctx, const Tensor& g, const std::vector<int64_t>& rows) {
-  const int64_t c = g.size(-1);
-  const size_t es = dtype_size(g.dtype());
-  std::vector<uint8_t> raw(rows.size() * c * es);
-  stream_sync(ctx.stream);
-  for (size_t i = 0; i < rows.size(); ++i)
-    PRIMUS_CUDA_CHECK(cudaMemcpy(raw.data() + i * c * es,
-                                 static_cast<const uint8_t*>(g.data_ptr()) + rows[i] * c * es, c * es,
-                                 cudaMemcpyDeviceToHost));
-  std::vector<double> out(rows.size() * c);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (g.dtype() == DType::kF32) {
-      float f;
-      std::memcpy(&f, raw.data() + 4 * i, 4);
-      out[i] = f;
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, raw.data() + 2 * i, 2);
-      if (g.dtype() == DType::kBF16) {
-        out[i] = bf16_to_float(bf16_t{bits});
-      } else {
-        __half_raw hr;
-        hr.x = bits;
-        out[i] = __half2float(__half(hr));
-      }
-    }
-  }
-  return Tensor::from_vector(out, {static_cast<int64_t>(rows.size()), c});
-}
-
-std::vector<int64_t> all_rows(int64_t n) {
-  std::vector<int64_t> r(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) r[i] = i;
-  return r;
 }
 
 // `count` distinct rows including the first and the last (edge tiles), the rest random.
