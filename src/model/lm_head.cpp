@@ -93,7 +93,12 @@ void LmHead::project(const StepContext& ctx, const Tensor& h, const Tensor& targ
       ops::softmax_cross_entropy(logits, tc, grad_scale, lc, &logits, s);  // in place
     }
     Tensor dhc = dh->slice(r0, r1);
-    project_backward(ctx, fp8_slot_, logits, hc, w, dhc, false, dw, Tensor(),
+    // The weight gradient runs now even in a zero-bubble schedule's input-gradient pass: its operand, the
+    // logits gradient, lives in logits_buf, which the next chunk overwrites (deferring it would need a copy
+    // of every chunk, 1 GiB each).
+    StepContext now = ctx;
+    now.deferred_wgrad = nullptr;
+    project_backward(now, fp8_slot_, logits, hc, w, dhc, false, dw, Tensor(),
                      params_.grad_accumulate(weight_));
   }
 }
