@@ -63,9 +63,7 @@ void check_mistyped_options(const std::vector<std::string>& overrides) {
 static std::string fp8_report(const TrainConfig& t) {
   const std::optional<Fp8Recipe> r = Fp8Recipe::from_config(t.fp8);
   if (!r) return {};
-  const int64_t cp = std::max<int64_t>(1, t.parallel.context_parallel_size);
-  check_fp8_runnable(*r, t.model, t.micro_batch_size * t.data.seq_length / cp,
-                     t.parallel.tensor_model_parallel_size, Stream::cpu());
+  check_fp8_runnable(*r, t, Stream::cpu());
   return fmt::format("fp8            {} ({}); {:.1f}% of the step's GEMM FLOPs in FP8\n", r->describe(),
                      t.fp8.source, 100.0 * fp8_gemm_flop_share(*r, t.model));
 }

@@ -1,6 +1,8 @@
 #include "model/decoder_layer.h"
 
 #include <cmath>
+#include <string_view>
+#include <utility>
 
 #include "model/param_hooks.h"
 #include "model/tp_boundary.h"
@@ -49,19 +51,15 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, ParamStore& params, const std:
 }
 
 void DecoderLayer::enable_fp8(Fp8State& state, int64_t layer) {
-  const Fp8Recipe& r = state.recipe();
-  auto slot = [&](const char* name) {
-    const std::string full = prefix_ + name;
-    return r.covers(layer, spec_.layers, full) ? state.add(full) : -1;
-  };
-  // MLA and MoE keep their projections in BF16 (docs/fp8.md), and so does a biased QKV.
-  if (!mla_) {
-    if (b_qkv_ < 0) fp8_qkv_ = slot("self_attn.qkv_proj");
-    fp8_o_ = slot("self_attn.o_proj");
-  }
-  if (!moe_) {
-    fp8_gu_ = slot("mlp.gate_up_proj");
-    fp8_down_ = slot("mlp.down_proj");
+  const std::pair<const char*, int*> slots[] = {{"self_attn.qkv_proj", &fp8_qkv_},
+                                                {"self_attn.o_proj", &fp8_o_},
+                                                {"mlp.gate_up_proj", &fp8_gu_},
+                                                {"mlp.down_proj", &fp8_down_}};
+  for (const Fp8Projection& p : fp8_projections(spec_, layer)) {
+    const std::string full = prefix_ + p.name;
+    if (!state.recipe().covers(layer, spec_.layers, full)) continue;
+    for (const auto& [name, slot] : slots)
+      if (std::string_view(name) == p.name) *slot = state.add(full);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "comm/communicator.h"
+#include "config/plan.h"
 #include "core/cuda_runtime_bridge.h"
 #include "core/error.h"
 #include "model/model_spec.h"
@@ -113,28 +114,21 @@ bool Fp8Recipe::covers(int64_t layer, int64_t layers, const std::string& name) c
   return true;
 }
 
-namespace {
-
-// The FP8 projections of one dense decoder layer: name, out and in features (local under tensor
-// parallelism). MLA and MoE layers keep their projections in BF16; a biased QKV too.
-struct ProjectionDims {
-  const char* name;
-  int64_t out, in;
-};
-
-std::vector<ProjectionDims> dense_projections(const ModelSpec& s) {
-  std::vector<ProjectionDims> p;
+std::vector<Fp8Projection> fp8_projections(const ModelSpec& s, int64_t layer) {
+  std::vector<Fp8Projection> p;
   if (!s.mla.enabled && !s.qkv_bias) p.push_back({"self_attn.qkv_proj", s.qkv_dim(), s.hidden});
   if (!s.mla.enabled) p.push_back({"self_attn.o_proj", s.hidden, s.q_dim()});
-  p.push_back({"mlp.gate_up_proj", 2 * s.ffn, s.hidden});
-  p.push_back({"mlp.down_proj", s.hidden, s.ffn});
+  if (!s.is_moe_layer(layer)) {
+    p.push_back({"mlp.gate_up_proj", 2 * s.ffn, s.hidden});
+    p.push_back({"mlp.down_proj", s.hidden, s.ffn});
+  }
   return p;
 }
 
-}  // namespace
-
-void check_fp8_runnable(const Fp8Recipe& r, const ModelConfig& m, int64_t tokens, int64_t tp,
-                        const Stream& s) {
+void check_fp8_runnable(const Fp8Recipe& r, const TrainConfig& cfg, const Stream& s) {
+  const int64_t tp = cfg.parallel.tensor_model_parallel_size;
+  const int64_t tokens =
+      cfg.micro_batch_size * cfg.data.seq_length / std::max<int64_t>(1, cfg.parallel.context_parallel_size);
   if (s.device.is_cuda()) {
     const int cc = cuda_bridge::compute_capability(s.device.index);
     if (cc < 89)
@@ -147,7 +141,7 @@ void check_fp8_runnable(const Fp8Recipe& r, const ModelConfig& m, int64_t tokens
                                     r.scaling == Fp8Recipe::Scaling::kRowwise ? "rowwise" : "blockwise",
                                     cc / 10, cc % 10));
   }
-  ModelSpec spec = ModelSpec::from_config(m);
+  ModelSpec spec = ModelSpec::from_config(cfg.model);
   if (tp > 1) spec = spec.with_tensor_shard(static_cast<int>(tp), 0, false);
   const int64_t k_mult = r.dim_multiple();
   auto need = [&](int64_t v, int64_t mult, const std::string& what, const char* key) {
@@ -168,8 +162,7 @@ void check_fp8_runnable(const Fp8Recipe& r, const ModelConfig& m, int64_t tokens
          "make_vocab_size_divisible_by");
   }
   for (int64_t l = 0; l < spec.layers; ++l) {
-    if (spec.is_moe_layer(l)) continue;
-    for (const ProjectionDims& p : dense_projections(spec)) {
+    for (const Fp8Projection& p : fp8_projections(spec, l)) {
       const std::string name = fmt::format("layers.{}.{}", l, p.name);
       if (!r.covers(l, spec.layers, name)) continue;
       need(p.in, k_mult, name + " input features", "hidden_size / ffn_hidden_size / heads x kv_channels");
@@ -179,44 +172,21 @@ void check_fp8_runnable(const Fp8Recipe& r, const ModelConfig& m, int64_t tokens
 }
 
 double fp8_gemm_flop_share(const Fp8Recipe& r, const ModelConfig& m) {
+  // Every GEMM runs 6 FLOPs per token per weight (forward, dgrad, wgrad): the share is one of weights, those
+  // a token passes through (config::count_parameters: routed experts it is not sent to excluded), plus a tied
+  // output layer, which N' leaves out but which is a GEMM all the same.
+  const config::ParamCounts c = config::count_parameters(m);
+  const double all = static_cast<double>(c.active_non_embedding + (c.lm_head == 0 ? c.embedding : 0));
   const ModelSpec spec = ModelSpec::from_config(m);
-  // FLOPs per token of fwd + bwd (3 GEMMs of 2 * out * in each); the weight gradient's third is BF16 when
-  // wgrad_fp8 is off.
+  // The weight gradient's third is BF16 when wgrad_fp8 is off.
   const double fp8_part = r.wgrad_fp8 ? 1.0 : 2.0 / 3.0;
-  double fp8 = 0, all = 0;
-  for (int64_t l = 0; l < spec.layers; ++l) {
-    double layer_all = 0;
-    if (spec.mla.enabled) {
-      const MlaConfig& a = m.mla;
-      const int64_t H = spec.heads, dq = a.qk_head_dim + a.qk_pos_emb_head_dim;
-      const int64_t q =
-          a.q_lora_rank > 0 ? a.q_lora_rank * spec.hidden + H * dq * a.q_lora_rank : H * dq * spec.hidden;
-      layer_all += static_cast<double>(q + (a.kv_lora_rank + a.qk_pos_emb_head_dim) * spec.hidden +
-                                       H * (a.qk_head_dim + a.v_head_dim) * a.kv_lora_rank +
-                                       spec.hidden * H * a.v_head_dim);
-    } else {
-      layer_all += static_cast<double>(spec.qkv_dim() * spec.hidden + spec.hidden * spec.q_dim());
-    }
-    if (spec.is_moe_layer(l)) {
-      const MoeConfig& e = m.moe;
-      layer_all +=
-          static_cast<double>(e.topk * 3 * e.ffn_hidden_size * spec.hidden +
-                              3 * e.shared_ffn_hidden_size * spec.hidden + e.num_experts * spec.hidden);
-    } else {
-      layer_all += static_cast<double>(3 * spec.ffn * spec.hidden);
-    }
-    all += layer_all;
-    if (spec.is_moe_layer(l) && spec.mla.enabled) continue;
-    for (const ProjectionDims& p : dense_projections(spec)) {
-      if (spec.is_moe_layer(l) && std::string(p.name).starts_with("mlp.")) continue;
+  double fp8 = 0;
+  for (int64_t l = 0; l < spec.layers; ++l)
+    for (const Fp8Projection& p : fp8_projections(spec, l))
       if (r.covers(l, spec.layers, fmt::format("layers.{}.{}", l, p.name)))
-        fp8 += fp8_part * static_cast<double>(p.out * p.in);
-    }
-  }
-  const double head = static_cast<double>(spec.hidden * spec.vocab);  // the output layer
-  all += head;
-  if (r.output_layer && r.covers(0, 1, "output")) fp8 += fp8_part * head;
-  return all > 0 ? fp8 / all : 0.0;
+        fp8 += static_cast<double>(p.out * p.in);
+  if (r.output_layer && r.covers(0, 1, "output")) fp8 += static_cast<double>(spec.hidden * spec.vocab);
+  return all > 0 ? fp8_part * fp8 / all : 0.0;
 }
 
 // ---- Fp8State -------------------------------------------------------------------------------------------

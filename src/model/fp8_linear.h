@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "config/train_config.h"
+#include "model/model_spec.h"
 #include "model/step_context.h"
 #include "ops/fp8.h"
 
@@ -64,11 +65,21 @@ struct Fp8Recipe {
   bool covers(int64_t layer, int64_t layers, const std::string& name) const;
 };
 
-// Throws ConfigError before any GPU memory is touched when FP8 cannot run on this device for this model: no
+// The projections of decoder layer `layer` that may run in FP8, named as their parameters are
+// ("self_attn.qkv_proj", ...), with their out and in features under `spec`'s tensor shard. MLA's and MoE's
+// projections and a biased QKV stay BF16; the recipe's covers() then decides per name. The one list the
+// decoder, the size check and the FLOP share read.
+struct Fp8Projection {
+  const char* name;
+  int64_t out, in;
+};
+std::vector<Fp8Projection> fp8_projections(const ModelSpec& spec, int64_t layer);
+
+// Throws ConfigError before any GPU memory is touched when FP8 cannot run on this device for this run: no
 // FP8 tensor cores (compute capability below 8.9; the CPU emulates, so it passes), or a projection or token
-// dimension that is not a multiple of the recipe's dim_multiple (naming the layer and the key).
-void check_fp8_runnable(const Fp8Recipe& r, const ModelConfig& m, int64_t tokens_per_micro_batch, int64_t tp,
-                        const Stream& s);
+// dimension (micro_batch_size x seq_length / cp) that is not a multiple of the recipe's dim_multiple (naming
+// the layer and the key).
+void check_fp8_runnable(const Fp8Recipe& r, const TrainConfig& cfg, const Stream& s);
 
 // The scaling state of every FP8 projection of a model on this rank. Delayed scaling keeps, per projection
 // and tensor role (x, W, dy): the amax recorded this step, the amax history and the scale in use, all in

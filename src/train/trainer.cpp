@@ -57,9 +57,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
         "deterministic mode: attention backward without cross-block dQ accumulation (bitwise reproducible)");
   // FP8: a recipe this GPU or these sizes cannot run is refused before any GPU memory is touched.
   if (auto r = Fp8Recipe::from_config(cfg.fp8)) {
-    const int64_t cp = std::max<int64_t>(1, cfg.parallel.context_parallel_size);
-    check_fp8_runnable(*r, cfg.model, cfg.micro_batch_size * cfg.data.seq_length / cp,
-                       cfg.parallel.tensor_model_parallel_size, stream_);
+    check_fp8_runnable(*r, cfg, stream_);
     if (r->scaling == Fp8Recipe::Scaling::kDelayed && cfg.parallel.pipeline_model_parallel_size > 1 &&
         !cfg.checkpoint.save.empty())
       throw config::NotSupportedError(
@@ -68,6 +66,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
           "holds the amax histories of its own projections; the checkpoint records rank 0's)",
           "use fp8_recipe: tensorwise, rowwise or blockwise (no history), or no save directory");
     fp8_recipe_ = *r;
+    fp8_share_ = fp8_gemm_flop_share(*r, cfg.model);
   }
   data_ = build_data_sources(cfg);
   const config::BatchLayout layout = config::batch_layout(cfg);
@@ -423,7 +422,7 @@ TrainResult Trainer::train() {
     m.mtp_losses = o.mtp_losses;
     if (fp8_recipe_) {
       m.fp8_recipe = fp8_recipe_->id();
-      m.fp8_share = fp8_gemm_flop_share(*fp8_recipe_, cfg_.model);
+      m.fp8_share = fp8_share_;
     }
     for (auto& sink : sinks_) sink->write_step(m);
     if (log_now) {

@@ -165,6 +165,7 @@ class Trainer {
   ParamHookChain hooks_;
   std::unique_ptr<LlamaModel> model_;
   std::optional<Fp8Recipe> fp8_recipe_;  // FP8 training (model/fp8_linear.h); nullopt: BF16
+  double fp8_share_ = 0;                 // its share of the step's GEMM FLOPs (fixed for the run)
   std::unique_ptr<DataParallel> dp_;
   Stopwatch run_clock_;  // since train() began: exit_duration_in_mins
   std::unique_ptr<AdamW> optim_;

@@ -171,8 +171,7 @@ void Trainer::init_data_parallel() {
   if (fp8_recipe_) {
     model_->enable_fp8(*fp8_recipe_);
     log::info("fp8: {}; {} projections on this rank, {:.1f}% of the step's GEMM FLOPs in FP8",
-              fp8_recipe_->describe(), model_->fp8()->slots(),
-              100.0 * fp8_gemm_flop_share(*fp8_recipe_, cfg_.model));
+              fp8_recipe_->describe(), model_->fp8()->slots(), 100.0 * fp8_share_);
   }
   if (!dp_cfg_) return;
   if (groups_ && groups_->dims().cp() > 1) {
