@@ -97,6 +97,18 @@ void amax(const Tensor& x, Tensor& amax, const Stream& s);
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, float alpha, float beta, bool fast_accum,
               const Stream& s, const Tensor* c_in = nullptr);
 
+// The operand scaling pairs (a, b) fp8_gemm takes: those cuBLASLt has Hopper kernels for (128x128 x 128x128
+// has none).
+struct Fp8ScalingPair {
+  Fp8Granularity a, b;
+};
+inline constexpr Fp8ScalingPair kFp8GemmPairs[] = {
+    {Fp8Granularity::kTensorwise, Fp8Granularity::kTensorwise},
+    {Fp8Granularity::kRowwise, Fp8Granularity::kRowwise},
+    {Fp8Granularity::kBlock1x128, Fp8Granularity::kBlock128x128},
+    {Fp8Granularity::kBlock1x128, Fp8Granularity::kBlock1x128},
+    {Fp8Granularity::kBlock128x128, Fp8Granularity::kBlock1x128}};
+
 // Throws primus::Error (naming `what`) unless fp8_gemm accepts these shapes and scalings.
 void check_fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, const char* what);
 

@@ -43,10 +43,9 @@ void check_operand(const Fp8Tensor& t, const char* name, const char* what) {
 }
 
 bool supported_pair(Fp8Granularity a, Fp8Granularity b) {
-  using G = Fp8Granularity;
-  return (a == G::kTensorwise && b == G::kTensorwise) || (a == G::kRowwise && b == G::kRowwise) ||
-         (a == G::kBlock1x128 && b == G::kBlock128x128) || (a == G::kBlock1x128 && b == G::kBlock1x128) ||
-         (a == G::kBlock128x128 && b == G::kBlock1x128);
+  for (const Fp8ScalingPair& p : kFp8GemmPairs)
+    if (p.a == a && p.b == b) return true;
+  return false;
 }
 
 }  // namespace

@@ -168,14 +168,9 @@ void record_failure(Context& ctx, const std::string& name, const std::exception&
   ctx.record(kFam, name, INFINITY, 0, fmt::format("threw: {}", e.what()));
 }
 
-struct Pair {
-  G a, b;
-};
-const Pair kPairs[] = {{G::kTensorwise, G::kTensorwise},
-                       {G::kRowwise, G::kRowwise},
-                       {G::kBlock1x128, G::kBlock128x128},
-                       {G::kBlock1x128, G::kBlock1x128},
-                       {G::kBlock128x128, G::kBlock1x128}};
+// Every scaling pair the FP8 GEMM takes.
+using Pair = ops::Fp8ScalingPair;
+constexpr const auto& kPairs = ops::kFp8GemmPairs;
 struct Formats {
   F a, b;
 };

@@ -84,14 +84,9 @@ std::vector<double> naive_fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, const
   return c;
 }
 
-struct Pair {
-  G a, b;
-};
-const Pair kPairs[] = {{G::kTensorwise, G::kTensorwise},
-                       {G::kRowwise, G::kRowwise},
-                       {G::kBlock1x128, G::kBlock128x128},
-                       {G::kBlock1x128, G::kBlock1x128},
-                       {G::kBlock128x128, G::kBlock1x128}};
+// Every scaling pair the FP8 GEMM takes.
+using Pair = ops::Fp8ScalingPair;
+constexpr const auto& kPairs = ops::kFp8GemmPairs;
 struct Formats {
   F a, b;
 };
