@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <random>
 
 #include "bench/gemm_bench.h"
@@ -146,40 +144,6 @@ Stream bench_stream(int device) {
 
 // ---- FP8 (--dtype fp8) ----
 
-constexpr size_t kFp8PatternBytes = (1u << 22) + 4093;  // not a power of two: rows do not repeat in step
-
-// Random finite e4m3 bytes (every exponent; the NaN codes S.1111.111 excluded), generated once per process.
-const std::vector<uint8_t>& fp8_pattern() {
-  static std::once_flag once;
-  static std::vector<uint8_t> pat;
-  std::call_once(once, [] {
-    std::mt19937_64 rng(0x5eedf8u);
-    pat.resize(kFp8PatternBytes);
-    for (auto& b : pat) {
-      auto v = static_cast<uint8_t>(rng());
-      b = (v & 0x7f) == 0x7f ? static_cast<uint8_t>(v ^ 0x01) : v;
-    }
-  });
-  return pat;
-}
-
-// Fills `bytes` FP8 bytes at device pointer p: a shifted copy of the pattern, then doubling device copies.
-void fill_random_fp8(void* p, size_t bytes, uint64_t seed, const Stream& s) {
-  const auto& pat = fp8_pattern();
-  const size_t shift = static_cast<size_t>(seed % (kFp8PatternBytes / 2));
-  const size_t first = std::min(bytes, kFp8PatternBytes - shift);
-  cudaStream_t cs = cuda_stream(s);
-  PRIMUS_CUDA_CHECK(cudaMemcpyAsync(p, pat.data() + shift, first, cudaMemcpyHostToDevice, cs));
-  size_t done = first;
-  char* base = static_cast<char*>(p);
-  while (done < bytes) {
-    const size_t n = std::min(done, bytes - done);
-    PRIMUS_CUDA_CHECK(cudaMemcpyAsync(base + done, base, n, cudaMemcpyDeviceToDevice, cs));
-    done += n;
-  }
-  PRIMUS_CUDA_CHECK(cudaStreamSynchronize(cs));
-}
-
 // Positive multipliers 2^U(-3, 3) into a device f32 tensor.
 void fill_scales(Tensor& scale_inv, uint64_t seed, const Stream& s) {
   std::mt19937_64 rng(seed);
@@ -221,8 +185,8 @@ int run_fp8_gemm_bench(const GemmBenchOptions& opt) {
     st.a = ops::Fp8Tensor::empty(opt.m, opt.k, ops::Fp8Format::kE4M3, ga, s);
     st.b = ops::Fp8Tensor::empty(opt.n, opt.k, ops::Fp8Format::kE4M3, gb, s);
     st.c = Tensor::empty({opt.m, opt.n}, DType::kBF16, s);
-    fill_random_fp8(st.a.data.data_ptr(), st.a.data.nbytes(), seed + 1, s);
-    fill_random_fp8(st.b.data.data_ptr(), st.b.data.nbytes(), seed + 2, s);
+    fill_random(st.a.data.data_ptr(), st.a.data.numel(), DType::kFP8E4M3, seed + 1, s);
+    fill_random(st.b.data.data_ptr(), st.b.data.numel(), DType::kFP8E4M3, seed + 2, s);
     fill_scales(st.a.scale_inv, seed + 3, s);
     fill_scales(st.b.scale_inv, seed + 4, s);
     sets.push_back(std::move(st));

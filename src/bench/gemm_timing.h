@@ -38,8 +38,9 @@ class GemmOperandSets {
   size_t bytes_per_set_ = 0;
 };
 
-// Fills `elems` elements of dtype t at device pointer p with N(0, 1) values (a shifted copy of one random
-// host pattern, then doubling device-to-device copies: fast for gigabyte buffers).
+// Fills `elems` elements of dtype t at device pointer p with N(0, 1) values (e4m3: N(0, 16), cast with
+// saturation) -- a shifted copy of one random host pattern, then doubling device-to-device copies: fast for
+// gigabyte buffers.
 void fill_random(void* p, size_t elems, DType t, uint64_t seed, const Stream& s);
 
 // Host copy of a device matrix converted to float (bf16, f16, f32).

@@ -13,6 +13,7 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "ops/fp8.h"
 
 namespace primus::bench {
 
@@ -23,8 +24,8 @@ constexpr size_t kPatternElems = (1u << 22) + 4093;  // not a power of two: rows
 // One random host pattern per dtype, generated once per process.
 const std::vector<uint8_t>& host_pattern(DType t) {
   static std::mutex mu;
-  static std::vector<uint8_t> pats[3];
-  const int slot = t == DType::kF32 ? 0 : t == DType::kBF16 ? 1 : 2;
+  static std::vector<uint8_t> pats[4];
+  const int slot = t == DType::kF32 ? 0 : t == DType::kBF16 ? 1 : t == DType::kF16 ? 2 : 3;
   std::lock_guard<std::mutex> lock(mu);
   auto& pat = pats[slot];
   if (!pat.empty()) return pat;
@@ -38,9 +39,11 @@ const std::vector<uint8_t>& host_pattern(DType t) {
     } else if (t == DType::kBF16) {
       uint16_t b = float_to_bf16(v).bits;
       std::memcpy(pat.data() + 2 * i, &b, 2);
-    } else {
+    } else if (t == DType::kF16) {
       __half h = __float2half(v);
       std::memcpy(pat.data() + 2 * i, &h, 2);
+    } else {  // e4m3 of N(0, 4^2): every exponent of the format is used, NaN never (saturating cast)
+      pat[i] = ops::float_to_fp8(4.0f * v, ops::Fp8Format::kE4M3);
     }
   }
   return pat;
@@ -49,8 +52,8 @@ const std::vector<uint8_t>& host_pattern(DType t) {
 }  // namespace
 
 void fill_random(void* p, size_t elems, DType t, uint64_t seed, const Stream& s) {
-  PRIMUS_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16, "fill_random: unsupported dtype {}",
-               dtype_name(t));
+  PRIMUS_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kFP8E4M3,
+               "fill_random: unsupported dtype {}", dtype_name(t));
   if (elems == 0) return;
   const auto& pat = host_pattern(t);
   const size_t es = dtype_size(t);
