@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "ops/cpu/attention_cpu.h"
@@ -25,15 +26,34 @@ bool deterministic_attention() {
   return deterministic_flag().load();
 }
 
+Tensor attention_segment_starts(const std::vector<std::vector<int64_t>>& lengths, int64_t seq) {
+  PRIMUS_CHECK(!lengths.empty() && seq >= 1, "attention_segment_starts: need at least one row and seq >= 1");
+  Tensor r = Tensor::empty({static_cast<int64_t>(lengths.size()), seq}, DType::kI32);
+  int32_t* p = r.data<int32_t>();
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    int64_t start = 0;
+    for (int64_t len : lengths[b]) {
+      PRIMUS_CHECK(len >= 1 && start + len <= seq,
+                   "attention_segment_starts: row {}: sample of length {} at token {} does not fit T = {}", b,
+                   len, start, seq);
+      std::fill_n(p + start, len, static_cast<int32_t>(start));
+      start += len;
+    }
+    std::fill(p + start, p + seq, static_cast<int32_t>(start));  // padding: one sample of its own
+    p += seq;
+  }
+  return r;
+}
+
 void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
                        const Stream& s) {
-  check_same_device("attention_forward", qkv.device(), {&qkv, &out, &lse});
+  check_same_device("attention_forward", qkv.device(), {&qkv, &out, &lse, shape.seg_starts});
   PRIMUS_DISPATCH(qkv, attention_forward, qkv, shape, out, lse, s);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s) {
-  check_same_device("attention_backward", qkv.device(), {&dout, &qkv, &out, &lse, &dqkv});
+  check_same_device("attention_backward", qkv.device(), {&dout, &qkv, &out, &lse, &dqkv, shape.seg_starts});
   PRIMUS_DISPATCH(qkv, attention_backward, dout, qkv, out, lse, shape, dqkv, s);
 }
 

@@ -4,6 +4,13 @@
 // q and k heads have D elements, v heads (and the output) Dv, which equals D except in multi-latent attention
 // (DeepSeek MLA: D = nope + rope = 192, Dv = 128). Never builds the full T x T score matrix: the GPU runs
 // flash attention; the CPU reference works on blocks of 64 query rows.
+//
+// Packed sequences (SFT, Megatron's THD / cu_seqlens packing): several training samples share one row of T
+// tokens and a token attends only to earlier tokens of its own sample (causal + document mask). The samples
+// are described per token by AttentionShape::seg_starts (below).
+#include <cstdint>
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace primus::ops {
@@ -17,6 +24,19 @@ struct AttentionShape {
   int64_t v_head_dim = 0;  // Dv, of v and the output (0: = D)
   float scale = 0.125f;    // softmax scale, usually 1/sqrt(D)
   bool causal = true;
+  // Packed sequences: null (the default) is plain attention over the whole row. Otherwise an int32 [B, T]
+  // tensor on qkv's device holding, for every token, the index within its row of the first token of its
+  // sample; query t then attends key s iff seg_starts[b, t] <= s <= t (requires causal). Samples are
+  // contiguous runs: seg_starts[b, 0] = 0 and seg_starts[b, t] is seg_starts[b, t - 1] (same sample) or t (a
+  // new one starts); all zeros is plain causal attention. Padding after the last sample is a sample of its
+  // own (its outputs are finite; the loss ignores them). Per token rather than cu_seqlens offsets because
+  // every lookup the kernels make is then O(1) or one binary search (a query row's first key, a query block's
+  // first key block, the last query that sees a key block) and the tensor's shape does not depend on the
+  // number of samples. The CPU reference checks the values; the CUDA path does not read them back (no host
+  // sync) and only clamps them into [0, t], so malformed values give wrong results but no stray memory
+  // access.
+  const Tensor* seg_starts = nullptr;
+  bool segmented() const { return seg_starts != nullptr; }
   int64_t dv() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   int64_t qkv_width() const { return (heads + kv_heads) * head_dim + kv_heads * dv(); }  // per token
   int64_t out_width() const { return heads * dv(); }
@@ -28,6 +48,11 @@ void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& o
 // dqkv (qkv's shape, overwritten) from dout[B, T, H*Dv].
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s);
+
+// seg_starts for AttentionShape from the sample lengths of each row: a CPU int32 [B, T] tensor with
+// B = lengths.size(). Each row's lengths (each >= 1) must sum to at most T; the tokens after them form one
+// padding sample.
+Tensor attention_segment_starts(const std::vector<std::vector<int64_t>>& lengths, int64_t seq);
 
 // Folds one partial attention result into a running one (context parallelism's ring attention). A query
 // block attends to the key/value blocks one at a time; each partial result (out_p, lse_p) is

@@ -44,17 +44,6 @@ AttentionShape make_shape(const Case& c) {
   return attention_shape(c.b, c.t, c.h, c.kv, c.d, c.causal, c.dv);
 }
 
-// Columns [c0, c1) of a [rows, w] f32 host tensor, as a new [rows, c1 - c0] tensor.
-Tensor columns(const Tensor& t, int64_t w, int64_t c0, int64_t c1) {
-  const int64_t rows = t.numel() / w;
-  Tensor r = Tensor::empty({rows, c1 - c0}, DType::kF32);
-  const float* src = t.data<float>();
-  float* dst = r.data<float>();
-  for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(dst + i * (c1 - c0), src + i * w + c0, (c1 - c0) * sizeof(float));
-  return r;
-}
-
 // Whether cuDNN is expected to take this shape (so that a refusal is a failure, not a skip): bf16, D 64 or
 // 128, and for the backward a sequence that is a multiple of 128 (the 9.14 bprop's constraint).
 // MLA shapes (Dv != D) are not expected: whether the 9.14 runtime's Hopper engines take d_qk 192 / d_v 128 is
@@ -69,28 +58,6 @@ void record_skip(Context& ctx, const std::string& name, const std::string& why) 
 
 void record_fail(Context& ctx, const std::string& name, const std::string& why) {
   ctx.record("attention", name, INFINITY, kTolBF16, why);
-}
-
-// Gradient check with a floor under the reference norm: ||gpu - ref|| / max(||ref||, 1e-3 sqrt(n)). Some
-// gradients are zero in exact arithmetic (dq, dk when T = 1: a single key gets probability 1 and dS = dP -
-// delta = 0), and their relative error would compare rounding noise with rounding noise.
-void check_grad(Context& ctx, const std::string& name, const Tensor& got, const Tensor& ref) {
-  std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  double num = 0, den = 0;
-  bool finite = a.size() == b.size();
-  for (size_t i = 0; i < a.size() && finite; ++i) {
-    finite = std::isfinite(a[i]);
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  const double floor2 = 1e-6 * static_cast<double>(b.size());
-  CaseResult r;
-  r.family = "attention";
-  r.name = name;
-  r.tol = kTolBF16;
-  r.rel_err = finite ? std::sqrt(num / std::max(den, floor2)) : INFINITY;
-  if (den < floor2) r.note = fmt::format("reference norm {:.1e} under the floor", std::sqrt(den));
-  ctx.results.push_back(r);
 }
 
 // Can `backend` run `c` in this direction? For cuDNN a refusal of an expected shape is recorded as a failure.
@@ -137,9 +104,12 @@ void run_case(Context& ctx, const Case& c) {
     stream_sync(ctx.stream);
     Tensor got = ctx.to_cpu_f32(dqkv);
     const int64_t kq = c.h * c.d, kk = (c.h + c.kv) * c.d;
-    check_grad(ctx, "bwd dq " + tag, columns(got, w, 0, kq), columns(dqkv_ref, w, 0, kq));
-    check_grad(ctx, "bwd dk " + tag, columns(got, w, kq, kk), columns(dqkv_ref, w, kq, kk));
-    check_grad(ctx, "bwd dv " + tag, columns(got, w, kk, w), columns(dqkv_ref, w, kk, w));
+    check_attention_grad(ctx, "attention", "bwd dq " + tag, columns(got, w, 0, kq),
+                         columns(dqkv_ref, w, 0, kq));
+    check_attention_grad(ctx, "attention", "bwd dk " + tag, columns(got, w, kq, kk),
+                         columns(dqkv_ref, w, kq, kk));
+    check_attention_grad(ctx, "attention", "bwd dv " + tag, columns(got, w, kk, w),
+                         columns(dqkv_ref, w, kk, w));
 
     if (be == AttentionBackend::kFlash && c.kv < c.h) {
       // The flash backward promises bitwise-deterministic GQA accumulation: a second run must match exactly.

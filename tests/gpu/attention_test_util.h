@@ -1,7 +1,13 @@
 #pragma once
 // Shared by the attention GPU test files: the shape of a test case, scaled by 1/sqrt(D) as the model does.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "gpu/gpu_test.h"
 #include "ops/attention.h"
@@ -38,6 +44,40 @@ inline AttentionReference attention_reference(Context& ctx, const Tensor& qkv_bf
   r.dqkv = Tensor::empty({s.batch, s.seq, w}, DType::kF32);
   ops::cpu::attention_backward(dout_f, qkv_f, r.out, r.lse, s, r.dqkv, Stream::cpu());
   return r;
+}
+
+// Columns [c0, c1) of a [rows, w] f32 host tensor, as a new [rows, c1 - c0] tensor.
+inline Tensor columns(const Tensor& t, int64_t w, int64_t c0, int64_t c1) {
+  const int64_t rows = t.numel() / w;
+  Tensor r = Tensor::empty({rows, c1 - c0}, DType::kF32);
+  const float* src = t.data<float>();
+  float* dst = r.data<float>();
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(dst + i * (c1 - c0), src + i * w + c0, (c1 - c0) * sizeof(float));
+  return r;
+}
+
+// Gradient check with a floor under the reference norm: ||gpu - ref|| / max(||ref||, 1e-3 sqrt(n)). Some
+// gradients are zero in exact arithmetic (dq, dk when T = 1: a single key gets probability 1 and dS = dP -
+// delta = 0), and their relative error would compare rounding noise with rounding noise.
+inline void check_attention_grad(Context& ctx, const std::string& family, const std::string& name,
+                                 const Tensor& got, const Tensor& ref) {
+  std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
+  double num = 0, den = 0;
+  bool finite = a.size() == b.size();
+  for (size_t i = 0; i < a.size() && finite; ++i) {
+    finite = std::isfinite(a[i]);
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  const double floor2 = 1e-6 * static_cast<double>(b.size());
+  CaseResult r;
+  r.family = family;
+  r.name = name;
+  r.tol = kTolBF16;
+  r.rel_err = finite ? std::sqrt(num / std::max(den, floor2)) : INFINITY;
+  if (den < floor2) r.note = fmt::format("reference norm {:.1e} under the floor", std::sqrt(den));
+  ctx.results.push_back(r);
 }
 
 }  // namespace primus::gputest

@@ -43,7 +43,15 @@ struct Naive {
   std::vector<double> out, lse;
 };
 
-// Full score matrix per (batch, head) with an explicit -inf causal mask, a softmax per row, out = P @ V.
+// Whether query i of row b may not see key j: the causal mask, and with packed sequences every key before
+// the first token of i's sample.
+bool naive_masked(const AttentionShape& s, int64_t b, int64_t i, int64_t j) {
+  if (s.causal && j > i) return true;
+  return s.seg_starts && j < s.seg_starts->data<int32_t>()[b * s.seq + i];
+}
+
+// Full score matrix per (batch, head) with an explicit -inf causal (and document) mask, a softmax per row,
+// out = P @ V.
 // Query head h reads kv head h / (H / KV).
 Naive naive_attention(const std::vector<double>& qkv, const AttentionShape& s) {
   const int64_t B = s.batch, T = s.seq, H = s.heads, KV = s.kv_heads, D = s.head_dim, Dv = s.dv(),
@@ -61,7 +69,7 @@ Naive naive_attention(const std::vector<double>& qkv, const AttentionShape& s) {
           double acc = 0.0;
           for (int64_t e = 0; e < D; ++e)
             acc += qkv[(b * T + i) * W + h * D + e] * qkv[(b * T + j) * W + (H + kh) * D + e];
-          S[i * T + j] = (s.causal && j > i) ? -inf : static_cast<double>(s.scale) * acc;
+          S[i * T + j] = naive_masked(s, b, i, j) ? -inf : static_cast<double>(s.scale) * acc;
         }
       }
       for (int64_t i = 0; i < T; ++i) {
@@ -100,7 +108,7 @@ std::vector<double> naive_attention_backward(const std::vector<double>& qkv, con
         double delta = 0.0;
         for (int64_t e = 0; e < Dv; ++e) delta += dout[o + e] * fwd.out[o + e];
         for (int64_t j = 0; j < T; ++j) {
-          if (s.causal && j > i) continue;
+          if (naive_masked(s, b, i, j)) continue;
           double sc = 0.0, dp = 0.0;
           for (int64_t e = 0; e < D; ++e) sc += qkv[at(b, i, qc + e)] * qkv[at(b, j, kc + e)];
           for (int64_t e = 0; e < Dv; ++e) dp += dout[o + e] * qkv[at(b, j, vc + e)];
@@ -322,6 +330,223 @@ TEST(Attention, RejectsBadInputs) {
 TEST(Attention, ThreadCountDoesNotChangeResults) {
   Rng rng;
   const AttentionShape s = make_shape(2, 130, 6, 2, 16);
+  Tensor qkv = rand_tensor(rng, qkv_shape(s), DType::kF32),
+         dout = rand_tensor(rng, out_shape(s), DType::kF32);
+  expect_thread_count_invariant([&] {
+    Tensor out = Tensor::empty(out_shape(s), DType::kF32), lse = Tensor::empty(lse_shape(s), DType::kF32);
+    Tensor dqkv = Tensor::empty(qkv_shape(s), DType::kF32);
+    ops::attention_forward(qkv, s, out, lse, Stream::cpu());
+    ops::attention_backward(dout, qkv, out, lse, s, dqkv, Stream::cpu());
+    std::vector<double> all;
+    for (const Tensor* t : {&out, &lse, &dqkv}) {
+      const auto v = host(*t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  });
+}
+
+// ---- packed sequences (seg_starts): several samples in one row, causal + document mask ----
+
+// A shape with seg_starts built from per-row sample lengths; owns the segment tensor the shape points to.
+struct Packed {
+  AttentionShape s;
+  Tensor seg;
+  std::vector<std::vector<int64_t>> lengths;
+  Packed(int64_t t, int64_t h, int64_t kv, int64_t d, std::vector<std::vector<int64_t>> lens, int64_t dv = 0)
+      : s(make_shape(static_cast<int64_t>(lens.size()), t, h, kv, d, true, dv)),
+        seg(ops::attention_segment_starts(lens, t)),
+        lengths(std::move(lens)) {
+    s.seg_starts = &seg;
+  }
+  Packed(const Packed&) = delete;  // s points at seg
+  std::string str() const {
+    std::vector<std::string> rows;
+    for (const auto& l : lengths) rows.push_back(fmt::format("{}", fmt::join(l, "+")));
+    return fmt::format("T={} H={} KV={} D={} Dv={} samples={}", s.seq, s.heads, s.kv_heads, s.head_dim,
+                       s.dv(), fmt::join(rows, " | "));
+  }
+};
+
+TEST(AttentionPacked, SegmentStartsFromLengths) {
+  const Tensor seg = ops::attention_segment_starts({{1, 3, 2}, {4}, {}}, 7);
+  ASSERT_EQ(seg.shape(), (Shape{3, 7}));
+  const std::vector<int32_t> want = {0, 1, 1, 1, 4, 4, 6,   // last token: padding, a sample of its own
+                                     0, 0, 0, 0, 4, 4, 4,   // three padding tokens
+                                     0, 0, 0, 0, 0, 0, 0};  // no sample: all padding
+  EXPECT_EQ(seg.to_vector<int32_t>(), want);
+  EXPECT_PRIMUS_ERROR(ops::attention_segment_starts({{3, 5}}, 7), "does not fit T = 7");
+  EXPECT_PRIMUS_ERROR(ops::attention_segment_starts({{0, 5}}, 7), "sample of length 0");
+}
+
+TEST(AttentionPacked, ForwardBackwardMatchNaiveMaskedMatrix) {
+  Rng rng;
+  const Packed cases[] = {{200, 4, 2, 8, {{1, 31, 33, 127}, {127, 33, 1, 31}}},  // 8 padding tokens
+                          {70, 3, 1, 5, {{1, 1, 1, 64}, {69}}},
+                          {131, 2, 2, 16, {{64, 64}, {65, 1, 1, 64}}},  // boundaries on / next to blocks
+                          {97, 4, 4, 6, {{33, 31, 33}}, 9},             // Dv != D
+                          {5, 2, 1, 3, {{1, 1, 1, 1, 1}}}};             // every token its own sample
+  for (DType dt : float_types()) {
+    for (const Packed& c : cases) {
+      const AttentionShape& s = c.s;
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dt), c.str()));
+      Tensor qkv = rand_tensor(rng, qkv_shape(s), dt, -2.0, 2.0), dout = rand_tensor(rng, out_shape(s), dt);
+      Tensor out = filled(out_shape(s), dt, std::numeric_limits<double>::quiet_NaN());
+      Tensor lse = filled(lse_shape(s), dt, std::numeric_limits<double>::quiet_NaN());
+      ops::attention_forward(qkv, s, out, lse, Stream::cpu());
+      const Naive ref = naive_attention(host(qkv), s);
+      EXPECT_LT(rel_err(out, ref.out), fwd_tol(dt));
+      EXPECT_LT(rel_err(lse, ref.lse), fwd_tol(dt));
+      Tensor dqkv = filled(qkv_shape(s), dt, std::numeric_limits<double>::quiet_NaN());
+      ops::attention_backward(dout, qkv, out, lse, s, dqkv, Stream::cpu());
+      EXPECT_LT(rel_err(dqkv, naive_attention_backward(host(qkv), host(dout), s)), fwd_tol(dt));
+    }
+  }
+}
+
+// Rows [t0, t0 + n) of a [B, T, w] tensor's row b, as a [1, n, w] tensor.
+Tensor token_slice(const Tensor& x, int64_t b, int64_t t0, int64_t n) {
+  const int64_t t = x.size(1), w = x.size(2);
+  const std::vector<double> v = host(x);
+  std::vector<double> r(v.begin() + (b * t + t0) * w, v.begin() + (b * t + t0 + n) * w);
+  return tensor_of(r, {1, n, w}, x.dtype());
+}
+
+// Largest |a - b| over the entries of two equally long vectors.
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+// The point of packing: out, lse and every gradient of a packed row equal running each sample (and the
+// padding) as a sequence of its own. f64; sample lengths 1, 31, 33, 127 and T not a multiple of 64.
+TEST(AttentionPacked, EqualsEachSampleSeparately) {
+  Rng rng;
+  const Packed cases[] = {{200, 4, 2, 16, {{1, 31, 33, 127}, {127, 33, 1, 31}, {31, 1, 127}}},
+                          {161, 2, 1, 8, {{33, 127, 1}}, 5}};
+  const DType dt = DType::kF64;
+  for (const Packed& c : cases) {
+    const AttentionShape& s = c.s;
+    SCOPED_TRACE(c.str());
+    Tensor qkv = rand_tensor(rng, qkv_shape(s), dt, -2.0, 2.0), dout = rand_tensor(rng, out_shape(s), dt);
+    Tensor out = Tensor::empty(out_shape(s), dt), lse = Tensor::empty(lse_shape(s), dt);
+    Tensor dqkv = Tensor::empty(qkv_shape(s), dt);
+    ops::attention_forward(qkv, s, out, lse, Stream::cpu());
+    ops::attention_backward(dout, qkv, out, lse, s, dqkv, Stream::cpu());
+    const std::vector<double> lse_all = host(lse);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      std::vector<int64_t> lens = c.lengths[static_cast<size_t>(b)];
+      int64_t used = 0;
+      for (int64_t l : lens) used += l;
+      if (used < s.seq) lens.push_back(s.seq - used);  // the padding sample
+      int64_t t0 = 0;
+      for (int64_t n : lens) {
+        SCOPED_TRACE(fmt::format("row {} sample [{}, {})", b, t0, t0 + n));
+        AttentionShape one = make_shape(1, n, s.heads, s.kv_heads, s.head_dim, true, s.v_head_dim);
+        Tensor q1 = token_slice(qkv, b, t0, n), g1 = token_slice(dout, b, t0, n);
+        Tensor o1 = Tensor::empty(out_shape(one), dt), l1 = Tensor::empty(lse_shape(one), dt);
+        Tensor d1 = Tensor::empty(qkv_shape(one), dt);
+        ops::attention_forward(q1, one, o1, l1, Stream::cpu());
+        ops::attention_backward(g1, q1, o1, l1, one, d1, Stream::cpu());
+        EXPECT_LT(max_abs_diff(host(token_slice(out, b, t0, n)), host(o1)), 1e-12);
+        EXPECT_LT(max_abs_diff(host(token_slice(dqkv, b, t0, n)), host(d1)), 1e-12);
+        std::vector<double> lse_packed;
+        for (int64_t h = 0; h < s.heads; ++h)
+          for (int64_t i = 0; i < n; ++i) lse_packed.push_back(lse_all[(b * s.heads + h) * s.seq + t0 + i]);
+        EXPECT_LT(max_abs_diff(lse_packed, host(l1)), 1e-12);
+        t0 += n;
+      }
+    }
+  }
+}
+
+// All-zero seg_starts is one sample per row: bitwise the plain causal result.
+TEST(AttentionPacked, OneSamplePerRowIsPlainCausal) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    Packed c(130, 4, 2, 16, {{130}, {130}});
+    const AttentionShape& s = c.s;
+    AttentionShape plain = s;
+    plain.seg_starts = nullptr;
+    Tensor qkv = rand_tensor(rng, qkv_shape(s), dt), dout = rand_tensor(rng, out_shape(s), dt);
+    std::vector<double> res[2];
+    for (int k = 0; k < 2; ++k) {
+      const AttentionShape& sh = k == 0 ? s : plain;
+      Tensor out = Tensor::empty(out_shape(s), dt), lse = Tensor::empty(lse_shape(s), dt);
+      Tensor dqkv = Tensor::empty(qkv_shape(s), dt);
+      ops::attention_forward(qkv, sh, out, lse, Stream::cpu());
+      ops::attention_backward(dout, qkv, out, lse, sh, dqkv, Stream::cpu());
+      for (const Tensor* t : {&out, &lse, &dqkv}) {
+        const auto v = host(*t);
+        res[k].insert(res[k].end(), v.begin(), v.end());
+      }
+    }
+    EXPECT_EQ(res[0], res[1]) << dtype_name(dt);
+  }
+}
+
+TEST(AttentionPacked, BackwardMatchesFiniteDifferences) {
+  Rng rng;
+  {
+    Packed c(9, 4, 2, 3, {{1, 3, 4}, {2, 7}});  // row 0 ends with one padding token
+    check_backward(rng, c.s);
+    check_backward_per_slice(rng, c.s);
+  }
+  {
+    Packed c(70, 2, 1, 2, {{1, 31, 33}, {33, 31}});  // across two blocks of query rows
+    check_backward(rng, c.s);
+  }
+  {
+    Packed c(11, 2, 2, 5, {{4, 1, 5}}, 3);  // Dv != D
+    check_backward_per_slice(rng, c.s);
+  }
+}
+
+TEST(AttentionPacked, PaddingOutputsAreFinite) {
+  Rng rng;
+  Packed c(100, 2, 1, 8, {{1}, {37, 31}});  // 99 and 32 padding tokens
+  Tensor qkv = rand_tensor(rng, qkv_shape(c.s), DType::kF32, -4.0, 4.0);
+  Tensor out = Tensor::empty(out_shape(c.s), DType::kF32), lse = Tensor::empty(lse_shape(c.s), DType::kF32);
+  ops::attention_forward(qkv, c.s, out, lse, Stream::cpu());
+  EXPECT_EQ(ops::count_nonfinite(out, Stream::cpu()), 0);
+  EXPECT_EQ(ops::count_nonfinite(lse, Stream::cpu()), 0);
+}
+
+TEST(AttentionPacked, RejectsBadSegments) {
+  Rng rng;
+  const Stream st = Stream::cpu();
+  Packed c(6, 2, 1, 8, {{2, 4}});
+  AttentionShape s = c.s;
+  Tensor qkv = rand_tensor(rng, qkv_shape(s), DType::kF32);
+  Tensor out = Tensor::empty(out_shape(s), DType::kF32), lse = Tensor::empty(lse_shape(s), DType::kF32);
+  auto with_seg = [&](const std::vector<int32_t>& v) {
+    Tensor seg = Tensor::from_vector(v, {1, 6});
+    AttentionShape b = s;
+    b.seg_starts = &seg;
+    ops::attention_forward(qkv, b, out, lse, st);
+  };
+  EXPECT_PRIMUS_ERROR(with_seg({1, 1, 2, 2, 2, 2}), "seg_starts[0, 0] must be 0");
+  EXPECT_PRIMUS_ERROR(with_seg({0, 0, 2, 2, 2, 1}), "seg_starts[0, 5] = 1");  // back into a closed sample
+  EXPECT_PRIMUS_ERROR(with_seg({0, 0, 1, 1, 1, 1}), "seg_starts[0, 2] = 1");  // a start must be its token
+  Tensor seg_f = cpu_cast(c.seg, DType::kF32);
+  s.seg_starts = &seg_f;
+  EXPECT_PRIMUS_ERROR(ops::attention_forward(qkv, s, out, lse, st), "seg_starts must be i32");
+  Tensor seg_short = ops::attention_segment_starts({{2, 3}}, 5);
+  s.seg_starts = &seg_short;
+  EXPECT_PRIMUS_ERROR(ops::attention_forward(qkv, s, out, lse, st), "seg_starts must be [1, 6]");
+  s = c.s;
+  s.causal = false;
+  EXPECT_PRIMUS_ERROR(ops::attention_forward(qkv, s, out, lse, st), "needs causal");
+  Tensor dqkv = Tensor::empty(qkv_shape(s), DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::attention_backward(out, qkv, out, lse, s, dqkv, st), "needs causal");
+}
+
+TEST(AttentionPacked, ThreadCountDoesNotChangeResults) {
+  Rng rng;
+  Packed c(200, 6, 2, 16, {{1, 31, 33, 127}, {127, 33, 1}});
+  const AttentionShape& s = c.s;
   Tensor qkv = rand_tensor(rng, qkv_shape(s), DType::kF32),
          dout = rand_tensor(rng, out_shape(s), DType::kF32);
   expect_thread_count_invariant([&] {

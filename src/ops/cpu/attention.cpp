@@ -5,6 +5,10 @@
 // lse; each task owns whole output rows, so there are no atomics or races and the result does not depend on
 // the thread count.
 //
+// Packed sequences (shape.seg_starts): row i sees keys [seg(i), i]. Samples are contiguous, so a block's
+// rows together see keys [seg(i0), i1): the products run over that range only, which is where packing saves
+// work, and each row masks the columns outside its own range.
+//
 // attention_merge is elementwise per (batch, token, head) row: two lse values give the row's two weights,
 // which scale its D elements; computed in the tensors' own dtype.
 #include <cmath>
@@ -31,6 +35,7 @@ struct Layout {
   int64_t b, t, h, kv, d, dv, group,
       row;  // d: q/k head dim, dv: v/out head dim, row: elements per token of qkv
   bool causal;
+  const int32_t* seg;  // seg_starts [B, T], or null (every row's first visible key is 0)
   explicit Layout(const AttentionShape& s)
       : b(s.batch),
         t(s.seq),
@@ -40,7 +45,12 @@ struct Layout {
         dv(s.dv()),
         group(s.heads / s.kv_heads),
         row(s.qkv_width()),
-        causal(s.causal) {}
+        causal(s.causal),
+        seg(s.seg_starts ? s.seg_starts->data<int32_t>() : nullptr) {}
+  // First key query i of row bb sees, and one past the last; a block of rows [i0, i1) sees
+  // [first_key(i0), key_end(i1 - 1)) (first_key is non-decreasing along a row).
+  int64_t first_key(int64_t bb, int64_t i) const { return seg ? seg[bb * t + i] : 0; }
+  int64_t key_end(int64_t i) const { return causal ? i + 1 : t; }
   // Offsets of query head hh / kv head kh of token (bb, i) inside qkv.
   int64_t q(int64_t bb, int64_t i, int64_t hh) const { return (bb * t + i) * row + hh * d; }
   int64_t k(int64_t bb, int64_t i, int64_t kh) const { return (bb * t + i) * row + (h + kh) * d; }
@@ -60,14 +70,30 @@ void check_shape_args(const char* op, const AttentionShape& s) {
   PRIMUS_CHECK(std::isfinite(s.scale), "{}: scale must be finite, got {}", op, s.scale);
 }
 
+// seg_starts: int32 [B, T] on the CPU, samples as contiguous runs (see AttentionShape), causal only.
+void check_segments(const char* op, const AttentionShape& s) {
+  if (!s.seg_starts) return;
+  PRIMUS_CHECK(s.causal, "{}: seg_starts (packed sequences) needs causal attention", op);
+  check_tensor(op, "seg_starts", *s.seg_starts, DType::kI32, {s.batch, s.seq});
+  const int32_t* seg = s.seg_starts->data<int32_t>();
+  for (int64_t bb = 0; bb < s.batch; ++bb) {
+    const int32_t* r = seg + bb * s.seq;
+    PRIMUS_CHECK(r[0] == 0, "{}: seg_starts[{}, 0] must be 0, got {}", op, bb, r[0]);
+    for (int64_t i = 1; i < s.seq; ++i)
+      PRIMUS_CHECK(r[i] == r[i - 1] || r[i] == i,
+                   "{}: seg_starts[{}, {}] = {} must continue the sample starting at {} or start one at {}",
+                   op, bb, i, r[i], r[i - 1], i);
+  }
+}
+
 // Attention with fewer multiply-adds than this (per Q K^T product) runs on the calling thread.
 constexpr int64_t kParallelWork = 1 << 21;
 
 // Query rows per block: the score buffer of a task is kBlockRows x T, so memory stays O(T) per thread.
 constexpr int64_t kBlockRows = 64;
 
-// Forward, one task per (batch, head, block of query rows): S = scale * Q K^T (BLAS), a max-subtracted
-// softmax per row (masked past the diagonal), then O = P V (BLAS).
+// Forward, one task per (batch, head, block of query rows): S = scale * Q K^T (BLAS) over the keys the block
+// sees, a max-subtracted softmax per row (masked outside the row's keys), then O = P V (BLAS).
 template <typename T>
 void forward_impl(const T* qkv, const Layout& L, T scale, T* out, T* lse) {
   const int64_t blocks = (L.t + kBlockRows - 1) / kBlockRows;
@@ -82,25 +108,27 @@ void forward_impl(const T* qkv, const Layout& L, T scale, T* out, T* lse) {
       const int64_t blk = task % blocks, hh = (task / blocks) % L.h, bb = task / (blocks * L.h);
       const int64_t kh = hh / L.group;
       const int64_t i0 = blk * kBlockRows, i1 = std::min(L.t, i0 + kBlockRows), m = i1 - i0;
-      const int64_t nk = L.causal ? i1 : L.t;  // keys any row of the block can see
-      gemm_raw<T>(false, true, m, nk, L.d, scale, qkv + L.q(bb, i0, hh), L.row, qkv + L.k(bb, 0, kh), L.row,
+      // Keys [k0, k0 + nk): the ones any row of the block can see.
+      const int64_t k0 = L.first_key(bb, i0), nk = L.key_end(i1 - 1) - k0;
+      gemm_raw<T>(false, true, m, nk, L.d, scale, qkv + L.q(bb, i0, hh), L.row, qkv + L.k(bb, k0, kh), L.row,
                   T(0), s.data(), nk);
       for (int64_t r = 0; r < m; ++r) {
-        const int64_t i = i0 + r, valid = L.causal ? i + 1 : nk;
+        const int64_t i = i0 + r, lo = L.first_key(bb, i) - k0, hi = L.key_end(i) - k0;
         T* p = s.data() + r * nk;
-        T mx = p[0];
-        for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, p[j]);
+        T mx = p[lo];
+        for (int64_t j = lo + 1; j < hi; ++j) mx = std::max(mx, p[j]);
         T sum = T(0);
-        for (int64_t j = 0; j < valid; ++j) {
+        for (int64_t j = lo; j < hi; ++j) {
           p[j] = std::exp(p[j] - mx);
           sum += p[j];
         }
         const T inv = T(1) / sum;
-        for (int64_t j = 0; j < valid; ++j) p[j] *= inv;
-        for (int64_t j = valid; j < nk; ++j) p[j] = T(0);
+        for (int64_t j = lo; j < hi; ++j) p[j] *= inv;
+        std::fill(p, p + lo, T(0));
+        std::fill(p + hi, p + nk, T(0));
         lse[L.stat(bb, hh, i)] = mx + std::log(sum);
       }
-      gemm_raw<T>(false, false, m, L.dv, nk, T(1), s.data(), nk, qkv + L.v(bb, 0, kh), L.row, T(0),
+      gemm_raw<T>(false, false, m, L.dv, nk, T(1), s.data(), nk, qkv + L.v(bb, k0, kh), L.row, T(0),
                   out + L.o(bb, i0, hh), ld_o);
     }
   }
@@ -132,28 +160,31 @@ void backward_impl(const T* dout, const T* qkv, const T* out, const T* lse, cons
       for (int64_t hh = kh * L.group; hh < (kh + 1) * L.group; ++hh) {
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t i0 = blk * kBlockRows, i1 = std::min(L.t, i0 + kBlockRows), m = i1 - i0;
-          const int64_t nk = L.causal ? i1 : L.t;
+          const int64_t k0 = L.first_key(bb, i0), nk = L.key_end(i1 - 1) - k0;  // as in the forward
           const T* q = qkv + L.q(bb, i0, hh);
           const T* g = dout + L.o(bb, i0, hh);
-          gemm_raw<T>(false, true, m, nk, L.d, scale, q, L.row, k, L.row, T(0), p.data(), nk);
-          gemm_raw<T>(false, true, m, nk, L.dv, T(1), g, ld_o, v, L.row, T(0), ds.data(), nk);
+          const T* kb = k + k0 * L.row;
+          const T* vb = v + k0 * L.row;
+          gemm_raw<T>(false, true, m, nk, L.d, scale, q, L.row, kb, L.row, T(0), p.data(), nk);
+          gemm_raw<T>(false, true, m, nk, L.dv, T(1), g, ld_o, vb, L.row, T(0), ds.data(), nk);
           for (int64_t r = 0; r < m; ++r) {
-            const int64_t i = i0 + r, valid = L.causal ? i + 1 : nk;
+            const int64_t i = i0 + r, lo = L.first_key(bb, i) - k0, hi = L.key_end(i) - k0;
             const T li = lse[L.stat(bb, hh, i)];
             const T di = dot(g + r * ld_o, out + L.o(bb, i, hh), L.dv);
             T* pr = p.data() + r * nk;
             T* dr = ds.data() + r * nk;
-            for (int64_t j = 0; j < valid; ++j) {
+            for (int64_t j = lo; j < hi; ++j) {
               pr[j] = std::exp(pr[j] - li);
               dr[j] = scale * pr[j] * (dr[j] - di);
             }
-            for (int64_t j = valid; j < nk; ++j) pr[j] = dr[j] = T(0);
+            for (int64_t j = 0; j < lo; ++j) pr[j] = dr[j] = T(0);
+            for (int64_t j = hi; j < nk; ++j) pr[j] = dr[j] = T(0);
           }
-          gemm_raw<T>(false, false, m, L.d, nk, T(1), ds.data(), nk, k, L.row, T(0), dqkv + L.q(bb, i0, hh),
+          gemm_raw<T>(false, false, m, L.d, nk, T(1), ds.data(), nk, kb, L.row, T(0), dqkv + L.q(bb, i0, hh),
                       L.row);
-          gemm_raw<T>(true, false, nk, L.d, m, T(1), ds.data(), nk, q, L.row, T(1), dqkv + L.k(bb, 0, kh),
+          gemm_raw<T>(true, false, nk, L.d, m, T(1), ds.data(), nk, q, L.row, T(1), dqkv + L.k(bb, k0, kh),
                       L.row);
-          gemm_raw<T>(true, false, nk, L.dv, m, T(1), p.data(), nk, g, ld_o, T(1), dqkv + L.v(bb, 0, kh),
+          gemm_raw<T>(true, false, nk, L.dv, m, T(1), p.data(), nk, g, ld_o, T(1), dqkv + L.v(bb, k0, kh),
                       L.row);
         }
       }
@@ -203,6 +234,7 @@ void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& o
                        const Stream& s) {
   constexpr const char* op = "attention_forward";
   check_shape_args(op, shape);
+  check_segments(op, shape);
   const DType dt = check_float(op, "qkv", qkv);
   const Layout L(shape);
   check_tensor(op, "qkv", qkv, dt, {L.b, L.t, L.row});
@@ -220,6 +252,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
                         const AttentionShape& shape, Tensor& dqkv, const Stream& s) {
   constexpr const char* op = "attention_backward";
   check_shape_args(op, shape);
+  check_segments(op, shape);
   const DType dt = check_float(op, "qkv", qkv);
   const Layout L(shape);
   check_tensor(op, "qkv", qkv, dt, {L.b, L.t, L.row});

@@ -3,6 +3,8 @@
 // auto (the default) uses cuDNN's fused attention wherever it takes the shape and our flash kernels
 // elsewhere. The decision is made once per (shape, direction) and logged at debug level; a cuDNN refusal
 // (NOT_SUPPORTED from the graph or from every engine) is remembered, so the hot path costs one map lookup.
+// Packed sequences (shape.seg_starts) always run on the flash kernels: cuDNN's graph here has no document
+// mask, so auto routes them to flash and a forced cudnn refuses them.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -43,25 +45,28 @@ struct ChoiceKey {
   float scale;
   AttentionBackend mode;
   bool deterministic;  // backward only: cuDNN's deterministic variant may be refused where the default is not
+  bool segmented;      // packed sequences: flash only (the segment values do not change the choice)
   bool operator<(const ChoiceKey& o) const {
-    return std::tie(device, backward, b, t, h, kv, d, dv, causal, scale, mode, deterministic) <
+    return std::tie(device, backward, b, t, h, kv, d, dv, causal, scale, mode, deterministic, segmented) <
            std::tie(o.device, o.backward, o.b, o.t, o.h, o.kv, o.d, o.dv, o.causal, o.scale, o.mode,
-                    o.deterministic);
+                    o.deterministic, o.segmented);
   }
 };
 
 std::string shape_str(const AttentionShape& s) {
-  return fmt::format("B={} T={} H={} KV={} D={}{} causal={}", s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
-                     s.dv() != s.head_dim ? fmt::format(" Dv={}", s.dv()) : "", s.causal);
+  return fmt::format("B={} T={} H={} KV={} D={}{} causal={}{}", s.batch, s.seq, s.heads, s.kv_heads,
+                     s.head_dim, s.dv() != s.head_dim ? fmt::format(" Dv={}", s.dv()) : "", s.causal,
+                     s.segmented() ? " packed" : "");
 }
 
 // true = cuDNN, false = flash. Throws when the forced backend cannot run the shape.
 bool choose(const AttentionShape& s, bool backward, int device) {
   const AttentionBackend mode = attention_backend();
   static std::map<ChoiceKey, bool> memo;
-  const ChoiceKey key{device,   backward,   s.batch,    s.seq,
-                      s.heads,  s.kv_heads, s.head_dim, s.dv(),
-                      s.causal, s.scale,    mode,       backward && deterministic_attention()};
+  const ChoiceKey key{device,       backward,   s.batch,    s.seq,
+                      s.heads,      s.kv_heads, s.head_dim, s.dv(),
+                      s.causal,     s.scale,    mode,       backward && deterministic_attention(),
+                      s.segmented()};
   {
     std::lock_guard<std::mutex> lock(mu());
     auto it = memo.find(key);
@@ -112,6 +117,17 @@ void check_shape(const char* op, const AttentionShape& s, const Stream& st) {
                s.kv_heads);
   PRIMUS_CHECK(s.head_dim % 8 == 0 && s.dv() % 8 == 0 && s.v_head_dim >= 0,
                "{}: head_dim {} and v_head_dim {} must be multiples of 8", op, s.head_dim, s.dv());
+  if (const Tensor* seg = s.seg_starts) {
+    // Only the shape is checked: reading the values back would cost a host sync per call (the kernels clamp
+    // them instead; the CPU reference validates them).
+    PRIMUS_CHECK(s.causal, "{}: seg_starts (packed sequences) needs causal attention", op);
+    PRIMUS_CHECK(seg->defined(), "{}: seg_starts is undefined", op);
+    PRIMUS_CHECK(seg->shape() == Shape({s.batch, s.seq}) && seg->dtype() == DType::kI32,
+                 "{}: seg_starts must be i32 [{}, {}], got {}", op, s.batch, s.seq, seg->describe());
+    PRIMUS_CHECK(seg->is_contiguous(), "{}: seg_starts must be contiguous, got {}", op, seg->describe());
+    PRIMUS_CHECK(seg->device() == st.device, "{}: seg_starts is on {}, the stream on {}", op,
+                 seg->device().str(), st.device.str());
+  }
 }
 
 }  // namespace

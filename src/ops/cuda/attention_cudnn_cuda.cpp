@@ -412,6 +412,10 @@ bool cudnn_attention_supported(const AttentionShape& s, bool backward, std::stri
     return false;
   };
   if (v < 90000) return no(fmt::format("cuDNN runtime {} is older than 9.0", cd::version_string(v)));
+  // Packed sequences need a document mask (per-token first key), which this graph has no node for: cuDNN's
+  // ragged (THD) layout would need cu_seqlens offsets and per-sample padding masks on the 9.14 runtime.
+  // Those shapes run on our flash kernels, which skip the key blocks before a query block's first sample.
+  if (s.segmented()) return no("packed sequences (seg_starts) run on the flash kernels");
   // Hopper's fused engines take head dims up to 256 (d_qk 192 / d_v 128 for MLA) on cuDNN 9.x; a runtime
   // that refuses a shape says so when its plan is built, and the flash kernels take it instead.
   if (s.head_dim % 8 != 0 || s.dv() % 8 != 0 || s.head_dim > 256 || s.dv() > 256)

@@ -10,6 +10,13 @@
 // reuse). The kernels are templates over the q/k head dim DQ and the v head dim DV (equal except for
 // multi-latent attention, DQ 192 / DV 128); other head dims run on the smallest instantiation that holds
 // them, with q, k, v, out and dout zero-padded (zero columns change neither the scores nor delta = sum dO O).
+//
+// Packed sequences (Params::seg, seg_starts of ops/attention.h): query row t sees keys [seg[t], t]. Samples
+// are contiguous, so a query block's rows together see keys [seg[q0], q0 + 63]: the forward and dQ loops
+// start at the key block holding seg[q0] (the blocks before it are skipped, which is what packing saves), and
+// the dK/dV loop stops at the last query of the sample holding the block's last key (found by a binary
+// search, seg being non-decreasing). Inside those ranges each element is masked by its own row's seg.
+//
 // fmt 9 (header-only) does not build under nvcc in C++20 (its consteval format-string checks): check at run
 // time.
 #if defined(__CUDACC__) && !defined(FMT_CONSTEVAL)
@@ -48,7 +55,31 @@ struct Params {
   int64_t orow;  // out elements per token: H DV
   float scale, scale_log2;
   bool causal;
+  const int* seg;  // seg_starts [B, T] (packed sequences), or null: every row sees keys from 0
 };
+
+// First key query `row` (< T) of batch row b sees. Clamped into [0, row]: malformed seg_starts (not checked
+// on the device) give wrong results but never send a block outside its row or past its diagonal.
+__device__ __forceinline__ int seg_start(const Params& p, int b, int row) {
+  return p.seg ? min(max(p.seg[static_cast<int64_t>(b) * p.T + row], 0), row) : 0;
+}
+
+// One past the last query that sees key `key` (< T) of batch row b: the end of key's sample, the first t >
+// key with seg[t] > key (binary search; seg is non-decreasing along a row), or T. Without packed sequences
+// every later query sees the key: T.
+__device__ __forceinline__ int seg_query_end(const Params& p, int b, int key) {
+  if (!p.seg) return p.T;
+  const int* r = p.seg + static_cast<int64_t>(b) * p.T;
+  int lo = key + 1, hi = p.T;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (r[mid] > key)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -153,10 +184,16 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
   const bf16* kg = base + (p.H + kvh) * DQ;
   const bf16* vg = base + (p.H + p.KV) * DQ + kvh * DV;
 
+  // Key blocks [nb_first, n_blocks): from the one holding the first key of the block's first sample (0
+  // without packed sequences) to the diagonal.
+  const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
+  const int n_blocks = (kv_end + BN - 1) / BN;
+  const int nb_first = seg_start(p, b, q0) / BN;
+
   // Pipeline: V of block nb loads while S = Q K^T runs; K of block nb + 1 loads during softmax and P V.
   load_tile<BM, DQ>(sQ, qg, p.row, q0, p.T);
   cp_async_commit();
-  load_tile<BN, DQ>(sK, kg, p.row, 0, p.T);
+  load_tile<BN, DQ>(sK, kg, p.row, nb_first * BN, p.T);
   cp_async_commit();
   cp_async_wait<1>();  // Q landed (K0 may still be in flight)
   __syncthreads();
@@ -169,10 +206,10 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
   for (int i = 0; i < DV / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const int row_a = q0 + warp * 16 + lane / 4;
-  const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
-  const int n_blocks = (kv_end + BN - 1) / BN;
+  const int first_key[2] = {row_a < p.T ? seg_start(p, b, row_a) : 0,
+                            row_a + 8 < p.T ? seg_start(p, b, row_a + 8) : 0};
 
-  for (int nb = 0; nb < n_blocks; ++nb) {
+  for (int nb = nb_first; nb < n_blocks; ++nb) {
     const int k0 = nb * BN;
     load_tile<BN, DV>(sV, vg, p.row, k0, p.T);
     cp_async_commit();
@@ -198,7 +235,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
       load_tile<BN, DQ>(sK, kg, p.row, k0 + BN, p.T);
       cp_async_commit();
     }
-    // Scale into the log2 domain and mask (keys past T; keys after the query under the causal mask).
+    // Scale into the log2 domain and mask (keys past T; keys after the query under the causal mask; keys
+    // before the query's sample).
     float mx[2] = {m_run[0], m_run[1]};
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
@@ -207,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
         const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
         const int row = row_a + (e >= 2 ? 8 : 0);
         float v = s[nt][e] * p.scale_log2;
-        if (col >= p.T || (p.causal && col > row)) v = -INFINITY;
+        if (col >= p.T || (p.causal && col > row) || col < first_key[e >> 1]) v = -INFINITY;
         s[nt][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
@@ -334,10 +372,12 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   float dq[DQ / 8][4];
 #pragma unroll
   for (int i = 0; i < DQ / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+  const int first_key[2] = {row_a < p.T ? seg_start(p, b, row_a) : 0,
+                            row_a + 8 < p.T ? seg_start(p, b, row_a + 8) : 0};
   const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
   const int n_blocks = (kv_end + BN - 1) / BN;
 
-  for (int nb = 0; nb < n_blocks; ++nb) {
+  for (int nb = seg_start(p, b, q0) / BN; nb < n_blocks; ++nb) {  // as in the forward
     const int k0 = nb * BN;
     __syncthreads();
     load_tile<BN, DQ>(sK, kg, p.row, k0, p.T);
@@ -381,7 +421,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
       for (int e = 0; e < 4; ++e) {
         const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
         const int row = row_a + (e >= 2 ? 8 : 0);
-        const bool masked = col >= p.T || row >= p.T || (p.causal && col > row);
+        const bool masked = col >= p.T || row >= p.T || (p.causal && col > row) || col < first_key[e >> 1];
         const float pr = masked ? 0.f : exp2f(s[nt][e] * p.scale_log2 - lse2[e >> 1]);
         s[nt][e] = pr * (dp[nt][e] - dlt[e >> 1]);
       }
@@ -427,6 +467,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   bf16* sdO = sQ + BMQ * LDQ;
   float* sL = reinterpret_cast<float*>(sdO + BMQ * LDV);
   float* sD = sL + BMQ;
+  int* sS = reinterpret_cast<int*>(sD + BMQ);  // first key of each query row's sample
 
   const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -446,7 +487,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
     for (int e = 0; e < 4; ++e) dv[i][e] = 0.f;
   const int key_a = k0 + warp * 16 + lane / 4;
   const int m_first = p.causal ? k0 / BMQ : 0;
-  const int m_blocks = (p.T + BMQ - 1) / BMQ;
+  // Queries past the end of the last key's sample see none of these keys (the search overlaps the K/V loads).
+  const int q_end = seg_query_end(p, b, min(p.T, k0 + BN) - 1);
+  const int m_blocks = (q_end + BMQ - 1) / BMQ;
 
   for (int hh = 0; hh < p.G; ++hh) {
     const int h = kvh * p.G + hh;
@@ -461,6 +504,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
         const bool valid = q0 + i < p.T;
         sL[i] = valid ? lse[q0 + i] * kLog2e : 0.f;
         sD[i] = valid ? dl[q0 + i] : 0.f;
+        sS[i] = valid ? seg_start(p, b, q0 + i) : 0;
       }
       cp_async_wait_all();
       __syncthreads();
@@ -502,7 +546,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
           const int qi = nt * 8 + (lane % 4) * 2 + (e & 1);
           const int q = q0 + qi;
           const int key = key_a + (e >= 2 ? 8 : 0);
-          const bool masked = q >= p.T || key >= p.T || (p.causal && key > q);
+          const bool masked = q >= p.T || key >= p.T || (p.causal && key > q) || key < sS[qi];
           const float pr = masked ? 0.f : exp2f(st[nt][e] * p.scale_log2 - sL[qi]);
           st[nt][e] = pr;
           dpt[nt][e] = pr * (dpt[nt][e] - sD[qi]);
@@ -583,6 +627,7 @@ Params make_params(const AttentionShape& s) {
   p.scale = s.scale;
   p.scale_log2 = s.scale * kLog2e;
   p.causal = s.causal;
+  p.seg = s.seg_starts ? s.seg_starts->data<int32_t>() : nullptr;
   return p;
 }
 
@@ -609,8 +654,8 @@ void backward_d(const Params& p, int64_t batch, const Stream& st) {
   const dim3 gq(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
   launch(dq_kernel<DQ, DV>, gq, 2 * 64 * (DQ + DV + 16) * sizeof(bf16), p, st);
   const dim3 gk(static_cast<unsigned>(ceil_div(p.T, 64)), p.KV, static_cast<unsigned>(batch));
-  launch(dkdv_kernel<DQ, DV, BMQ>, gk, (64 + BMQ) * (DQ + DV + 16) * sizeof(bf16) + 2 * BMQ * sizeof(float),
-         p, st);
+  launch(dkdv_kernel<DQ, DV, BMQ>, gk,
+         (64 + BMQ) * (DQ + DV + 16) * sizeof(bf16) + 2 * BMQ * sizeof(float) + BMQ * sizeof(int), p, st);
 }
 
 // The instantiated (DQ, DV) pairs, smallest first; a shape runs on the first one that holds its head dims.
