@@ -3,7 +3,8 @@
 // (planning mode: values training would refuse are listed, not refused):
 //   pipeline   the stage split, every pipeline schedule's bubble, step time and peak activations, and an HTML
 //              page with their timelines (parallel/pipeline_projection.h, report/pipeline_page.h)
-// Later issues add memory, performance and plan beside it.
+//   memory       per-rank peak memory (cli/cmd_projection_memory.cpp)
+//   performance  step time, tokens/s and MFU from an op-level model (cli/cmd_projection_performance.cpp)
 #include <fmt/format.h>
 
 #include <fmt/ranges.h>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "cli/cli_context.h"
+#include "cli/projection_commands.h"
+#include "cli/projection_load.h"
 #include "config/did_you_mean.h"
 #include "config/load_config.h"
 #include "config/not_supported.h"
@@ -26,56 +29,6 @@
 
 namespace primus::cli {
 namespace {
-
-// An unknown "--word" close to one of the command's options is a mistyped option, not a config override.
-void check_mistyped_options(const std::vector<std::string>& overrides,
-                            const std::vector<std::string>& options, const std::string& command) {
-  for (const std::string& token : overrides) {
-    if (token.rfind("--", 0) != 0) continue;
-    const std::string name = token.substr(0, token.find('='));
-    std::vector<std::string> near = config::did_you_mean(name, options, 1);
-    if (!near.empty() && near[0] != name && config::edit_distance(name, near[0]) <= 2)
-      throw ConfigError(fmt::format("command line: unknown option '{}'; did you mean '{}'?", name, near[0]),
-                        fmt::format("run `primus projection {} --help`", command));
-  }
-}
-
-// The experiment with the command line's overrides, in planning mode, for `dp` data-parallel replicas.
-config::ResolvedConfig load_for_projection(const std::string& path, const std::vector<std::string>& overrides,
-                                           int64_t dp, const std::string& command) {
-  if (path.empty())
-    throw ConfigError(
-        fmt::format("projection {}: --config FILE is required (the Primus experiment YAML)", command),
-        fmt::format("primus projection {} --config EXPERIMENT.yaml [key=value ...]", command));
-  config::ResolveOptions options;
-  options.cli_overrides = overrides;
-  options.planning = true;
-  options.plan_data_parallel = dp;
-  config::ResolvedConfig rc;
-  try {
-    rc = config::load_config(path, options);
-  } catch (const config::NotSupportedError& e) {
-    // A post-training experiment (module post_trainer only) plans the same way.
-    if (std::string(e.what()).find("defines module post_trainer") == std::string::npos) throw;
-    options.module_name = "post_trainer";
-    rc = config::load_config(path, options);
-  }
-  // Values a training run would refuse are expected here (a plan for a layout we cannot train yet): one line.
-  std::vector<std::string> refused;
-  for (const std::string& w : rc.warnings) {
-    const size_t at = w.find("not supported yet: ");
-    if (w.rfind("planning only", 0) == 0 && at != std::string::npos)
-      refused.push_back(w.substr(at + 19, w.find(" (", at) - at - 19));
-    else
-      log::warn("config: {}", w);
-  }
-  if (!refused.empty())
-    // On stderr, like every message here: stdout is the table or the JSON.
-    std::fprintf(stderr, "config: planning only; training would refuse %s: %s\n",
-                 refused.size() == 1 ? "this value" : "these values",
-                 fmt::format("{}", fmt::join(refused, ", ")).c_str());
-  return rc;
-}
 
 struct PipelineArgs {
   std::string config;
@@ -101,7 +54,8 @@ int run_pipeline(PipelineArgs args) {
   if (args.vpp > 0)
     args.overrides.push_back(fmt::format("virtual_pipeline_model_parallel_size={}", args.vpp));
   if (args.dp < 1) throw ConfigError(fmt::format("--dp {} must be >= 1", args.dp));
-  const config::ResolvedConfig rc = load_for_projection(args.config, args.overrides, args.dp, "pipeline");
+  const config::ResolvedConfig rc =
+      load_for_projection(args.config, args.overrides, {.data_parallel = args.dp}, "pipeline");
 
   parallel::ProjectionOptions options;
   if (args.microbatches != 0) options.microbatches = args.microbatches;
@@ -184,9 +138,11 @@ void attach_pipeline(CLI::App& projection, CliContext& ctx) {
 
 void attach_projection(CLI::App& root, CliContext& ctx) {
   CLI::App* projection = root.add_subcommand(
-      "projection", "Plan a configuration without training: pipeline schedules (more to come)");
+      "projection", "Plan a configuration without training: memory, performance, pipeline schedules");
   projection->require_subcommand(1);
   attach_pipeline(*projection, ctx);
+  attach_memory(*projection, ctx);
+  attach_performance(*projection, ctx);
 }
 
 }  // namespace primus::cli

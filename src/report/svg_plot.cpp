@@ -201,4 +201,76 @@ std::string gantt_chart(const std::string& title, const std::vector<std::string>
   return svg;
 }
 
+std::string stacked_bar_chart(const std::string& title, const std::string& y_label,
+                              const std::vector<std::string>& bars, const std::vector<BarSegment>& segments,
+                              double limit, const std::string& limit_label, int width, int height) {
+  const double ml = 58, mr = 12, mt = 28;
+  const double legend_rows = (static_cast<double>(segments.size()) + 2) / 3;
+  const double mb = 30 + 16 * legend_rows;
+  const double pw = width - ml - mr, ph = height - mt - mb;
+  double top = limit;
+  for (size_t b = 0; b < bars.size(); ++b) {
+    double sum = 0;
+    for (const BarSegment& seg : segments) sum += b < seg.values.size() ? std::max(0.0, seg.values[b]) : 0;
+    top = std::max(top, sum);
+  }
+  if (top <= 0) top = 1;
+  const std::vector<double> ticks = nice_ticks(0, top * 1.05, 5);
+  const double y1 = std::max(top * 1.05, ticks.empty() ? top : ticks.back());
+  auto Y = [&](double y) { return mt + (1 - y / y1) * ph; };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "class=\"chart\" font-family=\"sans-serif\" font-size=\"11\">\n<text x=\"{}\" y=\"16\" "
+      "font-size=\"13\" "
+      "font-weight=\"bold\">{}</text>\n",
+      width, height, width, height, ml, html_escape(title));
+  svg +=
+      fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n",
+                  ml, mt, pw, ph);
+  for (double t : ticks) {
+    if (t > y1) continue;
+    svg += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e4e4e4\"/><text "
+        "x=\"{:.1f}\" "
+        "y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n",
+        ml, ml + pw, Y(t), Y(t), ml - 4, Y(t) + 4, t);
+  }
+  svg +=
+      fmt::format("<text transform=\"translate(12,{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+                  mt + ph / 2, html_escape(y_label));
+  const double slot = bars.empty() ? pw : pw / static_cast<double>(bars.size());
+  const double bw = std::min(80.0, slot * 0.6);
+  for (size_t b = 0; b < bars.size(); ++b) {
+    const double x = ml + slot * (static_cast<double>(b) + 0.5) - bw / 2;
+    double base = 0;
+    for (const BarSegment& seg : segments) {
+      const double v = b < seg.values.size() ? std::max(0.0, seg.values[b]) : 0;
+      if (v <= 0) continue;
+      svg += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{}: {:.3g} "
+          "{}</title></rect>\n",
+          x, Y(base + v), bw, Y(base) - Y(base + v), seg.color, html_escape(seg.name), v,
+          html_escape(y_label));
+      base += v;
+    }
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x + bw / 2,
+                       mt + ph + 14, html_escape(bars[b]));
+  }
+  if (limit > 0)
+    svg += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#c00\" "
+        "stroke-dasharray=\"5,3\"/>"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#c00\">{}</text>\n",
+        ml, ml + pw, Y(limit), Y(limit), ml + pw - 4, Y(limit) - 4, html_escape(limit_label));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const double lx = ml + static_cast<double>(i % 3) * (pw / 3),
+                 ly = mt + ph + 32 + 16 * static_cast<double>(i / 3);
+    svg += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1f}\" "
+        "y=\"{:.1f}\">{}</text>\n",
+        lx, ly - 9, segments[i].color, lx + 14, ly, html_escape(segments[i].name));
+  }
+  return svg + "</svg>\n";
+}
+
 }  // namespace primus::report

@@ -41,6 +41,18 @@ std::string gantt_chart(const std::string& title, const std::vector<std::string>
                         const std::vector<GanttBox>& boxes, const std::vector<LegendEntry>& legend,
                         const std::string& x_label, double t_end = 0, int width = 1000, int lane_height = 20);
 
+// A stacked bar chart: one bar per label, each made of the segments' values at that bar (bottom to top in
+// segment order), a dashed horizontal line at `limit` when > 0 (a GPU's memory), a legend below.
+struct BarSegment {
+  std::string name;
+  std::string color;
+  std::vector<double> values;  // one per bar
+};
+std::string stacked_bar_chart(const std::string& title, const std::string& y_label,
+                              const std::vector<std::string>& bars, const std::vector<BarSegment>& segments,
+                              double limit = 0, const std::string& limit_label = "", int width = 640,
+                              int height = 300);
+
 std::string html_escape(const std::string& s);
 // Tick positions covering [lo, hi] with about `n` steps of 1, 2 or 5 x 10^k.
 std::vector<double> nice_ticks(double lo, double hi, int n);

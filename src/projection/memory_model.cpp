@@ -1,0 +1,332 @@
+#include "projection/memory_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "config/plan.h"
+#include "core/master_split.h"
+
+namespace primus::projection {
+namespace {
+
+constexpr double kLogitsBudget = 1024.0 * 1024 * 1024;  // model/lm_head.cpp: logits per chunk
+constexpr double kGemmWorkspace = 32.0 * 1024 * 1024;   // ops/cuda/gemm_lt.h: kWorkspaceBytes
+// Outside the allocator: the CUDA context with cuBLAS / cuDNN handles, and NCCL's buffers per communicator
+// (NCCL_BUFFSIZE 4 MiB x channels x peers, rounded up).
+constexpr double kCudaContext = 0.6e9, kNcclPerGroup = 0.25e9;
+
+struct Dims {
+  double e = 2;      // bytes per activation element
+  double n = 1;      // tokens of a micro-batch on this rank
+  double h = 0;      // hidden
+  double hs = 0;     // hidden per token of the residual stream on this rank (/ TP under sequence parallelism)
+  double q = 0;      // query width on this rank
+  double kv = 0;     // key (= value) width on this rank
+  double heads = 0;  // query heads on this rank
+  double kvh = 0;    // kv heads on this rank
+  double f = 0;      // dense FFN width on this rank
+};
+
+Dims dims_of(const Setup& s) {
+  const ModelConfig& m = s.train.model;
+  Dims d;
+  d.e = s.gpu && s.train.bf16 ? 2.0 : 4.0;
+  d.n = static_cast<double>(s.tokens_per_rank());
+  const double tp = s.tp();
+  d.h = static_cast<double>(m.hidden_size);
+  d.hs = s.sequence_parallel() ? d.h / tp : d.h;
+  const double hd = static_cast<double>(
+      m.kv_channels > 0 ? m.kv_channels : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads));
+  d.heads = static_cast<double>(m.num_attention_heads) / tp;
+  // kv heads fewer than TP are replicated: every rank holds one
+  d.kvh = std::max(
+      1.0, static_cast<double>(m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads) / tp);
+  d.q = d.heads * hd;
+  d.kv = d.kvh * hd;
+  d.f = static_cast<double>(m.ffn_hidden_size) / tp;
+  return d;
+}
+
+// Routed rows an MoE layer's experts process on this rank per micro-batch: tokens x top-k (dropless; with
+// expert parallelism the rows of this rank's experts come from every peer, the same number on average), or
+// the capacity's when tokens are dropped.
+double routed_rows(const Setup& s, const Dims& d) {
+  const MoeConfig& e = s.train.model.moe;
+  double rows = d.n * static_cast<double>(e.topk);
+  if (e.capacity_factor > 0) rows = std::min(rows, e.capacity_factor * rows);
+  if (e.capacity_factor > 0 && e.pad_to_capacity)
+    rows = e.capacity_factor * d.n * static_cast<double>(e.topk);
+  return rows;
+}
+
+enum class Mode { kNone, kSelective, kFull };
+
+Mode mode_of_layer(const Setup& s, int index_on_rank) {
+  const RecomputeConfig& r = s.train.recompute;
+  if (r.granularity == "selective") return Mode::kSelective;
+  if (r.granularity != "full") return Mode::kNone;
+  // block: the first num_layers layers of the stage are recomputed, the rest keep everything
+  if (r.method == "block" && index_on_rank >= r.num_layers) return Mode::kNone;
+  return Mode::kFull;
+}
+
+// What forward_full saves (model/decoder_layer.h, LayerActivations), per micro-batch.
+struct LayerBytes {
+  double saved_none = 0;         // everything
+  double dropped_selective = 0;  // what selective recompute drops
+  double input = 0;              // x_in: what full recompute keeps
+  double backward_work = 0;      // the largest working set of its backward
+};
+
+LayerBytes layer_bytes(const Setup& s, const Dims& d, bool moe) {
+  const ModelConfig& m = s.train.model;
+  const double n = d.n, e = d.e;
+  LayerBytes b;
+  b.input = n * d.hs * e;
+  // residual stream (x_in, x_mid) on this rank's tokens, the norms' outputs on every token, rstd f32
+  double saved = n * (2 * d.hs + 2 * d.h) * e + 2 * n * 4;
+  double dropped = n * 2 * d.h * e;  // h1, h2
+  double attn_work;
+  if (m.mla.enabled) {
+    const MlaConfig& a = m.mla;
+    const double H = d.heads, dq = static_cast<double>(a.qk_head_dim + a.qk_pos_emb_head_dim),
+                 dv = static_cast<double>(a.v_head_dim);
+    const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank + a.qk_pos_emb_head_dim);
+    saved += n * (H * (2 * dq + dv) + H * dv + 2 * lat) * e + n * H * 4;
+    dropped += n * static_cast<double>(a.q_lora_rank + a.kv_lora_rank) * e;
+    attn_work = n * (2 * H * (2 * dq + dv) + H * dv + 3 * d.h) * e;
+  } else {
+    saved += n * (d.q + 2 * d.kv + d.q) * e + n * d.heads * 4;  // packed qkv, attention output, lse
+    if (m.qk_layernorm) saved += n * (d.q + 2 * d.kv) * e + n * (d.heads + d.kvh) * 4;
+    attn_work = n * (2 * (d.q + 2 * d.kv) + d.q + 3 * d.h) * e;
+  }
+  double mlp_work;
+  if (moe) {
+    const MoeConfig& x = m.moe;
+    const double E = static_cast<double>(x.num_experts), k = static_cast<double>(x.topk);
+    const double F = static_cast<double>(x.ffn_hidden_size) / s.tp();
+    const double Fs = static_cast<double>(x.shared_ffn_hidden_size) / s.tp();
+    const double R = routed_rows(s, d);
+    // router logits f32, ids / probs / kept probs, the permutation plan (int32 per row, both ways)
+    saved += n * E * 4 + 3 * n * k * 4 + 3 * R * 4;
+    saved += R * (d.h + 2 * F + F + d.h) * e;  // x_perm, gu_perm, act_perm, y_perm
+    dropped += R * F * e;
+    if (Fs > 0) {
+      saved += n * (2 * Fs + Fs + d.h) * e + (x.shared_expert_gate ? n * 4 : 0);
+      dropped += n * Fs * e;
+    }
+    mlp_work = R * (2 * F + F + 2 * d.h) * e + n * 3 * d.h * e;
+  } else {
+    saved += n * 3 * d.f * e;  // gate|up, swiglu output
+    dropped += n * d.f * e;
+    mlp_work = n * (3 * d.f + 3 * d.h) * e;
+  }
+  b.saved_none = saved;
+  b.dropped_selective = dropped;
+  b.backward_work = std::max(attn_work, mlp_work);
+  return b;
+}
+
+double saved_for_mode(const LayerBytes& b, Mode mode) {
+  switch (mode) {
+    case Mode::kNone:
+      return b.saved_none;
+    case Mode::kSelective:
+      return b.saved_none - b.dropped_selective;
+    case Mode::kFull:
+      return b.input;
+  }
+  return b.saved_none;
+}
+
+struct ParamSplit {
+  double dense = 0;          // parameters on this rank outside the routed experts (/ TP)
+  double expert = 0;         // routed-expert parameters on this rank (/ EP x TP)
+  double largest_layer = 0;  // the largest layer's parameters on this rank (FSDP gathers one at a time)
+};
+
+ParamSplit params_of(const Setup& s, const RankPlan& r) {
+  const ModelConfig& m = s.train.model;
+  const config::ParamCounts c = config::count_parameters(m);
+  const double tp = s.tp(), ep = s.ep();
+  ParamSplit p;
+  auto add_layer = [&](bool moe) {
+    double dense, expert = 0;
+    if (!m.moe.enabled()) {
+      dense = static_cast<double>(c.per_layer);
+    } else if (moe) {
+      expert = static_cast<double>(m.moe.num_experts) * static_cast<double>(c.moe_expert);
+      dense = static_cast<double>(c.per_layer) - expert;
+    } else {
+      dense = static_cast<double>(c.per_dense_layer);
+    }
+    p.dense += dense / tp;
+    p.expert += expert / (ep * tp);
+    p.largest_layer = std::max(p.largest_layer, dense / tp + expert / (ep * tp));
+  };
+  for (int layer : r.layers) add_layer(m.moe.enabled() && m.moe.is_moe_layer(layer));
+  for (int i = 0; i < r.mtp_layers; ++i) {
+    p.dense += static_cast<double>(c.per_mtp_depth) / tp;  // its MLP kind counted as dense: approximation
+  }
+  if (r.embedding) p.dense += static_cast<double>(c.embedding) / tp;
+  if (r.loss) p.dense += static_cast<double>(c.lm_head + c.final_norm) / tp;
+  return p;
+}
+
+}  // namespace
+
+double layer_saved_bytes(const Setup& s, int layer, bool moe) {
+  const Dims d = dims_of(s);
+  return saved_for_mode(layer_bytes(s, d, moe), mode_of_layer(s, layer));
+}
+
+MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
+  MemoryProjection out;
+  const ModelConfig& m = s.train.model;
+  const Dims d = dims_of(s);
+  const bool bf16 = s.gpu && s.train.bf16;
+  const parallel::Sharding sh = s.layout.sharding;
+  const bool fsdp = sh == parallel::Sharding::kOptimGradsParams;
+  const bool zero1 = sh == parallel::Sharding::kOptim || sh == parallel::Sharding::kOptimGrads;
+  const auto& dims = s.layout.dims;
+  const double dp = dims.dp(), cp = dims.cp(), ep = dims.ep();
+  const double dense_shards = fsdp ? dims.dp_shard() * cp : zero1 ? dp * cp : 1;
+  const double edp = dp * cp / ep;
+  const double expert_shards = zero1 ? edp : fsdp ? edp / dims.dp_replicate() : 1;
+  const bool remainders =
+      use_master_remainders(s.gpu, bf16 ? DType::kBF16 : DType::kF32, DType::kF32, zero1 || fsdp);
+  // bytes per parameter of each piece of state (core/master_split.h, train/optimizer.h)
+  const double w_bytes = bf16 ? 2 : 4, g_bytes = 4, mv_bytes = 8;
+  // the master: a 16-bit remainder, or f32 (bf16 compute); on the CPU the f32 weights are the master except
+  // under ZeRO-1, which keeps a sharded f32 master beside the whole compute copy (model/param_store.cpp)
+  const double master_bytes = bf16 ? (remainders ? 2 : 4) : zero1 ? 4 : 0;
+
+  out.device = s.gpu ? fmt::format("{} ({:.1f} GB)", gpu.name, gpu.memory_gb) : "CPU";
+  out.capacity_bytes = s.gpu ? gpu.memory_gb * 1e9 : 0;
+  int groups = 0;
+  for (int size : {dims.tp(), dims.cp(), dims.pp() > 1 ? 2 : 1, static_cast<int>(dp), dims.ep()})
+    if (size > 1) ++groups;
+  out.outside_allocator_bytes = s.gpu ? kCudaContext + groups * kNcclPerGroup : 0;
+
+  for (const RankPlan& r : s.ranks) {
+    RankMemory rm;
+    rm.pp_rank = r.pp_rank;
+    rm.holds = r.holds;
+    const ParamSplit p = params_of(s, r);
+    auto sharded = [&](double bytes_per_param, bool is_sharded) {
+      return (p.dense * bytes_per_param) / (is_sharded ? dense_shards : 1) +
+             (p.expert * bytes_per_param) / (is_sharded ? expert_shards : 1);
+    };
+    rm.items.push_back({"weights", sharded(w_bytes, fsdp),
+                        fmt::format("{:.3g} B parameters ({:.3g} B in routed experts) x {} B{}",
+                                    p.dense + p.expert, p.expert, w_bytes, fsdp ? ", sharded (FSDP)" : "")});
+    if (master_bytes > 0)
+      rm.items.push_back({"master weights", sharded(master_bytes, zero1 || fsdp),
+                          remainders ? "f32 masters as 16-bit remainders of the bf16 weights"
+                                     : "f32 masters, sharded with the optimizer state"});
+    rm.items.push_back({"gradients", sharded(g_bytes, fsdp), fsdp ? "f32, sharded (FSDP)" : "f32"});
+    rm.items.push_back({"optimizer state", sharded(mv_bytes, zero1 || fsdp),
+                        zero1 || fsdp ? "Adam m, v in f32, sharded over data parallel" : "Adam m, v in f32"});
+
+    // Saved activations: every layer of the rank, times the micro-batches in flight.
+    // The backward runs the layers last to first, freeing each one's activations: while layer i runs, the
+    // layers after it are gone, so its working set (and the activations it recomputes) sits on top of the
+    // layers up to i only.
+    std::vector<double> kept, extra;
+    double dense_saved = 0, moe_saved = 0;
+    int idx = 0;
+    for (int layer : r.layers) {
+      const bool moe = m.moe.enabled() && m.moe.is_moe_layer(layer);
+      const LayerBytes b = layer_bytes(s, d, moe);
+      const Mode mode = mode_of_layer(s, idx++);
+      kept.push_back(saved_for_mode(b, mode));
+      (moe ? moe_saved : dense_saved) += kept.back();
+      const double recomputed = mode == Mode::kFull        ? b.saved_none - b.input
+                                : mode == Mode::kSelective ? b.dropped_selective
+                                                           : 0;
+      extra.push_back(b.backward_work + recomputed);
+    }
+    for (int i = 0; i < r.mtp_layers; ++i) {
+      const bool moe = m.moe.enabled() && m.moe.is_moe_layer(m.num_layers - 1);
+      const LayerBytes b = layer_bytes(s, d, moe);
+      kept.push_back(b.saved_none +
+                     d.n * 3 * d.h * d.e);  // the depth's layer, its norms and projection input
+      extra.push_back(b.backward_work);
+    }
+    double saved = 0, after = 0, layer_peak = 0;
+    for (double k : kept) saved += k;
+    for (size_t i = kept.size(); i-- > 0;) {
+      layer_peak = std::max(layer_peak, extra[i] - after);
+      after += kept[i];
+    }
+    if (r.embedding && s.pp() == 1 && r.layers.empty()) saved += d.n * d.hs * d.e;
+    const std::string mode_name =
+        s.train.recompute.granularity.empty() ? "no recompute" : s.train.recompute.granularity + " recompute";
+    rm.items.push_back(
+        {"activations", saved * r.inflight,
+         fmt::format("{} layers, {}{}{}, x {:.3g} micro-batch{} in flight", r.layers.size(), mode_name,
+                     moe_saved > 0 ? fmt::format(" (MoE layers {:.2f} GB, dense {:.2f} GB per micro-batch)",
+                                                 moe_saved / 1e9, dense_saved / 1e9)
+                                   : "",
+                     s.sequence_parallel() ? ", sequence parallel" : "", r.inflight,
+                     r.inflight == 1 ? "" : "es")});
+
+    // The transient peak: the head's logits chunk at the end of the forward, or a layer's backward working
+    // set (plus the layer being recomputed).
+    double head = 0;
+    if (r.loss) {
+      const double vocab =
+          static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size) / s.tp();
+      const double full_rows = d.n * (s.sequence_parallel() ? s.tp() : 1);
+      const double rows = std::min(full_rows, std::max(64.0, std::floor(kLogitsBudget / (vocab * d.e))));
+      head = rows * vocab * d.e + full_rows * d.h * d.e + full_rows * 8;  // logits chunk, normed h, losses
+    }
+    rm.items.push_back({"peak working set", std::max(head, layer_peak),
+                        head >= layer_peak ? "the output layer's logits chunk (1 GiB budget) and its input"
+                                           : "one layer's backward (and the layer it recomputes)"});
+
+    if (fsdp) {
+      // the layer in use and the next one prefetched, in bf16, and one layer's full-size gradient before its
+      // reduce-scatter
+      rm.items.push_back({"FSDP gathered layers", p.largest_layer * (2 * w_bytes + g_bytes),
+                          "two layers' weights gathered (current + prefetch) and one layer's gradient"});
+    }
+    if (s.pp() > 1)
+      rm.items.push_back(
+          {"pipeline buffers", 4 * d.n * d.hs * d.e, "activation and gradient send / receive buffers"});
+    if (s.train.fp8.enabled) {
+      // the casts of the largest projection's weight (and its transpose) and of its input, per GEMM
+      const double proj = std::max({d.f * 2 * d.h, (d.q + 2 * d.kv) * d.h, d.h * d.h});
+      double fp8 = 2 * proj + 2 * d.n * std::max(d.h, d.f);
+      std::string note = "FP8 copies of one projection's weight and input (and their transposes)";
+      if (s.train.fp8.output_layer && r.loss) {
+        fp8 += 2 * static_cast<double>(config::count_parameters(m).lm_head) / s.tp();
+        note += " + the output layer's weight in FP8";
+      }
+      rm.items.push_back({"FP8 buffers", fp8, note});
+    }
+    if (s.gpu) rm.items.push_back({"GEMM / attention workspace", kGemmWorkspace * 2, "cuBLASLt and cuDNN"});
+    for (const MemoryItem& it : rm.items) rm.peak_bytes += it.bytes;
+    out.ranks.push_back(std::move(rm));
+  }
+  for (size_t i = 0; i < out.ranks.size(); ++i)
+    if (out.ranks[i].peak_bytes > out.peak_bytes)
+      out.peak_bytes = out.ranks[i].peak_bytes, out.peak_rank = int(i);
+  out.assumptions.push_back(
+      fmt::format("state per parameter: {} B weights + {} B master + {} B gradients + {} B Adam; dense state "
+                  "sharded over {}, "
+                  "experts over {}",
+                  w_bytes, master_bytes, g_bytes, mv_bytes, dense_shards, expert_shards));
+  out.assumptions.push_back(
+      fmt::format("activations: {} B per element, {} tokens per micro-batch per rank", d.e, d.n));
+  if (s.gpu)
+    out.assumptions.push_back(
+        fmt::format("outside the allocator: CUDA context {:.1f} GB + {} NCCL group(s) x {:.2f} GB",
+                    kCudaContext / 1e9, groups, kNcclPerGroup / 1e9));
+  for (const std::string& n : s.notes) out.assumptions.push_back(n);
+  return out;
+}
+
+}  // namespace primus::projection

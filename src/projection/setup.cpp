@@ -1,0 +1,98 @@
+#include "projection/setup.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "config/plan.h"
+#include "core/error.h"
+#include "parallel/pipeline_sim.h"
+
+namespace primus::projection {
+
+int64_t Setup::tokens_per_rank() const {
+  return train.micro_batch_size * train.data.seq_length / std::max(1, cp());
+}
+
+namespace {
+
+void fill_single_stage(Setup& s) {
+  RankPlan r;
+  const int64_t layers = s.train.model.num_layers;
+  for (int i = 0; i < layers; ++i) r.layers.push_back(i);
+  r.mtp_layers = static_cast<int>(s.train.model.mtp_num_layers);
+  r.embedding = r.loss = true;
+  r.inflight = 1;  // without a pipeline a micro-batch's backward runs before the next forward
+  r.holds = fmt::format("embedding + layers 0-{}{} + loss", layers - 1,
+                        r.mtp_layers > 0 ? fmt::format(" + MTP x{}", r.mtp_layers) : "");
+  s.ranks = {r};
+}
+
+void fill_pipeline(Setup& s, const parallel::PipelinePlanInput& in) {
+  auto choose = [&]() -> parallel::PipelinePlan {
+    try {
+      parallel::PipelinePlan p = parallel::training_plan(in);
+      s.schedule = parallel::schedule_name(p.kind);
+      return p;
+    } catch (const ConfigError& e) {
+      // A schedule we do not generate (a Primus variant): plan with 1F1B, and say so.
+      s.schedule = "1f1b";
+      s.notes.push_back(fmt::format("pipeline schedule: 1F1B assumed ({})", e.what()));
+      return parallel::plan_schedule(parallel::ScheduleKind::k1F1B, in, in.microbatches);
+    }
+  };
+  parallel::PipelinePlan plan = choose();
+  const parallel::SimResult sim = parallel::simulate(
+      plan.schedule,
+      parallel::layout_costs(plan.layout, {}, in.split.account_for_embedding, in.split.account_for_loss));
+  s.bubble = sim.bubble_fraction;
+  auto held = std::make_shared<parallel::PipelinePlan>(std::move(plan));
+  s.plan = held;
+  const parallel::PipelineLayout& l = held->layout;
+  for (int r = 0; r < l.pp(); ++r) {
+    RankPlan rp;
+    rp.pp_rank = r;
+    std::string holds;
+    for (int c = 0; c < l.vpp(); ++c) {
+      const parallel::StageModules& m = l.at(r, c);
+      for (int i = 0; i < m.num_layers; ++i) rp.layers.push_back(m.first_layer + i);
+      rp.mtp_layers += m.num_mtp;
+      rp.embedding = rp.embedding || m.embedding;
+      rp.loss = rp.loss || m.loss;
+      holds += (holds.empty() ? "" : " | ") + m.describe();
+    }
+    rp.holds = holds;
+    rp.inflight = sim.peak_microbatches.at(r);
+    s.ranks.push_back(std::move(rp));
+  }
+}
+
+}  // namespace
+
+Setup make_setup(const config::ResolvedConfig& rc, int world, int nproc_per_node, bool gpu) {
+  Setup s;
+  s.train = rc.train;
+  s.world = world;
+  s.nproc_per_node = std::max(1, nproc_per_node);
+  s.gpu = gpu;
+  s.layout = parallel::layout_from_config(rc.train.parallel, world);
+  s.layout.dims.validate_training(rc.train, /*pipeline_split_checked=*/true);
+  const config::BatchLayout b = config::batch_layout(rc.train, s.layout.dims.dp());
+  if (!b.fits) throw ConfigError(b.problem());
+  s.microbatches = b.micro_batches;
+  if (s.layout.dims.pp() > 1) {
+    if (!rc.train.pipeline)
+      throw ConfigError(
+          "pipeline parallelism: the projection reads the split from Megatron's keys; this config "
+          "(TorchTitan dialect) has none",
+          "set pipeline_model_parallel_size in a Megatron experiment");
+    parallel::PipelinePlanInput in = *rc.train.pipeline;
+    in.microbatches = s.microbatches;
+    fill_pipeline(s, in);
+  } else {
+    fill_single_stage(s);
+  }
+  return s;
+}
+
+}  // namespace primus::projection

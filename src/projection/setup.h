@@ -1,0 +1,56 @@
+#pragma once
+// What a projection plans for: a config, the world it runs in, and what each pipeline rank holds. The one
+// place that turns (config, world) into per-rank modules and in-flight micro-batches, for the memory and the
+// performance models and the planner alike.
+//
+//   config::ResolvedConfig rc = load_for_projection(...);   // planning mode, plan_world_size = N x G
+//   Setup s = make_setup(rc, /*world=*/16, /*gpu=*/true);
+#include <string>
+#include <vector>
+
+#include <memory>
+
+#include "config/load_config.h"
+#include "parallel/parallel_dims.h"
+#include "parallel/pipeline_projection.h"
+
+namespace primus::projection {
+
+// One pipeline rank: its decoder layers (every chunk's), its MTP layers, whether it holds the embedding and
+// the loss, and how many micro-batches of its activations its schedule holds at once at the peak.
+struct RankPlan {
+  int pp_rank = 0;
+  std::vector<int> layers;
+  int mtp_layers = 0;
+  bool embedding = false, loss = false;
+  double inflight = 1;  // micro-batches of this rank's whole layer set (the simulator's peak_microbatches)
+  std::string holds;    // "embedding + layers 0-3"
+};
+
+struct Setup {
+  TrainConfig train;
+  parallel::ParallelLayout layout;
+  int world = 1;
+  int nproc_per_node = 1;         // GPUs per node (collectives inside a node run over NVLink)
+  bool gpu = true;                // the GPU backend (BF16 activations) or the CPU one (FP32 everything)
+  std::string schedule = "none";  // the pipeline schedule ("1f1b", "interleaved", ...) or "none" (PP 1)
+  std::vector<RankPlan> ranks;    // one per pipeline rank
+  int64_t microbatches = 1;       // per step, per data-parallel rank
+  double bubble = 0;              // the schedule's idle share with uniform layer costs (0 without PP)
+  std::shared_ptr<const parallel::PipelinePlan> plan;  // PP > 1: the split and the schedule's action lists
+  std::vector<std::string> notes;  // what the setup assumed (a schedule the config names but we cannot run)
+
+  int tp() const { return layout.dims.tp(); }
+  int cp() const { return layout.dims.cp(); }
+  int ep() const { return layout.dims.ep(); }
+  int pp() const { return layout.dims.pp(); }
+  bool sequence_parallel() const { return train.parallel.sequence_parallel && tp() > 1; }
+  // Tokens of one micro-batch that one rank processes (the sequence split over CP).
+  int64_t tokens_per_rank() const;
+};
+
+// Throws ConfigError when the layout cannot exist (degrees not dividing the world, heads not divisible by TP,
+// a pipeline split that cannot be made).
+Setup make_setup(const config::ResolvedConfig& rc, int world, int nproc_per_node, bool gpu);
+
+}  // namespace primus::projection
