@@ -199,7 +199,7 @@ Value dict_method(const Value& d, const std::string& name) {
   if (name == "items")
     return bound(name, [d](CallArgs&) {
       List out;
-      for (const auto& [k, v] : d.dict->items) out.push_back(Value::make_list({Value::string(k), v}));
+      for (const auto& [k, v] : d.dict->items) out.push_back(Value::make_tuple({Value::string(k), v}));
       return Value::make_list(std::move(out));
     });
   if (name == "keys")
@@ -492,6 +492,18 @@ Value to_int(const Value& v, const Value& dflt) {
   }
 }
 
+// max / min: the first of the largest / smallest items (Jinja's order, strings compared as given).
+Value extreme(const Value& seq, CallArgs& a, bool largest) {
+  Value attr = a.get(1, "attribute");
+  auto key = [&](const Value& x) { return attr.is_string() ? attribute_path(x, attr.s) : x; };
+  List items = iterate(seq);
+  if (items.empty()) return Value::undefined(largest ? "max(): empty sequence" : "min(): empty sequence");
+  Value best = items[0];
+  for (size_t k = 1; k < items.size(); ++k)
+    if (largest ? less(key(best), key(items[k])) : less(key(items[k]), key(best))) best = items[k];
+  return best;
+}
+
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -601,7 +613,7 @@ const std::map<std::string, FilterFn>& filters() {
        [](const Value& v, CallArgs&) {
          List out;
          if (v.is_mapping())
-           for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_list({Value::string(k), x}));
+           for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({Value::string(k), x}));
          else if (!v.is_undefined())
            fail(fmt::format("items expects a mapping, got {}", v.type_name()));
          return Value::make_list(std::move(out));
@@ -652,7 +664,7 @@ const std::map<std::string, FilterFn>& filters() {
          bool by_value = a.get(1, "by", Value::string("key")).str() == "value";
          bool reverse = a.get(2, "reverse").truthy();
          List out;
-         for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_list({Value::string(k), x}));
+         for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({Value::string(k), x}));
          // Keys that were numbers in a dict literal are stored as text; they sort as numbers.
          auto key = [&](const Value& kv) {
            const Value& x = (*kv.list)[by_value ? 1 : 0];
@@ -668,6 +680,8 @@ const std::map<std::string, FilterFn>& filters() {
          });
          return Value::make_list(std::move(out));
        }},
+      {"max", [](const Value& v, CallArgs& a) { return extreme(v, a, true); }},
+      {"min", [](const Value& v, CallArgs& a) { return extreme(v, a, false); }},
       {"unique",
        [](const Value& v, CallArgs&) {
          List out;

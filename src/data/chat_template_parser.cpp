@@ -181,7 +181,7 @@ class Parser {
       } else {
         s->kind = Stmt::Kind::kSet;
         expect_op("=");
-        s->expr = parse_expr();
+        s->expr = parse_bare_tuple();
         expect_block_end("set");
       }
     } else if (n == "macro") {
@@ -239,6 +239,21 @@ class Parser {
     e->items.push_back(std::move(a));
     e->items.push_back(std::move(b));
     return e;
+  }
+
+  // `a, b` without parentheses, as Jinja allows on the right of `set` (`{% set a, b = 1, 2 %}`).
+  ExprPtr parse_bare_tuple() {
+    SourcePos p = cur().pos;
+    ExprPtr first = parse_expr();
+    if (!is_op(",")) return first;
+    auto tup = node(Expr::Kind::kTuple, p);
+    tup->items.push_back(std::move(first));
+    while (is_op(",")) {
+      ++k_;
+      if (cur().type == T::kBlockEnd) break;
+      tup->items.push_back(parse_expr());
+    }
+    return tup;
   }
 
   ExprPtr parse_expr(bool allow_cond = true) {
@@ -517,7 +532,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto e = node(Expr::Kind::kCall, cur().pos);
+    auto e = node(Expr::Kind::kCall, callee->pos);  // errors point at the function's name, not at '('
     e->items.push_back(std::move(callee));
     parse_args(*e);
     return e;

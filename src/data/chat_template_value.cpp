@@ -63,6 +63,11 @@ Value Value::make_list(List items) {
   v.list = std::make_shared<List>(std::move(items));
   return v;
 }
+Value Value::make_tuple(List items) {
+  Value v = make_list(std::move(items));
+  v.tuple = true;
+  return v;
+}
 Value Value::make_dict(Dict d) {
   Value v;
   v.kind = Kind::kDict;
@@ -197,8 +202,9 @@ std::string Value::repr() const {
     case Kind::kString:
       return string_repr(s);
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = tuple ? "(" : "[";
       for (size_t k = 0; k < list->size(); ++k) out += (k ? ", " : "") + (*list)[k].repr();
+      if (tuple) return out + (list->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {

@@ -45,7 +45,8 @@ struct Value {
   int64_t i = 0;
   double f = 0;
   std::string s;                 // kString; for kUndefined the name that was looked up (for errors)
-  std::shared_ptr<List> list;    // kList (tuples too: templates never tell them apart)
+  std::shared_ptr<List> list;    // kList, tuples included
+  bool tuple = false;            // a kList that prints as a Python tuple: (1, 2), ('key', value)
   std::shared_ptr<Dict> dict;    // kDict, kNamespace (a namespace is a dict whose attributes can be set)
   std::shared_ptr<Callable> fn;  // kCallable
 
@@ -56,6 +57,7 @@ struct Value {
   static Value real(double v);
   static Value string(std::string v);
   static Value make_list(List items = {});
+  static Value make_tuple(List items);
   static Value make_dict(Dict d = {});
   static Value make_namespace(Dict d = {});
   static Value callable(std::string name, std::function<Value(CallArgs&)> fn);
