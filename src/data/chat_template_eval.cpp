@@ -227,7 +227,8 @@ class Renderer {
       case Expr::Kind::kTuple: {
         List items;
         for (const auto& x : e.items) items.push_back(eval(*x, frame));
-        return e.kind == Expr::Kind::kTuple ? Value::make_tuple(std::move(items)) : Value::make_list(std::move(items));
+        return e.kind == Expr::Kind::kTuple ? Value::make_tuple(std::move(items))
+                                            : Value::make_list(std::move(items));
       }
       case Expr::Kind::kDict: {
         Dict d;
