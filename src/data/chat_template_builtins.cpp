@@ -199,13 +199,13 @@ Value dict_method(const Value& d, const std::string& name) {
   if (name == "items")
     return bound(name, [d](CallArgs&) {
       List out;
-      for (const auto& [k, v] : d.dict->items) out.push_back(Value::make_tuple({Value::string(k), v}));
+      for (const auto& [k, v] : d.dict->items) out.push_back(Value::make_tuple({d.dict->key(k), v}));
       return Value::make_list(std::move(out));
     });
   if (name == "keys")
     return bound(name, [d](CallArgs&) {
       List out;
-      for (const auto& kv : d.dict->items) out.push_back(Value::string(kv.first));
+      for (const auto& kv : d.dict->items) out.push_back(d.dict->key(kv.first));
       return Value::make_list(std::move(out));
     });
   if (name == "values")
@@ -323,7 +323,7 @@ List iterate(const Value& v) {
       return *v.list;
     case Value::Kind::kDict: {
       List keys;
-      for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+      for (const auto& kv : v.dict->items) keys.push_back(v.dict->key(kv.first));
       return keys;
     }
     case Value::Kind::kString: {
@@ -613,7 +613,7 @@ const std::map<std::string, FilterFn>& filters() {
        [](const Value& v, CallArgs&) {
          List out;
          if (v.is_mapping())
-           for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({Value::string(k), x}));
+           for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({v.dict->key(k), x}));
          else if (!v.is_undefined())
            fail(fmt::format("items expects a mapping, got {}", v.type_name()));
          return Value::make_list(std::move(out));
@@ -664,16 +664,11 @@ const std::map<std::string, FilterFn>& filters() {
          bool by_value = a.get(1, "by", Value::string("key")).str() == "value";
          bool reverse = a.get(2, "reverse").truthy();
          List out;
-         for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({Value::string(k), x}));
-         // Keys that were numbers in a dict literal are stored as text; they sort as numbers.
+         for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({v.dict->key(k), x}));
+         // Jinja's default case_sensitive=False: strings compare lower-cased.
          auto key = [&](const Value& kv) {
            const Value& x = (*kv.list)[by_value ? 1 : 0];
-           if (x.is_string()) {
-             Value n = to_int(x, Value::none());
-             if (!n.is_none() && n.str() == x.s) return n;
-             return Value::string(lower(x.s));
-           }
-           return x;
+           return x.is_string() ? Value::string(lower(x.s)) : x;
          };
          std::stable_sort(out.begin(), out.end(), [&](const Value& x, const Value& y) {
            return reverse ? less(key(y), key(x)) : less(key(x), key(y));

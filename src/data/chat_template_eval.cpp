@@ -238,6 +238,7 @@ class Renderer {
           // its decimal text, and subscripts with numbers look up that text.
           if (!key.is_string() && !key.is_number())
             fail(e.items[k]->pos, "dict keys must be strings or numbers");
+          d.int_keys = (k == 0 || d.int_keys) && key.kind == Value::Kind::kInt;
           d.set(key.str(), eval(*e.items[k + 1], frame));
         }
         return Value::make_dict(std::move(d));

@@ -23,6 +23,10 @@ void Dict::set(const std::string& key, Value value) {
   items.emplace_back(key, std::move(value));
 }
 
+Value Dict::key(const std::string& stored) const {
+  return int_keys ? Value::integer(std::stoll(stored)) : Value::string(stored);
+}
+
 Value Value::undefined(std::string name) {
   Value v;
   v.s = std::move(name);

@@ -28,8 +28,13 @@ using List = std::vector<Value>;
 // lookup: template dicts hold a handful of keys.
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
+  // Set by a dict literal whose keys are all integers (a lookup table such as {0: 0, 512: 128}): the keys are
+  // stored as their decimal text but come back as integers from iteration, items(), keys() and dictsort, so
+  // `k <= budget` compares numbers as in Python.
+  bool int_keys = false;
   const Value* find(const std::string& key) const;
   void set(const std::string& key, Value value);
+  Value key(const std::string& stored) const;  // a stored key as the template sees it
 };
 
 struct CallArgs;

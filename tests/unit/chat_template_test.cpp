@@ -209,6 +209,11 @@ const FeatureCase kFeatureCases[] = {
     {"string_escapes", "{{ 'a\\tb\\\\c\\'d' }}|{{ \"\\u00e9\\x41\" }}", "a\tb\\c'd|éA"},
     {"repr_in_list", "{{ ['it\\'s', \"q\\\"\", 'a\\nb'] }} {{ [1.0, 1e20, 1e-5, none] }}",
      "[\"it's\", 'q\"', 'a\\nb'] [1.0, 1e+20, 1e-05, None]"},
+    {"int_key_table",
+     "{% set t = {0: 0, 512: 128, 1024: 256} %}{% for k, v in t | dictsort %}{% if k >= 512 %}{{ k }}:{{ v "
+     "}} {% endif "
+     "%}{% endfor %}{{ t[512] }} {{ t.keys() | list }} {{ {'b': 1, 'A': 2, 'a': 3} | dictsort }}",
+     "512:128 1024:256 128 [0, 512, 1024] [('A', 2), ('a', 3), ('b', 1)]"},
     {"loop_in_macro_scope", "{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{{ m() }}", "G"},
 };
 
