@@ -5,6 +5,7 @@
 //              page with their timelines (parallel/pipeline_projection.h, report/pipeline_page.h)
 //   memory       per-rank peak memory (cli/cmd_projection_memory.cpp)
 //   performance  step time, tokens/s and MFU from an op-level model (cli/cmd_projection_performance.cpp)
+//   plan         every layout of a world, ranked; the best as overrides (cli/cmd_projection_plan.cpp)
 #include <fmt/format.h>
 
 #include <fmt/ranges.h>
@@ -138,11 +139,13 @@ void attach_pipeline(CLI::App& projection, CliContext& ctx) {
 
 void attach_projection(CLI::App& root, CliContext& ctx) {
   CLI::App* projection = root.add_subcommand(
-      "projection", "Plan a configuration without training: memory, performance, pipeline schedules");
+      "projection",
+      "Plan a configuration without training: memory, performance, the best layout, pipeline schedules");
   projection->require_subcommand(1);
   attach_pipeline(*projection, ctx);
   attach_memory(*projection, ctx);
   attach_performance(*projection, ctx);
+  attach_plan(*projection, ctx);
 }
 
 }  // namespace primus::cli

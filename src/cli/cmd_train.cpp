@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,10 +15,13 @@
 #include "config/load_config.h"
 #include "config/not_supported.h"
 #include "config/report.h"
+#include "config/yaml_reader.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/fp8_linear.h"
 #include "parallel/layout_report.h"
+#include "projection/memory_model.h"
 #include "train/run.h"
 
 namespace primus::cli {
@@ -30,11 +34,43 @@ struct PretrainArgs {
   std::string resume;  // "auto" or a checkpoint path
   int nnodes = 0;      // with nproc_per_node: plan for that world (--dry-run only)
   int nproc_per_node = 0;
+  std::vector<std::string>
+      overrides_files;  // --overrides FILE: flat key: value YAML (projection plan's output)
   std::vector<std::string> overrides;
 };
 
-const std::vector<std::string> kPretrainOptions = {
-    "--config", "--exp", "--dry-run", "--backend_path", "--resume", "--nnodes", "--nproc-per-node", "--help"};
+const std::vector<std::string> kPretrainOptions = {"--config",         "--exp",       "--dry-run",
+                                                   "--backend_path",   "--resume",    "--nnodes",
+                                                   "--nproc-per-node", "--overrides", "--help"};
+
+// An overrides file (`primus projection plan --output`): a mapping of keys to scalars, nested maps read as
+// dotted keys, turned into key=value tokens placed before the command line's (which win).
+std::vector<std::string> overrides_from_file(const std::string& path) {
+  const config::Value root = config::read_yaml_file(path);
+  if (!root.is_map())
+    throw ConfigError(fmt::format("--overrides {}: expected a mapping of config keys to values, got a {}",
+                                  path, root.type_name()));
+  std::vector<std::string> tokens;
+  std::function<void(const config::Value&, const std::string&)> walk = [&](const config::Value& v,
+                                                                           const std::string& prefix) {
+    for (const auto& [key, value] : v.entries()) {
+      const std::string name = prefix.empty() ? key : prefix + "." + key;
+      if (value.is_map()) {
+        walk(value, name);
+      } else if (value.is_list()) {
+        throw ConfigError(fmt::format("{}: {} is a list; an overrides file holds scalars (key: value)",
+                                      value.origin().str(), name));
+      } else {
+        tokens.push_back(name + "=" +
+                         (value.is_null()     ? std::string("None")
+                          : value.is_string() ? value.as_string()
+                                              : value.repr()));
+      }
+    }
+  };
+  walk(root, "");
+  return tokens;
+}
 
 bool is_config_key(const std::string& key) {
   for (const config::KeyTable* t : {&config::megatron_keys(), &config::torchtitan_keys()})
@@ -68,7 +104,64 @@ static std::string fp8_report(const TrainConfig& t) {
                      t.fp8.source, 100.0 * fp8_gemm_flop_share(*r, t.model));
 }
 
-int run_pretrain_command(const PretrainArgs& args) {
+// The memory projection of the run (projection/memory_model.h): per-rank peak and headroom on the GPU a run
+// would use (the local one's memory when present, else an H100's), or the CPU trainer's peak.
+std::string memory_section(const config::ResolvedConfig& rc, int world, int nproc) {
+  const bool gpu = config::guess_device(rc.train.device).gpu;
+  projection::GpuSpec spec = projection::gpu_spec("H100-SXM");
+  size_t used = 0, total = 0;
+  if (gpu && cuda_available()) device_memory_info(Device::cuda(0), &used, &total);
+  if (total > 0) spec.memory_gb = static_cast<double>(total) / 1e9;
+  const projection::Setup setup = projection::make_setup(rc, world, nproc, gpu);
+  const projection::MemoryProjection m = projection::project_memory(setup, spec);
+  std::string out = "\n== Memory (per rank, projected; `primus projection memory` for the breakdown) ==\n";
+  for (const projection::RankMemory& r : m.ranks)
+    out += fmt::format("pp rank {:<3} peak {:.2f} GB ({})\n", r.pp_rank, r.peak_bytes / 1e9, r.holds);
+  if (gpu) {
+    out += fmt::format("GPU            {} with {:.1f} GB: {} (+ {:.1f} GB CUDA context and NCCL)\n",
+                       total > 0 ? "this GPU" : "an H100", spec.memory_gb,
+                       m.fits() ? fmt::format("fits, {:.1f} GB to spare", m.headroom_bytes() / 1e9)
+                                : fmt::format("DOES NOT FIT ({:.1f} GB short)", -m.headroom_bytes() / 1e9),
+                       m.outside_allocator_bytes / 1e9);
+  } else {
+    const projection::Setup on_gpu = projection::make_setup(rc, world, nproc, true);
+    const projection::MemoryProjection g = projection::project_memory(on_gpu, spec);
+    out += fmt::format("on an H100     peak {:.2f} GB per rank in BF16: {}\n", g.peak_bytes / 1e9,
+                       g.fits() ? "fits" : "does not fit");
+  }
+  return out;
+}
+
+// Before a GPU run starts: the projected peak against this GPU's memory, as a warning (the projection can be
+// off by a few percent; the run is not refused).
+void warn_if_projected_oom(const config::ResolvedConfig& rc) {
+  if (!config::guess_device(rc.train.device).gpu || !cuda_available()) return;
+  size_t used = 0, total = 0;
+  device_memory_info(Device::cuda(0), &used, &total);
+  if (total == 0) return;
+  projection::GpuSpec spec = projection::gpu_spec("H100-SXM");
+  spec.memory_gb = static_cast<double>(total) / 1e9;
+  try {
+    const projection::MemoryProjection m = projection::project_memory(
+        projection::make_setup(rc, static_cast<int>(rc.world_size), static_cast<int>(rc.world_size), true),
+        spec);
+    if (!m.fits())
+      log::warn(
+          "memory: the projected peak is {:.1f} GB per GPU (+ {:.1f} GB context and NCCL) against {:.1f} GB "
+          "on this GPU: the run will likely run out of memory (`primus projection memory` / `plan` show "
+          "what would fit)",
+          m.peak_bytes / 1e9, m.outside_allocator_bytes / 1e9, spec.memory_gb);
+  } catch (const ConfigError&) {
+    // the layout's own errors are the trainer's to report
+  }
+}
+
+int run_pretrain_command(const PretrainArgs& given) {
+  PretrainArgs args = given;
+  std::vector<std::string> from_files;
+  for (const std::string& f : args.overrides_files)
+    for (std::string& t : overrides_from_file(f)) from_files.push_back(std::move(t));
+  args.overrides.insert(args.overrides.begin(), from_files.begin(), from_files.end());
   if (args.config.empty()) {
     std::string hint = "primus train pretrain --config EXPERIMENT.yaml [--dry-run] [key=value ...]";
     for (const std::string& o : args.overrides) {
@@ -112,12 +205,17 @@ int run_pretrain_command(const PretrainArgs& args) {
   }
   if (args.dry_run) {
     const int nproc = planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size);
-    std::string report = config::dry_run_report(rc) + fp8_report(rc.train) +
-                         parallel::layout_report(rc, static_cast<int>(rc.world_size), nproc);
+    // In this order: the layout's errors (with the world that fits) come from layout_report, before the
+    // memory projection builds the same layout.
+    std::string report = config::dry_run_report(rc);
+    report += fp8_report(rc.train);
+    report += parallel::layout_report(rc, static_cast<int>(rc.world_size), nproc);
+    report += memory_section(rc, static_cast<int>(rc.world_size), nproc);
     std::fwrite(report.data(), 1, report.size(), stdout);
     return 0;
   }
   for (const std::string& w : rc.warnings) log::warn("config: {}", w);
+  warn_if_projected_oom(rc);
   // The experiment's `env:` (Primus exports it for the backend); a variable set by the caller wins.
   for (const auto& [name, value] : rc.info.env) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
   return run_pretrain(rc.train, config::resolved_yaml(rc));
@@ -175,6 +273,10 @@ void attach_train(CLI::App& root, CliContext& ctx) {
       "--resume", args->resume,
       "auto: continue from the newest valid checkpoint in the save directory (as "
       "auto_continue_train: true); PATH: load that checkpoint or HF directory (as load: PATH)");
+  pretrain->add_option(
+      "--overrides", args->overrides_files,
+      "A YAML file of key: value overrides (e.g. `primus projection plan --output`), applied "
+      "before the command line's");
   pretrain->allow_extras();
   pretrain->footer(
       "Overrides (as Primus takes them; highest priority): key=value, --key=value, --key value, a bare "

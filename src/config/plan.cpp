@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "core/master_split.h"
-
 namespace primus::config {
 
 ParamCounts count_parameters(const ModelConfig& m) {
@@ -86,69 +84,6 @@ FlopsPerToken flops_per_token(const ModelConfig& m, int64_t seq_length) {
   const double vocab = static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size);
   n += static_cast<double>(m.mtp_num_layers) * vocab * static_cast<double>(m.hidden_size);
   return {6.0 * n + 6.0 * attn, 6.0 * n + 12.0 * attn};
-}
-
-MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu) {
-  const ModelConfig& m = cfg.model;
-  MemoryEstimate e;
-  const ParamCounts params = count_parameters(m);
-  // bf16 on the GPU: 2 (bf16 weights) + 4 (f32 master) + 12 (f32 grads, Adam m, v); with the master in
-  // remainders (core/master_split.h: one GPU and DDP, not ZeRO-1 / FSDP shards) the master costs 2.
-  const auto& par = cfg.parallel;
-  const bool sharded = par.data_parallel_size > 1 && (par.use_distributed_optimizer || par.use_torch_fsdp2 ||
-                                                      par.data_parallel_sharding_strategy != "no_shard");
-  e.master_in_remainders =
-      use_master_remainders(gpu, cfg.bf16 ? DType::kBF16 : DType::kF32, DType::kF32, sharded);
-  e.bytes_per_param = gpu && cfg.bf16 ? (e.master_in_remainders ? 16.0 : 18.0) : 16.0;
-  e.param_state_bytes = e.bytes_per_param * static_cast<double>(params.total);
-
-  const double act_bytes = gpu && cfg.bf16 ? 2.0 : 4.0;
-  const double tokens = static_cast<double>(cfg.micro_batch_size) * static_cast<double>(cfg.data.seq_length);
-  const double h = static_cast<double>(m.hidden_size);
-  const int64_t hd =
-      m.kv_channels > 0 ? m.kv_channels : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads);
-  const double q = static_cast<double>(m.num_attention_heads * hd);
-  const double kv = static_cast<double>(m.num_query_groups * hd);
-  const double ffn = static_cast<double>(m.ffn_hidden_size);
-  // Saved per token per layer: layer input, 2 norm outputs, mid-layer residual (4h); q, k, v and the
-  // attention output (2q + 2kv); MLP gate, up and activation output (3 ffn); plus per-head softmax statistics
-  // (f32).
-  double per_token_layer = (4 * h + 2 * q + 2 * kv + 3 * ffn) * act_bytes + 4.0 * m.num_attention_heads;
-  if (m.qk_layernorm) per_token_layer += (q + kv) * act_bytes;
-  if (m.mla.enabled) {
-    // Packed q | k | v (H (2 Dqk + Dv)), the attention output (H Dv) and the raw and normed latents.
-    const MlaConfig& a = m.mla;
-    const double H = static_cast<double>(m.num_attention_heads), dq = a.qk_head_dim + a.qk_pos_emb_head_dim;
-    per_token_layer =
-        (4 * h + H * (2 * dq + 2 * a.v_head_dim) + 2.0 * (a.q_lora_rank + a.kv_lora_rank) + 3 * ffn) *
-            act_bytes +
-        4.0 * H;
-  }
-  const double layers = static_cast<double>(m.num_layers + m.mtp_num_layers);
-  const std::string& g = cfg.recompute.granularity;
-  if (g == "full") {
-    // Only layer inputs are kept; one layer's activations exist again while it is recomputed.
-    e.activation_bytes = tokens * (layers * h * act_bytes + per_token_layer);
-  } else {
-    e.activation_bytes = tokens * layers * per_token_layer;
-  }
-  const double vocab = static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size);
-  constexpr double kLogitsChunkBudget = 256.0 * 1024 * 1024;
-  e.lm_head_bytes = std::min(tokens * vocab * 4.0, kLogitsChunkBudget) + tokens * h * act_bytes;
-  e.total_bytes = e.param_state_bytes + e.activation_bytes + e.lm_head_bytes;
-  e.assumptions = fmt::format(
-      "parameters: {} B/param ({}); activations: {} per element, flash-style attention (no S x S matrix){}; "
-      "logits: one chunk of at most 256 MiB at a time; no allocator fragmentation, workspaces or CUDA "
-      "context",
-      e.bytes_per_param,
-      !(gpu && cfg.bf16) ? "fp32 weights 4 + fp32 grads 4 + fp32 Adam m, v 8"
-      : e.master_in_remainders
-          ? "bf16 weights 2 + fp32 master as their i16 remainder 2 + fp32 grads 4 + fp32 "
-            "Adam m, v 8"
-          : "bf16 weights 2 + fp32 master 4 + fp32 grads 4 + fp32 Adam m, v 8",
-      act_bytes == 2.0 ? "bf16" : "fp32",
-      g == "full" ? ", full recomputation keeps only each layer's input" : "");
-  return e;
 }
 
 BatchLayout batch_layout(const TrainConfig& cfg, int64_t data_parallel) {

@@ -1,6 +1,7 @@
 #pragma once
 // Napkin arithmetic of a training run as plain functions of TrainConfig, shared by `--dry-run` and the
-// trainer (MFU): parameter counts, FLOPs per token, memory per GPU, batch layout.
+// trainer (MFU): parameter counts, FLOPs per token, batch layout. Memory per rank is
+// projection/memory_model.h's.
 #include <cstdint>
 #include <string>
 
@@ -38,19 +39,6 @@ struct FlopsPerToken {
   double full = 0;
 };
 FlopsPerToken flops_per_token(const ModelConfig& m, int64_t seq_length);
-
-struct MemoryEstimate {
-  double bytes_per_param = 0;         // weights + master weights + gradients + Adam moments
-  bool master_in_remainders = false;  // f32 masters as bf16 weights + i16 remainders (core/master_split.h)
-  double param_state_bytes = 0;       // bytes_per_param x total params
-  double activation_bytes = 0;        // saved activations of one micro-batch (all layers)
-  double lm_head_bytes = 0;           // one chunk of logits plus the last hidden states
-  double total_bytes = 0;
-  std::string assumptions;  // one line per assumption, for --dry-run
-};
-// `gpu`: BF16 weights + FP32 master/grads/moments (18 B/param; 16 with the master in remainders, the default
-// without ZeRO-1 / FSDP) and BF16 activations; else the CPU backend's FP32 everything (16 B/param).
-MemoryEstimate estimate_memory(const TrainConfig& cfg, bool gpu);
 
 // The split of the global batch: global_batch_size = micro_batch_size x micro_batches x data-parallel ranks.
 // The one place the rule is written (the config validation, the layout's validation and report, the

@@ -42,10 +42,6 @@ std::string count(double v) {
   return fmt::format("{:.3g}{}", v, suffix[i]);
 }
 
-std::string gib(double bytes) {
-  return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-}
-
 // Appends `items` as comma-separated text wrapped at ~110 columns with the given indent.
 void wrap_list(std::string& out, const std::vector<std::string>& items, const std::string& indent) {
   std::string line = indent;
@@ -217,7 +213,6 @@ std::string dry_run_report(const ResolvedConfig& rc) {
   const ParamCounts params = count_parameters(m);
   const FlopsPerToken flops = flops_per_token(m, t.data.seq_length);
   const DeviceGuess device = guess_device(t.device);
-  const MemoryEstimate mem = estimate_memory(t, device.gpu);
   const BatchLayout batch = batch_layout(t);
   out += "\n== Plan ==\n";
   out += fmt::format(
@@ -279,18 +274,6 @@ std::string dry_run_report(const ResolvedConfig& rc) {
       t.global_batch_size, t.micro_batch_size, batch.micro_batches, batch.data_parallel,
       with_commas(batch.tokens_per_step), t.train_iters,
       count(static_cast<double>(batch.tokens_per_step) * static_cast<double>(t.train_iters)));
-  out += fmt::format(
-      "memory/{}     ~{} = {} weights+grads+optimizer + {} activations (micro-batch {}) + {} "
-      "lm-head\n",
-      device.gpu ? "GPU" : "CPU", gib(mem.total_bytes), gib(mem.param_state_bytes), gib(mem.activation_bytes),
-      t.micro_batch_size, gib(mem.lm_head_bytes));
-  if (!device.gpu) {
-    const MemoryEstimate on_gpu = estimate_memory(t, true);
-    out +=
-        fmt::format("memory/GPU     ~{} on a GPU ({} + {} + {})\n", gib(on_gpu.total_bytes),
-                    gib(on_gpu.param_state_bytes), gib(on_gpu.activation_bytes), gib(on_gpu.lm_head_bytes));
-  }
-  out += fmt::format("               assumptions: {}\n", mem.assumptions);
   out += fmt::format("precision      {}\n",
                      device.gpu ? (t.bf16 ? "bf16 compute, fp32 master weights and moments" : "fp32")
                                 : "fp32 (the CPU backend computes in fp32)");

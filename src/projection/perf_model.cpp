@@ -316,8 +316,21 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
       dp_comm = all_reduce_s(p_dense * gbytes, dpr, bw_dp) + all_reduce_s(p_expert * gbytes, edpi, bw_dp);
       hidden_under = s.train.parallel.overlap_grad_reduce ? 0.8 * bwd[slowest] : 0;
     }
-    out.exposed_comm_s = std::max(0.0, dp_comm - hidden_under);
-    acc[slowest].add("data-parallel collectives", "comm", dp_comm);
+    if (hidden_under > 0) {
+      // The last region to finish its backward (the embedding and the first layer) reduces after the backward
+      // ends, and the overlapped part slows the kernels it runs beside (NCCL's SMs and memory traffic): a
+      // third of it shows (the DP 2 runs of docs/performance.md).
+      const RankPlan& r = s.ranks[slowest];
+      const double tail_params = (r.embedding ? static_cast<double>(pc.embedding) / tp : 0) +
+                                 (r.layers.empty() ? 0 : p_dense / std::max<size_t>(1, r.layers.size() + 2));
+      const double tail = fsdp ? 0 : all_reduce_s(tail_params * gbytes, dpr, bw_dp);
+      out.exposed_comm_s = std::min(
+          dp_comm, tail + 0.3 * std::max(0.0, dp_comm - tail) + std::max(0.0, dp_comm - tail - hidden_under));
+      acc[slowest].add("data-parallel collectives", "comm", dp_comm);
+    } else {
+      out.exposed_comm_s = dp_comm;
+      acc[slowest].add("data-parallel collectives", "comm", dp_comm);
+    }
   }
 
   // Optimizer: the gradient norm and AdamW stream their state; one GPU and DDP run the update under the next

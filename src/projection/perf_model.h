@@ -18,7 +18,9 @@ namespace primus::projection {
 struct Links {
   double intra_node_gbps = 0;   // per GPU per direction; 0: the GPU's NVLink
   double inter_node_gbps = 50;  // per GPU per direction (400 Gb/s InfiniBand / RoCE NIC per GPU)
-  double efficiency = 0.8;      // share of the link a ring collective reaches
+  // share of the link a collective's bus bandwidth reaches: NCCL all-reduce / all-gather of 32-64 MiB between
+  // two H100 / H200 over NVLink measured 208-222 GB/s of 450 (docs/performance.md, tensor parallelism)
+  double efficiency = 0.48;
 };
 
 struct OpTime {
