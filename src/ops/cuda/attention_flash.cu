@@ -15,7 +15,9 @@
 // are contiguous, so a query block's rows together see keys [seg[q0], q0 + 63]: the forward and dQ loops
 // start at the key block holding seg[q0] (the blocks before it are skipped, which is what packing saves), and
 // the dK/dV loop stops at the last query of the sample holding the block's last key (found by a binary
-// search, seg being non-decreasing). Inside those ranges each element is masked by its own row's seg.
+// search, seg being non-decreasing). Inside those ranges each element is masked by its own row's seg. The
+// kernels take SEG as a template parameter: without packing they compile to exactly the unpacked code (the
+// extra mask, registers and search cost the plain flash backward 16-25% when left in at run time).
 //
 // fmt 9 (header-only) does not build under nvcc in C++20 (its consteval format-string checks): check at run
 // time.
@@ -58,17 +60,23 @@ struct Params {
   const int* seg;  // seg_starts [B, T] (packed sequences), or null: every row sees keys from 0
 };
 
-// First key query `row` (< T) of batch row b sees. Clamped into [0, row]: malformed seg_starts (not checked
-// on the device) give wrong results but never send a block outside its row or past its diagonal.
+// First key query `row` (< T) of batch row b sees (0 without packing). Clamped into [0, row]: malformed
+// seg_starts (not checked on the device) give wrong results but never send a block outside its row or past
+// its diagonal.
+template <bool SEG>
 __device__ __forceinline__ int seg_start(const Params& p, int b, int row) {
-  return p.seg ? min(max(p.seg[static_cast<int64_t>(b) * p.T + row], 0), row) : 0;
+  if constexpr (SEG)
+    return min(max(p.seg[static_cast<int64_t>(b) * p.T + row], 0), row);
+  else
+    return 0;
 }
 
 // One past the last query that sees key `key` (< T) of batch row b: the end of key's sample, the first t >
 // key with seg[t] > key (binary search; seg is non-decreasing along a row), or T. Without packed sequences
 // every later query sees the key: T.
+template <bool SEG>
 __device__ __forceinline__ int seg_query_end(const Params& p, int b, int key) {
-  if (!p.seg) return p.T;
+  if constexpr (!SEG) return p.T;
   const int* r = p.seg + static_cast<int64_t>(b) * p.T;
   int lo = key + 1, hi = p.T;
   while (lo < hi) {
@@ -167,7 +175,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 // ---------------------------------------------------------------------------------------------------------------
 // Forward: one block per (64 query rows, head, batch); each warp owns 16 rows; key blocks of 64.
 
-template <int DQ, int DV>
+template <int DQ, int DV, bool SEG>
 __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
   constexpr int BM = 64, BN = 64, LDQ = DQ + 8, LDV = DV + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -188,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
   // without packed sequences) to the diagonal.
   const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
   const int n_blocks = (kv_end + BN - 1) / BN;
-  const int nb_first = seg_start(p, b, q0) / BN;
+  const int nb_first = seg_start<SEG>(p, b, q0) / BN;
 
   // Pipeline: V of block nb loads while S = Q K^T runs; K of block nb + 1 loads during softmax and P V.
   load_tile<BM, DQ>(sQ, qg, p.row, q0, p.T);
@@ -206,8 +214,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
   for (int i = 0; i < DV / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const int row_a = q0 + warp * 16 + lane / 4;
-  const int first_key[2] = {row_a < p.T ? seg_start(p, b, row_a) : 0,
-                            row_a + 8 < p.T ? seg_start(p, b, row_a + 8) : 0};
+  const int first_key[2] = {row_a < p.T ? seg_start<SEG>(p, b, row_a) : 0,
+                            row_a + 8 < p.T ? seg_start<SEG>(p, b, row_a + 8) : 0};
 
   for (int nb = nb_first; nb < n_blocks; ++nb) {
     const int k0 = nb * BN;
@@ -245,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
         const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
         const int row = row_a + (e >= 2 ? 8 : 0);
         float v = s[nt][e] * p.scale_log2;
-        if (col >= p.T || (p.causal && col > row) || col < first_key[e >> 1]) v = -INFINITY;
+        if (col >= p.T || (p.causal && col > row) || (SEG && col < first_key[e >> 1])) v = -INFINITY;
         s[nt][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
@@ -341,7 +349,7 @@ __global__ void delta_kernel(const bf16* dout, const bf16* out, float* delta, in
 
 // Backward, pass 1: dQ for 64 query rows of one head, looping over key blocks (no atomics: one writer per
 // row).
-template <int DQ, int DV>
+template <int DQ, int DV, bool SEG>
 __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   constexpr int BM = 64, BN = 64, LDQ = DQ + 8, LDV = DV + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -372,12 +380,12 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   float dq[DQ / 8][4];
 #pragma unroll
   for (int i = 0; i < DQ / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-  const int first_key[2] = {row_a < p.T ? seg_start(p, b, row_a) : 0,
-                            row_a + 8 < p.T ? seg_start(p, b, row_a + 8) : 0};
+  const int first_key[2] = {row_a < p.T ? seg_start<SEG>(p, b, row_a) : 0,
+                            row_a + 8 < p.T ? seg_start<SEG>(p, b, row_a + 8) : 0};
   const int kv_end = p.causal ? min(p.T, q0 + BM) : p.T;
   const int n_blocks = (kv_end + BN - 1) / BN;
 
-  for (int nb = seg_start(p, b, q0) / BN; nb < n_blocks; ++nb) {  // as in the forward
+  for (int nb = seg_start<SEG>(p, b, q0) / BN; nb < n_blocks; ++nb) {  // as in the forward
     const int k0 = nb * BN;
     __syncthreads();
     load_tile<BN, DQ>(sK, kg, p.row, k0, p.T);
@@ -421,7 +429,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
       for (int e = 0; e < 4; ++e) {
         const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
         const int row = row_a + (e >= 2 ? 8 : 0);
-        const bool masked = col >= p.T || row >= p.T || (p.causal && col > row) || col < first_key[e >> 1];
+        const bool masked =
+            col >= p.T || row >= p.T || (p.causal && col > row) || (SEG && col < first_key[e >> 1]);
         const float pr = masked ? 0.f : exp2f(s[nt][e] * p.scale_log2 - lse2[e >> 1]);
         s[nt][e] = pr * (dp[nt][e] - dlt[e >> 1]);
       }
@@ -457,7 +466,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
 // every query block that sees these keys, so the group sum happens in registers, in a fixed order
 // (deterministic). Warps own 16 keys each and compute the transposed products S^T = K Q^T and dP^T = V dO^T
 // directly.
-template <int DQ, int DV, int BMQ>
+template <int DQ, int DV, int BMQ, bool SEG>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   constexpr int BN = 64, LDQ = DQ + 8, LDV = DV + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -467,7 +476,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   bf16* sdO = sQ + BMQ * LDQ;
   float* sL = reinterpret_cast<float*>(sdO + BMQ * LDV);
   float* sD = sL + BMQ;
-  int* sS = reinterpret_cast<int*>(sD + BMQ);  // first key of each query row's sample
+  int* sS = reinterpret_cast<int*>(sD + BMQ);  // SEG: first key of each query row's sample
 
   const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -488,7 +497,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   const int key_a = k0 + warp * 16 + lane / 4;
   const int m_first = p.causal ? k0 / BMQ : 0;
   // Queries past the end of the last key's sample see none of these keys (the search overlaps the K/V loads).
-  const int q_end = seg_query_end(p, b, min(p.T, k0 + BN) - 1);
+  const int q_end = seg_query_end<SEG>(p, b, min(p.T, k0 + BN) - 1);
   const int m_blocks = (q_end + BMQ - 1) / BMQ;
 
   for (int hh = 0; hh < p.G; ++hh) {
@@ -504,7 +513,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
         const bool valid = q0 + i < p.T;
         sL[i] = valid ? lse[q0 + i] * kLog2e : 0.f;
         sD[i] = valid ? dl[q0 + i] : 0.f;
-        sS[i] = valid ? seg_start(p, b, q0 + i) : 0;
+        if constexpr (SEG) sS[i] = valid ? seg_start<SEG>(p, b, q0 + i) : 0;
       }
       cp_async_wait_all();
       __syncthreads();
@@ -546,7 +555,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
           const int qi = nt * 8 + (lane % 4) * 2 + (e & 1);
           const int q = q0 + qi;
           const int key = key_a + (e >= 2 ? 8 : 0);
-          const bool masked = q >= p.T || key >= p.T || (p.causal && key > q) || key < sS[qi];
+          const bool masked = q >= p.T || key >= p.T || (p.causal && key > q) || (SEG && key < sS[qi]);
           const float pr = masked ? 0.f : exp2f(st[nt][e] * p.scale_log2 - sL[qi]);
           st[nt][e] = pr;
           dpt[nt][e] = pr * (dpt[nt][e] - sD[qi]);
@@ -644,18 +653,31 @@ void launch(K kernel, dim3 grid, size_t smem, const Params& p, const Stream& st)
 template <int DQ, int DV>
 void forward_d(const Params& p, int64_t batch, const Stream& st) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
-  launch(fwd_kernel<DQ, DV>, grid, (2 * 64 * (DQ + 8) + 64 * (DV + 8)) * sizeof(bf16), p, st);
+  const size_t smem = (2 * 64 * (DQ + 8) + 64 * (DV + 8)) * sizeof(bf16);
+  if (p.seg)
+    launch(fwd_kernel<DQ, DV, true>, grid, smem, p, st);
+  else
+    launch(fwd_kernel<DQ, DV, false>, grid, smem, p, st);
+}
+
+template <int DQ, int DV, bool SEG>
+void backward_seg(const Params& p, int64_t batch, const Stream& st) {
+  // Query rows per dK/dV step: fewer for wide heads, whose dK and dV accumulators fill the registers.
+  constexpr int BMQ = DQ > 128 ? 16 : DQ > 64 ? 32 : 64;
+  const dim3 gq(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
+  launch(dq_kernel<DQ, DV, SEG>, gq, 2 * 64 * (DQ + DV + 16) * sizeof(bf16), p, st);
+  const dim3 gk(static_cast<unsigned>(ceil_div(p.T, 64)), p.KV, static_cast<unsigned>(batch));
+  launch(dkdv_kernel<DQ, DV, BMQ, SEG>, gk,
+         (64 + BMQ) * (DQ + DV + 16) * sizeof(bf16) + 2 * BMQ * sizeof(float) + (SEG ? BMQ * sizeof(int) : 0),
+         p, st);
 }
 
 template <int DQ, int DV>
 void backward_d(const Params& p, int64_t batch, const Stream& st) {
-  // Query rows per dK/dV step: fewer for wide heads, whose dK and dV accumulators fill the registers.
-  constexpr int BMQ = DQ > 128 ? 16 : DQ > 64 ? 32 : 64;
-  const dim3 gq(static_cast<unsigned>(ceil_div(p.T, 64)), p.H, static_cast<unsigned>(batch));
-  launch(dq_kernel<DQ, DV>, gq, 2 * 64 * (DQ + DV + 16) * sizeof(bf16), p, st);
-  const dim3 gk(static_cast<unsigned>(ceil_div(p.T, 64)), p.KV, static_cast<unsigned>(batch));
-  launch(dkdv_kernel<DQ, DV, BMQ>, gk,
-         (64 + BMQ) * (DQ + DV + 16) * sizeof(bf16) + 2 * BMQ * sizeof(float) + BMQ * sizeof(int), p, st);
+  if (p.seg)
+    backward_seg<DQ, DV, true>(p, batch, st);
+  else
+    backward_seg<DQ, DV, false>(p, batch, st);
 }
 
 // The instantiated (DQ, DV) pairs, smallest first; a shape runs on the first one that holds its head dims.
