@@ -16,7 +16,7 @@ namespace primus::cli {
 namespace {
 
 const std::vector<std::string> kMemoryOptions = {
-    "--config",        "--exp",     "--nnodes", "--nproc-per-node", "--gpu",
+    "--config",        "--exp",     "--nnodes", "--nproc-per-node", "--target-nodes", "--gpu",
     "--gpu-memory-gb", "--backend", "--json",   "--output",         "--help"};
 
 int run_memory(ModelProjectionArgs args) {

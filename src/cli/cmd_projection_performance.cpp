@@ -14,9 +14,9 @@ namespace primus::cli {
 namespace {
 
 const std::vector<std::string> kPerformanceOptions = {
-    "--config",        "--exp",     "--nnodes",          "--nproc-per-node",  "--gpu",
-    "--gpu-memory-gb", "--backend", "--intra-node-gbps", "--inter-node-gbps", "--json",
-    "--output",        "--help"};
+    "--config", "--exp",           "--nnodes",  "--nproc-per-node",  "--target-nodes",
+    "--gpu",    "--gpu-memory-gb", "--backend", "--intra-node-gbps", "--inter-node-gbps",
+    "--json",   "--output",        "--help"};
 
 int run_performance(ModelProjectionArgs args) {
   check_mistyped_options(args.overrides, kPerformanceOptions, "performance");

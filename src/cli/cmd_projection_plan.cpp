@@ -23,8 +23,8 @@ struct PlanArgs : ModelProjectionArgs {
 };
 
 const std::vector<std::string> kPlanOptions = {
-    "--config", "--exp",  "--nnodes",          "--nproc-per-node",  "--gpu",  "--gpu-memory-gb", "--top",
-    "--output", "--json", "--intra-node-gbps", "--inter-node-gbps", "--html", "--help"};
+    "--config", "--exp",    "--nnodes", "--nproc-per-node",  "--target-nodes",    "--gpu",  "--gpu-memory-gb",
+    "--top",    "--output", "--json",   "--intra-node-gbps", "--inter-node-gbps", "--html", "--help"};
 
 std::string row(int i, const projection::PlanCandidate& c) {
   const auto& p = c.perf;
@@ -36,6 +36,10 @@ std::string row(int i, const projection::PlanCandidate& c) {
 
 int run_plan(PlanArgs args) {
   check_mistyped_options(args.overrides, kPlanOptions, "plan");
+  if (args.target_nodes > 0 && args.nnodes == 0) {
+    args.nnodes = args.target_nodes;
+    if (args.nproc_per_node == 0) args.nproc_per_node = 8;
+  }
   if (args.nnodes < 1 || args.nproc_per_node < 1)
     throw ConfigError("projection plan: --nnodes N --nproc-per-node G are required (the world to plan for)",
                       "primus projection plan --config EXP.yaml --nnodes 1 --nproc-per-node 8");

@@ -13,6 +13,8 @@ void add_model_projection_options(CLI::App& app, ModelProjectionArgs& args) {
   app.add_option("--config,--exp", args.config, "Experiment YAML (Primus format)");
   app.add_option("--nnodes", args.nnodes, "Nodes of the world to plan for (with --nproc-per-node)");
   app.add_option("--nproc-per-node", args.nproc_per_node, "GPUs per node (with --nnodes)");
+  app.add_option("--target-nodes", args.target_nodes,
+                 "Primus's spelling: --nnodes N with --nproc-per-node 8 unless given");
   app.add_option("--gpu", args.gpu,
                  "GPU: H100, H100-PCIe, H200, A100, A100-40GB, B200, MI300X, MI325X, MI355X")
       ->capture_default_str();
@@ -30,7 +32,15 @@ void add_model_projection_options(CLI::App& app, ModelProjectionArgs& args) {
   app.allow_extras();
 }
 
-ProjectionContext projection_context(const ModelProjectionArgs& args, const std::string& command) {
+ProjectionContext projection_context(const ModelProjectionArgs& given, const std::string& command) {
+  ModelProjectionArgs args = given;
+  if (args.target_nodes > 0) {
+    if (args.nnodes > 0 && args.nnodes != args.target_nodes)
+      throw ConfigError(fmt::format("--target-nodes {} and --nnodes {} disagree: give one", args.target_nodes,
+                                    args.nnodes));
+    args.nnodes = args.target_nodes;
+    if (args.nproc_per_node == 0) args.nproc_per_node = 8;
+  }
   if ((args.nnodes > 0) != (args.nproc_per_node > 0) || args.nnodes < 0 || args.nproc_per_node < 0)
     throw ConfigError(fmt::format("--nnodes {} --nproc-per-node {}: give both, each >= 1", args.nnodes,
                                   args.nproc_per_node));

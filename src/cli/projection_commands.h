@@ -16,6 +16,7 @@ namespace primus::cli {
 struct ModelProjectionArgs {
   std::string config;
   int nnodes = 0, nproc_per_node = 0;  // 0: the config's model-parallel degrees with one data-parallel rank
+  int target_nodes = 0;                // Primus's --target-nodes: --nnodes with 8 GPUs per node unless given
   std::string gpu = "H100-SXM";
   double gpu_memory_gb = 0;  // > 0: this much memory (an unnamed GPU gets H100 speeds)
   std::string backend = "gpu";

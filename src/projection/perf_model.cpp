@@ -15,7 +15,12 @@ namespace {
 
 // Shares of the GEMM ceiling our other kernels reach on the H100 (docs/kernels/attention.md,
 // grouped_gemm.md).
-constexpr double kAttnFwdShare = 0.78, kAttnBwdShare = 0.62;
+// cuDNN's flash attention on the H100 (the anchor's measurements, ../shared/perf): head dim 128 at 548 / 431
+// TF forward / backward, head dim 64 at 333 / 271 TF, against a 734 TF GEMM.
+double attn_share(double head_dim, bool backward) {
+  const double t = std::clamp((head_dim - 64) / 64, 0.0, 1.0);
+  return backward ? 0.37 + t * (0.59 - 0.37) : 0.45 + t * (0.75 - 0.45);
+}
 constexpr double kKernelFloor = 3e-6;  // a kernel takes at least this long (launch and tail)
 
 // Grouped-GEMM efficiency by routed rows per expert (measured at 256 / 1024 / 4096 rows, interpolated in
@@ -66,8 +71,13 @@ double gather_s(double bytes, int ranks, double bw) {  // all-gather or reduce-s
 double gemm_seconds(const GpuSpec& gpu, double m, double n, double k, bool fp8) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const double ceiling = (fp8 && gpu.gemm_fp8_tflops > 0 ? gpu.gemm_fp8_tflops : gpu.gemm_bf16_tflops) * 1e12;
-  const double tiles = std::ceil(m / 128) * std::ceil(n / 256);
   const double sms = gpu.sms > 0 ? gpu.sms : 132;
+  // Few output tiles and a long reduction (weight gradients of small layers): cuBLAS splits K across CTAs.
+  const double out_tiles = std::ceil(m / 128) * std::ceil(n / 256);
+  const double splits =
+      out_tiles >= sms ? 1 : std::max(1.0, std::min(std::floor(sms / out_tiles), std::floor(k / 1024)));
+  const double tiles = out_tiles * splits;
+  k /= splits;
   const double waves = std::ceil(tiles / sms);
   const double wave_eff = tiles / (waves * sms);
   // a short reduction cannot fill the pipeline: K of 256 reaches about half the rate of a long one
@@ -163,8 +173,8 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
               static_cast<double>(x.kv_lora_rank), false, full);
         gemm3("attention projections", n, h, H * dv, false, full);
         const double aflops = mbs * H * seq * seq * (dq + dv) / cp;  // causal half of QK^T and PV, x2 FLOP
-        const double tf = aflops / (gemm_ceiling * kAttnFwdShare),
-                     tb = 2.5 * aflops / (gemm_ceiling * kAttnBwdShare);
+        const double tf = aflops / (gemm_ceiling * attn_share(dq, false)),
+                     tb = 2.5 * aflops / (gemm_ceiling * attn_share(dq, true));
         F += tf;
         B += tb + (full ? tf : 0);
         a.add("attention", "compute", tf * (full ? 2 : 1) + tb, 3.5 * aflops + (full ? aflops : 0));
@@ -172,8 +182,8 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
         gemm3("attention projections", n, q + 2 * kv, h, lfp8, full);
         gemm3("attention projections", n, h, q, lfp8, full);
         const double aflops = 2 * mbs * H * seq * seq * hd / cp;
-        const double tf = aflops / (gemm_ceiling * kAttnFwdShare),
-                     tb = 2.5 * aflops / (gemm_ceiling * kAttnBwdShare);
+        const double tf = aflops / (gemm_ceiling * attn_share(hd, false)),
+                     tb = 2.5 * aflops / (gemm_ceiling * attn_share(hd, true));
         F += tf;
         B += tb + (full ? tf : 0);
         a.add("attention", "compute", tf * (full ? 2 : 1) + tb, 3.5 * aflops + (full ? aflops : 0));

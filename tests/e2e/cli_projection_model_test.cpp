@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
@@ -29,6 +30,13 @@ nlohmann::json projection_json(const std::string& what, std::vector<std::string>
   return nlohmann::json::parse(r.out);
 }
 
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+const std::vector<std::string> full = {"recompute_granularity=full", "recompute_method=uniform",
+                                       "recompute_num_layers=1"};
+
 struct Measured {
   const char* what;
   std::vector<std::string> args;
@@ -40,12 +48,22 @@ struct Measured {
 TEST(ProjectionModel, MemoryWithinTenPercentOfMeasuredGpuPeaks) {
   const std::vector<std::string> t32k = {"seq_length=32768", "max_position_embeddings=32768",
                                          "recompute_granularity=full", "recompute_method=uniform"};
-  auto with = [](std::vector<std::string> a, std::vector<std::string> b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   const std::vector<Measured> cases = {
       {"8B-4L", {"--config", bench("llama3-8B-4L")}, 36.59},
+      // tools/device/projection-check.sh, H100, 2026-11-27 (docs/perf/projection_check_2026-11-27.jsonl)
+      {"124M", {"--config", bench("llama-124M")}, 10.00},
+      {"124M full recompute", with({"--config", bench("llama-124M")}, full), 4.25},
+      {"1B", {"--config", bench("llama3.2-1B-shape")}, 45.13},
+      {"1B full recompute", with({"--config", bench("llama3.2-1B-shape")}, full), 26.90},
+      {"1B mbs 1 selective",
+       {"--config", bench("llama3.2-1B-shape"), "micro_batch_size=1", "recompute_granularity=selective"},
+       26.21},
+      {"8B-4L full recompute", with({"--config", bench("llama3-8B-4L")}, full), 32.72},
+      {"8B-4L mbs 4",
+       {"--config", bench("llama3-8B-4L"), "global_batch_size=4", "micro_batch_size=4"},
+       51.46},
+      {"qwen3 full recompute", with({"--config", bench("qwen3-30B-A3B-4L")}, full), 50.67},
+      {"mixtral full recompute", with({"--config", bench("mixtral-8x7B-2L")}, full), 52.20},
       {"qwen3 4L", {"--config", bench("qwen3-30B-A3B-4L")}, 52.94},
       {"mixtral 2L", {"--config", bench("mixtral-8x7B-2L")}, 53.22},
       {"8B-4L TP 2", {"--config", bench("llama3-8B-4L"), "tensor_model_parallel_size=2"}, 19.46},
@@ -80,6 +98,17 @@ TEST(ProjectionModel, StepTimeWithinFifteenPercentOfMeasured) {
       {"1B", {"--config", bench("llama3.2-1B-shape")}, 0.2350},
       {"qwen3 4L", {"--config", bench("qwen3-30B-A3B-4L")}, 0.0702},
       {"mixtral 2L", {"--config", bench("mixtral-8x7B-2L")}, 0.0710},
+      // tools/device/projection-check.sh, H100, 2026-11-27
+      {"124M", {"--config", bench("llama-124M")}, 0.0369},
+      {"124M full recompute", with({"--config", bench("llama-124M")}, full), 0.0462},
+      {"1B full recompute", with({"--config", bench("llama3.2-1B-shape")}, full), 0.3024},
+      {"1B mbs 1", {"--config", bench("llama3.2-1B-shape"), "micro_batch_size=1"}, 0.2668},
+      {"8B-4L full recompute", with({"--config", l8}, full), 0.1549},
+      {"8B-4L gbs 4 mbs 2 selective",
+       {"--config", l8, "global_batch_size=4", "micro_batch_size=2", "recompute_granularity=selective"},
+       0.5100},
+      {"qwen3 full recompute", with({"--config", bench("qwen3-30B-A3B-4L")}, full), 0.0877},
+      {"mixtral full recompute", with({"--config", bench("mixtral-8x7B-2L")}, full), 0.0909},
       {"8B-4L TP 2 (H200)", {"--config", l8, "--gpu", "h200", "tensor_model_parallel_size=2"}, 0.0750},
       {"8B-4L DP 2 (H200)",
        {"--config", l8, "--gpu", "h200", "--nnodes", "1", "--nproc-per-node", "2", "global_batch_size=2",
@@ -99,6 +128,56 @@ TEST(ProjectionModel, StepTimeWithinFifteenPercentOfMeasured) {
     const double s = j["step_time_s"].get<double>();
     EXPECT_NEAR(s / c.value, 1.0, 0.15) << c.what << ": projected " << s << " s, measured " << c.value;
     EXPECT_GT(j["tokens_per_s_per_gpu"].get<double>(), 0);
+  }
+}
+
+// Issue #22's planner bar: on one GPU the plan's choice of micro-batch and recompute is within 5% of the
+// fastest of a measured grid (H100, 2026-11-27, tools/device/projection-check.sh grid1b / grid8b: ms per
+// step).
+TEST(ProjectionModel, PlanPicksWithinFivePercentOfTheFastestMeasured) {
+  struct Grid {
+    std::string config;
+    std::vector<std::string> args;
+    std::map<std::string, double> ms;  // "mbs/recompute" -> measured
+  };
+  const std::vector<Grid> grids = {
+      {bench("llama3.2-1B-shape"),
+       {},
+       {{"1/none", 266.8},
+        {"1/selective", 273.0},
+        {"1/full", 335.1},
+        {"2/none", 252.9},
+        {"2/selective", 259.5},
+        {"2/full", 314.5},
+        {"4/none", 239.5},
+        {"4/selective", 249.5},
+        {"4/full", 308.8},
+        {"8/none", 234.3},
+        {"8/selective", 241.8},
+        {"8/full", 302.4}}},
+      {bench("llama3-8B-4L"),
+       {"global_batch_size=4"},
+       {{"1/none", 505.9},
+        {"1/selective", 518.8},
+        {"1/full", 614.2},
+        {"2/none", 501.6},
+        {"2/selective", 510.0},
+        {"2/full", 613.3},
+        {"4/none", 497.2},
+        {"4/selective", 502.8},
+        {"4/full", 604.0}}},
+  };
+  for (const Grid& g : grids) {
+    std::vector<std::string> args = {"--config", g.config, "--nnodes", "1", "--nproc-per-node", "1"};
+    args.insert(args.end(), g.args.begin(), g.args.end());
+    const nlohmann::json j = projection_json("plan", args);
+    const auto& o = j["top"][0]["overrides"];
+    const std::string rg = o["recompute_granularity"].get<std::string>();
+    const std::string key = o["micro_batch_size"].get<std::string>() + "/" + (rg == "None" ? "none" : rg);
+    ASSERT_TRUE(g.ms.count(key)) << key;
+    double fastest = 1e30;
+    for (const auto& [k, v] : g.ms) fastest = std::min(fastest, v);
+    EXPECT_LE(g.ms.at(key), 1.05 * fastest) << g.config << ": the plan picks " << key;
   }
 }
 
