@@ -18,6 +18,13 @@ class TokenDataset {
   // Writes seq_length + 1 ids of sample `index` (any index >= 0: datasets wrap around in epochs).
   virtual void sample(int64_t index, int32_t* out) const = 0;
   virtual std::string describe() const = 0;
+  // Rows with per-token targets, positions and sample starts (SFT packing / padding): fills seq_length
+  // entries each and returns true; false: the dataset has only plain samples (sample()).
+  virtual bool fill_row(int64_t index, int32_t* tokens, int32_t* targets, int32_t* positions,
+                        int32_t* seg_starts) const {
+    (void)index, (void)tokens, (void)targets, (void)positions, (void)seg_starts;
+    return false;
+  }
 };
 
 // Deterministic random tokens in [0, vocab) keyed by (seed, sample index, position) (`mock_data: true`).
