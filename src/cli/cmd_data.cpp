@@ -5,6 +5,8 @@
 //   primus data tokenize --tokenizer-model tokenizer.json [--text S | stdin] [--decode] [--jsonl]
 //   primus data train-tokenizer --input corpus --vocab-size 4096 --output dir/
 //   primus data inspect PREFIX [--show N] [--tokenizer-model ...]
+//   primus data sft-wordnet --output FILE.jsonl [--wordnet-dir /usr/share/wordnet] [--max N] [--seed S]
+//   primus data sft-inspect --data FILE.jsonl [--tokenizer-model ...] [--seq-length N] [--sample I] [--pack]
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -22,8 +24,10 @@
 #include "data/document_reader.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
+#include "data/sft_dataset.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_files.h"
+#include "data/wordnet_sft.h"
 
 namespace primus::cli {
 namespace {
@@ -401,16 +405,190 @@ void attach_inspect(CLI::App* parent, CliContext& ctx) {
   app->callback([a, &ctx] { ctx.action = [a] { return run_inspect(*a); }; });
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+struct SftWordnetArgs {
+  std::string output, dir = "/usr/share/wordnet";
+  data::WordNetSftOptions opt;
+};
+
+int run_sft_wordnet(const SftWordnetArgs& a) {
+  const std::vector<data::WordNetSynset> synsets = data::read_wordnet(a.dir);
+  const std::vector<nlohmann::ordered_json> records = data::wordnet_sft_records(synsets, a.opt);
+  const std::filesystem::path out(a.output);
+  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  std::ofstream f(a.output, std::ios::binary);
+  if (!f) throw ConfigError(fmt::format("--output {}: cannot write", a.output));
+  int64_t define = 0, synonym = 0, sentence = 0;
+  for (const auto& r : records) {
+    f << r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    const std::string& ins = r["instruction"].get_ref<const std::string&>();
+    (ins.starts_with("Define") ? define : ins.starts_with("Give") ? synonym : sentence) += 1;
+  }
+  if (!f.flush()) throw Error(ErrorKind::kRuntime, fmt::format("--output {}: write failed", a.output));
+  std::printf("sft-wordnet: %s synsets from %s -> %s records (%s definitions, %s synonyms, %s sentences)\n",
+              count(static_cast<int64_t>(synsets.size())).c_str(), a.dir.c_str(),
+              count(static_cast<int64_t>(records.size())).c_str(), count(define).c_str(),
+              count(synonym).c_str(), count(sentence).c_str());
+  std::printf("  wrote %s\n", a.output.c_str());
+  return 0;
+}
+
+void attach_sft_wordnet(CLI::App* parent, CliContext& ctx) {
+  auto a = std::make_shared<SftWordnetArgs>();
+  CLI::App* app = parent->add_subcommand(
+      "sft-wordnet", "Write an alpaca SFT corpus (define / synonym / sentence) from WordNet 3.0's database");
+  app->add_option("--output", a->output, "The JSONL file to write")->required();
+  app->add_option("--wordnet-dir", a->dir, "WordNet's data.noun/verb/adj/adv (Debian: wordnet-base)")
+      ->capture_default_str();
+  app->add_option("--max", a->opt.max, "Keep at most N records (0: all)")->capture_default_str();
+  app->add_option("--seed", a->opt.seed, "Seed of the word choice and record order")->capture_default_str();
+  app->callback([a, &ctx] { ctx.action = [a] { return run_sft_wordnet(*a); }; });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+struct SftInspectArgs {
+  std::string data, format = "auto", overflow = "truncate", chat_template;
+  TokenizerArgs tok;
+  int64_t seq_length = 2048, sample = 0;
+  bool pack = false, tokens = false;
+  uint64_t seed = 1234;
+};
+
+// The record `index` (0-based, blank lines skipped) of a JSONL file, with its line number.
+data::SftSample read_sft_record(const std::string& path, int64_t index, data::SftFormat format,
+                                size_t* line_out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("--data {}: cannot open (expected a JSONL file)", path));
+  std::string line;
+  size_t line_no = 0;
+  int64_t seen = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    if (seen++ == index) {
+      *line_out = line_no;
+      return data::parse_sft_line(line, path, line_no, format);
+    }
+  }
+  throw ConfigError(fmt::format("--sample {}: {} has only {} records", index, path, seen));
+}
+
+int run_sft_inspect(const SftInspectArgs& a) {
+  std::unique_ptr<Tokenizer> tok = build_tokenizer(a.tok);
+  const data::SftFormat format = data::parse_sft_format(a.format);
+  const data::SftTokenizerSetup setup = data::read_sft_tokenizer_setup(a.tok.model);
+  std::string template_source;
+  if (!a.chat_template.empty()) {
+    std::ifstream in(a.chat_template, std::ios::binary);
+    if (!in) throw ConfigError(fmt::format("--chat-template {}: cannot read", a.chat_template));
+    template_source = read_all(in);
+  }
+  const data::ChatTemplate tmpl = template_source.empty()
+                                      ? data::chat_template_or_fallback(setup.chat)
+                                      : data::ChatTemplate::parse(template_source, a.chat_template);
+  size_t line = 0;
+  const data::SftSample sample = read_sft_record(a.data, a.sample, format, &line);
+  const std::string where = fmt::format("{}:{}", a.data, line);
+  std::vector<data::TextSpan> spans;
+  data::SftTokens t;
+  try {
+    spans = data::render_sft_spans(tmpl, sample.messages, setup.chat.bos_token, setup.chat.eos_token);
+    t = data::tokenize_sft_messages(*tok, tmpl, sample.messages, setup.chat.bos_token, setup.chat.eos_token,
+                                    data::sft_required_bos(*tok));
+  } catch (const Error& e) {
+    throw ConfigError(fmt::format("{}: {}", where, e.what()), e.hint());
+  }
+  std::printf("%s (%s), %zu messages, template %s, tokenizer %s\n", where.c_str(),
+              data::sft_format_name(sample.format), sample.messages.size(), tmpl.origin().c_str(),
+              tok->name().c_str());
+  std::printf("--- rendered (loss on the text between \u00ab and \u00bb)\n");
+  std::string text;
+  for (const data::TextSpan& s : spans) text += s.loss ? "\u00ab" + s.text + "\u00bb" : s.text;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (!text.ends_with("\n")) std::fputc('\n', stdout);
+  std::printf("---\n");
+  const int64_t n = static_cast<int64_t>(t.ids.size());
+  const int64_t loss = std::count(t.loss.begin(), t.loss.end(), uint8_t{1});
+  std::printf("tokens %lld, loss tokens %lld, prompt tokens %lld%s\n", static_cast<long long>(n),
+              static_cast<long long>(loss), static_cast<long long>(n - loss),
+              n > a.seq_length ? fmt::format(" (longer than --seq-length {}: {})", a.seq_length,
+                                             a.overflow == "drop" ? "dropped" : "truncated")
+                                     .c_str()
+                               : "");
+  if (a.tokens) {
+    for (int64_t i = 0; i < n; ++i)
+      std::printf("  %5lld %8d %s %s\n", static_cast<long long>(i), t.ids[i], t.loss[i] ? "loss" : "    ",
+                  json_text(tok->decode({t.ids[i]})).c_str());
+  }
+  if (!a.pack) return 0;
+
+  data::SftDatasetOptions o;
+  o.paths = {a.data};
+  o.seq_length = a.seq_length;
+  o.pack = true;
+  o.seed = a.seed;
+  o.overflow = data::parse_sft_overflow(a.overflow);
+  o.format = format;
+  o.tokenizer = tok.get();
+  o.tokenizer_model = a.tok.model;
+  o.chat_template = template_source;
+  const data::SftDataset ds(o);
+  std::printf("%s\n", ds.describe().c_str());
+  const int64_t row = ds.row_of(0);
+  const auto layout = ds.row_layout(row);
+  int64_t used = 0;
+  for (const auto& e : layout) used += e.length;
+  std::printf(
+      "first row (row %lld of %lld in packing order): %zu samples, %lld tokens, %lld padding (id %d)\n",
+      static_cast<long long>(row), static_cast<long long>(ds.num_samples()), layout.size(),
+      static_cast<long long>(used), static_cast<long long>(a.seq_length - used), ds.pad_id());
+  for (const auto& e : layout) {
+    const data::SftTokens st = ds.sample_tokens(e.sample);
+    const int64_t targets = std::count(st.loss.begin() + 1, st.loss.end(), uint8_t{1});
+    std::printf("  start %6lld  length %6lld  targets %6lld  %s\n", static_cast<long long>(e.start),
+                static_cast<long long>(e.length), static_cast<long long>(targets),
+                ds.sample_source(e.sample).c_str());
+  }
+  if (used < a.seq_length)
+    std::printf("  start %6lld  length %6lld  padding\n", static_cast<long long>(used),
+                static_cast<long long>(a.seq_length - used));
+  return 0;
+}
+
+void attach_sft_inspect(CLI::App* parent, CliContext& ctx) {
+  auto a = std::make_shared<SftInspectArgs>();
+  CLI::App* app = parent->add_subcommand(
+      "sft-inspect",
+      "Show an SFT sample rendered through the chat template with its loss spans (and a packed row)");
+  app->add_option("--data", a->data, "SFT JSONL file (alpaca, messages or prompt/response records)")
+      ->required();
+  add_tokenizer_options(app, a->tok);
+  app->add_option("--format", a->format, "auto | alpaca | messages | prompt_response")->capture_default_str();
+  app->add_option("--chat-template", a->chat_template,
+                  "A Jinja chat template file (default: the tokenizer's tokenizer_config.json, else ChatML)");
+  app->add_option("--seq-length", a->seq_length, "Row length in tokens")->capture_default_str();
+  app->add_option("--sample", a->sample, "Which record to show (0-based, blank lines skipped)")
+      ->capture_default_str();
+  app->add_option("--overflow", a->overflow, "Samples longer than --seq-length: truncate | drop")
+      ->capture_default_str();
+  app->add_option("--seed", a->seed, "Seed of the row order (--pack)")->capture_default_str();
+  app->add_flag("--tokens", a->tokens, "Also list the sample's tokens with their loss flags");
+  app->add_flag("--pack", a->pack, "Pack the whole file and show the first row's layout");
+  app->callback([a, &ctx] { ctx.action = [a] { return run_sft_inspect(*a); }; });
+}
+
 }  // namespace
 
 void attach_data(CLI::App& root, CliContext& ctx) {
-  CLI::App* data =
-      root.add_subcommand("data", "Data preparation: preprocess, tokenize, train-tokenizer, inspect");
+  CLI::App* data = root.add_subcommand(
+      "data", "Data preparation: preprocess, tokenize, train-tokenizer, inspect, sft-wordnet, sft-inspect");
   data->require_subcommand(1);
   attach_preprocess(data, ctx);
   attach_tokenize(data, ctx);
   attach_train_tokenizer(data, ctx);
   attach_inspect(data, ctx);
+  attach_sft_wordnet(data, ctx);
+  attach_sft_inspect(data, ctx);
 }
 
 }  // namespace primus::cli
