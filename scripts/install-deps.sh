@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev libomp-dev libgtest-dev libgmock-dev
   libpcre2-dev libsentencepiece-dev libopenmpi-dev openmpi-bin
   fortunes fortunes-min
+  wordnet-base  # WordNet 3.0 database: the SFT corpus of `primus data sft-wordnet`
   python3 python3-numpy
   sentencepiece
   clang-format
