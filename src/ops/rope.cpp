@@ -113,9 +113,15 @@ Tensor rope_table(const RopeConfig& cfg, int64_t max_pos, int64_t head_dim) {
 
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
                 const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s) {
-  check_same_device("rope_apply", x.device(), {&x, &table});
-  PRIMUS_DISPATCH(x, rope_apply, x, batch, seq, total_heads, n_heads, head_dim, table, pos_offset, inverse,
-                  s);
+  rope_apply(x, batch, seq, total_heads, n_heads, head_dim, table, pos_offset, nullptr, inverse, s);
+}
+
+void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
+                const Tensor& table, int64_t pos_offset, const Tensor* positions, bool inverse,
+                const Stream& s) {
+  check_same_device("rope_apply", x.device(), {&x, &table, positions});
+  PRIMUS_DISPATCH(x, rope_apply, x, batch, seq, total_heads, n_heads, head_dim, table, pos_offset, positions,
+                  inverse, s);
 }
 
 }  // namespace primus::ops

@@ -41,4 +41,17 @@ Tensor rope_table(const RopeConfig& cfg, int64_t max_pos, int64_t head_dim);
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
                 const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s);
 
+// Per-token positions (packed SFT rows, where every sample of a row restarts at position 0): with positions
+// an int32 [B, T] tensor on x's device, token t of row b rotates by positions[b, t] * f (inverse: its
+// negative) instead of (pos_offset + t) * f, and pos_offset must then be 0 (a context-parallel chunk passes
+// its own slice of positions, so an offset on top would only be a second way to say the same thing).
+// positions = null is exactly the overload above: the same kernels, bitwise the same result, no extra cost.
+// Every position must lie in [0, table.size(0)): the CPU reference checks them and throws naming the bad one;
+// the CUDA path does not read them back (that would be a host sync per call) and clamps each into the table,
+// so invalid values give wrong results but never a read outside it: valid positions are the caller's
+// responsibility.
+void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
+                const Tensor& table, int64_t pos_offset, const Tensor* positions, bool inverse,
+                const Stream& s);
+
 }  // namespace primus::ops

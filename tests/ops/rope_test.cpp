@@ -1,6 +1,8 @@
 #include "ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "op_test_util.h"
@@ -347,6 +349,226 @@ TEST(Rope, YarnRejectsBadConfigs) {
   c = yarn_config(1.0, 1.0);
   c.llama3_scaling = true;
   EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(c, 64), "exclusive");
+}
+
+// ---- Per-token positions (packed SFT rows) ----
+
+// int32 [b, t] positions: row r holds packed samples of random lengths, each restarting at 0 (the packed-SFT
+// pattern), except that a row of index 1 mod 3 draws every position uniformly from [0, max_pos) (no structure
+// at all, so a kernel that assumed runs would fail).
+Tensor packed_positions(Rng& rng, int64_t b, int64_t t, int64_t max_pos) {
+  std::vector<int32_t> v(static_cast<size_t>(b * t));
+  for (int64_t r = 0; r < b; ++r) {
+    int64_t p = 0, left = 0;
+    for (int64_t i = 0; i < t; ++i) {
+      if (r % 3 == 1) {
+        v[r * t + i] = static_cast<int32_t>(rng.integer(0, max_pos - 1));
+        continue;
+      }
+      if (left == 0) p = 0, left = rng.integer(1, std::max<int64_t>(1, t / 2));
+      v[r * t + i] = static_cast<int32_t>(std::min(p, max_pos - 1));
+      ++p, --left;
+    }
+  }
+  return Tensor::from_vector(v, {b, t});
+}
+
+Tensor offset_positions(int64_t b, int64_t t, int64_t offset) {
+  std::vector<int32_t> v(static_cast<size_t>(b * t));
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t i = 0; i < t; ++i) v[r * t + i] = static_cast<int32_t>(offset + i);
+  return Tensor::from_vector(v, {b, t});
+}
+
+// The rotation written out per token with the angle positions[b, t] * f_i computed here in double, times the
+// table's scale c (YaRN; 1 otherwise): an independent f64 reference that shares no code with the op.
+std::vector<double> naive_rope_positions(const std::vector<double>& x, const std::vector<int32_t>& pos,
+                                         const std::vector<float>& f, double c, int64_t b, int64_t t,
+                                         int64_t total, int64_t n, int64_t d, bool inverse) {
+  std::vector<double> y = x;
+  const int64_t half = d / 2;
+  for (int64_t tok = 0; tok < b * t; ++tok) {
+    for (int64_t h = 0; h < n; ++h) {
+      const int64_t base = (tok * total + h) * d;
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(pos[tok]) * static_cast<double>(f[i]);
+        const double cs = c * std::cos(angle), sn = (inverse ? -c : c) * std::sin(angle);
+        const double x1 = x[base + i], x2 = x[base + half + i];
+        y[base + i] = x1 * cs - x2 * sn;
+        y[base + half + i] = x2 * cs + x1 * sn;
+      }
+    }
+  }
+  return y;
+}
+
+std::vector<int32_t> host_i32(const Tensor& t) {
+  const int32_t* p = t.data<int32_t>();
+  return std::vector<int32_t>(p, p + t.numel());
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+struct PosCase {
+  int64_t b, t, total, n, d;
+};
+// Odd token counts, head dims 64 and 128, several rows, some heads left unrotated.
+const PosCase kPosCases[] = {{1, 1, 1, 1, 2},    {3, 31, 3, 2, 64},   {2, 33, 4, 4, 128},
+                             {4, 127, 2, 1, 64}, {2, 127, 5, 3, 128}, {3, 33, 1, 1, 6}};
+
+TEST(RopePositions, OffsetPlusTokenIsBitwiseTheOffsetPath) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    for (const PosCase& c : kPosCases) {
+      for (int64_t offset : {0L, 5L, 1000L}) {
+        for (bool inverse : {false, true}) {
+          SCOPED_TRACE(fmt::format("{} b={} t={} d={} offset={} inverse={}", dtype_name(dt), c.b, c.t, c.d,
+                                   offset, inverse));
+          Tensor table = ops::rope_table(llama3_config(), offset + c.t, c.d);
+          Tensor x = rand_tensor(rng, {c.b, c.t, c.total * c.d}, dt);
+          Tensor y = clone(x);
+          Tensor pos = offset_positions(c.b, c.t, offset);
+          ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, offset, inverse, Stream::cpu());
+          ops::rope_apply(y, c.b, c.t, c.total, c.n, c.d, table, 0, &pos, inverse, Stream::cpu());
+          EXPECT_TRUE(bitwise_equal(x, y));
+        }
+      }
+    }
+  }
+  // A null positions pointer is the offset overload itself.
+  Tensor table = ops::rope_table(RopeConfig{}, 40, 8);
+  Tensor x = rand_tensor(rng, {2, 31, 16}, DType::kF32), y = clone(x);
+  ops::rope_apply(x, 2, 31, 2, 2, 8, table, 9, false, Stream::cpu());
+  ops::rope_apply(y, 2, 31, 2, 2, 8, table, 9, nullptr, false, Stream::cpu());
+  EXPECT_TRUE(bitwise_equal(x, y));
+}
+
+TEST(RopePositions, MatchesPerTokenRotation) {
+  Rng rng;
+  const RopeConfig configs[] = {RopeConfig{}, llama3_config()};
+  for (const RopeConfig& cfg : configs) {
+    for (DType dt : float_types()) {
+      for (const PosCase& c : kPosCases) {
+        for (bool inverse : {false, true}) {
+          SCOPED_TRACE(fmt::format("{} llama3={} b={} t={} total={} n={} d={} inverse={}", dtype_name(dt),
+                                   cfg.llama3_scaling, c.b, c.t, c.total, c.n, c.d, inverse));
+          const int64_t max_pos = 3 * c.t + 50;  // positions reach past the row length
+          Tensor pos = packed_positions(rng, c.b, c.t, max_pos);
+          const std::vector<int32_t> p = host_i32(pos);
+          const std::vector<float> f = ops::rope_inv_freq(cfg, c.d);
+          Tensor x = rand_tensor(rng, {c.b, c.t, c.total * c.d}, dt);
+          const auto x0 = host(x);
+          // The production f32 table: within its own rounding of the exact angles.
+          Tensor table = ops::rope_table(cfg, max_pos, c.d);
+          ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, 0, &pos, inverse, Stream::cpu());
+          const auto want = naive_rope_positions(x0, p, f, 1.0, c.b, c.t, c.total, c.n, c.d, inverse);
+          EXPECT_LT(rel_err(x, want), 1e-6);
+          // Heads past n are untouched (bitwise).
+          const auto y = host(x);
+          for (int64_t tok = 0; tok < c.b * c.t; ++tok)
+            for (int64_t col = c.n * c.d; col < c.total * c.d; ++col)
+              ASSERT_EQ(y[tok * c.total * c.d + col], x0[tok * c.total * c.d + col]);
+          // f64 x with an f64 table: the exact angles to f64 rounding.
+          if (dt == DType::kF64) {
+            Tensor x64 = tensor_of(x0, x.shape(), dt);
+            ops::rope_apply(x64, c.b, c.t, c.total, c.n, c.d, table_f64(cfg, max_pos, c.d), 0, &pos, inverse,
+                            Stream::cpu());
+            EXPECT_LT(rel_err(x64, want), 1e-14);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RopePositions, InverseUndoesRotation) {
+  Rng rng;
+  for (DType dt : float_types()) {
+    for (const PosCase& c : kPosCases) {
+      const int64_t max_pos = 2 * c.t + 7;
+      Tensor table = dt == DType::kF64 ? table_f64(llama3_config(), max_pos, c.d)
+                                       : ops::rope_table(llama3_config(), max_pos, c.d);
+      Tensor pos = packed_positions(rng, c.b, c.t, max_pos);
+      Tensor x = rand_tensor(rng, {c.b, c.t, c.total * c.d}, dt);
+      const auto x0 = host(x);
+      ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, 0, &pos, false, Stream::cpu());
+      if (c.d * c.t > 2) EXPECT_GT(rel_err(x, x0), 1e-3);  // it did rotate
+      ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, 0, &pos, true, Stream::cpu());
+      EXPECT_LT(rel_err(x, x0), dt == DType::kF64 ? 1e-14 : 1e-6);
+    }
+  }
+}
+
+TEST(RopePositions, BackwardIsInverseRotationFiniteDifferences) {
+  Rng rng;
+  const PosCase c{3, 7, 3, 2, 6};
+  const DType dt = DType::kF64;
+  Tensor table = table_f64(llama3_config(), 16, c.d);
+  Tensor pos = packed_positions(rng, c.b, c.t, 16);
+  const Shape shape{c.b, c.t, c.total * c.d};
+  Tensor x = rand_tensor(rng, shape, dt), dy = rand_tensor(rng, shape, dt);
+  const auto w = host(dy);
+  auto forward = [&] {
+    Tensor y = clone(x);
+    ops::rope_apply(y, c.b, c.t, c.total, c.n, c.d, table, 0, &pos, false, Stream::cpu());
+    return host(y);
+  };
+  Tensor dx = clone(dy);
+  ops::rope_apply(dx, c.b, c.t, c.total, c.n, c.d, table, 0, &pos, true, Stream::cpu());
+  EXPECT_LT(fd_rel_error(rng, x, host(dx), forward, w, 200), kGradTol);
+}
+
+TEST(RopePositions, YarnTable) {
+  // The table carries YaRN's frequencies and its cos/sin scale c; per-token positions just pick its rows.
+  Rng rng;
+  const RopeConfig cfg = yarn_config(1.0, 0.707);
+  const double scale = ops::rope_cos_sin_scale(cfg);
+  ASSERT_GT(std::fabs(scale - 1.0), 1e-3);
+  const int64_t b = 3, t = 33, total = 3, n = 2, d = 64, max_pos = 5000;
+  Tensor table = ops::rope_table(cfg, max_pos, d);
+  Tensor pos = packed_positions(rng, b, t, max_pos);
+  const std::vector<float> f = ops::rope_inv_freq(cfg, d);
+  Tensor x = rand_tensor(rng, {b, t, total * d}, DType::kF64),
+         y = rand_tensor(rng, {b, t, total * d}, DType::kF64);
+  Tensor rx = clone(x), ry = clone(y);
+  ops::rope_apply(rx, b, t, total, n, d, table, 0, &pos, false, Stream::cpu());
+  ops::rope_apply(ry, b, t, total, n, d, table, 0, &pos, true, Stream::cpu());
+  // The f32 table rounds c cos / c sin of angles up to ~5000 rad: ~1e-7 relative.
+  EXPECT_LT(rel_err(rx, naive_rope_positions(host(x), host_i32(pos), f, scale, b, t, total, n, d, false)),
+            1e-6);
+  EXPECT_LT(rel_err(ry, naive_rope_positions(host(y), host_i32(pos), f, scale, b, t, total, n, d, true)),
+            1e-6);
+  // Backward is the transpose of c R: <y, (c R) x> = <(c R)^T y, x>.
+  const double lhs = dot(host(y), host(rx)), rhs = dot(host(ry), host(x));
+  EXPECT_NEAR(lhs, rhs, 1e-12 * std::fabs(lhs));
+}
+
+TEST(RopePositions, RejectsBadPositions) {
+  Rng rng;
+  const Stream s = Stream::cpu();
+  Tensor table = ops::rope_table(RopeConfig{}, 8, 4);
+  Tensor x = rand_tensor(rng, {2, 3, 12}, DType::kF32);
+  const auto x0 = host(x);
+  Tensor pos = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 8, 1}, {2, 3});
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 3, 3, 3, 4, table, 0, &pos, false, s),
+                      "positions[1, 1] = 8 is outside the table's 8 rows");
+  Tensor neg = Tensor::from_vector(std::vector<int32_t>{0, 1, -1, 0, 1, 2}, {2, 3});
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 3, 3, 3, 4, table, 0, &neg, true, s),
+                      "positions[0, 2] = -1 is outside the table's 8 rows");
+  EXPECT_EQ(host(x), x0);  // refused before touching x
+  Tensor ok = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 7, 1}, {2, 3});
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 3, 3, 3, 4, table, 1, &ok, false, s),
+                      "pos_offset must be 0 with per-token positions, got 1");
+  Tensor wide = Tensor::zeros({2, 4}, DType::kI32);
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 3, 3, 3, 4, table, 0, &wide, false, s),
+                      "positions must be [2, 3]");
+  Tensor i64 = Tensor::zeros({2, 3}, DType::kI64);
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 3, 3, 3, 4, table, 0, &i64, false, s), "positions must be i32");
+  Tensor undefined;
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 3, 3, 3, 4, table, 0, &undefined, false, s), "undefined");
+  ops::rope_apply(x, 2, 3, 3, 3, 4, table, 0, &ok, false, s);  // position 7 = the last row is fine
 }
 
 }  // namespace

@@ -8,16 +8,19 @@ using namespace detail;
 
 namespace {
 
-// Rotates heads [0, n_heads) of every token; the table row of token t is pos_offset + t.
+// Rotates heads [0, n_heads) of every token; the table row of token tok = b * seq + t is positions[tok] when
+// given (validated by the caller), else pos_offset + t. Only the row lookup differs, so both forms do the
+// very same arithmetic on a row and equal positions give bitwise equal results.
 template <typename T, typename C>
 void rope_impl(T* x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
-               const C* table, int64_t pos_offset, bool inverse) {
+               const C* table, int64_t pos_offset, const int32_t* positions, bool inverse) {
   const int64_t half = head_dim / 2;
   const int64_t tokens = batch * seq;
   const T sign = inverse ? T(-1) : T(1);
 #pragma omp parallel for schedule(static) if (tokens * n_heads * head_dim > kParallelGrain)
   for (int64_t tok = 0; tok < tokens; ++tok) {
-    const C* cs = table + (pos_offset + tok % seq) * head_dim;
+    const int64_t pos = positions ? static_cast<int64_t>(positions[tok]) : pos_offset + tok % seq;
+    const C* cs = table + pos * head_dim;
     const C* sn = cs + half;
     T* row = x + tok * total_heads * head_dim;
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -38,7 +41,8 @@ void rope_impl(T* x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_
 }  // namespace
 
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
-                const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s) {
+                const Tensor& table, int64_t pos_offset, const Tensor* positions, bool inverse,
+                const Stream& s) {
   constexpr const char* op = "rope_apply";
   const DType dt = check_float(op, "x", x);
   PRIMUS_CHECK(batch >= 1 && seq >= 1 && head_dim >= 2 && head_dim % 2 == 0,
@@ -54,18 +58,32 @@ void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int6
   // The table is built in f32 (rope_table); an f64 x may use it as is or an f64 copy.
   PRIMUS_CHECK(table.dtype() == DType::kF32 || table.dtype() == dt,
                "rope_apply: table must be f32 or {}, got {}", dtype_name(dt), table.describe());
-  PRIMUS_CHECK(pos_offset >= 0 && pos_offset + seq <= table.size(0),
-               "rope_apply: positions [{}, {}) exceed the table's {} rows", pos_offset, pos_offset + seq,
-               table.size(0));
+  const int32_t* pos = nullptr;
+  if (positions) {
+    PRIMUS_CHECK(pos_offset == 0, "rope_apply: pos_offset must be 0 with per-token positions, got {}",
+                 pos_offset);
+    check_tensor(op, "positions", *positions, DType::kI32, {batch, seq});
+    PRIMUS_CHECK(!overlaps(x, *positions), "rope_apply: x must not overlap positions");
+    pos = positions->data<int32_t>();
+    // The reference is where bad positions are caught (the CUDA path only clamps them).
+    for (int64_t tok = 0; tok < batch * seq; ++tok)
+      PRIMUS_CHECK(pos[tok] >= 0 && pos[tok] < table.size(0),
+                   "rope_apply: positions[{}, {}] = {} is outside the table's {} rows", tok / seq, tok % seq,
+                   pos[tok], table.size(0));
+  } else {
+    PRIMUS_CHECK(pos_offset >= 0 && pos_offset + seq <= table.size(0),
+                 "rope_apply: positions [{}, {}) exceed the table's {} rows", pos_offset, pos_offset + seq,
+                 table.size(0));
+  }
   PRIMUS_CHECK(!overlaps(x, table), "rope_apply: x must not overlap table");
   with_float_type(dt, [&](auto tag) {
     using T = decltype(tag);
     if (table.dtype() == DType::kF32) {
       rope_impl<T, float>(x.data<T>(), batch, seq, total_heads, n_heads, head_dim, table.data<float>(),
-                          pos_offset, inverse);
+                          pos_offset, pos, inverse);
     } else {
       rope_impl<T, double>(x.data<T>(), batch, seq, total_heads, n_heads, head_dim, table.data<double>(),
-                           pos_offset, inverse);
+                           pos_offset, pos, inverse);
     }
   });
 }

@@ -6,6 +6,7 @@
 namespace primus::ops::cpu {
 
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
-                const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s);
+                const Tensor& table, int64_t pos_offset, const Tensor* positions, bool inverse,
+                const Stream& s);
 
 }  // namespace primus::ops::cpu

@@ -2,6 +2,9 @@
 // One thread rotates 8 pairs (i, i + D/2) of one head: two 16-byte bf16 loads and stores plus four 16-byte
 // table loads, which stay in L1/L2 because every head of a token reuses the same table row. Heads of D not a
 // multiple of 16 (or unaligned pointers) take the scalar kernel, one pair per thread.
+// Per-token positions (packed rows) are a template parameter, so the offset path compiles to exactly the
+// kernel it was before: the positioned variant adds one int32 load per thread (the same word for every thread
+// of a token, served from L1) and a clamp into the table.
 #include "ops/cuda/kernel_utils.cuh"
 
 #include "ops/cuda/rope_cuda.h"
@@ -17,12 +20,15 @@ struct RopeShape {
   int64_t row_stride;  // elements per token row (total_heads * D)
   int64_t half;        // D / 2
   int64_t pos_offset;
-  float sign;  // +1 forward, -1 inverse (the rotation by the negative angle)
+  int64_t max_pos;  // table rows: per-token positions are clamped into [0, max_pos)
+  float sign;       // +1 forward, -1 inverse (the rotation by the negative angle)
 };
 
-template <int N>
-__global__ void rope_kernel(bf16* __restrict__ x, const float* __restrict__ table, int64_t total,
-                            RopeShape s) {
+// POS: token tok's table row is positions[tok] (clamped: the values are not validated on the device, and a
+// bad one must not read outside the table) instead of pos_offset + tok % seq.
+template <int N, bool POS>
+__global__ void rope_kernel(bf16* __restrict__ x, const float* __restrict__ table,
+                            const int32_t* __restrict__ positions, int64_t total, RopeShape s) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int64_t per_head = s.half / N;
@@ -31,7 +37,14 @@ __global__ void rope_kernel(bf16* __restrict__ x, const float* __restrict__ tabl
   const int64_t h = th % s.n_heads, tok = th / s.n_heads;
   bf16* x1 = x + tok * s.row_stride + h * 2 * s.half + j;
   bf16* x2 = x1 + s.half;
-  const float* cs = table + (s.pos_offset + tok % s.seq) * 2 * s.half + j;
+  int64_t pos;
+  if constexpr (POS) {
+    const int64_t p = __ldg(positions + tok);
+    pos = p < 0 ? 0 : (p >= s.max_pos ? s.max_pos - 1 : p);
+  } else {
+    pos = s.pos_offset + tok % s.seq;
+  }
+  const float* cs = table + pos * 2 * s.half + j;
   const float* sn = cs + s.half;
 
   const detail::Vec<bf16, N> a = detail::load_vec<bf16, N>(x1), b = detail::load_vec<bf16, N>(x2);
@@ -63,7 +76,8 @@ __global__ void rope_kernel(bf16* __restrict__ x, const float* __restrict__ tabl
 }  // namespace
 
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
-                const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s) {
+                const Tensor& table, int64_t pos_offset, const Tensor* positions, bool inverse,
+                const Stream& s) {
   constexpr const char* op = "rope_apply";
   detail::check_cuda_tensor(op, "x", x, DType::kBF16);
   detail::check_cuda_tensor(op, "table", table, DType::kF32);
@@ -77,12 +91,25 @@ void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int6
                "{}: x must be [{}, {}, {}], got {}", op, batch, seq, total_heads * head_dim, x.describe());
   PRIMUS_CHECK(table.ndim() == 2 && table.size(1) == head_dim, "{}: table must be [max_pos, {}], got {}", op,
                head_dim, table.describe());
-  PRIMUS_CHECK(pos_offset >= 0 && pos_offset + seq <= table.size(0),
-               "{}: positions [{}, {}) exceed the table's {} rows", op, pos_offset, pos_offset + seq,
-               table.size(0));
+  if (positions) {
+    // Only the shape is checked: reading the values back would cost a host sync per call (the kernel clamps
+    // them instead; the CPU reference validates them).
+    PRIMUS_CHECK(pos_offset == 0, "{}: pos_offset must be 0 with per-token positions, got {}", op,
+                 pos_offset);
+    detail::check_cuda_tensor(op, "positions", *positions, DType::kI32);
+    detail::check_same_cuda_device(op, x, *positions);
+    PRIMUS_CHECK(positions->shape() == Shape({batch, seq}), "{}: positions must be i32 [{}, {}], got {}", op,
+                 batch, seq, positions->describe());
+    PRIMUS_CHECK(table.size(0) >= 1, "{}: the table has no rows to clamp positions into", op);
+  } else {
+    PRIMUS_CHECK(pos_offset >= 0 && pos_offset + seq <= table.size(0),
+                 "{}: positions [{}, {}) exceed the table's {} rows", op, pos_offset, pos_offset + seq,
+                 table.size(0));
+  }
   if (n_heads == 0) return;
   const int64_t half = head_dim / 2;
-  const RopeShape shape{seq, n_heads, total_heads * head_dim, half, pos_offset, inverse ? -1.f : 1.f};
+  const RopeShape shape{seq,        n_heads,       total_heads * head_dim, half,
+                        pos_offset, table.size(0), inverse ? -1.f : 1.f};
   const bool vec = half % 8 == 0 && detail::aligned16(x.data_ptr()) && detail::aligned16(table.data_ptr());
   const int n = vec ? 8 : 1;
   const int64_t total = batch * seq * n_heads * (half / n);
@@ -90,12 +117,19 @@ void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int6
   const int64_t grid = ceil_div<int64_t>(total, kBlock);
   PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} threads)", op, total);
   auto* xp = static_cast<bf16*>(x.data_ptr());
-  if (vec) {
-    rope_kernel<8>
-        <<<static_cast<unsigned>(grid), kBlock, 0, cuda_stream(s)>>>(xp, table.data<float>(), total, shape);
+  const int32_t* pp = positions ? positions->data<int32_t>() : nullptr;
+  const auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(grid), kBlock, 0, cuda_stream(s)>>>(xp, table.data<float>(), pp, total,
+                                                                       shape);
+  };
+  if (vec && positions) {
+    launch(rope_kernel<8, true>);
+  } else if (vec) {
+    launch(rope_kernel<8, false>);
+  } else if (positions) {
+    launch(rope_kernel<1, true>);
   } else {
-    rope_kernel<1>
-        <<<static_cast<unsigned>(grid), kBlock, 0, cuda_stream(s)>>>(xp, table.data<float>(), total, shape);
+    launch(rope_kernel<1, false>);
   }
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
