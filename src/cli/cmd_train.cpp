@@ -1,6 +1,6 @@
 // `primus train pretrain --config EXP.yaml [--dry-run] [overrides...]`, as Primus's `train pretrain`: tokens
 // the command does not know are configuration overrides (key=value, --key=value, --key value, --flag).
-// `primus train posttrain` exists as in Primus, checks the experiment and refuses (not supported yet).
+// `primus train posttrain` is Primus's supervised fine-tuning (stage: sft): the same trainer on chat data.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -203,6 +203,10 @@ int run_pretrain_command(const PretrainArgs& given) {
   } else if (!args.resume.empty()) {
     rc.train.checkpoint.load = args.resume;
   }
+  if (rc.train.sft.enabled)
+    throw ConfigError(
+        fmt::format("train pretrain: {} sets stage: sft ({})", args.config, rc.keys.origin("stage").str()),
+        "supervised fine-tuning runs as `primus train posttrain --config ...`");
   if (args.dry_run) {
     const int nproc = planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size);
     // In this order: the layout's errors (with the world that fits) come from layout_report, before the
@@ -221,39 +225,63 @@ int run_pretrain_command(const PretrainArgs& given) {
   return run_pretrain(rc.train, config::resolved_yaml(rc));
 }
 
-// `train posttrain`: Primus's SFT / alignment entry. Everything that can be checked without a post-training
-// implementation is (the experiment's structure, presets, ${VAR}s, every key's name and type); then the
-// command refuses, exit 2.
-int run_posttrain_command(const PretrainArgs& args) {
-  if (args.config.empty())
+// `train posttrain`: Primus's SFT entry (stage: sft; docs/posttrain.md). The experiment's post_trainer module
+// (or, as Primus allows, its pre_trainer module) with stage: sft trains on chat-formatted JSONL data, the
+// loss on the responses only, usually from a Hugging Face or Primus checkpoint (finetune: true, load: DIR).
+int run_posttrain_command(const PretrainArgs& given) {
+  if (given.config.empty())
     throw ConfigError("train posttrain: --config FILE is required (the Primus experiment YAML)",
                       "primus train posttrain --config EXPERIMENT.yaml [--dry-run] [key=value ...]");
+  PretrainArgs args = given;
+  std::vector<std::string> from_files;
+  for (const std::string& f : args.overrides_files)
+    for (std::string& t : overrides_from_file(f)) from_files.push_back(std::move(t));
+  args.overrides.insert(args.overrides.begin(), from_files.begin(), from_files.end());
   check_mistyped_options(args.overrides);
   config::ResolveOptions options;
   options.cli_overrides = args.overrides;
   options.module_name = "post_trainer";
+  config::ResolvedConfig rc;
   try {
-    config::load_config(args.config, options);
-  } catch (const config::NotSupportedError&) {
-    // SFT settings (stage: sft, LoRA, ...) are refused below as one feature.
+    rc = config::load_config(args.config, options);
   } catch (const ConfigError& e) {
     // Primus lets `train posttrain` use a pre_trainer module when there is no post_trainer one.
     if (std::string(e.what()).find("no module 'post_trainer'") == std::string::npos) throw;
     options.module_name = "pre_trainer";
-    try {
-      config::load_config(args.config, options);
-    } catch (const config::NotSupportedError&) {
+    rc = config::load_config(args.config, options);
+  }
+  if (!rc.train.sft.enabled)
+    throw ConfigError(fmt::format("train posttrain: {} trains stage '{}'; post-training needs stage: sft",
+                                  args.config, "pretrain"),
+                      "set stage: sft with sft_dataset_name (Primus's sft_trainer.yaml does), or run `primus "
+                      "train pretrain`");
+  if (!args.resume.empty()) {
+    if (args.resume == "auto") {
+      if (rc.train.checkpoint.save.empty())
+        throw ConfigError("--resume auto needs a save directory (save: or checkpoint.enable: true)");
+      rc.train.checkpoint.auto_continue_train = true;
+    } else {
+      rc.train.checkpoint.load = args.resume;
     }
   }
-  throw config::NotSupportedError(
-      fmt::format("{}: not supported yet: post-training (train posttrain)", args.config),
-      "Primus-C++ pretrains only; SFT and alignment come with the post-training issue");
+  if (args.dry_run) {
+    std::string report = config::dry_run_report(rc);
+    report += parallel::layout_report(rc, static_cast<int>(rc.world_size), static_cast<int>(rc.world_size));
+    report += memory_section(rc, static_cast<int>(rc.world_size), static_cast<int>(rc.world_size));
+    std::fwrite(report.data(), 1, report.size(), stdout);
+    return 0;
+  }
+  for (const std::string& w : rc.warnings) log::warn("config: {}", w);
+  warn_if_projected_oom(rc);
+  for (const auto& [name, value] : rc.info.env) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
+  return run_pretrain(rc.train, config::resolved_yaml(rc));
 }
 
 }  // namespace
 
 void attach_train(CLI::App& root, CliContext& ctx) {
-  CLI::App* train = root.add_subcommand("train", "Train a model (pretrain; posttrain is not supported yet)");
+  CLI::App* train =
+      root.add_subcommand("train", "Train a model (pretrain, or posttrain: supervised fine-tuning)");
   train->require_subcommand(1);
 
   auto args = std::make_shared<PretrainArgs>();
@@ -291,14 +319,17 @@ void attach_train(CLI::App& root, CliContext& ctx) {
   });
 
   auto post_args = std::make_shared<PretrainArgs>();
-  CLI::App* posttrain =
-      train->add_subcommand("posttrain",
-                            "Post-training (SFT, alignment) from a Primus experiment file: not "
-                            "supported yet (checks the file, then exits 2)");
+  CLI::App* posttrain = train->add_subcommand(
+      "posttrain",
+      "Supervised fine-tuning (stage: sft) from a Primus experiment file: chat-formatted JSONL "
+      "data, loss on the responses, packed or padded rows (docs/posttrain.md)");
   posttrain->add_option("--config,--exp", post_args->config, "Experiment YAML (Primus format)");
-  posttrain->add_flag("--dry-run", post_args->dry_run, "Accepted; the command refuses either way");
+  posttrain->add_flag("--dry-run", post_args->dry_run,
+                      "Print the resolved configuration and the plan; touch no GPU");
   posttrain->add_option("--backend_path", post_args->backend_path,
                         "Accepted for Primus compatibility; no effect");
+  posttrain->add_option("--resume", post_args->resume, "auto, or a checkpoint / HF directory to load");
+  posttrain->add_option("--overrides", post_args->overrides_files, "A YAML file of key: value overrides");
   posttrain->allow_extras();
   posttrain->callback([posttrain, post_args, &ctx] {
     post_args->overrides = posttrain->remaining();

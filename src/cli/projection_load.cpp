@@ -39,7 +39,7 @@ config::ResolvedConfig load_for_projection(const std::string& path, const std::v
   config::ResolvedConfig rc;
   try {
     rc = config::load_config(path, options);
-  } catch (const config::NotSupportedError& e) {
+  } catch (const ConfigError& e) {
     // A post-training experiment (module post_trainer only) plans the same way.
     if (std::string(e.what()).find("defines module post_trainer") == std::string::npos) throw;
     options.module_name = "post_trainer";

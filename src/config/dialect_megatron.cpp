@@ -137,6 +137,7 @@ void map_megatron(ResolvedConfig& rc) {
   m.init_method_std = k.f("init_method_std");
   map_megatron_moe(rc);
   map_megatron_mla(rc);
+  map_megatron_sft(rc);
   m.family = family_of(m);
 
   // Sequence and positions.

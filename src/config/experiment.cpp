@@ -213,10 +213,11 @@ ResolvedTree resolve_experiment(const std::string& path, const ResolveOptions& o
   if (const Value* modules = experiment.find("modules");
       modules != nullptr && modules->is_map() && modules->find(options.module_name) == nullptr &&
       options.module_name == "pre_trainer" && modules->find("post_trainer") != nullptr)
-    throw NotSupportedError(
-        fmt::format("{}: not supported yet: post-training (the experiment defines module post_trainer; "
-                    "Primus runs it with `train posttrain`)",
-                    modules->find("post_trainer")->origin().str()));
+    throw ConfigError(
+        fmt::format("{}: the experiment defines module post_trainer (supervised fine-tuning), which "
+                    "runs with `primus train posttrain`",
+                    modules->find("post_trainer")->origin().str()),
+        "primus train posttrain --config EXPERIMENT.yaml");
   // The backend decides which keys an experiment may hold (a megatron_bridge experiment has a top-level
   // `peft:`, a maxdiffusion module a `maxdiffusion_entrypoint:`), so a backend we do not have is refused
   // before any key is judged; a malformed file falls through to the checks below.

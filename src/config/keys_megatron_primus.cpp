@@ -94,15 +94,17 @@ void add_megatron_primus_keys(KeyTable& t) {
 
 void add_megatron_sft_keys(KeyTable& t) {
   t.group("post-training");
-  t.add(unsup("stage", kS, "null", "training stage: pretrain (or null) | sft", null_or({"pretrain"}),
-              "null or pretrain (SFT is `train posttrain`, a later issue)"));
+  t.add(impl("stage", kS, "null", "training stage: pretrain (or null) | sft (`train posttrain`)"));
+  t.add(impl("sft_dataset_name", kS, "null",
+             "SFT data: a JSONL file, a directory of *.jsonl, or a comma list"));
+  t.add(impl("sft_conversation_format", kS, "null",
+             "SFT record format: alpaca | messages (openai, chatml) | prompt_response | null (per record)"));
+  t.add(impl("sft_dataset_split", kS, "train", "a dataset directory's <split>.jsonl"));
+  t.add(impl("enable_packed_sequences", kB, "false", "pack short samples into rows (first-fit-decreasing)"));
+  t.add(impl("use_packed_attention", kB, "false",
+             "packed samples do not attend to each other and restart their positions"));
   add_all(t, kWhySft,
-          {{"sft_dataset_name", kS, "null", "SFT dataset"},
-           {"sft_conversation_format", kS, "null", "SFT conversation format"},
-           {"sft_dataset_split", kS, "train", "SFT dataset split"},
-           {"enable_packed_sequences", kB, "false", "pack short samples"},
-           {"use_packed_attention", kB, "false", "varlen attention inside packs"},
-           {"enable_odc_lb_mini", kB, "false", "ODC sequence-length load balancing"},
+          {{"enable_odc_lb_mini", kB, "false", "ODC sequence-length load balancing"},
            {"lb_mini_max_token_len", kI, "0", "LB-Mini token cap"},
            {"lb_mini_cost_model", kS, "linear", "LB-Mini cost model"},
            {"sft_bridge_compat_inline_bos", kB, "false", "Megatron-Bridge packing parity"},

@@ -45,6 +45,7 @@ ResolvedConfig load_config(const std::string& experiment_path, const ResolveOpti
 void map_megatron(ResolvedConfig& rc);
 void map_megatron_moe(ResolvedConfig& rc);  // called by map_megatron
 void map_megatron_mla(ResolvedConfig& rc);  // called by map_megatron: MLA, YaRN, MTP
+void map_megatron_sft(ResolvedConfig& rc);  // called by map_megatron: stage: sft and its data keys
 void map_torchtitan(ResolvedConfig& rc);
 void validate_config(ResolvedConfig& rc);
 

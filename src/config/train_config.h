@@ -241,6 +241,22 @@ struct Fp8Config {
   std::string source;                    // the keys that turned it on (for messages)
 };
 
+// Supervised fine-tuning (`primus train posttrain`, Primus's `stage: sft`; docs/posttrain.md): JSONL samples
+// rendered through the model's chat template, the loss on the responses only.
+struct SftConfig {
+  bool enabled = false;  // stage: sft
+  // sft_dataset_name: local JSONL files or directories of them, resolved when training starts (a directory's
+  // <split>.jsonl, else its *.jsonl; its validation.jsonl / valid.jsonl gives the validation loss)
+  std::vector<std::string> data;
+  std::string split = "train";  // sft_dataset_split
+  std::string format;           // sft_conversation_format: "" (per record) | alpaca | messages | prompt_response
+  bool pack = false;            // enable_packed_sequences: several samples per row (first-fit-decreasing)
+  // use_packed_attention: the samples of a row do not see each other and their positions restart
+  bool packed_attention = false;
+  // Rows carry per-token positions and sample starts the model must use.
+  bool isolated_rows() const { return enabled && pack && packed_attention; }
+};
+
 struct RunInfo {
   std::string work_group = "amd";
   std::string user_name = "root";
@@ -269,6 +285,7 @@ struct TrainConfig {
   int64_t seed = 1234;
   bool bf16 = true;  // GPU compute precision; the CPU backend always computes in f32
   Fp8Config fp8;
+  SftConfig sft;
   std::string device = "auto";   // auto | cpu | cuda  (primus extension key `device`)
   std::string gemm_tuning_file;  // GEMM tuning cache (kernel issue)
   // deterministic_mode (Megatron) / debug.deterministic (TorchTitan): bitwise reproducible GPU runs.

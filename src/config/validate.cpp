@@ -88,6 +88,24 @@ void validate_config(ResolvedConfig& rc) {
         "use DDP (use_distributed_optimizer: false), or set moe_router_enable_expert_bias: false and balance "
         "with moe_aux_loss_coeff");
 
+  // Packed SFT rows with isolated samples: the positions and sample starts reach the decoder's RoPE and
+  // attention; the context-parallel chunking, the pipeline's micro-batch hand-over, MLA's fused RoPE and the
+  // MTP's shifted tokens do not carry them yet.
+  if (t.sft.isolated_rows() && !rc.planning) {
+    const char* what = p.context_parallel_size > 1          ? "context parallelism"
+                       : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
+                       : t.model.mla.enabled                ? "multi-latent attention"
+                       : t.model.mtp_num_layers > 0         ? "multi-token prediction"
+                                                            : nullptr;
+    if (what)
+      throw NotSupportedError(
+          fmt::format("{}: not supported yet: packed attention (use_packed_attention) with {}",
+                      rc.keys.origin("use_packed_attention").str(), what),
+          "set use_packed_attention: false (samples of a row then see each other, as Primus's default "
+          "packing) "
+          "or enable_packed_sequences: false (one sample per row)");
+  }
+
   // Learning-rate schedule.
   if (t.optim.lr < t.optim.min_lr)
     bad.add(fmt::format("{} is below {} (rule: lr >= min_lr >= 0)", cite("lr", t.optim.lr),

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "core/error.h"
 #include "data/megatron_data.h"
+#include "data/sft_dataset.h"
 
 namespace primus {
 
@@ -17,6 +21,20 @@ Batch make_batch(const TokenDataset& ds, int64_t first_sample, int64_t batch_siz
   std::vector<int32_t> buf(static_cast<size_t>(t + 1));
   int32_t* tok = b.tokens.data<int32_t>();
   int32_t* tgt = b.targets.data<int32_t>();
+  // SFT rows carry their own targets (-1 off the responses and across samples), positions and sample starts.
+  Tensor pos = Tensor::empty({batch_size, t}, DType::kI32), seg = Tensor::empty({batch_size, t}, DType::kI32);
+  if (batch_size > 0 && ds.fill_row(first_sample, tok, tgt, pos.data<int32_t>(), seg.data<int32_t>())) {
+    for (int64_t i = 0; i < batch_size; ++i) {
+      if (i > 0)
+        PRIMUS_CHECK(ds.fill_row(first_sample + i, tok + i * t, tgt + i * t, pos.data<int32_t>() + i * t,
+                                 seg.data<int32_t>() + i * t),
+                     "dataset {} gave rows, then a plain sample", ds.describe());
+      for (int64_t j = 0; j < t; ++j) b.valid_tokens += tgt[i * t + j] >= 0 ? 1 : 0;
+    }
+    b.positions = std::move(pos);
+    b.seg_starts = std::move(seg);
+    return b;
+  }
   for (int64_t i = 0; i < batch_size; ++i) {
     ds.sample(first_sample + i, buf.data());
     for (int64_t j = 0; j < t; ++j) {
@@ -101,9 +119,99 @@ TokenizerSpec tokenizer_spec(const TrainConfig& cfg) {
   return t;
 }
 
+namespace {
+
+struct SftFiles {
+  std::vector<std::string> train, valid;
+};
+
+// sft_dataset_name's entries as files: a file as it is; a directory's <split>.jsonl (else every *.jsonl in
+// it) and its validation.jsonl / valid.jsonl for the validation loss.
+SftFiles resolve_sft_files(const SftConfig& sft) {
+  namespace fs = std::filesystem;
+  SftFiles out;
+  for (const std::string& item : sft.data) {
+    std::error_code ec;
+    if (fs::is_directory(item, ec)) {
+      const fs::path split_file = fs::path(item) / (sft.split + ".jsonl");
+      std::string valid;
+      for (const char* v : {"validation.jsonl", "valid.jsonl"})
+        if (valid.empty() && fs::exists(fs::path(item) / v, ec) && fs::path(item) / v != split_file)
+          valid = (fs::path(item) / v).string();
+      if (!valid.empty()) out.valid.push_back(valid);
+      if (fs::exists(split_file, ec)) {
+        out.train.push_back(split_file.string());
+        continue;
+      }
+      std::vector<std::string> files;
+      for (const auto& e : fs::directory_iterator(item, ec))
+        if (e.path().extension() == ".jsonl" && e.path().string() != valid)
+          files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+      if (files.empty())
+        throw ConfigError(fmt::format("sft_dataset_name: the directory {} has no *.jsonl files", item));
+      out.train.insert(out.train.end(), files.begin(), files.end());
+    } else if (fs::exists(item, ec)) {
+      out.train.push_back(item);
+    } else {
+      const bool hub = item.find('/') != std::string::npos && item.find('.') == std::string::npos &&
+                       item.front() != '/' && item.front() != '.';
+      throw ConfigError(
+          fmt::format("sft_dataset_name '{}' is not a local file or directory", item),
+          hub ? "it looks like a Hugging Face hub name: download the dataset as JSONL (e.g. with "
+                "`datasets`' to_json) and give its path; `primus data sft-wordnet` writes a local "
+                "corpus"
+              : "give the path of a JSONL file or a directory of *.jsonl files");
+    }
+  }
+  return out;
+}
+
+// Supervised fine-tuning: chat-formatted JSONL rendered with the tokenizer's chat template into rows
+// (data/sft_dataset.h); validation from the dataset directory's validation file when there is one.
+DataSources build_sft_sources(const TrainConfig& cfg, std::unique_ptr<Tokenizer> tokenizer) {
+  DataSources src;
+  src.tokenizer = std::move(tokenizer);
+  src.eod_id = src.tokenizer->eod_id();
+  data::SftDatasetOptions o;
+  o.seq_length = cfg.data.seq_length;
+  o.pack = cfg.sft.pack;
+  o.seed = static_cast<uint64_t>(cfg.seed);
+  o.format = data::parse_sft_format(cfg.sft.format.empty() ? "auto" : cfg.sft.format);
+  o.tokenizer = src.tokenizer.get();
+  o.tokenizer_model = cfg.data.tokenizer_model;
+  const SftFiles files = resolve_sft_files(cfg.sft);
+  o.paths = files.train;
+  auto train = std::make_shared<data::SftDataset>(o);
+  src.train = train;
+  src.summary = fmt::format("{} ({}; {})", train->describe(), src.tokenizer->name(),
+                            !cfg.sft.pack              ? "one sample per row"
+                            : cfg.sft.packed_attention ? "samples isolated in their rows"
+                                                       : "samples of a row see each other");
+  if (files.valid.empty()) src.summary += "; no validation file";
+  if (!files.valid.empty()) {
+    o.paths = files.valid;
+    o.name = "validation";
+    src.valid = std::make_shared<data::SftDataset>(o);
+  }
+  return src;
+}
+
+}  // namespace
+
 DataSources build_data_sources(const TrainConfig& cfg) {
   DataSources src;
   const int64_t seq = cfg.data.seq_length;
+  if (cfg.sft.enabled) {
+    auto tok = make_tokenizer(tokenizer_spec(cfg));
+    const int64_t model_vocab =
+        cfg.model.padded_vocab_size > 0 ? cfg.model.padded_vocab_size : cfg.model.vocab_size;
+    if (model_vocab > 0 && tok->vocab_size() > model_vocab)
+      throw ConfigError(
+          fmt::format("vocab_size: the model has {} embedding rows but the tokenizer ({}) has {} ids",
+                      model_vocab, tok->name(), tok->vocab_size()));
+    return build_sft_sources(cfg, std::move(tok));
+  }
   if (cfg.data.mock_data) {
     // Mock data needs no tokenizer (Megatron's needs one only for its vocabulary size, which the config has).
     const int64_t vocab = cfg.model.vocab_size;

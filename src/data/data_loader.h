@@ -19,6 +19,9 @@ namespace primus {
 struct Batch {
   Tensor tokens;   // i32 [B, T] on the host
   Tensor targets;  // i32 [B, T]; -1 where the loss does not count
+  // Packed SFT rows (TokenDataset::fill_row): i32 [B, T] RoPE positions and sample starts; undefined for
+  // plain samples.
+  Tensor positions, seg_starts;
   int64_t valid_tokens = 0;
   int64_t first_sample = 0;
 };

@@ -82,6 +82,7 @@ static ops::AttentionShape attention_shape(const ModelSpec& spec, const StepCont
   s.head_dim = spec.head_dim;
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec.head_dim)));
   s.causal = true;
+  s.seg_starts = ctx.seg_starts;
   return s;
 }
 
@@ -98,7 +99,7 @@ void DecoderLayer::rope(const StepContext& ctx, const Tensor& qkv, bool inverse)
   if (!ctx.cp) {
     Tensor x = qkv.view({ctx.batch, ctx.seq, W});
     ops::rope_apply(x, ctx.batch, ctx.seq, total_heads, rotated, spec_.head_dim, *ctx.rope_table,
-                    ctx.pos_offset, inverse, ctx.stream);
+                    ctx.pos_offset, ctx.positions, inverse, ctx.stream);
     return;
   }
   // Each chunk at its place in the whole sequence.

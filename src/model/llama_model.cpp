@@ -94,6 +94,8 @@ StepContext LlamaModel::context(const Tensor& tokens) const {
   ctx.batch = tokens.size(0);
   ctx.seq = tokens.size(1);
   ctx.rope_table = &rope_table_;
+  if (packed_positions_.defined()) ctx.positions = &packed_positions_;
+  if (packed_seg_starts_.defined()) ctx.seg_starts = &packed_seg_starts_;
   ctx.hooks = hooks_;
   ctx.tp = tp_;
   ctx.cp = cp_;

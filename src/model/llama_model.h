@@ -41,6 +41,13 @@ class LlamaModel {
   // which waits for the device).
   // origin: where the micro-batch comes from (keys data-dependent randomness: forced MoE balancing's random
   // router logits; step_context.h).
+  // Packed SFT rows (data/sft_dataset.h): the positions and sample starts (i32 [B, T] on the model's device)
+  // of the micro-batch the next forward_backward / forward_loss runs; undefined tensors = plain causal rows.
+  // Kept until replaced. Refused with context or pipeline parallelism and MLA / MTP (checked by the trainer).
+  void set_packing(Tensor positions, Tensor seg_starts) {
+    packed_positions_ = std::move(positions);
+    packed_seg_starts_ = std::move(seg_starts);
+  }
   Tensor forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
                           float aux_grad_scale = 0.0f, const Tensor* host_targets = nullptr,
                           const BatchOrigin& origin = {});
@@ -132,6 +139,7 @@ class LlamaModel {
   Stream stream_;
   DType act_dtype_;
   Tensor rope_table_;
+  Tensor packed_positions_, packed_seg_starts_;        // set_packing
   std::vector<std::unique_ptr<DecoderLayer>> layers_;  // null: a layer another pipeline stage holds
   std::vector<RecomputeMode> recompute_;
   std::vector<std::unique_ptr<MtpDepth>> mtp_;

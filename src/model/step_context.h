@@ -38,6 +38,11 @@ struct StepContext {
   int64_t batch = 1;
   int64_t seq = 1;
   int64_t pos_offset = 0;  // first position of this sequence shard (context parallelism later)
+  // Packed SFT rows (data/sft_dataset.h; nullptr = plain causal rows): i32 [B, T] on the device. positions:
+  // each token's RoPE position (restarting at 0 per sample); seg_starts: the first token of each token's
+  // sample, which attention does not look before (ops::AttentionShape::seg_starts).
+  const Tensor* positions = nullptr;
+  const Tensor* seg_starts = nullptr;
   const Tensor* rope_table = nullptr;
   // d(step loss)/d(a router balancing loss of this micro-batch): Megatron adds each micro-batch's aux and z
   // losses to its loss, and the step averages micro-batches, so 1 / micro-batches.

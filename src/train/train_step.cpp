@@ -68,6 +68,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   struct Prepared {
     Batch b;
     Tensor tokens, targets;
+    Tensor positions, seg_starts;  // packed SFT rows with isolated samples (undefined otherwise)
     float scale = 1.0f;
   };
   auto prepare = [&](int64_t a, int d) {
@@ -97,6 +98,10 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     }
     p.tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     p.targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
+    if (cfg_.sft.isolated_rows() && b.positions.defined()) {
+      p.positions = stream_.device.is_cpu() ? b.positions : b.positions.to(stream_);
+      p.seg_starts = stream_.device.is_cpu() ? b.seg_starts : b.seg_starts.to(stream_);
+    }
     valid[k] = b.valid_tokens;
     return p;
   };
@@ -109,6 +114,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     PRIMUS_TRACE_RANGE("forward_backward");
     // One process: the overlapped update's background sums the last micro-batch's gradient squares.
     if (overlap_ && !dp_ && a == A - 1) overlap_->arm_norm();
+    model_->set_packing(p.positions, p.seg_starts);
     loss_t[k] = model_->forward_backward(p.tokens, p.targets, p.scale, 1.0f / static_cast<float>(A * D),
                                          &p.b.targets, origin(p.b));
     note_mtp();

@@ -105,7 +105,8 @@ TEST(ConfigCliDryRun, OurExamplesAndQuickstartPlan) {
       files.push_back(e.path().string());
   for (const std::string& f : files) {
     SCOPED_TRACE(f);
-    CliResult r = run_primus({"train", "pretrain", "--config", f, "--dry-run"});
+    const bool sft = slurp(f).find("  post_trainer:") != std::string::npos;
+    CliResult r = run_primus({"train", sft ? "posttrain" : "pretrain", "--config", f, "--dry-run"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("== Plan =="), std::string::npos);
   }

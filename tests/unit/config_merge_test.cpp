@@ -150,7 +150,8 @@ TEST(ConfigMerge, ExperimentStructureErrors) {
   // An experiment with only a post_trainer is an SFT run (Primus: `train posttrain`).
   EXPECT_NE(
       resolve_text(head + "modules:\n  post_trainer:\n    framework: megatron\n    config: trainer.yaml\n")
-          .find("not supported yet: post-training"),
+          .find("defines module post_trainer (supervised fine-tuning), which runs with `primus train "
+                "posttrain`"),
       std::string::npos);
   std::string missing_model =
       resolve_text(head +
