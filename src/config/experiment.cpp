@@ -1,4 +1,5 @@
 #include "config/experiment.h"
+#include "config/key_decl.h"
 
 #include <fmt/format.h>
 
@@ -222,6 +223,18 @@ ResolvedTree resolve_experiment(const std::string& path, const ResolveOptions& o
   // `peft:`, a maxdiffusion module a `maxdiffusion_entrypoint:`), so a backend we do not have is refused
   // before any key is judged; a malformed file falls through to the checks below.
   refuse_other_backend(experiment, options.module_name);
+  // A module key at the top level (an experiment that `extends:` another and sets lora: or lr: beside it) is
+  // read by nobody, Primus included: say where it belongs instead of only "unknown key".
+  for (const auto& [key, value] : experiment.entries()) {
+    if (std::find(kExperimentKeys.begin(), kExperimentKeys.end(), key) != kExperimentKeys.end()) continue;
+    if (megatron_keys().find(key) != nullptr || torchtitan_keys().find(key) != nullptr)
+      throw ConfigError(
+          fmt::format(
+              "{}: '{}' is a module key at the experiment's top level, where nothing reads it (Primus "
+              "ignores it there too)",
+              value.origin().str(), key),
+          fmt::format("move it under modules.{}.overrides", options.module_name));
+  }
   reject_unknown(experiment, kExperimentKeys, "the experiment file");
 
   const std::string where = "the experiment file";

@@ -49,6 +49,8 @@ constexpr KnownVocab kKnown[] = {
     {"qwen3", 151936},        // Qwen3: HF config vocab_size
     {"deepseek-v2", 102400},  // DeepSeek-V2 / V2-Lite: HF config vocab_size
     {"deepseek-v3", 129280},  // DeepSeek-V3: HF config vocab_size
+    {"deepseek-r1-distill-qwen", 151936},   // DeepSeek-R1-Distill-Qwen-*: HF config vocab_size
+    {"deepseek-r1-distill-llama", 128256},  // DeepSeek-R1-Distill-Llama-*: the Llama 3 vocabulary
     {"gpt2", 50257},
 };
 

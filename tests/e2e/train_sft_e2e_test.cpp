@@ -40,12 +40,15 @@ void write_jsonl(const std::string& path, int n, int seed) {
   }
 }
 
-std::string sft_experiment(const std::string& dir, const std::string& extra) {
+std::string sft_experiment(const std::string& dir, const std::string& extra,
+                           const std::string& model = "micro_llama.yaml") {
   const std::string path = dir + "/sft.yaml";
   std::ofstream(path)
       << "work_group: amd\nuser_name: ${PRIMUS_USER:root}\nexp_name: ${PRIMUS_EXP_NAME:sft}\n"
          "workspace: ${PRIMUS_WORKSPACE:./output}\nmodules:\n  post_trainer:\n"
-         "    framework: megatron\n    config: sft_trainer.yaml\n    model: micro_llama.yaml\n"
+         "    framework: megatron\n    config: sft_trainer.yaml\n    model: "
+      << model
+      << "\n"
          "    overrides:\n      device: cpu\n      load: null\n"
          "      sft_dataset_name: "
       << dir
@@ -65,8 +68,9 @@ struct Sft : ::testing::Test {
     write_jsonl(s.dir + "/data/train.jsonl", 400, 1);
     write_jsonl(s.dir + "/data/validation.jsonl", 40, 2);
   }
-  CliResult posttrain(const std::string& name, const std::string& extra, std::vector<std::string> args = {}) {
-    std::vector<std::string> a = {"train", "posttrain", "--config", sft_experiment(s.dir, extra)};
+  CliResult posttrain(const std::string& name, const std::string& extra, std::vector<std::string> args = {},
+                      const std::string& model = "micro_llama.yaml") {
+    std::vector<std::string> a = {"train", "posttrain", "--config", sft_experiment(s.dir, extra, model)};
     a.insert(a.end(), args.begin(), args.end());
     return run_primus(a, env_for(s.dir, name));
   }
@@ -111,6 +115,35 @@ TEST_F(Sft, PackedRunResumesBitExact) {
     EXPECT_EQ(runs.straight[i]["loss"].get<double>(), runs.split[i]["loss"].get<double>());
     EXPECT_EQ(runs.straight[i]["grad_norm"].get<double>(), runs.split[i]["grad_norm"].get<double>());
   }
+}
+
+// Full fine-tuning of an MoE family through the same data path (the experts do not see positions).
+TEST_F(Sft, MoeModelFineTunes) {
+  CliResult r = posttrain("moe", "      enable_packed_sequences: true\n      use_packed_attention: true\n",
+                          {"--train_iters", "12"}, "micro_mixtral.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const auto st = steps("moe");
+  ASSERT_EQ(st.size(), 12u);
+  EXPECT_LT(st.back()["loss"].get<double>(), 0.8 * st.front()["loss"].get<double>());
+  EXPECT_TRUE(st.back().contains("moe_aux_loss")) << st.back().dump();
+}
+
+// Fine-tuning starts from a Hugging Face directory: a run's checkpoint exported with `convert primus-to-hf`
+// loads (finetune: weights only, iteration 0) and starts where that run ended, well below a fresh model.
+TEST_F(Sft, FineTunesFromAHuggingFaceDirectory) {
+  const std::string packed = "      enable_packed_sequences: true\n      use_packed_attention: true\n";
+  CliResult first = posttrain("base", packed, {"--save", s.dir + "/base-ckpt", "--train_iters", "20"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  CliResult conv = run_primus(
+      {"convert", "primus-to-hf", "-i", s.dir + "/base-ckpt", "-o", s.dir + "/hf", "--dtype", "float32"});
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  CliResult tuned = posttrain("tuned", packed, {"--load", s.dir + "/hf", "--train_iters", "3", "--lr_warmup_iters", "0"});
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err << tuned.out;
+  const auto base = steps("base"), again = steps("tuned");
+  ASSERT_EQ(again.size(), 3u);
+  EXPECT_EQ(again.front()["step"].get<int>(), 1);
+  // Starting from the trained weights: the first loss is near where the base run ended, far below its start.
+  EXPECT_LT(again.front()["loss"].get<double>(), 0.8 * base.front()["loss"].get<double>());
 }
 
 TEST_F(Sft, WrongStageDataOrFeatureIsRefusedNamingTheKey) {
