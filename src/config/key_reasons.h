@@ -45,7 +45,10 @@ inline constexpr const char* kWhyOtherModel =
     "decoder-only GPT pretraining";
 inline constexpr const char* kWhyInference = "applies to Megatron inference/serving, not to training";
 inline constexpr const char* kWhyRL = "applies to RL post-training (GRPO), not to pretraining";
-inline constexpr const char* kWhySft = "applies to SFT / post-training (`train posttrain`, a later issue)";
+inline constexpr const char* kWhySft =
+    "a Primus SFT variant switch (ODC sequence-length balancing, Megatron-Bridge packing parity, "
+    "NaN-gradient "
+    "zeroing) that `train posttrain` does not implement";
 inline constexpr const char* kWhyCkptImpl =
     "checkpoint storage/layout detail; Primus-C++ has one checkpoint format (the checkpoint issue)";
 inline constexpr const char* kWhyDeprecated = "deprecated in Megatron-LM and ignored there too";
@@ -63,7 +66,7 @@ inline constexpr const char* kWhyInfo = "descriptive value; recorded in the run 
 inline constexpr const char* kWhyData =
     "data-loader implementation detail of Megatron/PyTorch; our loader reads the same samples";
 inline constexpr const char* kWhyLoRA =
-    "LoRA settings; used only when lora.enabled (post-training, a later issue)";
+    "LoRA settings; used only when lora.enabled (LoRA is not supported yet)";
 inline constexpr const char* kWhyQuantConverter =
     "used only by the float8/mx model converters (model.converters), which are not supported yet";
 inline constexpr const char* kWhyHybrid =
