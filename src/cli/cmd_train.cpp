@@ -156,12 +156,49 @@ void warn_if_projected_oom(const config::ResolvedConfig& rc) {
   }
 }
 
-int run_pretrain_command(const PretrainArgs& given) {
+// The arguments with --overrides files' tokens placed before the command line's (which win).
+PretrainArgs with_override_files(const PretrainArgs& given) {
   PretrainArgs args = given;
   std::vector<std::string> from_files;
   for (const std::string& f : args.overrides_files)
     for (std::string& t : overrides_from_file(f)) from_files.push_back(std::move(t));
   args.overrides.insert(args.overrides.begin(), from_files.begin(), from_files.end());
+  return args;
+}
+
+// --resume works in both dialects: it sets the typed config directly (docs/checkpoints.md).
+void apply_resume(config::ResolvedConfig& rc, const std::string& resume) {
+  if (resume == "auto") {
+    if (rc.train.checkpoint.save.empty())
+      throw ConfigError("--resume auto needs a save directory (save: or checkpoint.enable: true)");
+    rc.train.checkpoint.auto_continue_train = true;
+  } else if (!resume.empty()) {
+    rc.train.checkpoint.load = resume;
+  }
+}
+
+// What both commands do once the config is loaded: the dry-run report (for `nproc` processes per node), or
+// the run.
+int report_or_train(const config::ResolvedConfig& rc, bool dry_run, int nproc) {
+  if (dry_run) {
+    // In this order: the layout's errors (with the world that fits) come from layout_report, before the
+    // memory projection builds the same layout.
+    std::string report = config::dry_run_report(rc);
+    report += fp8_report(rc.train);
+    report += parallel::layout_report(rc, static_cast<int>(rc.world_size), nproc);
+    report += memory_section(rc, static_cast<int>(rc.world_size), nproc);
+    std::fwrite(report.data(), 1, report.size(), stdout);
+    return 0;
+  }
+  for (const std::string& w : rc.warnings) log::warn("config: {}", w);
+  warn_if_projected_oom(rc);
+  // The experiment's `env:` (Primus exports it for the backend); a variable set by the caller wins.
+  for (const auto& [name, value] : rc.info.env) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
+  return run_pretrain(rc.train, config::resolved_yaml(rc));
+}
+
+int run_pretrain_command(const PretrainArgs& given) {
+  const PretrainArgs args = with_override_files(given);
   if (args.config.empty()) {
     std::string hint = "primus train pretrain --config EXPERIMENT.yaml [--dry-run] [key=value ...]";
     for (const std::string& o : args.overrides) {
@@ -195,34 +232,13 @@ int run_pretrain_command(const PretrainArgs& given) {
     rc.warnings.push_back(
         fmt::format("--backend_path {} has no effect: Primus-C++ has no Python backend", args.backend_path));
 
-  // --resume works in both dialects: it sets the typed config directly (docs/checkpoints.md).
-  if (args.resume == "auto") {
-    if (rc.train.checkpoint.save.empty())
-      throw ConfigError("--resume auto needs a save directory (save: or checkpoint.enable: true)");
-    rc.train.checkpoint.auto_continue_train = true;
-  } else if (!args.resume.empty()) {
-    rc.train.checkpoint.load = args.resume;
-  }
+  apply_resume(rc, args.resume);
   if (rc.train.sft.enabled)
     throw ConfigError(
         fmt::format("train pretrain: {} sets stage: sft ({})", args.config, rc.keys.origin("stage").str()),
         "supervised fine-tuning runs as `primus train posttrain --config ...`");
-  if (args.dry_run) {
-    const int nproc = planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size);
-    // In this order: the layout's errors (with the world that fits) come from layout_report, before the
-    // memory projection builds the same layout.
-    std::string report = config::dry_run_report(rc);
-    report += fp8_report(rc.train);
-    report += parallel::layout_report(rc, static_cast<int>(rc.world_size), nproc);
-    report += memory_section(rc, static_cast<int>(rc.world_size), nproc);
-    std::fwrite(report.data(), 1, report.size(), stdout);
-    return 0;
-  }
-  for (const std::string& w : rc.warnings) log::warn("config: {}", w);
-  warn_if_projected_oom(rc);
-  // The experiment's `env:` (Primus exports it for the backend); a variable set by the caller wins.
-  for (const auto& [name, value] : rc.info.env) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
-  return run_pretrain(rc.train, config::resolved_yaml(rc));
+  return report_or_train(rc, args.dry_run,
+                         planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size));
 }
 
 // `train posttrain`: Primus's SFT entry (stage: sft; docs/posttrain.md). The experiment's post_trainer module
@@ -232,11 +248,7 @@ int run_posttrain_command(const PretrainArgs& given) {
   if (given.config.empty())
     throw ConfigError("train posttrain: --config FILE is required (the Primus experiment YAML)",
                       "primus train posttrain --config EXPERIMENT.yaml [--dry-run] [key=value ...]");
-  PretrainArgs args = given;
-  std::vector<std::string> from_files;
-  for (const std::string& f : args.overrides_files)
-    for (std::string& t : overrides_from_file(f)) from_files.push_back(std::move(t));
-  args.overrides.insert(args.overrides.begin(), from_files.begin(), from_files.end());
+  const PretrainArgs args = with_override_files(given);
   check_mistyped_options(args.overrides);
   config::ResolveOptions options;
   options.cli_overrides = args.overrides;
@@ -255,26 +267,8 @@ int run_posttrain_command(const PretrainArgs& given) {
                                   args.config, "pretrain"),
                       "set stage: sft with sft_dataset_name (Primus's sft_trainer.yaml does), or run `primus "
                       "train pretrain`");
-  if (!args.resume.empty()) {
-    if (args.resume == "auto") {
-      if (rc.train.checkpoint.save.empty())
-        throw ConfigError("--resume auto needs a save directory (save: or checkpoint.enable: true)");
-      rc.train.checkpoint.auto_continue_train = true;
-    } else {
-      rc.train.checkpoint.load = args.resume;
-    }
-  }
-  if (args.dry_run) {
-    std::string report = config::dry_run_report(rc);
-    report += parallel::layout_report(rc, static_cast<int>(rc.world_size), static_cast<int>(rc.world_size));
-    report += memory_section(rc, static_cast<int>(rc.world_size), static_cast<int>(rc.world_size));
-    std::fwrite(report.data(), 1, report.size(), stdout);
-    return 0;
-  }
-  for (const std::string& w : rc.warnings) log::warn("config: {}", w);
-  warn_if_projected_oom(rc);
-  for (const auto& [name, value] : rc.info.env) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
-  return run_pretrain(rc.train, config::resolved_yaml(rc));
+  apply_resume(rc, args.resume);
+  return report_or_train(rc, args.dry_run, static_cast<int>(rc.world_size));
 }
 
 }  // namespace
