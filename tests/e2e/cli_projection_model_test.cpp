@@ -264,6 +264,9 @@ TEST_F(ProjectionModelCli, BadInputNamesWhatIsWrong) {
   CliResult heads = run_primus({"projection", "memory", "--config", cfg, "tensor_model_parallel_size=3"});
   EXPECT_EQ(heads.exit_code, 2);
   EXPECT_HAS(heads.err, "tensor_model_parallel_size");
+  CliResult dims = run_primus({"projection", "memory", "--config", cfg, "hidden_size=null"});
+  EXPECT_EQ(dims.exit_code, 2);
+  EXPECT_HAS(dims.err, "hidden_size");
   CliResult big = run_primus({"projection", "memory", "--config", cfg, "--gpu-memory-gb", "16"});
   EXPECT_EQ(big.exit_code, 3);
   EXPECT_HAS(big.out, "DOES NOT FIT");
