@@ -273,6 +273,12 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
 int run_gemm_dense_bench(const GemmDenseOptions&) {
   throw Error(ErrorKind::kRuntime, "benchmark gemm-dense needs a CUDA build (PRIMUS_CUDA=ON) and a GPU");
 }
+double time_bf16_gemm_ms(int64_t, int64_t, int64_t, double, int) {
+  throw Error(ErrorKind::kRuntime, "timing a GEMM needs a CUDA build (PRIMUS_CUDA=ON) and a GPU");
+}
+std::string gpu_device_name(int) {
+  throw Error(ErrorKind::kRuntime, "this build has no CUDA backend (PRIMUS_CUDA=ON) to name a GPU");
+}
 #endif
 
 }  // namespace primus::bench

@@ -102,6 +102,12 @@ void validate_gemm_bench_options(const GemmBenchOptions& opt);
 // True for --dtype fp8 (fp8 / e4m3 / fp8e4m3).
 bool gemm_bench_is_fp8(const GemmBenchOptions& opt);
 int run_gemm_bench(const GemmBenchOptions& opt);
+// One bf16 GEMM c[M, N] = a[M, K] b[N, K]^T (the projections' layout) timed as `benchmark gemm` times it
+// (training's cuBLASLt path, L2-cold rotating operands, sustained for `seconds`): the median in milliseconds.
+// For `primus projection calibrate`. Throws a runtime Error without a CUDA build or GPU.
+double time_bf16_gemm_ms(int64_t m, int64_t n, int64_t k, double seconds, int device);
+// The CUDA device's name ("NVIDIA H100 80GB HBM3"); throws without a CUDA build or GPU.
+std::string gpu_device_name(int device);
 int run_gemm_dense_bench(const GemmDenseOptions& opt);
 
 }  // namespace primus::bench

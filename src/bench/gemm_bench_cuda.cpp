@@ -231,6 +231,17 @@ int run_fp8_gemm_bench(const GemmBenchOptions& opt) {
 
 }  // namespace
 
+double time_bf16_gemm_ms(int64_t m, int64_t n, int64_t k, double seconds, int device) {
+  const Stream s = bench_stream(device);
+  const GemmKey key{m, n, k, false, true, DType::kBF16, DType::kBF16, DType::kBF16, "none"};
+  return time_shape("calibrate", key, GemmCMode::kNone, 1, seconds, TuneOptions{}, s).median_ms;
+}
+
+std::string gpu_device_name(int device) {
+  PRIMUS_CHECK(cuda_available(), "no GPU is visible");
+  return lt::gpu_name(device);
+}
+
 int run_gemm_bench(const GemmBenchOptions& opt) {
   validate_gemm_bench_options(opt);
   if (gemm_bench_is_fp8(opt)) return run_fp8_gemm_bench(opt);

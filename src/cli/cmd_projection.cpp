@@ -6,6 +6,7 @@
 //   memory       per-rank peak memory (cli/cmd_projection_memory.cpp)
 //   performance  step time, tokens/s and MFU from an op-level model (cli/cmd_projection_performance.cpp)
 //   plan         every layout of a world, ranked; the best as overrides (cli/cmd_projection_plan.cpp)
+//   calibrate    the step's GEMMs and attention timed on this GPU, cached (cli/cmd_projection_calibrate.cpp)
 #include <fmt/format.h>
 
 #include <fmt/ranges.h>
@@ -146,6 +147,7 @@ void attach_projection(CLI::App& root, CliContext& ctx) {
   attach_memory(*projection, ctx);
   attach_performance(*projection, ctx);
   attach_plan(*projection, ctx);
+  attach_calibrate(*projection, ctx);
 }
 
 }  // namespace primus::cli

@@ -16,8 +16,10 @@ namespace primus::cli {
 namespace {
 
 const std::vector<std::string> kMemoryOptions = {
-    "--config",        "--exp",     "--nnodes", "--nproc-per-node", "--target-nodes", "--gpu",
-    "--gpu-memory-gb", "--backend", "--json",   "--output",         "--help"};
+    "--config",        "--exp",         "--nnodes",         "--nproc-per-node",
+    "--target-nodes",  "--calibration", "--no-calibration", "--gpu",
+    "--gpu-memory-gb", "--backend",     "--json",           "--output",
+    "--help"};
 
 int run_memory(ModelProjectionArgs args) {
   check_mistyped_options(args.overrides, kMemoryOptions, "memory");

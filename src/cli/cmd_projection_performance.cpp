@@ -13,15 +13,27 @@
 namespace primus::cli {
 namespace {
 
-const std::vector<std::string> kPerformanceOptions = {
-    "--config", "--exp",           "--nnodes",  "--nproc-per-node",  "--target-nodes",
-    "--gpu",    "--gpu-memory-gb", "--backend", "--intra-node-gbps", "--inter-node-gbps",
-    "--json",   "--output",        "--help"};
+const std::vector<std::string> kPerformanceOptions = {"--config",
+                                                      "--exp",
+                                                      "--nnodes",
+                                                      "--nproc-per-node",
+                                                      "--target-nodes",
+                                                      "--calibration",
+                                                      "--no-calibration",
+                                                      "--gpu",
+                                                      "--gpu-memory-gb",
+                                                      "--backend",
+                                                      "--intra-node-gbps",
+                                                      "--inter-node-gbps",
+                                                      "--json",
+                                                      "--output",
+                                                      "--help"};
 
 int run_performance(ModelProjectionArgs args) {
   check_mistyped_options(args.overrides, kPerformanceOptions, "performance");
   const ProjectionContext pc = projection_context(args, "performance");
-  const projection::PerformanceProjection p = projection::project_performance(pc.setup, pc.gpu, pc.links);
+  const projection::PerformanceProjection p =
+      projection::project_performance(pc.setup, pc.gpu, pc.links, pc.cal());
   const std::string out = args.json ? projection::performance_json(p, pc.setup) + "\n"
                                     : projection::performance_text(p, pc.setup, pc.title);
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -22,9 +22,22 @@ struct PlanArgs : ModelProjectionArgs {
   std::string html;  // --html PAGE (--output is the overrides file here)
 };
 
-const std::vector<std::string> kPlanOptions = {
-    "--config", "--exp",    "--nnodes", "--nproc-per-node",  "--target-nodes",    "--gpu",  "--gpu-memory-gb",
-    "--top",    "--output", "--json",   "--intra-node-gbps", "--inter-node-gbps", "--html", "--help"};
+const std::vector<std::string> kPlanOptions = {"--config",
+                                               "--exp",
+                                               "--nnodes",
+                                               "--nproc-per-node",
+                                               "--target-nodes",
+                                               "--calibration",
+                                               "--no-calibration",
+                                               "--gpu",
+                                               "--gpu-memory-gb",
+                                               "--top",
+                                               "--output",
+                                               "--json",
+                                               "--intra-node-gbps",
+                                               "--inter-node-gbps",
+                                               "--html",
+                                               "--help"};
 
 std::string row(int i, const projection::PlanCandidate& c) {
   const auto& p = c.perf;
@@ -55,7 +68,7 @@ int run_plan(PlanArgs args) {
   };
   const projection::PlanResult r = projection::plan_layouts(
       pc.rc, loader, {.world = world, .nproc_per_node = args.nproc_per_node, .top = args.top}, pc.gpu,
-      pc.links);
+      pc.links, pc.cal());
   if (args.json) {
     nlohmann::ordered_json j;
     j["world_size"] = world;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "cli/projection_load.h"
@@ -27,6 +28,9 @@ void add_model_projection_options(CLI::App& app, ModelProjectionArgs& args) {
   app.add_option("--inter-node-gbps", args.inter_node_gbps,
                  "GB/s per GPU per direction between nodes (InfiniBand / RoCE)")
       ->capture_default_str();
+  app.add_option("--calibration", args.calibration,
+                 "Measured op times (`projection calibrate`); default: the cache file of --gpu when present");
+  app.add_flag("--no-calibration", args.no_calibration, "Ignore measured op times: the roofline only");
   app.add_flag("--json", args.json, "Print JSON instead of the table");
   app.add_option("--output,-o", args.output, "Also write an HTML page with stacked bar charts");
   app.allow_extras();
@@ -70,6 +74,13 @@ ProjectionContext projection_context(const ModelProjectionArgs& given, const std
                                   args.intra_node_gbps, args.inter_node_gbps));
   pc.links.intra_node_gbps = args.intra_node_gbps;
   pc.links.inter_node_gbps = args.inter_node_gbps;
+  if (!args.no_calibration) {
+    const std::string path =
+        args.calibration.empty() ? projection::calibration_path(pc.gpu.name) : args.calibration;
+    std::error_code ec;
+    if (!args.calibration.empty() || std::filesystem::exists(path, ec))
+      pc.calibration = projection::read_calibration(path);  // an explicit file must exist
+  }
   pc.title = fmt::format("{} projection: {} ({})", command, pc.rc.info.exp_name, pc.rc.info.path);
   return pc;
 }

@@ -3,6 +3,7 @@
 // the backend they plan for.
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,9 @@ struct ModelProjectionArgs {
   bool json = false;
   double intra_node_gbps = 0;  // 0: the GPU's NVLink
   double inter_node_gbps = 50;
-  std::string output;  // HTML page
+  std::string calibration;      // --calibration FILE (else the cache file of --gpu when it exists)
+  bool no_calibration = false;  // --no-calibration: the roofline only
+  std::string output;           // HTML page
   std::vector<std::string> overrides;
 };
 void add_model_projection_options(CLI::App& app, ModelProjectionArgs& args);
@@ -33,6 +36,8 @@ struct ProjectionContext {
   projection::Setup setup;
   projection::GpuSpec gpu;
   projection::Links links;
+  std::optional<projection::Calibration> calibration;  // measured op times for this GPU, when present
+  const projection::Calibration* cal() const { return calibration ? &*calibration : nullptr; }
   std::string title;
 };
 // Loads the config for the world, picks the GPU, builds the setup. ConfigError for bad input, before any
@@ -43,5 +48,6 @@ void write_file(const std::string& path, const std::string& text);
 void attach_memory(CLI::App& projection, CliContext& ctx);
 void attach_performance(CLI::App& projection, CliContext& ctx);
 void attach_plan(CLI::App& projection, CliContext& ctx);
+void attach_calibrate(CLI::App& projection, CliContext& ctx);
 
 }  // namespace primus::cli

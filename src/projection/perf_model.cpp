@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <tuple>
 
 #include "config/plan.h"
 #include "core/error.h"
@@ -89,11 +91,24 @@ double gemm_seconds(const GpuSpec& gpu, double m, double n, double k, bool fp8) 
   return std::max({compute, bytes / (gpu.stream_tbps * 1e12), kKernelFloor});
 }
 
-PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, const Links& links) {
+PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, const Links& links,
+                                          const Calibration* calibration, OpShapes* shapes) {
   if (!s.gpu)
     throw ConfigError("projection performance models GPUs; --backend cpu projects memory only",
                       "leave --backend at gpu (and pick the GPU with --gpu)");
   PerformanceProjection out;
+  // A bf16 GEMM's time: measured when the calibration holds the shape, else the roofline.
+  auto gemm_time = [&](double M, double N, double K, bool use_fp8) {
+    const GemmShape shape{std::llround(M), std::llround(N), std::llround(K)};
+    if (!use_fp8 && shapes) shapes->gemms.insert(shape);
+    if (!use_fp8 && calibration)
+      if (std::optional<double> t = calibration->gemm(shape.m, shape.n, shape.k)) {
+        ++out.measured_ops;
+        return *t;
+      }
+    ++out.modelled_ops;
+    return gemm_seconds(gpu, M, N, K, use_fp8);
+  };
   const ModelConfig& m = s.train.model;
   const config::ParamCounts pc = config::count_parameters(m);
   const double e = s.train.bf16 ? 2.0 : 4.0;
@@ -129,8 +144,8 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
     double F = 0, B = 0;
     auto gemm3 = [&](const char* name, double M, double N, double K, bool use_fp8, bool recompute) {
       // forward, then dgrad [M,N]x[N,K] and wgrad [N,M]x[M,K] in backward
-      const double tf = gemm_seconds(gpu, M, N, K, use_fp8);
-      const double tb = gemm_seconds(gpu, M, K, N, use_fp8) + gemm_seconds(gpu, N, K, M, use_fp8);
+      const double tf = gemm_time(M, N, K, use_fp8);
+      const double tb = gemm_time(M, K, N, use_fp8) + gemm_time(N, K, M, use_fp8);
       F += tf;
       B += tb + (recompute ? tf : 0);
       a.add(name, "compute", tf * (recompute ? 2 : 1) + tb, 6 * M * N * K + (recompute ? 2 * M * N * K : 0));
@@ -182,8 +197,18 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
         gemm3("attention projections", n, q + 2 * kv, h, lfp8, full);
         gemm3("attention projections", n, h, q, lfp8, full);
         const double aflops = 2 * mbs * H * seq * seq * hd / cp;
-        const double tf = aflops / (gemm_ceiling * attn_share(hd, false)),
-                     tb = 2.5 * aflops / (gemm_ceiling * attn_share(hd, true));
+        double tf = aflops / (gemm_ceiling * attn_share(hd, false)),
+               tb = 2.5 * aflops / (gemm_ceiling * attn_share(hd, true));
+        if (cpi == 1) {  // context-parallel blocks run other shapes: the roofline there
+          const AttentionShapeKey key{std::llround(mbs), std::llround(H), std::llround(KV), std::llround(seq),
+                                      std::llround(hd)};
+          if (shapes) shapes->attention.insert(key);
+          if (calibration)
+            if (auto t = calibration->attention(key)) {
+              std::tie(tf, tb) = *t;
+              ++out.measured_ops;
+            }
+        }
         F += tf;
         B += tb + (full ? tf : 0);
         a.add("attention", "compute", tf * (full ? 2 : 1) + tb, 3.5 * aflops + (full ? aflops : 0));
@@ -384,6 +409,11 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
       "links: {:.0f} GB/s per GPU inside a node, {:.0f} GB/s between nodes, {:.0f}% reached by collectives",
       links.intra_node_gbps > 0 ? links.intra_node_gbps : gpu.nvlink_gbps, links.inter_node_gbps,
       links.efficiency * 100));
+  if (calibration)
+    out.assumptions.push_back(fmt::format(
+        "{} of {} GEMM / attention time lookups measured on {} ({}, {}); the rest from the roofline",
+        out.measured_ops, out.measured_ops + out.modelled_ops, calibration->device, calibration->source,
+        calibration->date));
   out.assumptions.push_back(
       "TP / CP / EP collectives exposed (no overlap with GEMMs); data-parallel ones overlapped "
       "with the backward when overlap_grad_reduce is on");

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <set>
+
+#include "projection/calibration.h"
 #include "projection/gpu_catalog.h"
 #include "projection/setup.h"
 
@@ -49,10 +52,22 @@ struct PerformanceProjection {
   double comm_in_compute_s = 0;  // TP / CP / EP collectives, exposed inside the micro-batches
   std::vector<RankTime> ranks;
   int slowest_rank = 0;
+  int measured_ops = 0,
+      modelled_ops = 0;  // GEMM / attention calls timed by a calibration, or by the roofline
   std::vector<std::string> assumptions;
 };
 
-PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, const Links& links);
+// The bf16 GEMM and attention shapes a step runs (what `projection calibrate` times).
+struct OpShapes {
+  std::set<GemmShape> gemms;
+  std::set<AttentionShapeKey> attention;
+};
+
+// `calibration`: measured times used instead of the roofline for the shapes it holds (null: roofline only);
+// `shapes`: when given, filled with the step's shapes.
+PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, const Links& links,
+                                          const Calibration* calibration = nullptr,
+                                          OpShapes* shapes = nullptr);
 
 // GEMM time on the GPU for [M, K] x [K, N] in bf16 (fp8 when `fp8`): the ceiling scaled by the wave
 // quantisation of 128 x 256 output tiles over the SMs, or the bytes at the streaming ceiling when larger.

@@ -79,7 +79,8 @@ void note_reason(PlanResult& r, const std::string& why) {
 }  // namespace
 
 PlanResult plan_layouts(const config::ResolvedConfig& base, const PlanLoader& load,
-                        const PlanOptions& options, const GpuSpec& gpu, const Links& links) {
+                        const PlanOptions& options, const GpuSpec& gpu, const Links& links,
+                        const Calibration* calibration) {
   PlanResult result;
   const TrainConfig& t = base.train;
   const ModelConfig& m = t.model;
@@ -156,7 +157,7 @@ PlanResult plan_layouts(const config::ResolvedConfig& base, const PlanLoader& lo
                     ++result.too_big;
                     continue;
                   }
-                  cand.perf = project_performance(cand.setup, gpu, links);
+                  cand.perf = project_performance(cand.setup, gpu, links, calibration);
                   cand.overrides = structure;
                   for (const auto& kv : keys.step(mbs, rg)) cand.overrides.push_back(kv);
                   cand.label = fmt::format("tp {} pp {}{} cp {}{} dp {} {} | mbs {} | {}", tp, pp,

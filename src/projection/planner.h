@@ -46,7 +46,8 @@ struct PlanResult {
 using PlanLoader = std::function<config::ResolvedConfig(const std::vector<std::string>& tokens)>;
 
 PlanResult plan_layouts(const config::ResolvedConfig& base, const PlanLoader& load,
-                        const PlanOptions& options, const GpuSpec& gpu, const Links& links);
+                        const PlanOptions& options, const GpuSpec& gpu, const Links& links,
+                        const Calibration* calibration = nullptr);
 
 // The overrides as a flat `key: value` YAML file that `train pretrain --overrides FILE` reads.
 std::string overrides_yaml(const PlanCandidate& c, const std::string& header);

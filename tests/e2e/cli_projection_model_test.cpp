@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -124,7 +125,8 @@ TEST(ProjectionModel, StepTimeWithinFifteenPercentOfMeasured) {
        0.0616},
   };
   for (const Measured& c : cases) {
-    const nlohmann::json j = projection_json("performance", c.args);
+    // The roofline alone (a calibration cache on this machine would replace some op times).
+    const nlohmann::json j = projection_json("performance", with(c.args, {"--no-calibration"}));
     const double s = j["step_time_s"].get<double>();
     EXPECT_NEAR(s / c.value, 1.0, 0.15) << c.what << ": projected " << s << " s, measured " << c.value;
     EXPECT_GT(j["tokens_per_s_per_gpu"].get<double>(), 0);
@@ -168,7 +170,8 @@ TEST(ProjectionModel, PlanPicksWithinFivePercentOfTheFastestMeasured) {
         {"4/full", 604.0}}},
   };
   for (const Grid& g : grids) {
-    std::vector<std::string> args = {"--config", g.config, "--nnodes", "1", "--nproc-per-node", "1"};
+    std::vector<std::string> args = {"--config",         g.config, "--nnodes",        "1",
+                                     "--nproc-per-node", "1",      "--no-calibration"};
     args.insert(args.end(), g.args.begin(), g.args.end());
     const nlohmann::json j = projection_json("plan", args);
     const auto& o = j["top"][0]["overrides"];
@@ -242,6 +245,43 @@ TEST_F(ProjectionModelCli, PlanWritesOverridesThatTrainPretrainTakes) {
               j["top"][i]["tokens_per_s_per_gpu"].get<double>());
   for (const auto& t : j["top"]) EXPECT_LT(t["peak_bytes"].get<double>(), 85e9);
   EXPECT_GT(j["too_big"].get<int>(), 0);  // the config's own layout (DDP, no recompute) does not fit 80 GB
+}
+
+// Measured op times (`projection calibrate`'s cache for the GPU) replace the roofline for the shapes they
+// hold; calibrating needs a GPU and says so.
+TEST_F(ProjectionModelCli, CalibrationReplacesTheRooflineForItsShapes) {
+  const std::string cache = (dir_ / "cache").string();
+  fs::create_directories(cache);
+  {
+    std::ofstream f(cache + "/H100-SXM.json");
+    f << R"({"gpu": "H100-SXM", "device": "test GPU", "date": "2026-11-27",
+             "gemm": [{"m": 8192, "n": 6144, "k": 4096, "seconds": 0.05}],
+             "attention": [{"batch": 1, "heads": 32, "kv_heads": 8, "seq": 8192, "head_dim": 128,
+                            "forward_s": 0.01, "backward_s": 0.02}]})";
+  }
+  const std::string cfg = bench("llama3-8B-4L");
+  CliResult roof = run_primus({"projection", "performance", "--config", cfg, "--json", "--no-calibration"},
+                              {{"PRIMUS_PROJECTION_CACHE", cache}});
+  CliResult cal =
+      run_primus({"projection", "performance", "--config", cfg}, {{"PRIMUS_PROJECTION_CACHE", cache}});
+  CliResult calj = run_primus({"projection", "performance", "--config", cfg, "--json"},
+                              {{"PRIMUS_PROJECTION_CACHE", cache}});
+  ASSERT_EQ(roof.exit_code, 0) << roof.err;
+  ASSERT_EQ(cal.exit_code, 0) << cal.err;
+  EXPECT_HAS(cal.out, "measured on test GPU");
+  // 4 layers x (the qkv forward GEMM at 50 ms + attention at 30 ms) instead of ~1.5 + 4 ms each
+  const double a = nlohmann::json::parse(roof.out)["step_time_s"].get<double>();
+  const double b = nlohmann::json::parse(calj.out)["step_time_s"].get<double>();
+  EXPECT_GT(b - a, 0.25) << a << " -> " << b;
+  CliResult bad =
+      run_primus({"projection", "performance", "--config", cfg, "--calibration", cache + "/none.json"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_HAS(bad.err, "none.json: cannot read it");
+#ifndef PRIMUS_WITH_CUDA
+  CliResult nogpu = run_primus({"projection", "calibrate", "--config", cfg});
+  EXPECT_EQ(nogpu.exit_code, 2);
+  EXPECT_HAS(nogpu.err, "none is visible");
+#endif
 }
 
 TEST_F(ProjectionModelCli, BadInputNamesWhatIsWrong) {
