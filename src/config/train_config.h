@@ -249,8 +249,8 @@ struct SftConfig {
   // <split>.jsonl, else its *.jsonl; its validation.jsonl / valid.jsonl gives the validation loss)
   std::vector<std::string> data;
   std::string split = "train";  // sft_dataset_split
-  std::string format;           // sft_conversation_format: "" (per record) | alpaca | messages | prompt_response
-  bool pack = false;            // enable_packed_sequences: several samples per row (first-fit-decreasing)
+  std::string format;  // sft_conversation_format: "" (per record) | alpaca | messages | prompt_response
+  bool pack = false;   // enable_packed_sequences: several samples per row (first-fit-decreasing)
   // use_packed_attention: the samples of a row do not see each other and their positions restart
   bool packed_attention = false;
   // Rows carry per-token positions and sample starts the model must use.

@@ -137,7 +137,8 @@ TEST_F(Sft, FineTunesFromAHuggingFaceDirectory) {
   CliResult conv = run_primus(
       {"convert", "primus-to-hf", "-i", s.dir + "/base-ckpt", "-o", s.dir + "/hf", "--dtype", "float32"});
   ASSERT_EQ(conv.exit_code, 0) << conv.err;
-  CliResult tuned = posttrain("tuned", packed, {"--load", s.dir + "/hf", "--train_iters", "3", "--lr_warmup_iters", "0"});
+  CliResult tuned =
+      posttrain("tuned", packed, {"--load", s.dir + "/hf", "--train_iters", "3", "--lr_warmup_iters", "0"});
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err << tuned.out;
   const auto base = steps("base"), again = steps("tuned");
   ASSERT_EQ(again.size(), 3u);

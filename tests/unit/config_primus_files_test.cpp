@@ -4,6 +4,9 @@
 // Our own presets all load.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <filesystem>
 #include <set>
 
@@ -212,10 +215,22 @@ TEST(ConfigPrimusExamples, EveryPrimusModelPresetLoadsWithoutUnknownKeys) {
     EXPECT_EQ(load_pair("torchtitan", "pre_trainer.yaml", model), "") << model;
 }
 
-TEST(ConfigPrimusExamples, SftModulePresetLoadsUpToItsStage) {
-  std::string error = load_pair("megatron", "sft_trainer.yaml", "llama3.1_8B.yaml");
-  EXPECT_NE(error.find("not supported yet: stage=sft"), std::string::npos) << error;
-  EXPECT_EQ(error.find("unknown key"), std::string::npos) << error;
+// Primus's SFT module preset loads as an SFT run: stage sft, its hub dataset name kept for the start of
+// training (which refuses a name that is no local file), packing off, its LoRA block off.
+TEST(ConfigPrimusExamples, SftModulePresetLoadsAsSft) {
+  EXPECT_EQ(load_pair("megatron", "sft_trainer.yaml", "llama3.1_8B.yaml"), "");
+  testing::TempDir dir;
+  std::string exp = dir.write("exp.yaml",
+                              "work_group: g\nuser_name: u\nexp_name: e\nworkspace: w\nmodules:\n"
+                              "  post_trainer:\n    framework: megatron\n    config: sft_trainer.yaml\n"
+                              "    model: llama3.1_8B.yaml\n");
+  ResolveOptions o = primus_options();
+  o.module_name = "post_trainer";
+  const ResolvedConfig rc = load_config(exp, o);
+  EXPECT_TRUE(rc.train.sft.enabled);
+  EXPECT_EQ(rc.train.sft.data, std::vector<std::string>{"tatsu-lab/alpaca"});
+  EXPECT_EQ(rc.train.sft.format, "alpaca");
+  EXPECT_FALSE(rc.train.sft.pack);
 }
 
 TEST(ConfigProjectPresets, EveryModelPresetLoadsWithOurModulePreset) {
@@ -250,6 +265,10 @@ TEST(ConfigProjectPresets, ExamplesAndQuickstartLoad) {
   for (const std::string& f : files) {
     SCOPED_TRACE(f);
     ResolveOptions of = o;
+    // SFT examples define a post_trainer module (`train posttrain`).
+    std::ifstream in(f);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("  post_trainer:") != std::string::npos) of.module_name = "post_trainer";
 #ifndef PRIMUS_WITH_CUDA
     // The GPU benchmark examples pin `device: cuda`, which a CPU-only build rightly refuses: check the rest
     // of their configuration with the CPU device.
