@@ -141,46 +141,7 @@ double saved_for_mode(const LayerBytes& b, Mode mode) {
   return b.saved_none;
 }
 
-struct ParamSplit {
-  double dense = 0;          // parameters on this rank outside the routed experts (/ TP)
-  double expert = 0;         // routed-expert parameters on this rank (/ EP x TP)
-  double largest_layer = 0;  // the largest layer's parameters on this rank (FSDP gathers one at a time)
-};
-
-ParamSplit params_of(const Setup& s, const RankPlan& r) {
-  const ModelConfig& m = s.train.model;
-  const config::ParamCounts c = config::count_parameters(m);
-  const double tp = s.tp(), ep = s.ep();
-  ParamSplit p;
-  auto add_layer = [&](bool moe) {
-    double dense, expert = 0;
-    if (!m.moe.enabled()) {
-      dense = static_cast<double>(c.per_layer);
-    } else if (moe) {
-      expert = static_cast<double>(m.moe.num_experts) * static_cast<double>(c.moe_expert);
-      dense = static_cast<double>(c.per_layer) - expert;
-    } else {
-      dense = static_cast<double>(c.per_dense_layer);
-    }
-    p.dense += dense / tp;
-    p.expert += expert / (ep * tp);
-    p.largest_layer = std::max(p.largest_layer, dense / tp + expert / (ep * tp));
-  };
-  for (int layer : r.layers) add_layer(m.moe.enabled() && m.moe.is_moe_layer(layer));
-  for (int i = 0; i < r.mtp_layers; ++i) {
-    p.dense += static_cast<double>(c.per_mtp_depth) / tp;  // its MLP kind counted as dense: approximation
-  }
-  if (r.embedding) p.dense += static_cast<double>(c.embedding) / tp;
-  if (r.loss) p.dense += static_cast<double>(c.lm_head + c.final_norm) / tp;
-  return p;
-}
-
 }  // namespace
-
-double layer_saved_bytes(const Setup& s, int layer, bool moe) {
-  const Dims d = dims_of(s);
-  return saved_for_mode(layer_bytes(s, d, moe), mode_of_layer(s, layer));
-}
 
 MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
   MemoryProjection out;
@@ -191,10 +152,9 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
   const bool fsdp = sh == parallel::Sharding::kOptimGradsParams;
   const bool zero1 = sh == parallel::Sharding::kOptim || sh == parallel::Sharding::kOptimGrads;
   const auto& dims = s.layout.dims;
-  const double dp = dims.dp(), cp = dims.cp(), ep = dims.ep();
-  const double dense_shards = fsdp ? dims.dp_shard() * cp : zero1 ? dp * cp : 1;
-  const double edp = dp * cp / ep;
-  const double expert_shards = zero1 ? edp : fsdp ? edp / dims.dp_replicate() : 1;
+  const double dp = dims.dp();
+  const StateShards shards = state_shards(s);
+  const double dense_shards = shards.dense, expert_shards = shards.expert;
   const bool remainders =
       use_master_remainders(s.gpu, bf16 ? DType::kBF16 : DType::kF32, DType::kF32, zero1 || fsdp);
   // bytes per parameter of each piece of state (core/master_split.h, train/optimizer.h)
@@ -214,7 +174,7 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
     RankMemory rm;
     rm.pp_rank = r.pp_rank;
     rm.holds = r.holds;
-    const ParamSplit p = params_of(s, r);
+    const RankParams p = rank_parameters(s, r);
     auto sharded = [&](double bytes_per_param, bool is_sharded) {
       return (p.dense * bytes_per_param) / (is_sharded ? dense_shards : 1) +
              (p.expert * bytes_per_param) / (is_sharded ? expert_shards : 1);
@@ -261,7 +221,6 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
       layer_peak = std::max(layer_peak, extra[i] - after);
       after += kept[i];
     }
-    if (r.embedding && s.pp() == 1 && r.layers.empty()) saved += d.n * d.hs * d.e;
     const std::string mode_name =
         s.train.recompute.granularity.empty() ? "no recompute" : s.train.recompute.granularity + " recompute";
     rm.items.push_back(

@@ -48,7 +48,4 @@ struct MemoryProjection {
 
 MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu);
 
-// Bytes that one layer saves per micro-batch on one rank (exposed for the performance model and tests).
-double layer_saved_bytes(const Setup& s, int layer, bool moe);
-
 }  // namespace primus::projection

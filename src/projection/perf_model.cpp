@@ -316,23 +316,8 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
   const int dpr = dims.dp() * cpi;
   const double edp = static_cast<double>(dims.dp() * cpi) / ep;
   const double bw_dp = group_bw(s, gpu, links, tpi, dpr);
-  // parameters of the slowest rank, dense and expert
-  double p_dense = 0, p_expert = 0;
-  {
-    const RankPlan& r = s.ranks[slowest];
-    for (int l : r.layers) {
-      if (m.moe.enabled() && m.moe.is_moe_layer(l)) {
-        const double ex = static_cast<double>(m.moe.num_experts) * static_cast<double>(pc.moe_expert);
-        p_expert += ex / (ep * tp);
-        p_dense += (static_cast<double>(pc.per_layer) - ex) / tp;
-      } else {
-        p_dense += static_cast<double>(m.moe.enabled() ? pc.per_dense_layer : pc.per_layer) / tp;
-      }
-    }
-    if (r.embedding) p_dense += static_cast<double>(pc.embedding) / tp;
-    if (r.loss) p_dense += static_cast<double>(pc.lm_head) / tp;
-    p_dense += r.mtp_layers * static_cast<double>(pc.per_mtp_depth) / tp;
-  }
+  const RankParams params = rank_parameters(s, s.ranks[slowest]);
+  const double p_dense = params.dense, p_expert = params.expert;
   const double gbytes = s.train.parallel.grad_reduce_in_bf16 ? 2 : 4;
   double dp_comm = 0, hidden_under = 0;
   if (dpr > 1 || edp > 1) {
@@ -371,9 +356,8 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
   // Optimizer: the gradient norm and AdamW stream their state; one GPU and DDP run the update under the next
   // step's forward (train/overlapped_update.h), which hides the part the forward's own traffic leaves room
   // for.
-  const double shards = fsdp ? dims.dp_shard() * cpi : zero1 ? dpr : 1;
-  const double eshards = zero1 ? edp : fsdp ? edp / dims.dp_replicate() : 1;
-  const double local = p_dense / shards + p_expert / eshards;
+  const StateShards shards = state_shards(s);
+  const double local = p_dense / shards.dense + p_expert / shards.expert;
   const bool remainders = !(zero1 || fsdp);
   const double adam = local * (remainders ? 28.0 : 30.0) / stream;
   const double norm = local * 4 / stream;

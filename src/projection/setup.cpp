@@ -6,6 +6,7 @@
 
 #include "config/plan.h"
 #include "core/error.h"
+#include "parallel/data_parallel.h"
 #include "parallel/pipeline_sim.h"
 
 namespace primus::projection {
@@ -68,6 +69,47 @@ void fill_pipeline(Setup& s, const parallel::PipelinePlanInput& in) {
 }
 
 }  // namespace
+
+RankParams rank_parameters(const Setup& s, const RankPlan& r) {
+  const ModelConfig& m = s.train.model;
+  const config::ParamCounts c = config::count_parameters(m);
+  const double tp = s.tp(), ep = s.ep();
+  RankParams p;
+  auto add_layer = [&](bool moe) {
+    double dense, expert = 0;
+    if (!m.moe.enabled()) {
+      dense = static_cast<double>(c.per_layer);
+    } else if (moe) {
+      expert = static_cast<double>(m.moe.num_experts) * static_cast<double>(c.moe_expert);
+      dense = static_cast<double>(c.per_layer) - expert;
+    } else {
+      dense = static_cast<double>(c.per_dense_layer);
+    }
+    p.dense += dense / tp;
+    p.expert += expert / (ep * tp);
+    p.largest_layer = std::max(p.largest_layer, dense / tp + expert / (ep * tp));
+  };
+  for (int layer : r.layers) add_layer(m.moe.enabled() && m.moe.is_moe_layer(layer));
+  for (int i = 0; i < r.mtp_layers; ++i) {
+    p.dense += static_cast<double>(c.per_mtp_depth) / tp;  // its MLP kind counted as dense: approximation
+  }
+  if (r.embedding) p.dense += static_cast<double>(c.embedding) / tp;
+  if (r.loss) p.dense += static_cast<double>(c.lm_head + c.final_norm) / tp;
+  return p;
+}
+
+StateShards state_shards(const Setup& s) {
+  const auto& d = s.layout.dims;
+  DpConfig c;
+  c.sharding = s.layout.sharding;
+  c.dp = d.dp();
+  c.dp_replicate = d.dp_replicate();
+  c.dp_shard = d.dp_shard();
+  c.ep = d.ep();
+  c.edp = d.edp();
+  c.cp = d.cp();
+  return {static_cast<double>(c.shard_ranks()), static_cast<double>(c.expert_shard_ranks())};
+}
 
 Setup make_setup(const config::ResolvedConfig& rc, int world, int nproc_per_node, bool gpu) {
   Setup s;

@@ -49,6 +49,22 @@ struct Setup {
   int64_t tokens_per_rank() const;
 };
 
+// The parameters one pipeline rank holds, outside and inside the routed experts (TP-split; experts also over
+// EP), and its largest layer's (what FSDP gathers at a time). The one count both projections use.
+struct RankParams {
+  double dense = 0;
+  double expert = 0;
+  double largest_layer = 0;
+};
+RankParams rank_parameters(const Setup& s, const RankPlan& r);
+
+// How many ranks the parameter state is sharded over, dense and expert regions: the trainer's own rule
+// (DpConfig::shard_ranks / expert_shard_ranks, parallel/data_parallel.h) for the layout.
+struct StateShards {
+  double dense = 1, expert = 1;
+};
+StateShards state_shards(const Setup& s);
+
 // Throws ConfigError when the layout cannot exist (degrees not dividing the world, heads not divisible by TP,
 // a pipeline split that cannot be made).
 Setup make_setup(const config::ResolvedConfig& rc, int world, int nproc_per_node, bool gpu);
