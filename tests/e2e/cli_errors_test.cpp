@@ -8,29 +8,15 @@
 #include <fstream>
 
 #include "cli_process.h"
+#include "scratch_dir.h"
 
 namespace primus::cli_test {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ConfigCliErrors : public ::testing::Test {
+class ConfigCliErrors : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "primus-cli-errors-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    fs::path p = dir_ / name;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << text;
-    return p.string();
-  }
   // An experiment on our micro model with these override lines.
   std::string experiment(const std::string& overrides, const std::string& model = "micro_llama.yaml") {
     return write("exp.yaml",
@@ -50,7 +36,6 @@ class ConfigCliErrors : public ::testing::Test {
   CliResult refuse_experiment(const std::string& path) {
     return refuse({"train", "pretrain", "--config", path, "--dry-run"});
   }
-  fs::path dir_;
 };
 
 TEST_F(ConfigCliErrors, TypoKeyNamesFileLineColumnAndSuggests) {

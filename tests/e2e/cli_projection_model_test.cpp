@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
+#include "scratch_dir.h"
 
 namespace primus::cli_test {
 namespace {
@@ -184,19 +185,7 @@ TEST(ProjectionModel, PlanPicksWithinFivePercentOfTheFastestMeasured) {
   }
 }
 
-class ProjectionModelCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "primus-cli-projmodel-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-};
+class ProjectionModelCli : public ScratchDirTest {};
 
 TEST_F(ProjectionModelCli, TablesPagesAndPerStageRows) {
   const std::string html = (dir_ / "m.html").string();

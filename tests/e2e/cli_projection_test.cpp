@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cli_process.h"
+#include "scratch_dir.h"
 
 namespace primus::cli_test {
 namespace {
@@ -15,19 +16,9 @@ namespace fs = std::filesystem;
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
-class ProjectionCli : public ::testing::Test {
+class ProjectionCli : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "primus-cli-projection-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string quickstart() const { return project_dir() + "/configs/quickstart.yaml"; }
-  fs::path dir_;
 };
 
 TEST_F(ProjectionCli, PrintsEveryScheduleAndWritesThePage) {

@@ -10,29 +10,15 @@
 #include <sstream>
 
 #include "cli_process.h"
+#include "scratch_dir.h"
 
 namespace primus::cli_test {
 namespace {
 
 namespace fs = std::filesystem;
 
-class SftDataCli : public ::testing::Test {
+class SftDataCli : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "primus-cli-sft-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    fs::path p = dir_ / name;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << text;
-    return p.string();
-  }
   // A WordNet directory with one synset per part of speech.
   std::string wordnet() {
     write(
@@ -49,7 +35,6 @@ class SftDataCli : public ::testing::Test {
     write("wn/data.adv", "00001740 02 r 01 a_cappella 0 000 | without musical accompaniment  \n");
     return (dir_ / "wn").string();
   }
-  fs::path dir_;
 };
 
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
