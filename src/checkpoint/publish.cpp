@@ -182,4 +182,31 @@ PublishStats publish_checkpoint(const Snapshot& snap, const std::string& root, i
   return st;
 }
 
+void publish_new_dir(const std::string& dir, const std::function<void(const std::string&)>& write) {
+  fs::path final_dir = fs::path(dir).lexically_normal();
+  if (final_dir.filename().empty()) final_dir = final_dir.parent_path();  // "out/" -> "out"
+  std::error_code ec;
+  if (fs::exists(final_dir, ec) && !(fs::is_directory(final_dir, ec) && fs::is_empty(final_dir, ec)))
+    throw ConfigError(fmt::format("output {} exists and is not empty", dir),
+                      "choose a new directory (exports never overwrite)");
+  const fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  if (ec)
+    throw Error(ErrorKind::kRuntime, fmt::format("cannot create {}: {}", parent.string(), ec.message()));
+  const std::string tmp =
+      (parent / (".tmp-" + final_dir.filename().string() + "-" + std::to_string(::getpid()))).string();
+  remove_tree(tmp);
+  if (!fs::create_directory(tmp, ec) || ec)
+    throw Error(ErrorKind::kRuntime, fmt::format("cannot create {}: {}", tmp, ec.message()));
+  try {
+    write(tmp);
+    fsync_dir(tmp);
+    rename_path(tmp, final_dir.string());  // rename(2) replaces an empty directory
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
+  fsync_dir(parent.string());
+}
+
 }  // namespace primus::ckpt

@@ -7,6 +7,7 @@
 //      mid-delete never leaves a partial iter_* directory behind).
 // A crash at any point leaves `latest` naming a complete checkpoint (the previous or the new one).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,11 @@ struct PublishStats {
 
 // Publishes `snap` under `root` as described above. keep_latest_k = 0 keeps every checkpoint.
 PublishStats publish_checkpoint(const Snapshot& snap, const std::string& root, int64_t keep_latest_k);
+
+// Makes `dir` (absent or empty, else a ConfigError) appear whole or not at all: `write` fills a hidden
+// sibling <parent>/.tmp-<name>-<pid> (removed if it throws), which is fsynced and renamed to `dir`. For
+// exports (PEFT adapters, merged models) that a reader must never see half written.
+void publish_new_dir(const std::string& dir, const std::function<void(const std::string& staging)>& write);
 
 // Deletes leftovers of crashed saves (.tmp-* and .trash-* entries whose process is gone).
 void clean_stale_entries(const std::string& root);

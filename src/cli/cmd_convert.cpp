@@ -3,12 +3,15 @@
 //   primus convert primus-to-hf --input CHECKPOINT --output HF_DIR [--model-type TYPE]
 //                               [--dtype bfloat16|float16|float32] [--max-shard-size 5GB]
 //                               [--expert-layout per-expert|fused]
+//   primus convert merge-lora --base HF_DIR --adapter PEFT_DIR --output HF_DIR
+//                             [--dtype bfloat16|float16|float32] [--max-shard-size 5GB]
 #include <fmt/format.h>
 
 #include <memory>
 #include <string>
 
 #include "checkpoint/convert.h"
+#include "checkpoint/peft_adapter.h"
 #include "cli/cli_context.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -19,6 +22,7 @@ namespace {
 
 struct ConvertArgs {
   std::string input, output, model_type, dtype, max_shard = "5GB", expert_layout = "per-expert";
+  std::string adapter;  // merge-lora (its base is `input`)
 };
 
 // "5GB", "500MB", "2GiB", "1000000" -> bytes.
@@ -74,10 +78,20 @@ int run_primus_to_hf(const ConvertArgs& a) {
   return 0;
 }
 
+int run_merge_lora(const ConvertArgs& a) {
+  ckpt::MergeLoraReport r =
+      ckpt::merge_lora_into_hf(a.input, a.adapter, a.output, a.dtype, parse_size(a.max_shard));
+  log::info("merged {} into {} -> {} ({}, {}, {} of {} tensors adapted, {:.1f} MB in {:.2f} s)", a.adapter,
+            a.input, r.output, r.model_type, r.dtype, r.merged, r.tensors, static_cast<double>(r.bytes) / 1e6,
+            r.seconds);
+  return 0;
+}
+
 }  // namespace
 
 void attach_convert(CLI::App& root, CliContext& ctx) {
-  CLI::App* convert = root.add_subcommand("convert", "Convert checkpoints (Hugging Face <-> Primus)");
+  CLI::App* convert =
+      root.add_subcommand("convert", "Convert checkpoints (Hugging Face <-> Primus, LoRA adapter merge)");
   convert->require_subcommand(1);
 
   auto h2p = std::make_shared<ConvertArgs>();
@@ -112,6 +126,25 @@ void attach_convert(CLI::App& root, CliContext& ctx) {
                 "mlp.experts.gate_up_proj / down_proj)")
       ->capture_default_str();
   b->callback([p2h, &ctx] { ctx.action = [p2h] { return run_primus_to_hf(*p2h); }; });
+
+  auto merge = std::make_shared<ConvertArgs>();
+  CLI::App* c = convert->add_subcommand(
+      "merge-lora",
+      "Hugging Face model + PEFT LoRA adapter -> Hugging Face model with W + (lora_alpha / r) B A merged");
+  c->add_option("--base,-b", merge->input, "HF directory of the model the adapter was trained on")
+      ->required();
+  c->add_option("--adapter,-a", merge->adapter,
+                "PEFT LoRA directory: adapter_config.json + adapter_model.safetensors")
+      ->required();
+  c->add_option("--output,-o", merge->output, "New HF directory (config.json and tokenizer files copied)")
+      ->required();
+  c->add_option(
+      "--dtype", merge->dtype,
+      "bfloat16 | float16 | float32 (default: the base config.json's torch_dtype, else bfloat16; the "
+      "merge itself is computed in float32)");
+  c->add_option("--max-shard-size", merge->max_shard, "Shard the weights above this size (index file)")
+      ->capture_default_str();
+  c->callback([merge, &ctx] { ctx.action = [merge] { return run_merge_lora(*merge); }; });
 }
 
 }  // namespace primus::cli
