@@ -184,8 +184,10 @@ void load_hf_into_params(const HfCheckpoint& hf, ParamStore& params, const Strea
   for (const std::string& p : map.params())
     PRIMUS_CHECK(loaded.count(p), "{}: the checkpoint's {} has no place in the model's parameters", hf.dir(),
                  p);
-  params.adam_m_flat().zero_(s);
-  params.adam_v_flat().zero_(s);
+  if (!params.frozen()) {  // (a frozen store has no optimizer state)
+    params.adam_m_flat().zero_(s);
+    params.adam_v_flat().zero_(s);
+  }
   stream_sync(s);
 }
 

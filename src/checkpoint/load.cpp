@@ -384,6 +384,10 @@ LoadReport load_into_params(const Verification& v, ParamStore& params, const Str
     params.sync_compute_copy(s);
     rep.notes.push_back("compute copy cast from the master weights");
   }
+  if (params.frozen()) {  // a frozen store (LoRA's base model) takes the weights only
+    stream_sync(s);
+    return rep;
+  }
   params.adam_m_flat().zero_(s);
   params.adam_v_flat().zero_(s);
   if (o.load_optim && v.state.has_optimizer) {

@@ -246,6 +246,11 @@ std::string state_to_json(const TrainingState& s) {
                 {"history_f32_hex", floats_to_hex(f.history)},
                 {"scale_f32_hex", floats_to_hex(f.scale)}};
   }
+  if (s.lora)
+    j["lora"] = {{"rank", s.lora->rank},
+                 {"alpha", s.lora->alpha},
+                 {"targets", s.lora->targets},
+                 {"base", s.lora->base}};
   return j.dump(1) + "\n";
 }
 
@@ -287,6 +292,15 @@ TrainingState state_from_json(const std::string& text, const std::string& what) 
       v.history = floats_from_hex(f.at("history_f32_hex").get<std::string>(), what + " fp8.history_f32_hex");
       v.scale = floats_from_hex(f.at("scale_f32_hex").get<std::string>(), what + " fp8.scale_f32_hex");
       s.fp8 = std::move(v);
+    }
+    if (j.contains("lora")) {
+      const auto& l = j["lora"];
+      TrainingState::Lora v;
+      v.rank = l.at("rank").get<int64_t>();
+      v.alpha = l.at("alpha").get<double>();
+      v.targets = l.at("targets").get<std::vector<std::string>>();
+      v.base = l.at("base").get<std::string>();
+      s.lora = std::move(v);
     }
     if (s.iteration < 0 || s.consumed_samples < 0 || s.optimizer_steps < 0)
       throw Error(ErrorKind::kRuntime, fmt::format("{}: negative counters", what));

@@ -49,6 +49,16 @@ struct TrainingState {
   // FP8 training: the recipe and (delayed scaling) every projection's amax history and scales, so that a
   // resumed run casts exactly as the uninterrupted one would. Absent for BF16 runs.
   std::optional<Fp8State::Saved> fp8;
+  // LoRA: the checkpoint holds the adapters (and their optimizer state) only; the frozen base model comes
+  // from `load` again on resume, and must be the one they were trained on (`base`, an identity of its files:
+  // Trainer::load_lora_base). Absent for full training.
+  struct Lora {
+    int64_t rank = 0;
+    double alpha = 0;
+    std::vector<std::string> targets;
+    std::string base;
+  };
+  std::optional<Lora> lora;
 };
 
 std::string state_to_json(const TrainingState& s);

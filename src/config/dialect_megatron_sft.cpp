@@ -2,12 +2,95 @@
 // (docs/posttrain.md). Every key is read whether or not the stage is SFT (config/key_use.h).
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <sstream>
 
 #include "config/load_config.h"
+#include "config/not_supported.h"
 #include "core/error.h"
 
 namespace primus::config {
+
+namespace {
+
+// Primus's target names (Megatron modules) and the HF ones, to our projections. Our attention and MLP input
+// projections are fused (q|k|v, gate|up): an HF name stands for its whole fused projection only together
+// with its siblings.
+struct LoraTarget {
+  const char* ours;
+  std::vector<const char*> megatron, hf;
+};
+const std::vector<LoraTarget>& lora_targets() {
+  static const std::vector<LoraTarget> t = {
+      {"qkv_proj", {"linear_qkv"}, {"q_proj", "k_proj", "v_proj"}},
+      {"o_proj", {"linear_proj"}, {"o_proj"}},
+      {"gate_up_proj", {"linear_fc1"}, {"gate_proj", "up_proj"}},
+      {"down_proj", {"linear_fc2"}, {"down_proj"}},
+  };
+  return t;
+}
+
+void map_lora(ResolvedConfig& rc) {
+  const CheckedKeys& k = rc.keys;
+  LoraConfig& l = rc.train.lora;
+  auto at = [&](const char* key) { return k.origin(key).str(); };
+  l.enabled = k.b("lora.enabled");
+  l.rank = k.i("lora.dim");
+  l.alpha = k.f("lora.alpha");
+  l.a_init = k.s("lora.lora_A_init_method");
+  const Value& targets = k.value("lora.target_modules");
+  std::vector<std::string> names;
+  if (targets.is_list())
+    for (const Value& v : targets.items()) {
+      if (!v.is_string())
+        throw ConfigError(fmt::format("{}: lora.target_modules holds {} {} (expected module names)",
+                                      v.origin().str(), v.type_name(), v.repr()));
+      names.push_back(v.as_string());
+    }
+  if (!l.enabled) return;
+  if (names.empty()) {
+    for (const LoraTarget& t : lora_targets()) l.targets.push_back(t.ours);
+    return;
+  }
+  std::vector<char> used(names.size(), 0);
+  for (const LoraTarget& t : lora_targets()) {
+    bool megatron = false;
+    std::vector<bool> hf(t.hf.size(), false);
+    for (size_t i = 0; i < names.size(); ++i) {
+      for (const char* m : t.megatron)
+        if (names[i] == m) {
+          megatron = true;
+          used[i] = 1;
+        }
+      for (size_t j = 0; j < t.hf.size(); ++j)
+        if (names[i] == t.hf[j]) {
+          hf[j] = true;
+          used[i] = 1;
+        }
+    }
+    const size_t hf_count = static_cast<size_t>(std::count(hf.begin(), hf.end(), true));
+    if (hf_count > 0 && hf_count < t.hf.size())
+      throw NotSupportedError(
+          fmt::format("{}: not supported yet: LoRA on part of a fused projection ({} names {} of {}; our {} "
+                      "is one GEMM)",
+                      at("lora.target_modules"), fmt::join(names, ", "), hf_count, fmt::join(t.hf, "+"),
+                      t.ours),
+          fmt::format("name all of {} (or {})", fmt::join(t.hf, ", "), t.megatron[0]));
+    if (megatron || hf_count > 0) l.targets.push_back(t.ours);
+  }
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!used[i])
+      throw ConfigError(
+          fmt::format("{}: lora.target_modules names '{}', which matches no projection of the model",
+                      at("lora.target_modules"), names[i]),
+          "use linear_qkv, linear_proj, linear_fc1, linear_fc2 (or q_proj, k_proj, v_proj, o_proj, "
+          "gate_proj, "
+          "up_proj, down_proj)");
+}
+
+}  // namespace
 
 void map_megatron_sft(ResolvedConfig& rc) {
   const CheckedKeys& k = rc.keys;
@@ -23,6 +106,11 @@ void map_megatron_sft(ResolvedConfig& rc) {
   const std::string split = k.is_null("sft_dataset_split") ? "train" : k.s("sft_dataset_split");
   s.pack = k.b("enable_packed_sequences");
   s.packed_attention = k.b("use_packed_attention");
+  map_lora(rc);
+  if (rc.train.lora.enabled && !s.enabled)
+    throw ConfigError(
+        fmt::format("{}: LoRA adapters train in the SFT stage, but stage is '{}'", at("lora.enabled"), stage),
+        "set stage: sft (Primus's sft_trainer.yaml does) and run `primus train posttrain`");
   if (!s.enabled) return;
   rc.set_source("sft.enabled", "stage", k.origin("stage"));
 
@@ -43,6 +131,13 @@ void map_megatron_sft(ResolvedConfig& rc) {
   if (format == "" || format == "auto" || format == "alpaca" || format == "messages" || format == "openai" ||
       format == "chatml" || format == "prompt_response") {
     s.format = format == "auto" ? "" : format;
+  } else if (format == "squad" || format == "bridge_squad") {
+    // Primus's SQuAD formatter ("Context: c Question: q Answer: a", Megatron-Bridge's text) reads records
+    // of the HF squad dataset, which is on the hub.
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: sft_conversation_format {} (SQuAD records)",
+                    at("sft_conversation_format"), format),
+        "convert the records to alpaca form (instruction = question, input = context, output = the answer)");
   } else {
     throw ConfigError(
         fmt::format("{}: sft_conversation_format '{}' is not one of alpaca, messages (openai, "

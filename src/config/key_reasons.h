@@ -65,8 +65,6 @@ inline constexpr const char* kWhyOffload = "CPU offload setting; applies only wh
 inline constexpr const char* kWhyInfo = "descriptive value; recorded in the run directory";
 inline constexpr const char* kWhyData =
     "data-loader implementation detail of Megatron/PyTorch; our loader reads the same samples";
-inline constexpr const char* kWhyLoRA =
-    "LoRA settings; used only when lora.enabled (LoRA is not supported yet)";
 inline constexpr const char* kWhyQuantConverter =
     "used only by the float8/mx model converters (model.converters), which are not supported yet";
 inline constexpr const char* kWhyHybrid =

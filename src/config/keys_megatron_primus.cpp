@@ -111,15 +111,21 @@ void add_megatron_sft_keys(KeyTable& t) {
            {"sft_sanitize_nan_grads", kB, "false", "zero NaN gradients"}});
   t.add(noeff("enable_fused_linear_ce", kB, "false", kWhyFusion, "chunked linear cross-entropy"));
   t.add(section("lora", "LoRA adapters (post-training)"));
-  t.add(unsup("lora.enabled", kB, "false", "train LoRA adapters"));
-  add_all(t, kWhyLoRA,
-          {{"lora.dim", kI, "32", "LoRA rank"},
-           {"lora.alpha", kF, "32", "LoRA scale"},
-           {"lora.dropout", kF, "0.0", "LoRA dropout"},
-           {"lora.dropout_position", kS, "pre", "pre | post"},
-           {"lora.lora_A_init_method", kS, "xavier", "A init: xavier | kaiming"},
-           {"lora.lora_B_init_method", kS, "zero", "B init"},
-           {"lora.target_modules", kL, "[]", "modules with adapters"}});
+  t.add(impl("lora.enabled", kB, "false", "train LoRA adapters on a frozen base (docs/posttrain.md)"));
+  t.add(impl("lora.dim", kI, "32", "LoRA rank r").check(positive()));
+  t.add(
+      impl("lora.alpha", kF, "32", "LoRA scale numerator: the update is (alpha / r) B A").check(positive()));
+  t.add(unsup("lora.dropout", kF, "0.0", "dropout on the adapters' input", null_or_number(0.0),
+              "lora.dropout: 0"));
+  t.add(noeff("lora.dropout_position", kS, "pre",
+              "where LoRA dropout applies; LoRA dropout (lora.dropout > 0) is not supported yet",
+              "pre | post"));
+  t.add(impl("lora.lora_A_init_method", kS, "xavier", "A init: xavier | kaiming")
+            .check(one_of({"xavier", "kaiming"})));
+  t.add(unsup("lora.lora_B_init_method", kS, "zero", "B init", strings({"zero"}), "zero"));
+  t.add(impl("lora.target_modules", kL, "[]",
+             "projections with adapters: linear_qkv, linear_proj, linear_fc1, linear_fc2 (or the HF names "
+             "q_proj+k_proj+v_proj, o_proj, gate_proj+up_proj, down_proj); [] = all four"));
 }
 
 }  // namespace primus::config::keys

@@ -257,6 +257,26 @@ struct SftConfig {
   bool isolated_rows() const { return enabled && pack && packed_attention; }
 };
 
+// LoRA adapters (post-training; Primus's `lora:` section, docs/posttrain.md): every targeted projection
+// y = x W^T becomes y = x W^T + (alpha / rank) (x A^T) B^T with A [rank, in], B [out, rank] trained and the
+// whole base model frozen (no gradients, no optimizer state).
+struct LoraConfig {
+  bool enabled = false;
+  int64_t rank = 32;  // lora.dim
+  double alpha = 32;  // lora.alpha
+  double dropout = 0;
+  std::string a_init = "xavier";  // lora.lora_A_init_method: xavier | kaiming (B starts at zero)
+  // Our projection names, in this order when present: qkv_proj, o_proj, gate_up_proj, down_proj (Primus's
+  // linear_qkv, linear_proj, linear_fc1, linear_fc2).
+  std::vector<std::string> targets;
+  double scale() const { return alpha / static_cast<double>(rank); }
+  bool targets_projection(const std::string& name) const {
+    for (const std::string& t : targets)
+      if (t == name) return true;
+    return false;
+  }
+};
+
 struct RunInfo {
   std::string work_group = "amd";
   std::string user_name = "root";
@@ -286,6 +306,7 @@ struct TrainConfig {
   bool bf16 = true;  // GPU compute precision; the CPU backend always computes in f32
   Fp8Config fp8;
   SftConfig sft;
+  LoraConfig lora;
   std::string device = "auto";   // auto | cpu | cuda  (primus extension key `device`)
   std::string gemm_tuning_file;  // GEMM tuning cache (kernel issue)
   // deterministic_mode (Megatron) / debug.deterministic (TorchTitan): bitwise reproducible GPU runs.

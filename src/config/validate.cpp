@@ -106,6 +106,23 @@ void validate_config(ResolvedConfig& rc) {
           "or enable_packed_sequences: false (one sample per row)");
   }
 
+  // LoRA adapters (model/lora_adapter.h) sit on the dense decoder's four projections; the MoE experts and
+  // router, MLA's projections, the MTP modules, the pipeline's stage split of the adapter store and the FP8
+  // projections do not take them yet.
+  if (t.lora.enabled && !rc.planning) {
+    const char* what = t.model.moe.enabled()                ? "mixture-of-experts models"
+                       : t.model.mla.enabled                ? "multi-latent attention"
+                       : t.model.mtp_num_layers > 0         ? "multi-token prediction"
+                       : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
+                       : p.context_parallel_size > 1        ? "context parallelism"
+                       : t.fp8.enabled                      ? "FP8 training"
+                                                            : nullptr;
+    if (what)
+      throw NotSupportedError(fmt::format("{}: not supported yet: LoRA (lora.enabled) with {}",
+                                          rc.keys.origin("lora.enabled").str(), what),
+                              "full SFT (lora.enabled: false) runs with it");
+  }
+
   // Learning-rate schedule.
   if (t.optim.lr < t.optim.min_lr)
     bad.add(fmt::format("{} is below {} (rule: lr >= min_lr >= 0)", cite("lr", t.optim.lr),

@@ -73,6 +73,25 @@ std::vector<int> DecoderLayer::gemm_weight_entries() const {
   return out;
 }
 
+void DecoderLayer::set_adapters(ParamStore& store) {
+  PRIMUS_CHECK(!mla_ && !moe_, "LoRA adapters on {}: only dense layers with packed-QKV attention take them",
+               prefix_);
+  adapted_ = true;
+  lora_qkv_ = LoraAdapter(store, prefix_ + "self_attn.qkv_proj");
+  lora_o_ = LoraAdapter(store, prefix_ + "self_attn.o_proj");
+  lora_gu_ = LoraAdapter(store, prefix_ + "mlp.gate_up_proj");
+  lora_down_ = LoraAdapter(store, prefix_ + "mlp.down_proj");
+}
+
+std::vector<int> DecoderLayer::mlp_grad_entries() const {
+  if (adapted_) {
+    std::vector<int> out = lora_gu_.entries();
+    for (int e : lora_down_.entries()) out.push_back(e);
+    return out;
+  }
+  return moe_ ? moe_->gemm_weight_entries() : std::vector<int>{w_gu_, w_down_};
+}
+
 static ops::AttentionShape attention_shape(const ModelSpec& spec, const StepContext& ctx) {
   ops::AttentionShape s;
   s.batch = ctx.batch;
@@ -136,6 +155,7 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
     Tensor qkv = ctx.act({n, spec_.qkv_dim()});
     Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
     project(ctx, fp8_qkv_, a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv);
+    if (lora_qkv_.on()) a.t_qkv = lora_qkv_.forward(ctx, a.h1, qkv);
     if (spec_.qk_norm) {
       // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
       a.qkv_raw = qkv;
@@ -160,7 +180,8 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
       ops::attention_forward(qkv.view({ctx.batch, ctx.seq, spec_.qkv_dim()}), attention_shape(spec_, ctx),
                              attn3, a.lse, s);
     }
-    row_parallel_residual(ctx, a.attn, params_.param(w_o_), x_in, a.x_mid, "tp attention output", fp8_o_);
+    row_parallel_residual(ctx, a.attn, params_.param(w_o_), x_in, a.x_mid, "tp attention output", fp8_o_,
+                          &lora_o_, &a.t_o);
   }
 
   a.rstd2 = ctx.empty({nl}, ctx.stat_dtype());
@@ -173,9 +194,11 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   } else {
     a.gu = ctx.act({n, 2 * spec_.ffn});
     project(ctx, fp8_gu_, a.h2, params_.param(w_gu_), nullptr, a.gu);
+    if (lora_gu_.on()) a.t_gu = lora_gu_.forward(ctx, a.h2, a.gu);
     a.act = ctx.act({n, spec_.ffn});
     ops::swiglu_forward(a.gu, a.act, s);
-    row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output", fp8_down_);
+    row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output", fp8_down_,
+                          &lora_down_, &a.t_down);
   }
   a.mode = RecomputeMode::kNone;
   return x_out;
@@ -234,6 +257,7 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
   project_backward(ctx, fp8_o_, dx, a.attn, params_.param(w_o_), d_attn, false, params_.grad(w_o_), Tensor(),
                    params_.grad_accumulate(w_o_), residual_grad);
+  if (lora_o_.on()) lora_o_.backward(ctx, dx, a.attn, a.t_o, d_attn);
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   if (ctx.cp) {
     ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
@@ -250,7 +274,7 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
   if (spec_.qk_norm) {
     Tensor d_raw = ctx.act({n, spec_.qkv_dim()});
     d_raw.copy_from(d_qkv, s);  // v columns: the norm does not touch them
-    Tensor gq = params_.grad(q_norm_), gk = params_.grad(k_norm_);
+    Tensor gq = norm_grad(ctx, params_, q_norm_), gk = norm_grad(ctx, params_, k_norm_);
     ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(q_norm_), a.q_rstd, 0, spec_.heads,
                                spec_.head_dim, d_raw, gq, s);
     ops::head_rmsnorm_backward(d_qkv, a.qkv_raw, params_.param(k_norm_), a.k_rstd, spec_.heads,
@@ -261,6 +285,7 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
   project_backward(ctx, fp8_qkv_, d_qkv, a.h1, params_.param(w_qkv_), d_h1, false, params_.grad(w_qkv_),
                    b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(), params_.grad_accumulate(w_qkv_),
                    residual_grad);
+  if (lora_qkv_.on()) lora_qkv_.backward(ctx, d_qkv, a.h1, a.t_qkv, d_h1);
   d_qkv = Tensor();
 }
 
@@ -279,6 +304,7 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     Tensor d_act = ctx.act({n, spec_.ffn});
     project_backward(ctx, fp8_down_, dy, a.act, params_.param(w_down_), d_act, false, params_.grad(w_down_),
                      Tensor(), params_.grad_accumulate(w_down_), dx);
+    if (lora_down_.on()) lora_down_.backward(ctx, dy, a.act, a.t_down, d_act);
     a.act = Tensor();
     Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
     ops::swiglu_backward(d_act, a.gu, d_gu, s);
@@ -286,16 +312,17 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     a.gu = Tensor();
     project_backward(ctx, fp8_gu_, d_gu, a.h2, params_.param(w_gu_), d_h2, false, params_.grad(w_gu_),
                      Tensor(), params_.grad_accumulate(w_gu_), dx);
+    if (lora_gu_.on()) lora_gu_.backward(ctx, d_gu, a.h2, a.t_gu, d_h2);
     d_h2 = tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
   }
   a.h2 = Tensor();
   if (ctx.hooks && !ctx.deferred_wgrad) {  // the MLP's matrices are complete: their norm can run beside the
                                            // attention's backward
-    const std::vector<int> done = moe_ ? moe_->gemm_weight_entries() : std::vector<int>{w_gu_, w_down_};
-    ctx.hooks->grads_final(done);
+    const std::vector<int> done = mlp_grad_entries();
+    if (!done.empty()) ctx.hooks->grads_final(done);
   }
   // dx becomes dL/dx_mid: the residual gradient plus the norm's contribution, accumulated in place.
-  Tensor g_norm2 = params_.grad(norm2_);
+  Tensor g_norm2 = norm_grad(ctx, params_, norm2_);
   ops::rmsnorm_backward(d_h2, a.x_mid, params_.param(norm2_), a.rstd2, dx, g_norm2, /*accumulate_dx=*/true,
                         s);
   d_h2 = Tensor();
@@ -309,7 +336,7 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
     attention_backward(ctx, dy, a, d_h1, dx);
   }
   d_h1 = tp_sum_rows(ctx, d_h1, "tp attention input gradient");
-  Tensor g_norm1 = params_.grad(norm1_);
+  Tensor g_norm1 = norm_grad(ctx, params_, norm1_);
   ops::rmsnorm_backward(d_h1, a.x_in, params_.param(norm1_), a.rstd1, dx, g_norm1, /*accumulate_dx=*/true, s);
   a.clear();
   return dx;

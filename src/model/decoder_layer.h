@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/fp8_linear.h"
+#include "model/lora_adapter.h"
 #include "model/mla_attention.h"
 #include "model/model_spec.h"
 #include "model/moe_mlp.h"
@@ -21,17 +22,18 @@ namespace primus {
 // The activation slot of one layer for one micro-batch: what forward saved for backward.
 struct LayerActivations {
   // Under sequence parallelism x_in, x_mid and the rstd hold this rank's tokens, h1 / h2 every token's.
-  Tensor x_in;                     // always kept (the recompute checkpoint)
-  Tensor h1, rstd1;                // input norm
-  Tensor qkv_raw, q_rstd, k_rstd;  // pre-qk-norm projections (qk-norm models only)
-  Tensor qkv;                      // after qk-norm and rope: what attention consumed
-  Tensor attn, lse;                // attention output and its log-sum-exp
-  Tensor x_mid;                    // residual stream after attention
-  Tensor h2, rstd2;                // post-attention norm
-  Tensor gu;                       // gate|up projections
-  Tensor act;                      // swiglu output
-  MoeActivations moe;              // MoE layers: everything of the MoE MLP
-  MlaActivations mla;              // MLA layers: everything of the attention (qkv, attn, lse above unused)
+  Tensor x_in;                      // always kept (the recompute checkpoint)
+  Tensor h1, rstd1;                 // input norm
+  Tensor qkv_raw, q_rstd, k_rstd;   // pre-qk-norm projections (qk-norm models only)
+  Tensor qkv;                       // after qk-norm and rope: what attention consumed
+  Tensor attn, lse;                 // attention output and its log-sum-exp
+  Tensor x_mid;                     // residual stream after attention
+  Tensor h2, rstd2;                 // post-attention norm
+  Tensor gu;                        // gate|up projections
+  Tensor act;                       // swiglu output
+  MoeActivations moe;               // MoE layers: everything of the MoE MLP
+  MlaActivations mla;               // MLA layers: everything of the attention (qkv, attn, lse above unused)
+  Tensor t_qkv, t_o, t_gu, t_down;  // LoRA: each adapted projection's s x A^T (model/lora_adapter.h)
   RecomputeMode mode = RecomputeMode::kNone;
   void clear() { *this = LayerActivations{}; }
 };
@@ -54,6 +56,12 @@ class DecoderLayer {
   // Parameter entries whose gradient each backward writes whole with one GEMM (the four projections).
   std::vector<int> gemm_weight_entries() const;
   MoeMlp* moe() { return moe_.get(); }  // nullptr in a dense layer
+  // LoRA: the adapters `store` holds for this layer's projections (model/lora_adapter.h); the layer's own
+  // store is then frozen. Before the first forward.
+  void set_adapters(ParamStore& store);
+  // The trainable entries whose gradients are complete once the MLP's backward ran (ParamHooks::grads_final):
+  // the MLP's matrices, or with adapters the MLP's adapters.
+  std::vector<int> mlp_grad_entries() const;
   // FP8 training: registers this layer's projections that the recipe covers with `state`
   // (model/fp8_linear.h); `layer` is the decoder-layer index the recipe's BF16 first/last layers count.
   void enable_fp8(Fp8State& state, int64_t layer);
@@ -82,6 +90,8 @@ class DecoderLayer {
   int fp8_qkv_ = -1, fp8_o_ = -1, fp8_gu_ = -1, fp8_down_ = -1;
   std::unique_ptr<MoeMlp> moe_;
   std::unique_ptr<MlaAttention> mla_;
+  bool adapted_ = false;  // set_adapters ran: the trainable store is the adapters'
+  LoraAdapter lora_qkv_, lora_o_, lora_gu_, lora_down_;
 };
 
 }  // namespace primus

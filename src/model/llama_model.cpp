@@ -271,8 +271,9 @@ Tensor LlamaModel::chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_ou
   if (!c.embedding) return dx;
   hook(&ParamHooks::before_backward, 0);
   Tensor g_embed = params_.grad(embed_);
-  ops::embedding_backward(st.lookup, tp_gather_rows(ctx, dx, "sp gather embedding gradient"), g_embed,
-                          ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
+  if (g_embed.defined())  // (a frozen embedding has none)
+    ops::embedding_backward(st.lookup, tp_gather_rows(ctx, dx, "sp gather embedding gradient"), g_embed,
+                            ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
   hook(&ParamHooks::after_backward, 0);
   return Tensor();
 }
@@ -361,8 +362,17 @@ double LlamaModel::moe_losses_of_last_forward() {
   return sum;
 }
 
+void LlamaModel::attach_adapters(ParamStore& adapters) {
+  PRIMUS_CHECK(params_.frozen(), "LoRA adapters need the base model's store frozen (allocate_frozen)");
+  PRIMUS_CHECK(mtp_.empty(), "LoRA adapters with multi-token prediction are not supported");
+  for (auto& layer : layers_)
+    if (layer) layer->set_adapters(adapters);
+  adapted_ = true;
+}
+
 std::vector<int> LlamaModel::gemm_written_grad_entries() const {
   std::vector<int> out;
+  if (adapted_) return out;  // the adapters' gradients accumulate (thin GEMMs: nothing to save)
   for (const auto& layer : layers_)
     if (layer)
       for (int i : layer->gemm_weight_entries()) out.push_back(i);

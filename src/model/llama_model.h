@@ -115,6 +115,10 @@ class LlamaModel {
   // Before the first step.
   void enable_fp8(const Fp8Recipe& recipe);
   Fp8State* fp8() const { return fp8_.get(); }  // nullptr: BF16
+  // LoRA (model/lora_adapter.h): the decoder projections take the adapters `adapters` holds (a store laid
+  // out from a spec with adapters.enabled; not owned), and the model's own store must be frozen
+  // (ParamStore::allocate_frozen). The hooks and the trainer then see `adapters` as the trainable store.
+  void attach_adapters(ParamStore& adapters);
   // Entries whose gradient the step's first GEMM writes whole (ParamStore::set_overwritten_grads): every
   // projection matrix and the output head. Norms, biases and an untied input embedding are accumulated into.
   std::vector<int> gemm_written_grad_entries() const;
@@ -148,7 +152,8 @@ class LlamaModel {
   std::vector<int64_t> mtp_counts_;
   std::unique_ptr<LmHead> head_;  // null on a pipeline stage without the output layer
   std::unique_ptr<Fp8State> fp8_;
-  int embed_ = -1;  // -1 on a pipeline stage without the embedding
+  int embed_ = -1;        // -1 on a pipeline stage without the embedding
+  bool adapted_ = false;  // attach_adapters
   ParamHooks* hooks_ = nullptr;
   const parallel::TensorParallel* tp_ = nullptr;
   const parallel::ContextParallel* cp_ = nullptr;

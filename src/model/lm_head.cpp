@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/tp_boundary.h"
+#include "model/weight_grad.h"
 #include "ops/gemm.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
@@ -56,7 +57,7 @@ void LmHead::norm_forward(const StepContext& ctx, const Tensor& x, int norm_entr
 
 void LmHead::norm_backward(const StepContext& ctx, const Tensor& dh, const Tensor& x, int norm_entry,
                            const Tensor& rstd, Tensor& dx) const {
-  Tensor dnorm = params_.grad(norm_entry);
+  Tensor dnorm = norm_grad(ctx, params_, norm_entry);
   ops::rmsnorm_backward(dh, x, params_.param(norm_entry), rstd, dx, dnorm, /*accumulate_dx=*/false,
                         ctx.stream);
 }

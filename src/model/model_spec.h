@@ -79,6 +79,11 @@ struct ModelSpec {
   ModelSpec with_pipeline_share(bool embedding, std::vector<char> layers, bool head) const;
   std::string pipeline_modules() const;  // "embedding + layers 0-1, 4-5 + head"
 
+  // LoRA (model/lora_adapter.h): a ParamStore laid out from a spec with adapters.enabled holds only the
+  // adapters of adapters.targets, layer by layer in the same regions as the model's (the trainable store);
+  // the frozen base model's store is laid out from the same spec with adapters.enabled false.
+  LoraConfig adapters;
+
   static ModelSpec from_config(const ModelConfig& m);
   std::string describe() const;
 };

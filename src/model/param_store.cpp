@@ -95,6 +95,51 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     regions_[r].end = total_;
   };
 
+  if (spec.adapters.enabled) {
+    // LoRA adapters (model/lora_adapter.h): per targeted projection A [r, in] then B [out, r], in the
+    // layer's region; the embedding and head regions stay empty. Under tensor parallelism each factor is
+    // split like the side of the base weight it meets: a column-parallel projection's B by its rows (A whole,
+    // its gradient partial over tp), a row-parallel one's A by its columns (B whole, partial likewise).
+    const LoraConfig& lo = spec.adapters;
+    const int64_t R = lo.rank;
+    auto a_std = [&](int64_t whole_in) {
+      // xavier: N(0, 2 / (fan_in + fan_out)); kaiming: the variance of PEFT's kaiming_uniform(a = sqrt 5),
+      // U(-1/sqrt(in), 1/sqrt(in)).
+      const double in = static_cast<double>(whole_in);
+      return lo.a_init == "kaiming" ? 1.0 / std::sqrt(3.0 * in)
+                                    : std::sqrt(2.0 / (in + static_cast<double>(R)));
+    };
+    auto column_adapter = [&](const std::string& n, int r, int64_t out,
+                              std::vector<std::pair<int64_t, int64_t>> parts, bool kv_rows) {
+      add(n + ".lora_A.weight", {R, d}, r, true, InitKind::kNormal, a_std(d));
+      sum_whole(T > 1);
+      add(n + ".lora_B.weight", {out, R}, r, true, InitKind::kZeros, 0, column_parallel(std::move(parts), R));
+      if (kv_rows) share_kv_rows(R);
+    };
+    auto row_adapter = [&](const std::string& n, int r, int64_t in_local) {
+      add(n + ".lora_A.weight", {R, in_local}, r, true, InitKind::kNormal, a_std(in_local * T),
+          row_parallel(R, in_local));
+      add(n + ".lora_B.weight", {d, R}, r, true, InitKind::kZeros, 0);
+      sum_whole(T > 1);
+    };
+    for (int r = 0; r < L + 2; ++r) {
+      begin_region(r);
+      const int l = r - 1;
+      if (r >= 1 && r <= L && spec.holds_layer(l)) {
+        const std::string p = "layers." + std::to_string(l) + ".";
+        if (lo.targets_projection("qkv_proj"))
+          column_adapter(p + "self_attn.qkv_proj", r, spec.qkv_dim(), qkv_parts(), true);
+        if (lo.targets_projection("o_proj")) row_adapter(p + "self_attn.o_proj", r, spec.q_dim());
+        if (lo.targets_projection("gate_up_proj"))
+          column_adapter(p + "mlp.gate_up_proj", r, 2 * spec.ffn, {{spec.ffn, 1}, {spec.ffn, 1}}, false);
+        if (lo.targets_projection("down_proj")) row_adapter(p + "mlp.down_proj", r, spec.ffn);
+      }
+      end_decay(r);
+      end_region(r);
+    }
+    return;
+  }
+
   // Pipeline parallelism: a module this rank does not hold leaves its region empty, so that regions keep
   // their numbers (the model's hook regions) on every stage.
   begin_region(0);
@@ -307,6 +352,11 @@ constexpr const char* kRemaindersHint =
 }  // namespace
 
 Tensor ParamStore::master(int i) const {
+  if (frozen_) {
+    PRIMUS_CHECK(compute_aliases_master_, "master(): '{}' is frozen and its weights are {} (read master_f32)",
+                 entries_[i].name, dtype_name(compute_.dtype()));
+    return view(compute_, i);
+  }
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "master weights of '{}' are sharded over {} data-parallel ranks (this rank holds chunk {})",
                entries_[i].name, shard_ranks_, shard_rank_);
@@ -331,6 +381,7 @@ Tensor& ParamStore::remainder_flat() {
 }
 
 DType ParamStore::master_dtype() const {
+  if (frozen_) return compute_.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
   return remainders_ ? DType::kF32 : master_.dtype();
 }
 
@@ -340,6 +391,12 @@ Tensor ParamStore::master_f32(int i, const Stream& s) const {
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "master_f32('{}'): master weights are sharded over {} data-parallel ranks", e.name,
                shard_ranks_);
+  if (frozen_) {  // the weights themselves, widened
+    if (compute_.dtype() == DType::kF32) return view(compute_, i);
+    Tensor out = Tensor::empty(e.shape, DType::kF32, s);
+    ops::cast(view(compute_, i), out, s);
+    return out;
+  }
   if (!remainders_) {
     PRIMUS_CHECK(master_.dtype() == DType::kF32,
                  "master_f32('{}'): the master weights are {} (a gradient-check store): use master(i)",
@@ -373,6 +430,11 @@ void ParamStore::set_master(int i, const Tensor& value, const Stream& s) {
     return out;
   };
   Tensor hi = view(compute_, i);
+  if (frozen_) {  // no master: the weights take the value rounded to their dtype
+    Tensor v = to_dtype(value, compute_.dtype());
+    if (v.data_ptr() != hi.data_ptr()) hi.copy_from(v, s);
+    return;
+  }
   if (!remainders_) {
     Tensor dst = view(master_, i);
     if (value.data_ptr() != dst.data_ptr()) dst.copy_from(to_dtype(value, dst.dtype()), s);
@@ -402,6 +464,7 @@ void ParamStore::compute_from_master(const Tensor& master, Tensor& compute, cons
 }
 
 Tensor ParamStore::region_view(const Tensor& flat, bool compute, int i) const {
+  if (!flat.defined()) return Tensor();  // a frozen store's gradients
   if (shard_mode_ != ShardMode::kFull) return view(flat, i);
   const ParamEntry& e = entries_[i];
   const Tensor& buf = compute ? attached_compute_[e.region] : attached_grad_[e.region];
@@ -452,6 +515,15 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
   master_ = Tensor::zeros({total_}, master_dtype, s);
   compute_aliases_master_ = compute_dtype == master_dtype;
   compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({total_}, compute_dtype, s);
+}
+
+void ParamStore::allocate_frozen(DType dtype, const Stream& s) {
+  PRIMUS_CHECK(is_floating(dtype), "frozen weights must be a float dtype, got {}", dtype_name(dtype));
+  frozen_ = true;
+  remainders_ = false;
+  compute_ = Tensor::zeros({total_}, dtype, s);
+  compute_aliases_master_ = dtype != DType::kBF16 && dtype != DType::kF16;
+  master_ = compute_aliases_master_ ? compute_ : Tensor();
 }
 
 void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMode mode, int ranks, int rank,
@@ -552,6 +624,15 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
     }
     return;
   }
+  if (frozen_) {
+    Tensor c = Tensor::empty({total_}, compute_.dtype());
+    if (compute_.dtype() == DType::kF32)
+      c = host;
+    else
+      compute_from_master(host, c, Stream::cpu());
+    compute_.copy_from(c, s);
+    return;
+  }
   if (remainders_) {
     // Split on the host in slices (no whole-model temporaries beyond `host`), then copy both halves.
     constexpr int64_t kSlice = int64_t{1} << 24;
@@ -576,7 +657,7 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
 }
 
 void ParamStore::sync_compute_copy(const Stream& s) {
-  if (compute_aliases_master_ || remainders_) return;
+  if (compute_aliases_master_ || remainders_ || frozen_) return;
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "sync_compute_copy on sharded parameters: the data-parallel engine gathers them");
   compute_from_master(master_, compute_, s);
@@ -622,6 +703,7 @@ void zero_spans(const Tensor& buf, const std::vector<std::pair<int64_t, int64_t>
 }  // namespace
 
 void ParamStore::begin_grad_step(const Stream& s) {
+  if (frozen_) return;
   std::fill(written_.begin(), written_.end(), 0);
   if (overwritten_.empty()) {
     grad_.zero_(s);

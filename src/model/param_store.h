@@ -127,6 +127,12 @@ class ParamStore {
   // checks. `storage`: see MasterStorage.
   void allocate(DType compute_dtype, const Stream& s, DType master_dtype = DType::kF32,
                 MasterStorage storage = MasterStorage::kAuto);
+  // A frozen base model (LoRA, model/lora_adapter.h): only the weights, in `dtype` (bf16 on CUDA; f32 or f64
+  // on the CPU), whole on every rank: no master copy, no gradients, no optimizer state. grad(i) is then an
+  // undefined tensor (the model skips the gradient), master_f32(i) the weights widened and set_master(i)
+  // rounds into them.
+  void allocate_frozen(DType dtype, const Stream& s);
+  bool frozen() const { return frozen_; }
   // Sharded allocation: `ranks` must divide region_multiple. See ShardMode. Shards keep an f32 master
   // (kNone allocates as allocate() does). Expert regions shard over (expert_ranks, expert_rank) (-1: the
   // same as the others), which must divide expert_region_multiple.
@@ -237,6 +243,7 @@ class ParamStore {
   Tensor remainder_;  // i16, in remainders only (master_ is then undefined)
   bool compute_aliases_master_ = false;
   bool remainders_ = false;
+  bool frozen_ = false;  // allocate_frozen
   ShardMode shard_mode_ = ShardMode::kNone;
   int region_multiple_ = 1, shard_ranks_ = 1, shard_rank_ = 0;
   int expert_region_multiple_ = 1, expert_ranks_ = 1, expert_rank_ = 0;

@@ -2,6 +2,7 @@
 // The model side of tensor parallelism (parallel/tensor_parallel.h): the collectives at a parallel region's
 // boundary, written so that a layer reads the same on one rank (where they are identities) as on many.
 #include "model/fp8_linear.h"
+#include "model/lora_adapter.h"
 #include "model/step_context.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -25,20 +26,28 @@ inline Tensor tp_sum_rows(const StepContext& ctx, const Tensor& partial, const c
 // y [local_tokens, d] = residual + x W^T summed over tp: a row-parallel projection (x [tokens, in/tp], w
 // [d, in/tp]) and its residual add. On one rank the add rides on the GEMM's C input; without SP rank 0 adds
 // it there before the all-reduce, so it is counted once. fp8_slot: the projection's FP8 slot (-1: BF16).
+// A LoRA adapter (lora->on()) adds its partial product before the reduction; *lora_t receives its t.
 inline void row_parallel_residual(const StepContext& ctx, const Tensor& x, const Tensor& w,
-                                  const Tensor& residual, Tensor& y, const char* label, int fp8_slot = -1) {
+                                  const Tensor& residual, Tensor& y, const char* label, int fp8_slot = -1,
+                                  const LoraAdapter* lora = nullptr, Tensor* lora_t = nullptr) {
   const Stream& s = ctx.stream;
+  auto adapt = [&](Tensor& out) {
+    if (lora && lora->on()) *lora_t = lora->forward(ctx, x, out);
+  };
   if (!ctx.tp) {
     project(ctx, fp8_slot, x, w, nullptr, y, &residual);
+    adapt(y);
     return;
   }
   if (!ctx.tp->sequence_parallel()) {
     project(ctx, fp8_slot, x, w, nullptr, y, ctx.tp->rank() == 0 ? &residual : nullptr);
+    adapt(y);
     ctx.tp->sum_rows(y, s, label);
     return;
   }
   Tensor partial = ctx.act({ctx.tokens(), w.size(0)});
   project(ctx, fp8_slot, x, w, nullptr, partial);
+  adapt(partial);
   Tensor mine = ctx.tp->sum_rows(partial, s, label);
   ops::add(mine, residual, y, s);
 }

@@ -136,10 +136,12 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
     if (dp_) dp_->set_step_marks(step_marks_.get());
   }
   // spec is the whole model; a split store (expert / tensor parallelism) holds this rank's part of it.
-  log::info("model: {} ({:.2f}M parameters{}, {:.2f} GFLOP/token)", spec.describe(),
-            (params_->split() ? ParamStore(spec).parameter_count() : params_->parameter_count()) / 1e6,
-            params_->split() ? fmt::format(", {:.2f}M on this rank", params_->parameter_count() / 1e6) : "",
-            flops_per_token_ / 1e9);
+  const ParamStore& model_store = base_ ? *base_ : *params_;
+  log::info(
+      "model: {} ({:.2f}M parameters{}, {:.2f} GFLOP/token)", spec.describe(),
+      (model_store.split() ? ParamStore(spec).parameter_count() : model_store.parameter_count()) / 1e6,
+      model_store.split() ? fmt::format(", {:.2f}M on this rank", model_store.parameter_count() / 1e6) : "",
+      flops_per_token_ / 1e9);
   if (cfg.model.moe.enabled()) {
     const config::ParamCounts pc = config::count_parameters(cfg.model);
     log::info(
@@ -494,6 +496,7 @@ TrainResult Trainer::train() {
   settle();  // the last update
   monitor_->finish();
   if (writer_) writer_->wait();  // an async write finishes (or fails) before the process exits
+  if (base_) export_peft_adapter();
   res.steps = static_cast<int64_t>(res.losses.size());
   double med = 0;
   if (!step_ms.empty()) {

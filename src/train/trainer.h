@@ -4,6 +4,7 @@
 // save_interval, resume from the newest valid one), guards (non-finite loss/gradients, loss spikes) and stop
 // conditions (SIGTERM/SIGINT, exit_interval, exit_duration_in_mins).
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,7 +82,8 @@ class Trainer {
   ~Trainer();
   TrainResult train();
 
-  ParamStore& params() { return *params_; }
+  ParamStore& params() { return *params_; }  // the trainable parameters (LoRA: the adapters)
+  ParamStore& model_params() { return base_ ? *base_ : *params_; }  // the model's (LoRA: the frozen base)
   LlamaModel& model() { return *model_; }
   const Stream& stream() const { return stream_; }
   int64_t start_iteration() const { return start_iter_; }
@@ -141,6 +143,15 @@ class Trainer {
   // Pipeline parallelism: every stage's MoE layers' statistics on every rank (collective over pp).
   void gather_stage_moe_stats(std::vector<MoeLayerStats>& layers);
   void load_from_whole_model(ParamStore& whole);
+  // The whole (unsplit) model's spec of the trainable store: with LoRA the adapters' (ModelSpec::adapters).
+  ModelSpec whole_spec() const;
+  // LoRA: loads the frozen base model from `load` (an HF directory or a full checkpoint) and records its
+  // identity (trainer_checkpoint.cpp); fill_base writes a whole-model store's weights into base_, whatever
+  // this rank holds of it (trainer_dist.cpp).
+  void load_lora_base();
+  void fill_base(const std::function<void(ParamStore& whole, const Stream& s)>& fill);
+  // LoRA: the adapters in PEFT format under <run dir>/peft_adapter (world rank 0 writes; collective).
+  void export_peft_adapter();
   TrainConfig cfg_;
   std::string run_dir_;
   std::string resolved_yaml_;
@@ -161,6 +172,11 @@ class Trainer {
   int64_t consumed_ = 0;                    // samples the steps consumed (all ranks together)
   DataSources data_;
   std::unique_ptr<ParamStore> params_;
+  // LoRA (model/lora_adapter.h): the frozen base model the LlamaModel runs on; params_ then holds the
+  // adapters, the trainable store every optimizer, data-parallel and checkpoint path works on. Null
+  // without LoRA.
+  std::unique_ptr<ParamStore> base_;
+  std::string base_identity_;  // LoRA: which base model the adapters train on (checked on resume)
   // The model's hooks: data parallelism and the overlapped update add theirs (one chain, one model pointer).
   ParamHookChain hooks_;
   std::unique_ptr<LlamaModel> model_;

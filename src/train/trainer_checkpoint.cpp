@@ -1,11 +1,15 @@
 // The trainer's side of checkpoints: what to load at start (auto_continue_train, load, finetune, a Hugging
 // Face directory) and what a save holds. The mechanics (verification, fallback, atomic publication, async
 // writes) live in src/checkpoint.
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <filesystem>
 
 #include "checkpoint/file_io.h"
 #include "checkpoint/hf_weights.h"
 #include "checkpoint/load.h"
+#include "checkpoint/peft_adapter.h"
 #include "checkpoint/publish.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -95,6 +99,26 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
       "model preset, primus_model.yaml)");
 }
 
+// Which base model LoRA adapters train on: the files of an HF directory (config.json's bytes, every weight
+// file's name and size: HF directories are not rewritten in place) or a Primus checkpoint's file hashes.
+std::string hf_dir_identity(const std::string& dir) {
+  std::string key = ckpt::read_text_file(dir + "/config.json");
+  std::vector<std::pair<std::string, uintmax_t>> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors")
+      files.emplace_back(e.path().filename().string(), e.file_size());
+  std::sort(files.begin(), files.end());
+  for (const auto& [name, size] : files) key += fmt::format("\n{} {}", name, size);
+  return "hf:" + ckpt::hex64(ckpt::xxh3_bytes(key.data(), key.size()));
+}
+
+std::string checkpoint_identity(const ckpt::Verification& v) {
+  std::string key;
+  for (const ckpt::FileRecord& f : v.manifest.files)
+    key += fmt::format("{} {}\n", f.name, ckpt::hex64(f.xxh3));
+  return "primus:" + ckpt::hex64(ckpt::xxh3_bytes(key.data(), key.size()));
+}
+
 std::string describe_selection(const ckpt::Verification& v) {
   return fmt::format("verified {:.1f} MB in {:.3f} s, {:.2f} GB/s", static_cast<double>(v.bytes) / 1e6,
                      v.seconds, v.gb_per_s());
@@ -102,10 +126,63 @@ std::string describe_selection(const ckpt::Verification& v) {
 
 }  // namespace
 
+void Trainer::load_lora_base() {
+  const CheckpointConfig& c = cfg_.checkpoint;
+  if (c.load.empty()) {
+    log::warn(
+        "LoRA: no `load` names a base model, so the adapters train on a randomly initialised one (seed {})",
+        cfg_.seed);
+    base_identity_ = fmt::format("random:seed={}", cfg_.seed);
+    return;
+  }
+  switch (ckpt::classify_path(c.load)) {
+    case ckpt::PathKind::kHuggingFace: {
+      ckpt::HfCheckpoint hf(c.load);
+      check_same_model(hf.info().model, cfg_.model, /*weights_only=*/true, c.load);
+      fill_base([&](ParamStore& p, const Stream& s) { ckpt::load_hf_into_params(hf, p, s); });
+      hf_config_ = hf.config().dump();
+      base_identity_ = hf_dir_identity(c.load);
+      log::info("LoRA: the frozen base model is {} ({}, {} tensors)", c.load, hf.info().model_type,
+                hf.names().size());
+      return;
+    }
+    case ckpt::PathKind::kCheckpoint:
+    case ckpt::PathKind::kSaveRoot: {
+      const ckpt::Selection sel = ckpt::select_explicit(c.load);
+      const ckpt::Verification& v = sel.verification;
+      if (v.state.lora)
+        throw ConfigError(
+            fmt::format("load: {} holds LoRA adapters (rank {}), not a base model", v.dir,
+                        v.state.lora->rank),
+            "point load at the base model (an HF directory or a full checkpoint); the adapters' own "
+            "checkpoints continue from `save` (auto_continue_train)");
+      check_same_model(v.state.model, cfg_.model, /*weights_only=*/true, v.dir);
+      ckpt::LoadOptions opt;
+      opt.weights_only = true;
+      opt.load_optim = false;
+      fill_base([&](ParamStore& p, const Stream& s) { ckpt::load_into_params(v, p, s, opt); });
+      hf_config_ = v.state.hf_config;
+      base_identity_ = checkpoint_identity(v);
+      log::info("LoRA: the frozen base model is the weights of {} (iteration {}; {})", v.dir,
+                v.state.iteration, describe_selection(v));
+      return;
+    }
+    case ckpt::PathKind::kMissing:
+    case ckpt::PathKind::kUnknown:
+      throw ConfigError(fmt::format("load: {} is not a base model for LoRA (no HF config.json + safetensors, "
+                                    "no checkpoint manifest.json, latest or iter_*)",
+                                    c.load),
+                        "point load at the model to fine-tune");
+  }
+}
+
 void Trainer::resume_or_start() {
   const CheckpointConfig& c = cfg_.checkpoint;
   std::optional<ckpt::Selection> sel;
   bool from_save = false;
+  // LoRA: `load` names the frozen base model (loaded first, on every start); only the adapters' own
+  // checkpoints under `save` continue a run.
+  if (base_) load_lora_base();
   // 1. auto_continue_train: the newest valid checkpoint under `save` (falling back over corrupt ones).
   if (c.auto_continue_train && !c.save.empty() && fs::exists(c.save)) {
     sel = ckpt::select_newest_valid(c.save);
@@ -126,7 +203,7 @@ void Trainer::resume_or_start() {
     }
   }
   // 2. load: a checkpoint directory, a save root (its latest), or a Hugging Face model directory.
-  if (!sel && !c.load.empty()) {
+  if (!sel && !c.load.empty() && !base_) {
     switch (ckpt::classify_path(c.load)) {
       case ckpt::PathKind::kHuggingFace: {
         ckpt::HfCheckpoint hf(c.load);
@@ -163,6 +240,27 @@ void Trainer::resume_or_start() {
   // finetune applies to `load`; a checkpoint found under `save` continues that (finetuning) run.
   const bool weights_only = c.finetune && !from_save;
   check_same_model(st.model, cfg_.model, weights_only, v.dir);
+  if (base_) {
+    const LoraConfig& l = cfg_.lora;
+    if (!st.lora)
+      throw ConfigError(fmt::format("{} holds a fully trained model's state, not LoRA adapters", v.dir),
+                        "use another save directory for the LoRA run, or lora.enabled: false to continue it");
+    if (st.lora->rank != l.rank || st.lora->alpha != l.alpha || st.lora->targets != l.targets)
+      throw ConfigError(fmt::format("{} holds LoRA adapters of rank {}, alpha {} on [{}]; the config asks "
+                                    "for rank {}, alpha {} on [{}]",
+                                    v.dir, st.lora->rank, st.lora->alpha, fmt::join(st.lora->targets, ", "),
+                                    l.rank, l.alpha, fmt::join(l.targets, ", ")),
+                        "set lora.dim, lora.alpha and lora.target_modules to the checkpoint's");
+    if (st.lora->base != base_identity_)
+      throw ConfigError(
+          fmt::format("{} holds LoRA adapters trained on another base model ({}) than `load` gives now ({})",
+                      v.dir, st.lora->base, base_identity_),
+          fmt::format("set load to the base model the adapters were trained on ({})", c.load));
+  } else if (st.lora) {
+    throw ConfigError(
+        fmt::format("{} holds LoRA adapters (rank {}), not a whole model", v.dir, st.lora->rank),
+        "set lora.enabled: true (with the same base model as `load`) to continue it");
+  }
   ckpt::LoadOptions opt;
   opt.weights_only = weights_only;
   opt.load_optim = !weights_only && !c.no_load_optim;
@@ -236,6 +334,8 @@ ckpt::TrainingState Trainer::current_state(int64_t iter) const {
   st.model = cfg_.model;
   st.hf_config = hf_config_;
   if (const Fp8State* f8 = model_->fp8()) st.fp8 = f8->save();
+  if (base_)
+    st.lora = ckpt::TrainingState::Lora{cfg_.lora.rank, cfg_.lora.alpha, cfg_.lora.targets, base_identity_};
   return st;
 }
 
@@ -252,6 +352,24 @@ void Trainer::save_checkpoint(int64_t iter) {
     log::info(
         "checkpoint: iteration {}: training blocked {:.3f} s (synchronous; the host copy took {:.1f} ms)",
         iter, r.blocked_seconds, r.stage_seconds * 1e3);
+}
+
+void Trainer::export_peft_adapter() {
+  const ParamStore* src = params_for_save();  // a collective when sharded or split: the whole adapters
+  if (!src) return;
+  const Stream s = src == params_.get() ? stream_ : Stream::cpu();
+  std::vector<ckpt::LoraTensor> adapters;
+  for (int i = 0; i < static_cast<int>(src->entries().size()); ++i)
+    adapters.push_back({src->entry(i).name, src->master_f32(i, s).to(Stream::cpu())});
+  const std::string dir = run_dir_ + "/peft_adapter";
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // a resumed run's earlier export (the checkpoints hold the adapters too)
+  const ckpt::PeftWriteReport r =
+      ckpt::write_peft_adapter(dir, adapters, cfg_.model, cfg_.lora, hf_config_, cfg_.checkpoint.load);
+  log::info(
+      "LoRA: PEFT adapter written to {} ({} {} modules, {:.2f} MB; PeftModel.from_pretrained loads it, "
+      "`primus convert merge-lora` merges it)",
+      r.dir, r.modules, r.model_type, static_cast<double>(r.bytes) / 1e6);
 }
 
 }  // namespace primus

@@ -1,5 +1,7 @@
 // The trainer's data-parallel side (docs/distributed.md, "Data-parallel training"): the world and its groups,
 // the per-rank sample stream, the DP step, and checkpoints of sharded state.
+#include <fmt/ranges.h>
+
 #include <cstdlib>
 
 #include "checkpoint/hf_weights.h"
@@ -128,8 +130,14 @@ void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
                pp_plan_->schedule.microbatches, micro);
 }
 
-ModelSpec Trainer::local_spec() const {
+ModelSpec Trainer::whole_spec() const {
   ModelSpec spec = ModelSpec::from_config(cfg_.model);
+  if (cfg_.lora.enabled) spec.adapters = cfg_.lora;
+  return spec;
+}
+
+ModelSpec Trainer::local_spec() const {
+  ModelSpec spec = whole_spec();
   if (!groups_) return spec;
   // This rank holds the experts of its ep coordinate and the heads / ffn / vocabulary of its tp coordinate
   // (the layout decides, not the model).
@@ -167,7 +175,24 @@ void Trainer::init_data_parallel() {
     params_->allocate(compute, stream_);
   }
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
-  model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, *params_, stream_, cfg_.data.seq_length);
+  if (cfg_.lora.enabled) {
+    // The base model: weights only, whole on every data-parallel rank (this rank's part under tp).
+    ModelSpec base = local_spec();
+    base.adapters = LoraConfig{};
+    base_ = std::make_unique<ParamStore>(base);
+    base_->allocate_frozen(compute, stream_);
+    base_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
+  }
+  model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, base_ ? *base_ : *params_, stream_,
+                                        cfg_.data.seq_length);
+  if (base_) {
+    model_->attach_adapters(*params_);
+    log::info(
+        "LoRA: rank {}, alpha {} (scale {:.4g}) on {}; {:.3f}M trainable parameters on this rank, the "
+        "{:.2f}M of the base model frozen ({} weights only)",
+        cfg_.lora.rank, cfg_.lora.alpha, cfg_.lora.scale(), fmt::join(cfg_.lora.targets, ", "),
+        params_->parameter_count() / 1e6, base_->parameter_count() / 1e6, dtype_name(compute));
+  }
   if (fp8_recipe_) {
     model_->enable_fp8(*fp8_recipe_);
     log::info("fp8: {}; {} projections on this rank, {:.1f}% of the step's GEMM FLOPs in FP8",
@@ -217,8 +242,7 @@ void Trainer::init_data_parallel() {
   const bool rem = params_->master_in_remainders();
   // Under expert / tensor parallelism this rank's store holds a share of the model: the whole model is the
   // unsplit one.
-  const int64_t whole_numel =
-      model_split() ? ParamStore(ModelSpec::from_config(cfg_.model)).total_numel() : params_->total_numel();
+  const int64_t whole_numel = model_split() ? ParamStore(whole_spec()).total_numel() : params_->total_numel();
   const double whole_bytes = static_cast<double>(whole_numel) *
                              ((rem ? 2.0 : 4.0) + 3 * 4.0 +
                               (compute == DType::kF32 ? 0.0 : static_cast<double>(dtype_size(compute))));
@@ -288,6 +312,23 @@ comm::Communicator& Trainer::split_group() const {
   return groups_->get(params_->expert_shard().size > 1 ? "ep" : "tp");
 }
 
+void Trainer::fill_base(const std::function<void(ParamStore& whole, const Stream& s)>& fill) {
+  if (!base_->split()) {
+    fill(*base_, stream_);
+    return;
+  }
+  // Tensor parallelism: the whole model on the host, then this rank's part of it.
+  ParamStore whole(ModelSpec::from_config(cfg_.model));
+  whole.allocate(DType::kF32, Stream::cpu());
+  fill(whole, Stream::cpu());
+  ParamStore local(base_->spec());
+  local.allocate(DType::kF32, Stream::cpu());
+  parallel::take_split_share(whole, local);
+  for (int i = 0; i < static_cast<int>(local.entries().size()); ++i)
+    base_->set_master(i, local.master(i), stream_);
+  stream_sync(stream_);
+}
+
 // Expert / tensor parallelism: `whole` (the unsplit model, on the CPU) into this rank's parameters.
 void Trainer::load_from_whole_model(ParamStore& whole) {
   std::unique_ptr<ParamStore> local = local_store_layout();
@@ -302,14 +343,14 @@ void Trainer::load_from_whole_model(ParamStore& whole) {
 
 ckpt::LoadReport Trainer::load_checkpoint_params(const ckpt::Verification& v, const ckpt::LoadOptions& opt) {
   if (model_split()) {
-    ParamStore whole(ModelSpec::from_config(cfg_.model));
+    ParamStore whole(whole_spec());
     whole.allocate(DType::kF32, Stream::cpu());
     const ckpt::LoadReport rep = ckpt::load_into_params(v, whole, Stream::cpu(), opt);
     load_from_whole_model(whole);
     return rep;
   }
   if (params_->shard_mode() == ShardMode::kNone) return ckpt::load_into_params(v, *params_, stream_, opt);
-  ParamStore full(ModelSpec::from_config(cfg_.model), params_->shard_ranks());
+  ParamStore full(whole_spec(), params_->shard_ranks());
   full.allocate(DType::kF32, Stream::cpu());
   const ckpt::LoadReport rep = ckpt::load_into_params(v, full, Stream::cpu(), opt);
   dp_->load_from_full(full);
@@ -318,7 +359,7 @@ ckpt::LoadReport Trainer::load_checkpoint_params(const ckpt::Verification& v, co
 
 void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
   if (model_split()) {
-    ParamStore whole(ModelSpec::from_config(cfg_.model));
+    ParamStore whole(whole_spec());
     whole.allocate(DType::kF32, Stream::cpu());
     ckpt::load_hf_into_params(hf, whole, Stream::cpu());
     load_from_whole_model(whole);
@@ -328,7 +369,7 @@ void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
     ckpt::load_hf_into_params(hf, *params_, stream_);
     return;
   }
-  ParamStore full(ModelSpec::from_config(cfg_.model), params_->shard_ranks());
+  ParamStore full(whole_spec(), params_->shard_ranks());
   full.allocate(DType::kF32, Stream::cpu());
   ckpt::load_hf_into_params(hf, full, Stream::cpu());
   dp_->load_from_full(full);
@@ -355,13 +396,13 @@ const ParamStore* Trainer::params_for_save() {
                   MasterStorage::kF32);
       return p;
     };
-    if (!ckpt_full_) ckpt_full_ = whole_store(ModelSpec::from_config(cfg_.model));
+    if (!ckpt_full_) ckpt_full_ = whole_store(whole_spec());
     if (!pp_plan_) {
       parallel::gather_split_state(*local, s, split_group(), stream_, *ckpt_full_);
       return is_rank0() ? ckpt_full_.get() : nullptr;
     }
     // Pipeline parallelism: this stage's modules whole over tp / ep first, then every stage's.
-    const ModelSpec whole = ModelSpec::from_config(cfg_.model);
+    const ModelSpec whole = whole_spec();
     std::vector<ModelSpec> stages;
     for (int r = 0; r < pp_plan_->layout.pp(); ++r)
       stages.push_back(parallel::stage_spec(whole, pp_plan_->layout, r));
@@ -377,7 +418,7 @@ const ParamStore* Trainer::params_for_save() {
   if (params_->shard_mode() == ShardMode::kNone) return is_rank0() ? params_.get() : nullptr;
   // Collective over the shard group; HSDP replicas hold the same shards, so every replica gathers.
   if (!ckpt_full_) {
-    ckpt_full_ = std::make_unique<ParamStore>(ModelSpec::from_config(cfg_.model), params_->shard_ranks());
+    ckpt_full_ = std::make_unique<ParamStore>(whole_spec(), params_->shard_ranks());
     ckpt_full_->allocate(stream_.device.is_cpu() ? DType::kF32 : DType::kBF16, Stream::cpu());
   }
   dp_->gather_full(*ckpt_full_);

@@ -169,9 +169,10 @@ TEST_F(Sft, WrongStageDataOrFeatureIsRefusedNamingTheKey) {
   EXPECT_EQ(format.exit_code, 2);
   EXPECT_NE(format.err.find("sft_conversation_format 'sharegpt'"), std::string::npos) << format.err;
 
-  CliResult lora = posttrain("e", "      lora:\n        enabled: true\n");
-  EXPECT_EQ(lora.exit_code, 2);
-  EXPECT_NE(lora.err.find("not supported yet: lora.enabled"), std::string::npos) << lora.err;
+  CliResult squad = posttrain("e", "      sft_conversation_format: squad\n");
+  EXPECT_EQ(squad.exit_code, 2);
+  EXPECT_NE(squad.err.find("not supported yet: sft_conversation_format squad"), std::string::npos)
+      << squad.err;
 
   CliResult cp = posttrain("f",
                            "      enable_packed_sequences: true\n      use_packed_attention: true\n"

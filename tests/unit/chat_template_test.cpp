@@ -474,6 +474,154 @@ TEST(ChatTemplate, RuntimeErrorsNameLineColumn) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Limits (chat_template_value.h, Limits): hostile templates found by tests/fuzz/fuzz_chat_template.cpp. Each
+// used to crash the process (stack overflow, an uncaught exception, undefined behaviour, memory exhaustion)
+// or hang; now each is a ConfigError naming the template, the position and the limit.
+
+// The error of `source`, which must fail, with "test.jinja:" and the position cut off.
+std::string limit_error(const std::string& source) {
+  std::string e = error_of(source);
+  EXPECT_EQ(e.rfind("test.jinja:", 0), 0u) << e;
+  const size_t at = e.find("chat template: ");
+  return at == std::string::npos ? e : e.substr(at + 15);
+}
+
+std::string repeated(const std::string& s, int n) {
+  std::string out;
+  for (int k = 0; k < n; ++k) out += s;
+  return out;
+}
+
+TEST(ChatTemplateLimits, NestingDeeperThan100LevelsIsAParseError) {
+  // Brackets, `not` and unary signs recursed in the parser without bound (a stack overflow at a few
+  // thousand levels); a chain of operators grew the expression tree, which the evaluator recurses.
+  EXPECT_EQ(render("{{ " + repeated("(", 90) + "1" + repeated(")", 90) + " }}"), "1");
+  EXPECT_EQ(limit_error("{{ " + repeated("(", 5000) + "1" + repeated(")", 5000) + " }}"),
+            "blocks and expressions nested deeper than 100 levels");
+  EXPECT_EQ(limit_error("{{ " + repeated("not ", 5000) + "1 }}"),
+            "blocks and expressions nested deeper than 100 levels");
+  EXPECT_EQ(limit_error("{{ " + repeated("-", 5000) + "1 }}"),
+            "blocks and expressions nested deeper than 100 levels");
+  EXPECT_EQ(limit_error(repeated("{% if 1 %}", 500) + "x" + repeated("{% endif %}", 500)),
+            "blocks and expressions nested deeper than 100 levels");
+  EXPECT_EQ(render("{{ 1" + repeated(" + 1", 99) + " }}"), "100");
+  EXPECT_EQ(limit_error("{{ 1" + repeated(" + 1", 5000) + " }}"),
+            "an expression nested deeper than 100 levels");
+}
+
+TEST(ChatTemplateLimits, MacroRecursionStopsAt500Levels) {
+  EXPECT_EQ(render("{% macro f(n) %}{{ f(n - 1) if n > 0 else 'done' }}{% endmacro %}{{ f(100) }}"), "done");
+  EXPECT_EQ(limit_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+            "the render nests deeper than 500 levels (a macro that calls itself without end?)");
+}
+
+TEST(ChatTemplateLimits, ListsNestedDeeperThan100LevelsAreRefused) {
+  // A namespace grew a list one level per iteration; printing it, comparing it or freeing it overflowed the
+  // stack.
+  EXPECT_EQ(limit_error("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+                        "{% endfor %}"),
+            "lists and dicts nested deeper than 100 levels");
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for i in range(98) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                   "{{ (ns.x | string)[:4] }}"),
+            "[[[[");
+}
+
+TEST(ChatTemplateLimits, NamespacesThatHoldThemselvesRenderAndAreFreed) {
+  // A namespace holding itself (or a chain of 100,000 namespaces) was a reference cycle that leaked, or a
+  // chain freed recursively; the render now owns the namespaces it makes and empties them at its end.
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns.self.self.self is defined }}"),
+            "True");
+  EXPECT_EQ(
+      render("{% set ns = namespace(h=none) %}{% for i in range(1000) %}{% set ns.h = namespace(n=ns.h) %}"
+             "{% endfor %}{{ ns.h.n.n.n is defined }}"),
+      "True");
+  // Printing one as JSON recursed around the cycle; Python's json.dumps refuses a Namespace.
+  EXPECT_EQ(limit_error("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns | tojson }}"),
+            "tojson: an object of type Namespace is not JSON serializable");
+  // Only namespace() objects take attributes (jinja2 refuses `set loop.x`).
+  EXPECT_EQ(limit_error("{% for x in xs %}{% set loop.x = 1 %}{% endfor %}"),
+            "cannot assign attribute 'x' on 'loop': only namespace() objects take attributes");
+}
+
+TEST(ChatTemplateLimits, RangeOfMoreThan100000ItemsIsRefused) {
+  // range(10**12) built a list of a trillion items; a step near 2**63 overflowed.
+  EXPECT_EQ(render("{{ range(100000) | length }}"), "100000");
+  EXPECT_EQ(limit_error("{{ range(1000000000000) | length }}"),
+            "range() of 1000000000000 items: more than the limit of 100000 (as in jinja2's sandbox)");
+  EXPECT_EQ(render("{{ range(-9223372036854775807, 9223372036854775807, 4611686018427387904) | list }}"),
+            "[-9223372036854775807, -4611686018427387903, 1, 4611686018427387905]");
+  EXPECT_EQ(render("{{ [1, 2, 3][::-9223372036854775807 - 1] }} {{ [1, 2, 3][::9223372036854775807] }}"),
+            "[3] [1]");
+}
+
+TEST(ChatTemplateLimits, RendersThatNeedMoreThan256MiBFail) {
+  const std::string kBytes =
+      "the render needs more than 256 MiB of strings and values (a string or list that keeps growing?)";
+  // Each allocated before anything was counted: a terabyte string, a doubling string, a huge indent.
+  EXPECT_EQ(limit_error("{{ 'x' * 1000000000000 }}"), kBytes);
+  EXPECT_EQ(
+      limit_error("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}"
+                  "{% endfor %}"),
+      kBytes);
+  EXPECT_EQ(limit_error("{{ 'x' | indent(10000000000) }}"), kBytes);
+  EXPECT_EQ(limit_error("{{ {'a': 1} | tojson(indent=2000000000) }}"), kBytes);
+  // Loops that copy a large value at every iteration (a read copies it).
+  EXPECT_EQ(limit_error(
+                "{% set s = 'a' * 10000000 %}{% for i in range(100000) %}{% if s %}{% endif %}{% endfor %}"),
+            kBytes);
+  EXPECT_EQ(render("{{ ('ab' * 1000000) | length }}"), "2000000");
+}
+
+TEST(ChatTemplateLimits, RendersOfMoreThan10MillionStepsFail) {
+  // A comparison of a list that shares its halves: 2**40 items to compare, in a few bytes.
+  EXPECT_EQ(limit_error("{% set ns = namespace(l=[0]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}"
+                        "{% endfor %}{{ ns.l == ns.l }}"),
+            "the render takes more than 10000000 steps (loops over too many items, or nested too deep?)");
+  // Nested loops of 10**10 iterations: the values of their loop objects run out the bytes first.
+  const std::string loops =
+      limit_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+  EXPECT_EQ(loops.rfind("the render needs more than 256 MiB", 0), 0u) << loops;
+}
+
+TEST(ChatTemplateLimits, IntegersThatOverflow64BitsAreErrors) {
+  // Signed overflow was undefined behaviour (`2 ** 10**18` also looped 10**18 times); Python's integers are
+  // unbounded, so there is no result to match.
+  EXPECT_EQ(limit_error("{{ 9223372036854775807 + 1 }}"), "integer overflow in + (integers are 64-bit here)");
+  EXPECT_EQ(limit_error("{{ -9223372036854775807 - 2 }}"),
+            "integer overflow in - (integers are 64-bit here)");
+  EXPECT_EQ(limit_error("{{ 4294967296 * 4294967296 }}"), "integer overflow in * (integers are 64-bit here)");
+  EXPECT_EQ(limit_error("{{ 2 ** 1000000000000000000 }}"),
+            "integer overflow in ** (integers are 64-bit here)");
+  EXPECT_EQ(limit_error("{{ (-9223372036854775807 - 1) // -1 }}"),
+            "integer overflow in // (integers are 64-bit here)");
+  EXPECT_EQ(limit_error("{{ -(-9223372036854775807 - 1) }}"),
+            "integer overflow in unary - (integers are 64-bit here)");
+  EXPECT_EQ(limit_error("{{ (-9223372036854775807 - 1) | abs }}"),
+            "integer overflow in abs (integers are 64-bit here)");
+  EXPECT_EQ(limit_error("{{ [9223372036854775807, 1] | sum }}"),
+            "integer overflow in sum (integers are 64-bit here)");
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-9223372036854775807 - 1) % -1 }} {{ (-9223372036854775807 - 1) is "
+                   "divisibleby(-1) }}"),
+            "4611686018427387904 0 True");
+  // Literals and conversions: std::stoll threw an exception that escaped the render; a float cast to an
+  // integer out of range was undefined behaviour.
+  EXPECT_EQ(limit_error("{{ 99999999999999999999 }}"),
+            "integer literal 99999999999999999999 is out of range (integers are 64-bit here)");
+  EXPECT_EQ(render("{{ 1e999 }}"), "inf");
+  EXPECT_EQ(limit_error("{{ 1e300 | int }}"), "cannot convert float 1e+300 to a 64-bit integer");
+  EXPECT_EQ(render("{{ 'nan' | float | int(7) }} {{ '12.7' | int }}"), "7 12");
+}
+
+TEST(ChatTemplateLimits, BadStringEscapesAreSyntaxErrors) {
+  // std::stoul threw an exception that escaped the parse.
+  EXPECT_EQ(limit_error("{{ '\\xzz' }}"), "truncated \\x escape in a string literal: expected 2 hex digits");
+  EXPECT_EQ(limit_error("{{ '\\u12' }}"), "truncated \\u escape in a string literal: expected 4 hex digits");
+  EXPECT_EQ(limit_error("{{ '\\U00110000' }}"),
+            "\\U00110000 in a string literal is not a Unicode code point");
+  EXPECT_EQ(render("{{ '\\U0001F600' }}"), "\xF0\x9F\x98\x80");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // tokenizer_config.json.
 
 TEST(ChatTemplate, TokenizerConfigTemplateAndSpecialTokens) {

@@ -1,0 +1,33 @@
+#include "model/lora_adapter.h"
+
+#include "ops/gemm.h"
+
+namespace primus {
+
+LoraAdapter::LoraAdapter(ParamStore& store, const std::string& projection) : store_(&store) {
+  a_ = store.find(projection + ".lora_A.weight");
+  b_ = store.find(projection + ".lora_B.weight");
+  PRIMUS_CHECK((a_ >= 0) == (b_ >= 0), "LoRA adapter of {}: lora_A and lora_B must both exist", projection);
+  scale_ = static_cast<float>(store.spec().adapters.scale());
+}
+
+Tensor LoraAdapter::forward(const StepContext& ctx, const Tensor& x, Tensor& y) const {
+  const Tensor a = store_->param(a_), b = store_->param(b_);
+  Tensor t = ctx.act({x.size(0), a.size(0)});
+  ops::gemm(x, false, a, true, t, scale_, 0.0f, ctx.stream);
+  ops::gemm(t, false, b, true, y, 1.0f, 1.0f, ctx.stream);
+  return t;
+}
+
+void LoraAdapter::backward(const StepContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& t,
+                           Tensor& dx) const {
+  const Tensor a = store_->param(a_), b = store_->param(b_);
+  Tensor ga = store_->grad(a_), gb = store_->grad(b_);
+  ops::gemm(dy, true, t, false, gb, 1.0f, 1.0f, ctx.stream);
+  Tensor u = ctx.act({dy.size(0), a.size(0)});
+  ops::gemm(dy, false, b, false, u, scale_, 0.0f, ctx.stream);
+  ops::gemm(u, true, x, false, ga, 1.0f, 1.0f, ctx.stream);
+  ops::gemm(u, false, a, false, dx, 1.0f, 1.0f, ctx.stream);
+}
+
+}  // namespace primus

@@ -1,0 +1,41 @@
+#pragma once
+// A LoRA adapter on one projection y = x W^T (Hu et al. 2021): y += s (x A^T) B^T with A [r, in], B [out, r]
+// trainable, s = alpha / r, and W frozen. The adapter's two thin GEMMs accumulate into the projection's own
+// output (and, backward, into its input gradient) through the GEMM's C input, so LoRA adds no elementwise
+// pass over the [tokens, out] activations; what it keeps for backward is t = s x A^T, [tokens, r].
+//
+// Backward, from dy = dL/dy:
+//   dB += dy^T t          u = s dy B [tokens, r]          dA += u^T x          dx += u A
+// Under tensor parallelism (parallel/tensor_parallel.h) the factors are split like the side of W they meet
+// (model/param_store.cpp): in a column-parallel projection B holds this rank's rows and A is whole, so u and
+// hence dA are partial sums over tp (the store's TpSum entry sums dA; dx is summed with the projection's own
+// dgrad); in a row-parallel one A holds this rank's columns and B is whole, so t and dB are partial (t B^T is
+// added before the projection's own reduction, and TpSum sums dB). No collective of its own.
+#include <string>
+#include <vector>
+
+#include "model/param_store.h"
+#include "model/step_context.h"
+
+namespace primus {
+
+class LoraAdapter {
+ public:
+  LoraAdapter() = default;
+  // The adapter of `projection` ("layers.3.self_attn.qkv_proj") in `store` (laid out from a spec with
+  // adapters.enabled); off when the store has none for it.
+  LoraAdapter(ParamStore& store, const std::string& projection);
+  bool on() const { return a_ >= 0; }
+  // y [tokens, out] += s (x A^T) B^T; returns t = s x A^T [tokens, r] for backward.
+  Tensor forward(const StepContext& ctx, const Tensor& x, Tensor& y) const;
+  // dx [tokens, in] += u A and the adapter's gradients from dy [tokens, out] (see above).
+  void backward(const StepContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& t, Tensor& dx) const;
+  std::vector<int> entries() const { return on() ? std::vector<int>{a_, b_} : std::vector<int>{}; }
+
+ private:
+  ParamStore* store_ = nullptr;
+  int a_ = -1, b_ = -1;
+  float scale_ = 1.0f;
+};
+
+}  // namespace primus

@@ -1,0 +1,202 @@
+// LoRA adapters (model/lora_adapter.h) on the CPU reference in f64: the adapters' gradients against central
+// finite differences in every recompute mode, the adapted model against the same model with the merged
+// weights W + (alpha / r) B A, B = 0 reproducing the base model exactly, and the frozen base holding no
+// gradient or optimizer state.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "model/llama_model.h"
+#include "model_grad_util.h"
+#include "ops/gemm.h"
+
+namespace primus {
+namespace {
+
+using grad_test::tiny_model;
+
+LoraConfig lora(std::vector<std::string> targets, int64_t rank = 3, double alpha = 5) {
+  LoraConfig l;
+  l.enabled = true;
+  l.rank = rank;
+  l.alpha = alpha;
+  l.targets = std::move(targets);
+  return l;
+}
+
+const std::vector<std::string> kAll = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+
+// A frozen f64 base (perturbed norms, as the whole-model gradient tests) and its adapters, with B random
+// (at initialisation B = 0, which would leave dA = 0 and check nothing).
+struct LoraFixture {
+  ModelConfig cfg;
+  ParamStore base, adapters;
+  std::unique_ptr<LlamaModel> model;
+  Tensor tokens, targets;
+  LoraFixture(const ModelConfig& c, const LoraConfig& l, const RecomputeConfig& rc, uint64_t seed,
+              bool randomize_b = true)
+      : cfg(c), base(ModelSpec::from_config(c)), adapters(adapter_spec(c, l)) {
+    base.allocate_frozen(DType::kF64, Stream::cpu());
+    base.initialize(seed, Stream::cpu());
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> nd(0.0, 0.2);
+    for (const auto& e : base.entries())
+      if (!e.decay) {
+        double* w = base.master(base.find(e.name)).data<double>();
+        for (int64_t j = 0; j < e.numel; ++j) w[j] += nd(rng);
+      }
+    adapters.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+    adapters.initialize(seed + 1, Stream::cpu());
+    if (randomize_b)
+      for (const auto& e : adapters.entries()) {
+        double* w = adapters.master(adapters.find(e.name)).data<double>();
+        std::normal_distribution<double> nb(0.0, 0.3);
+        if (e.name.find("lora_B") != std::string::npos)
+          for (int64_t j = 0; j < e.numel; ++j) w[j] = nb(rng);
+      }
+    model = std::make_unique<LlamaModel>(c, rc, base, Stream::cpu(), 8);
+    model->attach_adapters(adapters);
+    std::mt19937 r(static_cast<uint32_t>(seed));
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
+    std::vector<int32_t> t(2 * 7), y(2 * 7);
+    for (auto& v : t) v = tok(r);
+    for (auto& v : y) v = tok(r);
+    y[5] = -1;
+    tokens = Tensor::from_vector(t, {2, 7});
+    targets = Tensor::from_vector(y, {2, 7});
+  }
+  static ModelSpec adapter_spec(const ModelConfig& c, const LoraConfig& l) {
+    ModelSpec s = ModelSpec::from_config(c);
+    s.adapters = l;
+    return s;
+  }
+  double loss() {
+    double s = 0;
+    for (double v : model->forward_loss(tokens, targets).to_vector<double>()) s += v;
+    return s;
+  }
+};
+
+void check_adapter_gradients(const ModelConfig& c, const LoraConfig& l, const RecomputeConfig& rc) {
+  LoraFixture f(c, l, rc, 11);
+  f.adapters.grad_flat().zero_(Stream::cpu());
+  double analytic = 0;
+  for (double v : f.model->forward_backward(f.tokens, f.targets, 1.0f).to_vector<double>()) analytic += v;
+  EXPECT_NEAR(analytic, f.loss(), 1e-12 * std::abs(analytic));
+  std::mt19937 rng(3);
+  const double eps = 1e-6;
+  int checked = 0;
+  for (const auto& e : f.adapters.entries()) {
+    double* w = f.adapters.master(f.adapters.find(e.name)).data<double>();
+    const double* g = f.adapters.grad(f.adapters.find(e.name)).data<double>();
+    std::uniform_int_distribution<int64_t> pick(0, e.numel - 1);
+    double num = 0, den = 0;
+    for (int k = 0; k < 10; ++k) {
+      const int64_t j = pick(rng);
+      const double orig = w[j];
+      w[j] = orig + eps;
+      const double lp = f.loss();
+      w[j] = orig - eps;
+      const double lm = f.loss();
+      w[j] = orig;
+      const double fd = (lp - lm) / (2 * eps);
+      num += (fd - g[j]) * (fd - g[j]);
+      den += fd * fd;
+      ++checked;
+    }
+    EXPECT_GT(den, 0) << e.name << ": no signal";
+    EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 1e-6) << e.name;
+  }
+  EXPECT_EQ(checked, 10 * static_cast<int>(f.adapters.entries().size()));
+}
+
+TEST(Lora, AdapterGradientsMatchFiniteDifferences) {
+  for (const char* mode : {"none", "selective", "full"}) {
+    SCOPED_TRACE(mode);
+    RecomputeConfig rc;
+    if (std::string(mode) == "selective") rc.granularity = "selective";
+    if (std::string(mode) == "full") {
+      rc.granularity = "full";
+      rc.method = "uniform";
+      rc.num_layers = 1;
+    }
+    check_adapter_gradients(tiny_model(/*qk_norm=*/true, /*qkv_bias=*/true, /*tied=*/false), lora(kAll), rc);
+  }
+  // Odd sizes, tied embeddings, a subset of the projections.
+  ModelConfig odd = tiny_model(false, false, true);
+  odd.hidden_size = 31;
+  odd.ffn_hidden_size = 33;
+  check_adapter_gradients(odd, lora({"o_proj", "gate_up_proj"}, 5, 7), RecomputeConfig{});
+}
+
+// The adapted model is the base model with W + (alpha / r) B A.
+TEST(Lora, AdaptedModelEqualsMergedWeights) {
+  const ModelConfig c = tiny_model(true, true, false);
+  const LoraConfig l = lora(kAll, 4, 6);
+  LoraFixture f(c, l, RecomputeConfig{}, 5);
+  const double adapted = f.loss();
+
+  ParamStore merged(ModelSpec::from_config(c));
+  merged.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+  for (int i = 0; i < static_cast<int>(merged.entries().size()); ++i)
+    merged.master(i).copy_from(f.base.master(i), Stream::cpu());
+  int merged_count = 0;
+  for (int i = 0; i < static_cast<int>(f.adapters.entries().size()); ++i) {
+    const std::string& name = f.adapters.entry(i).name;
+    const size_t at = name.find(".lora_A.weight");
+    if (at == std::string::npos) continue;
+    const std::string proj = name.substr(0, at);
+    Tensor a = f.adapters.master(i), b = f.adapters.master(f.adapters.find(proj + ".lora_B.weight"));
+    Tensor w = merged.master(merged.find(proj + ".weight"));
+    ops::gemm(b, false, a, false, w, static_cast<float>(l.scale()), 1.0f, Stream::cpu());
+    ++merged_count;
+  }
+  EXPECT_EQ(merged_count, 4 * c.num_layers);
+  LlamaModel plain(c, RecomputeConfig{}, merged, Stream::cpu(), 8);
+  double reference = 0;
+  for (double v : plain.forward_loss(f.tokens, f.targets).to_vector<double>()) reference += v;
+  EXPECT_NEAR(adapted, reference, 1e-12 * std::abs(reference));
+}
+
+TEST(Lora, FreshAdaptersLeaveTheBaseModelUnchanged) {
+  const ModelConfig c = tiny_model(false, false, false);
+  LoraFixture f(c, lora(kAll), RecomputeConfig{}, 9, /*randomize_b=*/false);
+  for (const auto& e : f.adapters.entries()) {
+    if (e.name.find("lora_B") == std::string::npos) continue;
+    for (double v : f.adapters.master(f.adapters.find(e.name)).to_vector<double>())
+      ASSERT_EQ(v, 0.0) << e.name;
+  }
+  LlamaModel plain(c, RecomputeConfig{}, f.base, Stream::cpu(), 8);
+  const std::vector<double> a = f.model->forward_loss(f.tokens, f.targets).to_vector<double>();
+  const std::vector<double> b = plain.forward_loss(f.tokens, f.targets).to_vector<double>();
+  EXPECT_EQ(a, b);  // bitwise: t B^T adds exact zeros
+}
+
+TEST(Lora, FrozenBaseHoldsWeightsOnly) {
+  const ModelConfig c = tiny_model(false, false, false);
+  LoraFixture f(c, lora({"qkv_proj", "down_proj"}, 2, 2), RecomputeConfig{}, 1);
+  EXPECT_TRUE(f.base.frozen());
+  EXPECT_FALSE(f.base.grad_flat().defined());
+  EXPECT_FALSE(f.base.adam_m_flat().defined());
+  for (int i = 0; i < static_cast<int>(f.base.entries().size()); ++i) EXPECT_FALSE(f.base.grad(i).defined());
+  // Per layer: qkv A [2, 16] + B [qkv_dim, 2], down A [2, 24] + B [16, 2].
+  const ModelSpec s = ModelSpec::from_config(c);
+  EXPECT_EQ(f.adapters.parameter_count(),
+            c.num_layers * (2 * s.hidden + s.qkv_dim() * 2 + 2 * s.ffn + s.hidden * 2));
+  // The backward runs on the frozen store and fills the adapters' gradients only.
+  f.adapters.grad_flat().zero_(Stream::cpu());
+  f.model->forward_backward(f.tokens, f.targets, 1.0f);
+  double norm = 0;
+  for (double v : f.adapters.grad_flat().to_vector<double>()) norm += v * v;
+  EXPECT_GT(norm, 0);
+  // The embedding and head regions hold no adapters.
+  const auto& regions = f.adapters.regions();
+  EXPECT_EQ(regions.front().end - regions.front().begin, 0);
+  EXPECT_EQ(regions[static_cast<size_t>(f.adapters.head_region())].end -
+                regions[static_cast<size_t>(f.adapters.head_region())].begin,
+            0);
+}
+
+}  // namespace
+}  // namespace primus
