@@ -98,6 +98,12 @@ ConvertReport convert_primus_to_hf(const std::string& checkpoint, const std::str
                       "choose a new directory (conversions never overwrite)");
   Selection sel = select_explicit(checkpoint);  // verified; throws naming a bad file
   const TrainingState& st = sel.verification.state;
+  if (st.lora)
+    throw ConfigError(
+        fmt::format("{} holds LoRA adapters (rank {}) of a frozen base model, not a whole model",
+                    sel.verification.dir, st.lora->rank),
+        "the run's PEFT adapter (<run dir>/peft_adapter) merges into the base's HF directory with `primus "
+        "convert merge-lora`");
   nlohmann::json base;
   if (!st.hf_config.empty()) base = nlohmann::json::parse(st.hf_config);
   std::string type = o.model_type;

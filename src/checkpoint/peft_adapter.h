@@ -93,3 +93,22 @@ MergeLoraReport merge_lora_into_hf(const std::string& base_hf_dir, const std::st
                                    uint64_t max_shard_bytes = 5'000'000'000);
 
 }  // namespace primus::ckpt
+
+namespace primus {
+class ParamStore;
+struct Stream;
+}  // namespace primus
+
+namespace primus::ckpt {
+
+// The LoRA settings of `a` as our fused projections take them (rank, alpha, and which of qkv_proj, o_proj,
+// gate_up_proj, down_proj it adapts), for a model `m` of HF family `model_type`.
+LoraConfig lora_config_of(const PeftAdapter& a, const ModelConfig& m, const std::string& model_type);
+
+// Fills `adapters` (laid out from the model's spec with adapters = lora_config_of(a, ...), allocated) from
+// `a`: A of a fused projection is its parts' common lora_A, B their lora_B rows one after the other. Parts
+// with different A (an adapter trained on separate q/k/v modules) cannot be one fused adapter: refused.
+void load_peft_into_adapters(const PeftAdapter& a, const ModelConfig& m, const std::string& model_type,
+                             ParamStore& adapters, const Stream& s);
+
+}  // namespace primus::ckpt

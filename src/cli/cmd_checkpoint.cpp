@@ -1,6 +1,7 @@
 // `primus checkpoint`: inspect checkpoints (docs/checkpoints.md).
 //   primus checkpoint verify PATH             verify a checkpoint, or every checkpoint of a save directory
 //   primus checkpoint logits --load PATH --tokens "1,2,3;4,5,6" [--device cpu|cuda|auto] [--output F]
+//       [--adapter PEFT_DIR]
 //       full logits of a Primus checkpoint or a Hugging Face directory (the HF numerics check uses it)
 #include <fmt/format.h>
 
@@ -91,11 +92,12 @@ Tensor parse_tokens(const std::string& text) {
 }
 
 struct LogitsArgs {
-  std::string load, tokens, device = "auto", output;
+  std::string load, tokens, device = "auto", output, adapter;
 };
 
 int run_logits(const LogitsArgs& a) {
   InferenceModel m = load_inference_model(a.load, a.device);
+  if (!a.adapter.empty()) attach_peft_adapter(m, a.adapter);
   Tensor tokens = parse_tokens(a.tokens);
   Tensor logits = compute_logits(m, tokens);
   const float* p = logits.data<float>();
@@ -140,6 +142,8 @@ void attach_checkpoint(CLI::App& root, CliContext& ctx) {
       ->required();
   l->add_option("--device", la->device, "auto | cpu | cuda (f32 on the CPU, bf16 on the GPU)")
       ->capture_default_str();
+  l->add_option("--adapter", la->adapter,
+                "A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) to apply");
   l->add_option("--output", la->output, "Write logits f32 [B, T, V] (and tokens) to this safetensors file");
   l->callback([la, &ctx] { ctx.action = [la] { return run_logits(*la); }; });
 }

@@ -2,8 +2,10 @@
 
 #include <cstring>
 
+#include "checkpoint/hf_config.h"
 #include "checkpoint/hf_weights.h"
 #include "checkpoint/load.h"
+#include "checkpoint/peft_adapter.h"
 #include "core/error.h"
 #include "model/decoder_layer.h"
 #include "model/llama_model.h"
@@ -30,11 +32,15 @@ InferenceModel load_inference_model(const std::string& path, const std::string& 
       m.params->allocate(compute, m.stream);
       ckpt::load_hf_into_params(hf, *m.params, m.stream);
       m.source = fmt::format("Hugging Face {} model {}", hf.info().model_type, path);
+      m.model_type = hf.info().model_type;
       return m;
     }
     case ckpt::PathKind::kCheckpoint:
     case ckpt::PathKind::kSaveRoot: {
       ckpt::Selection sel = ckpt::select_explicit(path);
+      if (sel.verification.state.lora)
+        throw ConfigError(fmt::format("{} holds LoRA adapters only", sel.verification.dir),
+                          "load the base model and pass the run's PEFT adapter with --adapter");
       m.config = sel.verification.state.model;
       m.params = std::make_unique<ParamStore>(ModelSpec::from_config(m.config));
       m.params->allocate(compute, m.stream);
@@ -43,12 +49,26 @@ InferenceModel load_inference_model(const std::string& path, const std::string& 
       ckpt::load_into_params(sel.verification, *m.params, m.stream, o);
       m.source =
           fmt::format("checkpoint {} (iteration {})", sel.verification.dir, sel.verification.state.iteration);
+      const std::string& hf_config = sel.verification.state.hf_config;
+      if (!hf_config.empty()) m.model_type = nlohmann::json::parse(hf_config).value("model_type", "");
+      if (m.model_type.empty()) m.model_type = ckpt::default_model_type(m.config);
       return m;
     }
     default:
       throw ConfigError(
           fmt::format("{} is neither a Primus checkpoint nor a Hugging Face model directory", path));
   }
+}
+
+void attach_peft_adapter(InferenceModel& m, const std::string& dir) {
+  const ckpt::PeftAdapter a = ckpt::read_peft_adapter(dir);
+  ModelSpec spec = ModelSpec::from_config(m.config);
+  spec.adapters = ckpt::lora_config_of(a, m.config, m.model_type);
+  m.adapters = std::make_unique<ParamStore>(spec);
+  m.adapters->allocate(m.params->compute_flat().dtype(), m.stream);
+  ckpt::load_peft_into_adapters(a, m.config, m.model_type, *m.adapters, m.stream);
+  m.source +=
+      fmt::format(" + LoRA adapter {} (r {}, alpha {}, {} modules)", dir, a.r, a.alpha, a.modules.size());
 }
 
 Tensor compute_logits(const InferenceModel& im, const Tensor& tokens_host) {
@@ -74,6 +94,7 @@ Tensor compute_logits(const InferenceModel& im, const Tensor& tokens_host) {
   ops::embedding_forward(tokens.view({n}), params.param("embed_tokens.weight"), x, s);
   for (int l = 0; l < spec.layers; ++l) {
     DecoderLayer layer(spec, params, l);
+    if (im.adapters) layer.set_adapters(*im.adapters);
     x = layer.forward(ctx, x, nullptr, RecomputeMode::kNone);
   }
   Tensor h = ctx.act({n, spec.hidden});
