@@ -32,15 +32,15 @@ run() {
   local log="$work/$name.log"
   if [ "$n" -eq 0 ]; then
     env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 "${envs[@]}" \
-      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
+      "$primus" train "${STAGE:-pretrain}" "${common[@]}" "$@" >"$log" 2>&1
   elif [ -n "${LAUNCH:-}" ]; then  # primus launch: tcp backend
     env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" OMP_NUM_THREADS=1 "${envs[@]}" timeout 300 \
-      "$primus" launch --nproc-per-node "$n" --master-port 0 -- train pretrain "${common[@]}" "$@" >"$log" 2>&1
+      "$primus" launch --nproc-per-node "$n" --master-port 0 -- train "${STAGE:-pretrain}" "${common[@]}" "$@" >"$log" 2>&1
   else
     local xs=()
     for e in "${envs[@]}"; do xs+=(-x "$e"); done
     timeout 300 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" \
-      "$primus" train pretrain "${common[@]}" "$@" >"$log" 2>&1
+      "$primus" train "${STAGE:-pretrain}" "${common[@]}" "$@" >"$log" 2>&1
   fi
   local code=$?
   if [ $code -ne 0 ]; then
@@ -101,13 +101,13 @@ refuse() {
   shift
   local out
   if [ "$n" -eq 0 ]; then
-    out=$(env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" "${envs[@]}" timeout 60 "$primus" train pretrain \
+    out=$(env PRIMUS_WORKSPACE="$work" PRIMUS_EXP_NAME="$name" "${envs[@]}" timeout 60 "$primus" train "${STAGE:-pretrain}" \
       "${common[@]}" "$@" 2>&1)
   else
     local xs=()
     for e in "${envs[@]}"; do xs+=(-x "$e"); done
     out=$(timeout 60 "$mpirun" "${flags[@]}" -x PRIMUS_EXP_NAME="$name" "${xs[@]}" -np "$n" "$primus" train \
-      pretrain "${common[@]}" "$@" 2>&1)
+      "${STAGE:-pretrain}" "${common[@]}" "$@" 2>&1)
   fi
   local code=$?
   echo "$out" | grep -m1 -A1 "error:" | cut -c1-220

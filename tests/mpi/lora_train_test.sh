@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# LoRA post-training under mpirun (ctest runs these; see tests/CMakeLists.txt): rank-4 adapters on the micro
+# Llama's projections over its frozen base, `train posttrain` on packed JSONL samples, 20 steps, global batch
+# 16 (micro-batch 2). Each layout's loss and grad-norm curves stay within 1e-5 relative of the single process
+# (f32 rounding of sums split differently); the adapters are the only trainable state in every layout.
+#   ddp NP           NP data-parallel ranks (the adapters' gradients all-reduced)
+#   zero1 NP         the distributed optimizer: the adapters' master weights and moments sharded
+#   fsdp NP          FSDP: the adapters sharded and gathered per layer; the frozen base whole on every rank
+#   tp NP TP         TP ranks with sequence parallelism x NP/TP data-parallel ranks: a column-parallel
+#                    projection's B and a row-parallel one's A split like the base weight, the other factor
+#                    whole with its gradient summed over tp
+#   tpfsdp NP TP     TP x FSDP
+#   resume NP TP     save at iteration 10 with NP ranks / TP, continue in one process: the joined curve is the
+#                    single process's
+# Usage: lora_train_test.sh MODE MPIRUN PRIMUS NP [TP]
+set -u
+mode=$1 mpirun=$2 primus=$3 np=${4:-2} tp=${5:-1}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+source "$src/tests/mpi/train_runs.sh"  # init_runs, run, compare, refuse
+init_runs lora
+STAGE=posttrain
+export PRIMUS_SFT_DATA="$work/sft.jsonl"
+flags+=(-x PRIMUS_SFT_DATA)
+python3 - "$PRIMUS_SFT_DATA" <<'PY'
+import json, random, sys
+rng = random.Random(1)
+with open(sys.argv[1], "w") as f:
+    for i in range(300):
+        w = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8)))
+        f.write(json.dumps({"instruction": "Spell backwards: " + w, "output": w[::-1]}) + "\n")
+PY
+common=(--config "$src/tests/e2e/configs/sft_lora_micro_llama.yaml" --train_iters 20 --seq_length 96
+        --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
+        --clip_grad 0.5)
+
+par=()
+case "$mode" in
+  ddp) ;;
+  zero1) par=(--use_distributed_optimizer true) ;;
+  fsdp) par=(--use_torch_fsdp2 true) ;;
+  tp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
+  tpfsdp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true --use_torch_fsdp2 true) ;;
+  resume) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
+  *) fail "unknown mode $mode" ;;
+esac
+
+if [ "$mode" = resume ]; then
+  run dist "$np" -- "${par[@]}" --save "$work/ckpt" --save_interval 10 --exit_interval 10
+  run dist 0 -- --save "$work/ckpt" --save_interval 10 --auto_continue_train true
+  grep -q "resuming from" "$work/dist.log" || fail "the single process did not resume the adapters"
+else
+  run dist "$np" -- "${par[@]}"
+fi
+grep -h "LoRA: rank\|tensor parallel:\|data parallel:" "$work/dist.log" | head -3
+grep -q "LoRA: rank 4" "$work/dist.log" || fail "the run did not train adapters"
+run single 0 --
+compare dist single 1e-5
+echo "lora_train_test: $mode passed"
