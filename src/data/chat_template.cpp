@@ -108,9 +108,12 @@ TokenizerChatConfig parse_tokenizer_chat_config(const nlohmann::json& config, co
   if (it->is_array()) {
     std::string names;
     for (const auto& entry : *it) {
-      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template"))
-        throw ConfigError(
-            fmt::format("{}: a chat_template list entry is not {{\"name\", \"template\"}}", origin));
+      // Both strings: get<std::string>() below throws nlohmann's type_error, not a ConfigError, on anything
+      // else (found by tests/fuzz/fuzz_chat_template.cpp).
+      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+          !entry["name"].is_string() || !entry["template"].is_string())
+        throw ConfigError(fmt::format(
+            "{}: a chat_template list entry is not {{\"name\": string, \"template\": string}}", origin));
       std::string name = entry["name"].get<std::string>();
       if (name == "default") {
         out.chat_template = entry["template"].get<std::string>();

@@ -58,6 +58,7 @@ struct Expr {
   Value value;
   std::string name;
   bool negated = false;
+  int depth = 1;  // height of this subtree: the parser keeps it within Limits::kNesting
   std::vector<ExprPtr> items;
   std::vector<std::pair<std::string, ExprPtr>> keyword;
 };

@@ -5,9 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <string.h>  // memmem
+
 #include <algorithm>
+#include <bitset>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <map>
 
@@ -32,6 +36,7 @@ int64_t need_int(const Value& v, const char* what) {
 
 // Byte offsets of each code point, plus the end.
 std::vector<size_t> code_points(const std::string& s) {
+  charge_bytes(sizeof(size_t) * (s.size() + 1));
   std::vector<size_t> offs;
   for (size_t k = 0; k < s.size(); ++k)
     if ((static_cast<unsigned char>(s[k]) & 0xC0) != 0x80) offs.push_back(k);
@@ -43,8 +48,22 @@ bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+// Where `needle` first occurs in `s` at or after `from`, or npos. glibc's memmem (two-way) is linear in the
+// sizes; std::string::find is not (a long needle of 'a's in a long string of 'a's would take their product).
+size_t find_in(const std::string& s, const std::string& needle, size_t from = 0) {
+  if (from > s.size()) return std::string::npos;
+  if (needle.empty()) return from;
+  const void* hit = ::memmem(s.data() + from, s.size() - from, needle.data(), needle.size());
+  return hit ? static_cast<size_t>(static_cast<const char*>(hit) - s.data()) : std::string::npos;
+}
+
 std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
-  auto drop = [&](char c) { return chars.is_string() ? chars.s.find(c) != std::string::npos : is_space(c); };
+  std::bitset<256> set;  // the bytes to strip, looked up in O(1) however long `chars` is
+  if (chars.is_string())
+    for (unsigned char c : chars.s) set.set(c);
+  auto drop = [&](char c) {
+    return chars.is_string() ? set.test(static_cast<unsigned char>(c)) : is_space(c);
+  };
   size_t b = 0, e = s.size();
   if (left)
     while (b < e && drop(s[b])) ++b;
@@ -85,9 +104,10 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   std::string out;
   size_t pos = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
-    size_t hit = s.find(from, pos);
+    size_t hit = find_in(s, from, pos);
     if (hit == std::string::npos) break;
     out.append(s, pos, hit - pos);
+    charge_bytes(to.size());  // 'a'*1000 replaced by 'b'*1000 is a million bytes
     out += to;
     pos = hit + from.size();
   }
@@ -116,7 +136,7 @@ Value split(const std::string& s, const Value& sep, int64_t maxsplit) {
   if (sep.s.empty()) fail("split(): empty separator");
   size_t pos = 0;
   while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
-    size_t hit = s.find(sep.s, pos);
+    size_t hit = find_in(s, sep.s, pos);
     if (hit == std::string::npos) break;
     parts.push_back(Value::string(s.substr(pos, hit - pos)));
     pos = hit + sep.s.size();
@@ -167,7 +187,7 @@ Value string_method(const std::string& s, const std::string& name) {
     });
   if (name == "find")
     return bound(name, [s](CallArgs& a) {
-      size_t hit = s.find(need_string(a.get(0, "sub"), "find()"));
+      size_t hit = find_in(s, need_string(a.get(0, "sub"), "find()"));
       if (hit == std::string::npos) return Value::integer(-1);
       return Value::integer(static_cast<int64_t>(utf8_length(s.substr(0, hit))));
     });
@@ -175,7 +195,8 @@ Value string_method(const std::string& s, const std::string& name) {
     return bound(name, [s](CallArgs& a) {
       const std::string& sub = need_string(a.get(0, "sub"), "count()");
       int64_t n = 0;
-      for (size_t p = s.find(sub); !sub.empty() && p != std::string::npos; p = s.find(sub, p + sub.size()))
+      for (size_t p = find_in(s, sub); !sub.empty() && p != std::string::npos;
+           p = find_in(s, sub, p + sub.size()))
         ++n;
       return Value::integer(n);
     });
@@ -183,7 +204,10 @@ Value string_method(const std::string& s, const std::string& name) {
     return bound(name, [s](CallArgs& a) {
       std::string out;
       List items = iterate(a.get(0, "iterable"));
-      for (size_t k = 0; k < items.size(); ++k) out += (k ? s : "") + need_string(items[k], "join()");
+      for (size_t k = 0; k < items.size(); ++k) {
+        charge_bytes(s.size());  // the separator, once per item
+        out += (k ? s : "") + need_string(items[k], "join()");
+      }
       return Value::string(out);
     });
   return Value::undefined(fmt::format("'str object' has no attribute '{}'", name));
@@ -220,7 +244,8 @@ Value dict_method(const Value& d, const std::string& name) {
 }  // namespace
 
 size_t utf8_length(const std::string& s) {
-  return code_points(s).size() - 1;
+  return static_cast<size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 Value get_attribute(const Value& obj, const std::string& name) {
@@ -303,9 +328,15 @@ Value get_slice(const Value& obj, const Value& start_v, const Value& stop_v, con
   };
   int64_t start = clamp(start_v, step > 0 ? 0 : n - 1);
   int64_t stop = clamp(stop_v, step > 0 ? n : -1);
+  // The number of items first: `k += step` would overflow for a step near 2**63.
+  const uint64_t abs_step = step > 0 ? static_cast<uint64_t>(step) : static_cast<uint64_t>(-(step + 1)) + 1;
+  uint64_t count = 0;
+  if (step > 0 ? start < stop : stop < start)
+    count = (static_cast<uint64_t>(step > 0 ? stop - start : start - stop) - 1) / abs_step + 1;
   List items;
   std::string chars;
-  for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+  for (uint64_t j = 0; j < count; ++j) {
+    const int64_t k = start + static_cast<int64_t>(j) * step;
     if (obj.is_list())
       items.push_back((*obj.list)[static_cast<size_t>(k)]);
     else
@@ -339,18 +370,26 @@ List iterate(const Value& v) {
 }
 
 bool contains(const Value& container, const Value& item) {
-  if (container.is_string()) return container.s.find(need_string(item, "'in <string>'")) != std::string::npos;
+  if (container.is_string())
+    return find_in(container.s, need_string(item, "'in <string>'")) != std::string::npos;
   if (container.is_mapping()) return item.is_string() && container.dict->find(item.s) != nullptr;
+  if (container.is_list())
+    return std::any_of(container.list->begin(), container.list->end(),
+                       [&](const Value& v) { return equal(v, item); });
   for (const Value& v : iterate(container))
     if (equal(v, item)) return true;
   return false;
 }
 
 bool less(const Value& a, const Value& b) {
+  charge_steps(1);
   if ((a.is_number() || a.kind == Value::Kind::kBool) && (b.is_number() || b.kind == Value::Kind::kBool))
     return (a.kind == Value::Kind::kBool ? a.b : a.as_double()) <
            (b.kind == Value::Kind::kBool ? b.b : b.as_double());
-  if (a.is_string() && b.is_string()) return a.s < b.s;
+  if (a.is_string() && b.is_string()) {
+    charge_bytes(std::min(a.s.size(), b.s.size()));
+    return a.s < b.s;
+  }
   if (a.is_list() && b.is_list())
     return std::lexicographical_compare(a.list->begin(), a.list->end(), b.list->begin(), b.list->end(), less);
   fail(fmt::format("'<' is not supported between {} and {}", a.type_name(), b.type_name()));
@@ -405,7 +444,7 @@ const std::map<std::string, TestFn>& tests() {
       {"divisibleby",
        [](const Value& v, const CallArgs& a) {
          int64_t d = need_int(a.get(0, "num"), "divisibleby");
-         return d != 0 && need_int(v, "divisibleby") % d == 0;
+         return d != 0 && (d == -1 || need_int(v, "divisibleby") % d == 0);  // INT64_MIN % -1 traps
        }},
       {"odd", [](const Value& v, const CallArgs&) { return need_int(v, "odd") % 2 != 0; }},
       {"even", [](const Value& v, const CallArgs&) { return need_int(v, "even") % 2 == 0; }},
@@ -467,14 +506,22 @@ Value select(const Value& seq, CallArgs& a, bool by_attr, bool keep_if) {
   return Value::make_list(std::move(out));
 }
 
+// A float truncated toward zero, as Python's int(); NaN, infinities and values outside int64 (which Python
+// would give as big integers) fail: converting them is undefined behaviour in C++.
+int64_t float_to_int(double f) {
+  if (!(f > -9223372036854775808.0 && f < 9223372036854775808.0))
+    fail(fmt::format("cannot convert float {} to a 64-bit integer", Value::real(f).repr()));
+  return static_cast<int64_t>(f);
+}
+
 Value to_int(const Value& v, const Value& dflt) {
   switch (v.kind) {
     case Value::Kind::kInt:
       return v;
     case Value::Kind::kBool:
       return Value::integer(v.b);
-    case Value::Kind::kFloat:
-      return Value::integer(static_cast<int64_t>(v.f));
+    case Value::Kind::kFloat:  // int(nan) is a ValueError, which jinja2's int filter turns into the default
+      return std::isnan(v.f) ? dflt : Value::integer(float_to_int(v.f));
     case Value::Kind::kString: {
       std::string t = strip(v.s, Value::none(), true, true);
       try {
@@ -482,8 +529,8 @@ Value to_int(const Value& v, const Value& dflt) {
         long long x = std::stoll(t, &used, 10);
         if (used == t.size()) return Value::integer(x);
         double d = std::stod(t, &used);
-        if (used == t.size()) return Value::integer(static_cast<int64_t>(d));
-      } catch (const std::exception&) {
+        if (used == t.size()) return std::isnan(d) ? dflt : Value::integer(float_to_int(d));
+      } catch (const std::logic_error&) {  // stoll / stod: not a number, or out of range
       }
       return dflt;
     }
@@ -506,7 +553,9 @@ Value extreme(const Value& seq, CallArgs& a, bool largest) {
 
 std::string html_escape(const std::string& s) {
   std::string out;
+  charge_bytes(s.size());
   for (char c : s) {
+    if (c == '&' || c == '<' || c == '>' || c == '"' || c == '\'') charge_bytes(4);  // up to 5 bytes for 1
     switch (c) {
       case '&':
         out += "&amp;";
@@ -538,6 +587,8 @@ const std::map<std::string, FilterFn>& filters() {
        [](const Value& v, CallArgs&) {
          if (v.is_string()) return Value::integer(static_cast<int64_t>(utf8_length(v.s)));
          if (v.is_mapping()) return Value::integer(static_cast<int64_t>(v.dict->items.size()));
+         // Lists without a copy: templates take `messages | length` once per message.
+         if (v.is_list()) return Value::integer(static_cast<int64_t>(v.list->size()));
          return Value::integer(static_cast<int64_t>(iterate(v).size()));
        }},
       {"upper", [](const Value& v, CallArgs&) { return Value::string(upper(v.str())); }},
@@ -552,7 +603,10 @@ const std::map<std::string, FilterFn>& filters() {
          // transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None,
          // sort_keys=False).
          Value indent = a.get(1, "indent");
-         int n = indent.kind == Value::Kind::kInt ? static_cast<int>(indent.i) : -1;
+         // A negative indent is Python's: newlines without indentation.
+         int n = indent.kind == Value::Kind::kInt
+                     ? static_cast<int>(std::clamp<int64_t>(indent.i, 0, INT32_MAX))
+                     : -1;
          return Value::string(to_json(v, n, a.get(3, "sort_keys").truthy()));
        }},
       {"default",
@@ -564,11 +618,15 @@ const std::map<std::string, FilterFn>& filters() {
        }},
       {"first",
        [](const Value& v, CallArgs&) {
+         if (v.is_list())
+           return v.list->empty() ? Value::undefined("first(): empty sequence") : v.list->front();
          List items = iterate(v);
          return items.empty() ? Value::undefined("first(): empty sequence") : items.front();
        }},
       {"last",
        [](const Value& v, CallArgs&) {
+         if (v.is_list())
+           return v.list->empty() ? Value::undefined("last(): empty sequence") : v.list->back();
          List items = iterate(v);
          return items.empty() ? Value::undefined("last(): empty sequence") : items.back();
        }},
@@ -578,8 +636,10 @@ const std::map<std::string, FilterFn>& filters() {
          Value attr = a.get(1, "attribute");
          std::string out;
          List items = iterate(v);
-         for (size_t k = 0; k < items.size(); ++k)
+         for (size_t k = 0; k < items.size(); ++k) {
+           charge_bytes(sep.size());  // the separator, once per item
            out += (k ? sep : "") + (attr.is_string() ? attribute_path(items[k], attr.s) : items[k]).str();
+         }
          return Value::string(out);
        }},
       {"replace",
@@ -631,7 +691,10 @@ const std::map<std::string, FilterFn>& filters() {
        }},
       {"abs",
        [](const Value& v, CallArgs&) {
-         if (v.kind == Value::Kind::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
+         if (v.kind == Value::Kind::kInt) {
+           if (v.i == INT64_MIN) fail("integer overflow in abs (integers are 64-bit here)");
+           return Value::integer(v.i < 0 ? -v.i : v.i);
+         }
          if (v.kind == Value::Kind::kFloat) return Value::real(std::fabs(v.f));
          fail(fmt::format("abs expects a number, got {}", v.type_name()));
        }},
@@ -691,9 +754,12 @@ const std::map<std::string, FilterFn>& filters() {
          Value total = a.get(1, "start", Value::integer(0));
          for (const Value& x : iterate(v)) {
            Value y = attr.is_string() ? attribute_path(x, attr.s) : x;
-           if (total.kind == Value::Kind::kInt && y.kind == Value::Kind::kInt)
-             total = Value::integer(total.i + y.i);
-           else
+           int64_t r = 0;
+           if (total.kind == Value::Kind::kInt && y.kind == Value::Kind::kInt) {
+             if (__builtin_add_overflow(total.i, y.i, &r))
+               fail("integer overflow in sum (integers are 64-bit here)");
+             total = Value::integer(r);
+           } else
              total = Value::real(total.as_double() + y.as_double());
          }
          return total;
@@ -701,7 +767,14 @@ const std::map<std::string, FilterFn>& filters() {
       {"indent",
        [](const Value& v, CallArgs& a) {
          Value w = a.get(0, "width", Value::integer(4));
-         std::string pad = w.is_string() ? w.s : std::string(static_cast<size_t>(need_int(w, "indent")), ' ');
+         std::string pad;
+         if (w.is_string()) {
+           pad = w.s;
+         } else {
+           const int64_t width = std::max<int64_t>(need_int(w, "indent"), 0);  // Python: ' ' * -1 is ''
+           charge_bytes(static_cast<uint64_t>(width));
+           pad.assign(static_cast<size_t>(width), ' ');
+         }
          bool first = a.get(1, "first").truthy(), blank = a.get(2, "blank").truthy();
          std::string s = v.str(), out;
          size_t pos = 0;
@@ -709,7 +782,10 @@ const std::map<std::string, FilterFn>& filters() {
          while (pos <= s.size()) {
            size_t nl = s.find('\n', pos);
            std::string line = s.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-           if ((!first_line || first) && (blank || !line.empty())) out += pad;
+           if ((!first_line || first) && (blank || !line.empty())) {
+             charge_bytes(pad.size());
+             out += pad;
+           }
            out += line;
            if (nl == std::string::npos) break;
            out += '\n';
@@ -729,6 +805,7 @@ bool has_filter(const std::string& name) {
 }
 
 Value apply_filter(const std::string& name, const Value& operand, CallArgs& args) {
+  RenderScope::Nest nest;  // `map` applies filters, which may be `map` again
   // Jinja's aliases.
   const std::string& real = name == "d"       ? "default"
                             : name == "count" ? "length"
@@ -755,21 +832,44 @@ void add_global_functions(Dict& globals) {
                   fail("range() expects 1 to 3 arguments");
                 }
                 if (step == 0) fail("range() step must not be zero");
+                // The length first (in unsigned arithmetic: stop - start may not fit an int64), then the
+                // limit of jinja2's sandbox, which transformers renders in.
+                const uint64_t abs_step =
+                    step > 0 ? static_cast<uint64_t>(step) : static_cast<uint64_t>(-(step + 1)) + 1;
+                uint64_t count = 0;
+                if (step > 0 ? start < stop : stop < start)
+                  count = ((step > 0 ? static_cast<uint64_t>(stop) - static_cast<uint64_t>(start)
+                                     : static_cast<uint64_t>(start) - static_cast<uint64_t>(stop)) -
+                           1) /
+                              abs_step +
+                          1;
+                if (count > static_cast<uint64_t>(Limits::kRange))
+                  fail(fmt::format("range() of {} items: more than the limit of {} (as in jinja2's sandbox)",
+                                   count, Limits::kRange));
                 List out;
-                for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
-                  out.push_back(Value::integer(k));
+                out.reserve(count);
+                for (uint64_t j = 0; j < count; ++j)
+                  out.push_back(Value::integer(static_cast<int64_t>(
+                      static_cast<uint64_t>(start) + j * static_cast<uint64_t>(step))));  // mod 2**64
                 return Value::make_list(std::move(out));
               }));
   auto from_keywords = [](CallArgs& a) {
     Dict d;
     for (const Value& p : a.positional)
       if (p.is_mapping())
-        for (const auto& [k, v] : p.dict->items) d.set(k, v);
+        for (const auto& [k, v] : p.dict->items) {
+          charge_bytes(k.size());
+          d.set(k, v);
+        }
     for (auto& [k, v] : a.keyword) d.set(k, v);
     return d;
   };
   globals.set("namespace", Value::callable("namespace", [from_keywords](CallArgs& a) {
-                return Value::make_namespace(from_keywords(a));
+                Value ns = Value::make_namespace(from_keywords(a));
+                ns.dict->assignable = true;
+                ns.depth = 1;  // its attributes may change: it cuts the nesting (see Value::depth)
+                if (RenderScope* scope = RenderScope::current()) scope->adopt(ns.dict);
+                return ns;
               }));
   globals.set("dict", Value::callable("dict", [from_keywords](CallArgs& a) {
                 return Value::make_dict(from_keywords(a));

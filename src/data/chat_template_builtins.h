@@ -2,17 +2,11 @@
 // Filters, tests, attribute / method lookup and global functions of the chat-template interpreter: the
 // builtins that Hugging Face chat templates use (see docs/posttrain.md for the list). Internal to the
 // interpreter; errors are thrown as TemplateRuntimeError and given a template position by the evaluator.
-#include <stdexcept>
 #include <string>
 
 #include "data/chat_template_value.h"
 
 namespace primus::data::jinja {
-
-// A runtime error without a position yet; the evaluator adds origin:line:column.
-struct TemplateRuntimeError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 // `obj.name`: Jinja's getattr (Python attribute first, so dict methods win over keys of the same name, then
 // the item). A missing one is Undefined carrying a Jinja-like description.

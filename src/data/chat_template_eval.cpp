@@ -6,6 +6,7 @@
 #include "data/chat_template.h"
 
 #include <cmath>
+#include <cstdint>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -21,6 +22,7 @@ struct Frame {
 
   const Value* lookup(const std::string& name) const {
     for (const Frame* f = this; f; f = f->parent.get()) {
+      charge_steps(1);  // one scope per enclosing for-loop
       auto it = f->vars.find(name);
       if (it != f->vars.end()) return &it->second;
     }
@@ -49,13 +51,30 @@ class Renderer {
   }
 
  private:
+  // Every statement and expression is one step and one level of nesting of the render (RenderScope), and
+  // the errors of the interpreter's limits raised while it runs get its position.
   Flow exec(const Stmt& s, const FramePtr& frame, std::string& out) {
+    try {
+      RenderScope::Nest nest;
+      charge_steps(1);
+      return exec_stmt(s, frame, out);
+    } catch (const TemplateRuntimeError& err) {
+      fail(s.pos, err.what());
+    }
+  }
+
+  static void append(std::string& out, const std::string& text) {
+    charge_bytes(text.size());
+    out += text;
+  }
+
+  Flow exec_stmt(const Stmt& s, const FramePtr& frame, std::string& out) {
     switch (s.kind) {
       case Stmt::Kind::kText:
-        out += s.text;
+        append(out, s.text);
         return Flow::kNormal;
       case Stmt::Kind::kOutput:
-        out += eval(*s.expr, frame).str();
+        append(out, eval(*s.expr, frame).str());
         return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (const auto& [cond, body] : s.branches)
@@ -78,7 +97,7 @@ class Renderer {
       case Stmt::Kind::kFilterBlock: {
         std::string captured;
         exec(s.body, frame, captured);
-        out += apply_filter_expr(*s.expr, Value::string(std::move(captured)), frame).str();
+        append(out, apply_filter_expr(*s.expr, Value::string(std::move(captured)), frame).str());
         return Flow::kNormal;
       }
       case Stmt::Kind::kGeneration: {
@@ -161,7 +180,7 @@ class Renderer {
       return;
     }
     const Value* target = frame->lookup(s.targets[0]);
-    if (!target || target->kind != Value::Kind::kNamespace)
+    if (!target || target->kind != Value::Kind::kNamespace || !target->dict->assignable)
       fail(s.pos,
            fmt::format("cannot assign attribute '{}' on '{}': only namespace() objects take attributes",
                        s.attr, s.targets[0]));
@@ -216,6 +235,16 @@ class Renderer {
   }
 
   Value eval(const Expr& e, const FramePtr& frame) {
+    try {
+      RenderScope::Nest nest;
+      charge_steps(1);
+      return eval_node(e, frame);
+    } catch (const TemplateRuntimeError& err) {
+      fail(e.pos, err.what());
+    }
+  }
+
+  Value eval_node(const Expr& e, const FramePtr& frame) {
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.value;
@@ -286,7 +315,11 @@ class Renderer {
       case Expr::Kind::kUnary: {
         Value v = eval(*e.items[0], frame);
         if (e.name == "not") return Value::boolean(!v.truthy());
-        if (v.kind == Value::Kind::kInt) return Value::integer(e.name == "-" ? -v.i : v.i);
+        if (v.kind == Value::Kind::kInt) {
+          if (e.name == "-" && v.i == INT64_MIN)
+            fail(e.pos, "integer overflow in unary - (integers are 64-bit here)");
+          return Value::integer(e.name == "-" ? -v.i : v.i);
+        }
         if (v.kind == Value::Kind::kFloat) return Value::real(e.name == "-" ? -v.f : v.f);
         fail(e.pos,
              fmt::format("bad operand type for unary {}: '{}'{}", e.name, v.type_name(), undefined_note(v)));
@@ -345,24 +378,53 @@ class Renderer {
       const Value* count = a.is_string() ? &b : &a;
       if (str && count->kind == K::kInt) {
         std::string out;
-        for (int64_t k = 0; k < count->i; ++k) out += str->s;
-        return Value::string(out);
+        if (count->i > 0 && !str->s.empty()) {
+          // Charged before it is built, so that 'x' * 10**12 is an error rather than an allocation.
+          const uint64_t n = static_cast<uint64_t>(count->i), size = str->s.size();
+          charge_bytes(n > Limits::kBytes / size ? Limits::kBytes + 1 : n * size);
+          out.reserve(n * size);
+          for (uint64_t k = 0; k < n; ++k) out += str->s;
+        }
+        return Value::string(std::move(out));
       }
     }
     Value x = as_num(a), y = as_num(b);
     if (!x.is_number() || !y.is_number()) bad();
     bool ints = x.kind == K::kInt && y.kind == K::kInt;
-    if (op == "+") return ints ? Value::integer(x.i + y.i) : Value::real(x.as_double() + y.as_double());
-    if (op == "-") return ints ? Value::integer(x.i - y.i) : Value::real(x.as_double() - y.as_double());
-    if (op == "*") return ints ? Value::integer(x.i * y.i) : Value::real(x.as_double() * y.as_double());
+    // Python's integers do not overflow; the interpreter's are 64-bit and refuse to.
+    auto overflow = [&]() {
+      fail(e.pos, fmt::format("integer overflow in {} (integers are 64-bit here)", op));
+    };
+    int64_t r = 0;
+    if (op == "+") {
+      if (!ints) return Value::real(x.as_double() + y.as_double());
+      if (__builtin_add_overflow(x.i, y.i, &r)) overflow();
+      return Value::integer(r);
+    }
+    if (op == "-") {
+      if (!ints) return Value::real(x.as_double() - y.as_double());
+      if (__builtin_sub_overflow(x.i, y.i, &r)) overflow();
+      return Value::integer(r);
+    }
+    if (op == "*") {
+      if (!ints) return Value::real(x.as_double() * y.as_double());
+      if (__builtin_mul_overflow(x.i, y.i, &r)) overflow();
+      return Value::integer(r);
+    }
     if (op == "/") {
       if (y.as_double() == 0) fail(e.pos, "division by zero");
       return Value::real(x.as_double() / y.as_double());
     }
     if (op == "//" || op == "%") {
       if (y.as_double() == 0) fail(e.pos, op == "//" ? "integer division by zero" : "modulo by zero");
-      if (ints) {  // Python floors toward negative infinity; the remainder takes the divisor's sign
-        int64_t q = x.i / y.i, r = x.i % y.i;
+      if (ints) {         // Python floors toward negative infinity; the remainder takes the divisor's sign
+        if (y.i == -1) {  // INT64_MIN / -1 overflows (and traps in hardware)
+          if (op == "%") return Value::integer(0);
+          if (x.i == INT64_MIN) overflow();
+          return Value::integer(-x.i);
+        }
+        int64_t q = x.i / y.i;
+        r = x.i % y.i;
         if (r != 0 && ((r < 0) != (y.i < 0))) {
           --q;
           r += y.i;
@@ -373,9 +435,13 @@ class Renderer {
       return Value::real(op == "//" ? q : x.as_double() - q * y.as_double());
     }
     if (op == "**") {
-      if (ints && y.i >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < y.i; ++k) r *= x.i;
+      if (ints && y.i >= 0) {  // by squaring: 2 ** 10**18 takes 60 steps to overflow, not 10**18
+        int64_t base = x.i;
+        r = 1;
+        for (uint64_t n = static_cast<uint64_t>(y.i); n > 0; n >>= 1) {
+          if ((n & 1) && __builtin_mul_overflow(r, base, &r)) overflow();
+          if (n > 1 && __builtin_mul_overflow(base, base, &base)) overflow();
+        }
         return Value::integer(r);
       }
       return Value::real(std::pow(x.as_double(), y.as_double()));
@@ -393,15 +459,21 @@ class Renderer {
 
 std::string render_template(const Body& body, const Dict& globals, const Value& context,
                             const std::string& origin, std::vector<TextRange>* generation) {
-  auto global_frame = std::make_shared<Frame>();
-  for (const auto& [k, v] : globals.items) global_frame->vars[k] = v;
-  auto root = std::make_shared<Frame>();
-  root->parent = global_frame;
-  if (context.is_mapping())
-    for (const auto& [k, v] : context.dict->items) root->vars[k] = v;
+  // The scope first: it must outlive the frames and values of the render (see RenderScope).
+  RenderScope scope;
   std::string out;
   Renderer r(origin, &out, generation);
-  if (r.exec(body, root, out) != Flow::kNormal) r.fail({}, "'break' or 'continue' outside a for-loop");
+  auto global_frame = std::make_shared<Frame>();
+  auto root = std::make_shared<Frame>();
+  root->parent = global_frame;
+  try {
+    for (const auto& [k, v] : globals.items) global_frame->vars[k] = v;
+    if (context.is_mapping())
+      for (const auto& [k, v] : context.dict->items) root->vars[k] = v;
+    if (r.exec(body, root, out) != Flow::kNormal) r.fail({}, "'break' or 'continue' outside a for-loop");
+  } catch (const TemplateRuntimeError& err) {
+    r.fail({}, err.what());
+  }
   return out;
 }
 

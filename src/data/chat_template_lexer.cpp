@@ -6,6 +6,7 @@
 //  - lstrip_blocks: spaces and tabs between the start of a line and a block or comment tag are removed
 //    (`{%+` keeps them);
 //  - one trailing newline at the end of the template is dropped; "\r\n" and "\r" read as "\n".
+#include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
@@ -238,9 +239,18 @@ class Lexer {
         case 'x':
         case 'u':
         case 'U': {
+          // Exactly 2, 4 or 8 hex digits, as Python requires (Jinja leaves the unescaping to Python);
+          // std::stoul threw on a non-hex digit, an exception that escaped (found by
+          // tests/fuzz/fuzz_chat_template.cpp).
           size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (k + n > src_.size()) fail(p, "truncated \\x/\\u escape in a string literal");
+          if (k + n > src_.size() ||
+              !std::all_of(src_.begin() + static_cast<std::ptrdiff_t>(k),
+                           src_.begin() + static_cast<std::ptrdiff_t>(k + n),
+                           [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); }))
+            fail(p, fmt::format("truncated \\{} escape in a string literal: expected {} hex digits", e, n));
           uint32_t cp = static_cast<uint32_t>(std::stoul(src_.substr(k, n), nullptr, 16));
+          if (cp > 0x10FFFF)
+            fail(p, fmt::format("\\U{} in a string literal is not a Unicode code point", src_.substr(k, n)));
           k += n;
           append_utf8(cp, out);
           break;

@@ -2,6 +2,10 @@
 // (jinja2/parser.py): conditional < or < and < not < comparisons and `in` < + - < ~ < * / // % < ** < unary
 // minus < postfix (. [] ()) and filters / tests, so `a + b | trim` is `a + (b | trim)` and
 // `messages | length - 1` is `(messages | length) - 1`.
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+
 #include "core/error.h"
 #include "data/chat_template_ast.h"
 
@@ -25,6 +29,46 @@ class Parser {
   [[noreturn]] void fail(SourcePos p, const std::string& what) const {
     throw ConfigError(fmt::format("{}:{}:{}: chat template: {}", origin_, p.line, p.column, what));
   }
+  // One level of the parser's recursion (a block inside a block, brackets, `not`, a unary sign): at most
+  // Limits::kNesting, so that hostile nesting is an error rather than a stack overflow.
+  class Nest {
+   public:
+    Nest(Parser& p, SourcePos pos) : p_(p) {
+      if (++p_.nest_ > Limits::kNesting) {
+        --p_.nest_;
+        p_.fail(pos, fmt::format("blocks and expressions nested deeper than {} levels", Limits::kNesting));
+      }
+    }
+    ~Nest() { --p_.nest_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
+  // Attaches a child node, keeping the height of the tree within Limits::kNesting: evaluating and freeing an
+  // expression recurses that deep, and a chain such as `a ~ b ~ c ~ ...` grows it without any recursion here.
+  void grow(Expr& parent, const Expr& child) {
+    parent.depth = std::max(parent.depth, child.depth + 1);
+    if (parent.depth > Limits::kNesting)
+      fail(parent.pos, fmt::format("an expression nested deeper than {} levels", Limits::kNesting));
+  }
+  void attach(Expr& parent, ExprPtr child) {
+    if (child) grow(parent, *child);
+    parent.items.push_back(std::move(child));
+  }
+
+  // Integer literals: Python's are unbounded, the interpreter's 64-bit.
+  int64_t int_literal(const Token& t) const {
+    int64_t v = 0;
+    const char* end = t.text.data() + t.text.size();
+    auto [ptr, ec] = std::from_chars(t.text.data(), end, v);
+    if (ec != std::errc() || ptr != end)
+      fail(t.pos, fmt::format("integer literal {} is out of range (integers are 64-bit here)", t.text));
+    return v;
+  }
+
   const Token& cur() const { return toks_[k_]; }
   const Token& peek(size_t ahead = 1) const { return toks_[std::min(k_ + ahead, toks_.size() - 1)]; }
   bool is_op(const char* op) const { return cur().type == T::kOp && cur().text == op; }
@@ -118,6 +162,7 @@ class Parser {
   }
 
   StmtPtr parse_statement(const Token& name) {
+    Nest nest(*this, name.pos);
     auto s = std::make_unique<Stmt>();
     s->pos = name.pos;
     const std::string& n = name.text;
@@ -236,8 +281,8 @@ class Parser {
   ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b, SourcePos pos) {
     auto e = node(Expr::Kind::kBinary, pos);
     e->name = op;
-    e->items.push_back(std::move(a));
-    e->items.push_back(std::move(b));
+    attach(*e, std::move(a));
+    attach(*e, std::move(b));
     return e;
   }
 
@@ -247,28 +292,29 @@ class Parser {
     ExprPtr first = parse_expr();
     if (!is_op(",")) return first;
     auto tup = node(Expr::Kind::kTuple, p);
-    tup->items.push_back(std::move(first));
+    attach(*tup, std::move(first));
     while (is_op(",")) {
       ++k_;
       if (cur().type == T::kBlockEnd) break;
-      tup->items.push_back(parse_expr());
+      attach(*tup, parse_expr());
     }
     return tup;
   }
 
   ExprPtr parse_expr(bool allow_cond = true) {
+    Nest nest(*this, cur().pos);
     ExprPtr e = parse_or();
     while (allow_cond && is_name("if")) {
       SourcePos p = cur().pos;
       ++k_;
       auto c = node(Expr::Kind::kCond, p);
-      c->items.push_back(parse_or());
-      c->items.push_back(std::move(e));
+      attach(*c, parse_or());
+      attach(*c, std::move(e));
       if (is_name("else")) {
         ++k_;
-        c->items.push_back(parse_expr());
+        attach(*c, parse_expr());
       } else {
-        c->items.push_back(nullptr);
+        attach(*c, nullptr);
       }
       e = std::move(c);
     }
@@ -294,10 +340,11 @@ class Parser {
   }
   ExprPtr parse_not() {
     if (is_name("not")) {
+      Nest nest(*this, cur().pos);
       auto e = node(Expr::Kind::kUnary, cur().pos);
       ++k_;
       e->name = "not";
-      e->items.push_back(parse_not());
+      attach(*e, parse_not());
       return e;
     }
     return parse_compare();
@@ -362,9 +409,10 @@ class Parser {
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+      Nest nest(*this, cur().pos);
       e = node(Expr::Kind::kUnary, cur().pos);
       e->name = toks_[k_++].text;
-      e->items.push_back(parse_unary(false));
+      attach(*e, parse_unary(false));
     } else {
       e = parse_primary();
     }
@@ -403,7 +451,9 @@ class Parser {
       case T::kFloat: {
         ++k_;
         auto e = node(Expr::Kind::kLiteral, p);
-        e->value = t.type == T::kInt ? Value::integer(std::stoll(t.text)) : Value::real(std::stod(t.text));
+        // strtod, unlike stod, reads a float literal too large for a double as inf, as Python does.
+        e->value = t.type == T::kInt ? Value::integer(int_literal(t))
+                                     : Value::real(std::strtod(t.text.c_str(), nullptr));
         return e;
       }
       case T::kOp:
@@ -419,11 +469,11 @@ class Parser {
             return first;
           }
           auto tup = node(Expr::Kind::kTuple, p);
-          tup->items.push_back(std::move(first));
+          attach(*tup, std::move(first));
           while (is_op(",")) {
             ++k_;
             if (is_op(")")) break;
-            tup->items.push_back(parse_expr());
+            attach(*tup, parse_expr());
           }
           expect_op(")");
           return tup;
@@ -432,7 +482,7 @@ class Parser {
           ++k_;
           auto e = node(Expr::Kind::kList, p);
           while (!is_op("]")) {
-            e->items.push_back(parse_expr());
+            attach(*e, parse_expr());
             if (!is_op("]")) expect_op(",");
           }
           ++k_;
@@ -442,9 +492,9 @@ class Parser {
           ++k_;
           auto e = node(Expr::Kind::kDict, p);
           while (!is_op("}")) {
-            e->items.push_back(parse_expr());
+            attach(*e, parse_expr());
             expect_op(":");
-            e->items.push_back(parse_expr());
+            attach(*e, parse_expr());
             if (!is_op("}")) expect_op(",");
           }
           ++k_;
@@ -465,13 +515,13 @@ class Parser {
         auto a = node(Expr::Kind::kAttr, p);
         if (cur().type == T::kInt) {  // `x.0` is x[0] in Jinja
           a->kind = Expr::Kind::kSubscript;
-          a->items.push_back(std::move(e));
+          attach(*a, std::move(e));
           auto idx = node(Expr::Kind::kLiteral, p);
-          idx->value = Value::integer(std::stoll(toks_[k_++].text));
-          a->items.push_back(std::move(idx));
+          idx->value = Value::integer(int_literal(toks_[k_++]));
+          attach(*a, std::move(idx));
         } else {
           a->name = expect_name("an attribute name after '.'");
-          a->items.push_back(std::move(e));
+          attach(*a, std::move(e));
         }
         e = std::move(a);
       } else if (is_op("[")) {
@@ -504,12 +554,12 @@ class Parser {
     }
     ++k_;
     auto e = node(slice ? Expr::Kind::kSlice : Expr::Kind::kSubscript, p);
-    e->items.push_back(std::move(obj));
+    attach(*e, std::move(obj));
     if (slice) {
-      for (auto& part : parts) e->items.push_back(std::move(part));
+      for (auto& part : parts) attach(*e, std::move(part));
     } else {
       if (!parts[0]) fail(p, "empty subscript '[]'");
-      e->items.push_back(std::move(parts[0]));
+      attach(*e, std::move(parts[0]));
     }
     return e;
   }
@@ -521,10 +571,12 @@ class Parser {
       if (cur().type == T::kName && peek().type == T::kOp && peek().text == "=") {
         std::string key = toks_[k_].text;
         k_ += 2;
-        e.keyword.emplace_back(key, parse_expr());
+        ExprPtr value = parse_expr();
+        grow(e, *value);
+        e.keyword.emplace_back(key, std::move(value));
       } else {
         if (!e.keyword.empty()) fail(cur().pos, "a positional argument after a keyword argument");
-        e.items.push_back(parse_expr());
+        attach(e, parse_expr());
       }
       if (!is_op(")")) expect_op(",");
     }
@@ -533,7 +585,7 @@ class Parser {
 
   ExprPtr parse_call(ExprPtr callee) {
     auto e = node(Expr::Kind::kCall, callee->pos);  // errors point at the function's name, not at '('
-    e->items.push_back(std::move(callee));
+    attach(*e, std::move(callee));
     parse_args(*e);
     return e;
   }
@@ -545,7 +597,7 @@ class Parser {
       ++k_;
       e->name += "." + expect_name("a filter name");
     }
-    e->items.push_back(std::move(operand));
+    attach(*e, std::move(operand));
     if (is_op("(")) parse_args(*e);
     return e;
   }
@@ -564,14 +616,14 @@ class Parser {
           ++k_;
         }
         t->name = expect_name("a test name after 'is'");
-        t->items.push_back(std::move(e));
+        attach(*t, std::move(e));
         if (is_op("(")) {
           parse_args(*t);
         } else if ((cur().type == T::kString || cur().type == T::kInt || cur().type == T::kFloat ||
                     (cur().type == T::kName && !is_name("else") && !is_name("or") && !is_name("and") &&
                      !is_name("if") && !is_name("is") && !is_name("in") && !is_name("not")))) {
           // `x is divisibleby 3`, `x is sameas false`: one argument without parentheses.
-          t->items.push_back(parse_primary());
+          attach(*t, parse_primary());
         }
         e = std::move(t);
       } else if (is_op("(")) {
@@ -585,6 +637,7 @@ class Parser {
   const std::vector<Token>& toks_;
   const std::string& origin_;
   size_t k_ = 0;
+  int nest_ = 0;
 };
 
 }  // namespace

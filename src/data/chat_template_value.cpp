@@ -1,5 +1,7 @@
 #include "data/chat_template_value.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -7,13 +9,81 @@
 
 namespace primus::data::jinja {
 
+// ---------------------------------------------------------------------------------------------------------
+// The render's limits.
+
+namespace {
+thread_local RenderScope* g_scope = nullptr;
+}
+
+RenderScope::RenderScope() : previous_(g_scope) {
+  g_scope = this;
+}
+
+RenderScope::~RenderScope() {
+  g_scope = previous_;
+  // Empty each namespace while this scope still holds all of them: freeing an attribute's value then stops at
+  // the namespaces it reaches (values between them are at most Limits::kValueDepth deep), so neither a cycle
+  // (`set ns.self = ns`) nor a long chain of namespaces outlives the render or is freed recursively.
+  for (auto& ns : namespaces_) {
+    auto items = std::move(ns->items);
+    ns->items.clear();
+  }
+}
+
+RenderScope* RenderScope::current() {
+  return g_scope;
+}
+
+void RenderScope::bytes(uint64_t n) {
+  if (n > Limits::kBytes - bytes_)
+    throw TemplateRuntimeError(fmt::format(
+        "the render needs more than {} MiB of strings and values (a string or list that keeps growing?)",
+        Limits::kBytes >> 20));
+  bytes_ += n;
+}
+
+void RenderScope::steps(uint64_t n) {
+  if (n > Limits::kSteps - steps_)
+    throw TemplateRuntimeError(
+        fmt::format("the render takes more than {} steps (loops over too many items, or nested too deep?)",
+                    Limits::kSteps));
+  steps_ += n;
+}
+
+RenderScope::Nest::Nest() : scope_(g_scope) {
+  if (scope_ && ++scope_->depth_ > Limits::kRenderDepth) {
+    --scope_->depth_;
+    throw TemplateRuntimeError(
+        fmt::format("the render nests deeper than {} levels (a macro that calls itself without end?)",
+                    Limits::kRenderDepth));
+  }
+}
+
+RenderScope::Nest::~Nest() {
+  if (scope_) --scope_->depth_;
+}
+
+void charge_bytes(uint64_t n) {
+  if (g_scope) g_scope->bytes(n);
+}
+
+void charge_steps(uint64_t n) {
+  if (g_scope) g_scope->steps(n);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Values.
+
 const Value* Dict::find(const std::string& key) const {
+  charge_steps(1 + items.size() / 8);  // a linear scan: dicts built by templates can be large
   for (const auto& [k, v] : items)
     if (k == key) return &v;
   return nullptr;
 }
 
 void Dict::set(const std::string& key, Value value) {
+  charge_steps(1 + items.size() / 8);
   for (auto& [k, v] : items) {
     if (k == key) {
       v = std::move(value);
@@ -26,6 +96,43 @@ void Dict::set(const std::string& key, Value value) {
 Value Dict::key(const std::string& stored) const {
   return int_keys ? Value::integer(std::stoll(stored)) : Value::string(stored);
 }
+
+Value::Value() {
+  charge_bytes(sizeof(Value));
+}
+
+Value::Value(const Value& o)
+    : kind(o.kind),
+      b(o.b),
+      i(o.i),
+      f(o.f),
+      list(o.list),
+      tuple(o.tuple),
+      dict(o.dict),
+      fn(o.fn),
+      depth(o.depth) {
+  charge_bytes(sizeof(Value) + o.s.size());  // before the string is duplicated
+  s = o.s;
+}
+
+Value& Value::operator=(const Value& o) {
+  if (this != &o) *this = Value(o);
+  return *this;
+}
+
+namespace {
+
+// The depth of a container of `items`; past Limits::kValueDepth a render fails (the caller's context,
+// converted before the render, is not checked).
+uint32_t container_depth(uint32_t deepest_item) {
+  const uint32_t depth = deepest_item + 1;
+  if (depth > Limits::kValueDepth && RenderScope::current())
+    throw TemplateRuntimeError(
+        fmt::format("lists and dicts nested deeper than {} levels", Limits::kValueDepth));
+  return depth;
+}
+
+}  // namespace
 
 Value Value::undefined(std::string name) {
   Value v;
@@ -56,14 +163,18 @@ Value Value::real(double f) {
   return v;
 }
 Value Value::string(std::string s) {
+  charge_bytes(s.size());
   Value v;
   v.kind = Kind::kString;
   v.s = std::move(s);
   return v;
 }
 Value Value::make_list(List items) {
+  uint32_t deepest = 0;
+  for (const Value& x : items) deepest = std::max(deepest, x.depth);
   Value v;
   v.kind = Kind::kList;
+  v.depth = container_depth(deepest);
   v.list = std::make_shared<List>(std::move(items));
   return v;
 }
@@ -73,8 +184,11 @@ Value Value::make_tuple(List items) {
   return v;
 }
 Value Value::make_dict(Dict d) {
+  uint32_t deepest = 0;
+  for (const auto& kv : d.items) deepest = std::max(deepest, kv.second.depth);
   Value v;
   v.kind = Kind::kDict;
+  v.depth = container_depth(deepest);
   v.dict = std::make_shared<Dict>(std::move(d));
   return v;
 }
@@ -155,8 +269,10 @@ std::string float_repr(double f) {
 std::string string_repr(const std::string& s) {
   // Python prefers single quotes unless the string holds a single quote and no double quote.
   char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+  charge_bytes(s.size() + 2);
   std::string out(1, q);
   for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) charge_bytes(3);  // an escape is up to 4 bytes for 1
     if (c == static_cast<unsigned char>(q) || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
@@ -206,15 +322,20 @@ std::string Value::repr() const {
     case Kind::kString:
       return string_repr(s);
     case Kind::kList: {
+      // Each level of nesting copies the text of the levels inside it: charged as it is copied.
+      charge_steps(1);
       std::string out = tuple ? "(" : "[";
       for (size_t k = 0; k < list->size(); ++k) out += (k ? ", " : "") + (*list)[k].repr();
+      charge_bytes(out.size());
       if (tuple) return out + (list->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {
+      charge_steps(1);
       std::string out = "{";
       for (size_t k = 0; k < dict->items.size(); ++k)
         out += (k ? ", " : "") + string_repr(dict->items[k].first) + ": " + dict->items[k].second.repr();
+      charge_bytes(out.size());
       return out + "}";
     }
     case Kind::kNamespace:
@@ -253,6 +374,7 @@ const char* Value::type_name() const {
 
 bool equal(const Value& a, const Value& b) {
   using K = Value::Kind;
+  charge_steps(1);
   // Python: True == 1 and 1 == 1.0; bools are ints.
   auto numeric = [](const Value& v) { return v.is_number() || v.kind == K::kBool; };
   if (numeric(a) && numeric(b)) {
@@ -266,6 +388,7 @@ bool equal(const Value& a, const Value& b) {
     case K::kNone:
       return true;
     case K::kString:
+      charge_bytes(std::min(a.s.size(), b.s.size()));
       return a.s == b.s;
     case K::kList:
       if (a.list->size() != b.list->size()) return false;
@@ -295,8 +418,10 @@ Value CallArgs::get(size_t index, const std::string& name, Value fallback) const
 namespace {
 
 void json_string(const std::string& s, std::string& out) {
+  charge_bytes(s.size() + 2);
   out += '"';
   for (unsigned char c : s) {
+    if (c < 0x20 || c == '"' || c == '\\') charge_bytes(5);  // an escape is up to 6 bytes for 1
     switch (c) {
       case '"':
         out += "\\\"";
@@ -334,9 +459,12 @@ void json_string(const std::string& s, std::string& out) {
 
 void json_value(const Value& v, int indent, bool sort_keys, int depth, std::string& out) {
   using K = Value::Kind;
+  charge_steps(1);
   auto newline = [&](int d) {
+    const uint64_t spaces = static_cast<uint64_t>(indent) * static_cast<uint64_t>(d);
+    charge_bytes(1 + spaces);
     out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
+    out.append(spaces, ' ');
   };
   // Python's separators: (', ', ': ') without indent, (',', ': ') with one.
   const char* item_sep = indent >= 0 ? "," : ", ";
@@ -377,8 +505,11 @@ void json_value(const Value& v, int indent, bool sort_keys, int depth, std::stri
       out += ']';
       return;
     }
-    case K::kDict:
-    case K::kNamespace: {
+    case K::kNamespace:
+      // As Python's json.dumps (which transformers' tojson calls) refuses a Namespace or a loop object; and a
+      // namespace can hold itself.
+      throw TemplateRuntimeError("tojson: an object of type Namespace is not JSON serializable");
+    case K::kDict: {
       if (v.dict->items.empty()) {
         out += "{}";
         return;

@@ -643,6 +643,20 @@ TEST(ChatTemplate, TokenizerConfigTemplateAndSpecialTokens) {
   EXPECT_THROW(parse_tokenizer_chat_config(
                    nlohmann::json::parse(R"({"chat_template": [{"name": "rag", "template": "R"}]})"), "x"),
                ConfigError);
+  // A name or template that is not a string was nlohmann's type_error, which escaped as an abort (found by
+  // tests/fuzz/fuzz_chat_template.cpp).
+  for (const char* bad : {R"({"chat_template": [{"name": 1, "template": "x"}]})",
+                          R"({"chat_template": [{"name": "default", "template": 5}]})"}) {
+    try {
+      parse_tokenizer_chat_config(nlohmann::json::parse(bad), "tok/tokenizer_config.json");
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_STREQ(
+          e.what(),
+          "tok/tokenizer_config.json: a chat_template list entry is not {\"name\": string, \"template\": "
+          "string}");
+    }
+  }
 }
 
 }  // namespace
