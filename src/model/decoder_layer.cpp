@@ -154,8 +154,12 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   } else {
     Tensor qkv = ctx.act({n, spec_.qkv_dim()});
     Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
-    project(ctx, fp8_qkv_, a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv);
-    if (lora_qkv_.on()) a.t_qkv = lora_qkv_.forward(ctx, a.h1, qkv);
+    if (lora_qkv_.on()) {  // the adapter's product first; the frozen GEMM accumulates (model/lora_adapter.h)
+      a.t_qkv = lora_qkv_.down(ctx, a.h1);
+      lora_qkv_.up(ctx, a.t_qkv, qkv);
+    }
+    project(ctx, fp8_qkv_, a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv,
+            lora_qkv_.on() ? &qkv : nullptr);
     if (spec_.qk_norm) {
       // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
       a.qkv_raw = qkv;
@@ -193,8 +197,11 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
     ops::add(x_out, a.x_mid, x_out, s);
   } else {
     a.gu = ctx.act({n, 2 * spec_.ffn});
-    project(ctx, fp8_gu_, a.h2, params_.param(w_gu_), nullptr, a.gu);
-    if (lora_gu_.on()) a.t_gu = lora_gu_.forward(ctx, a.h2, a.gu);
+    if (lora_gu_.on()) {
+      a.t_gu = lora_gu_.down(ctx, a.h2);
+      lora_gu_.up(ctx, a.t_gu, a.gu);
+    }
+    project(ctx, fp8_gu_, a.h2, params_.param(w_gu_), nullptr, a.gu, lora_gu_.on() ? &a.gu : nullptr);
     a.act = ctx.act({n, spec_.ffn});
     ops::swiglu_forward(a.gu, a.act, s);
     row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output", fp8_down_,
@@ -255,9 +262,10 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
   const int64_t n = ctx.tokens();
   const Stream& s = ctx.stream;
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
-  project_backward(ctx, fp8_o_, dx, a.attn, params_.param(w_o_), d_attn, false, params_.grad(w_o_), Tensor(),
-                   params_.grad_accumulate(w_o_), residual_grad);
+  // An adapter writes its share of the input gradient first; the frozen dgrad accumulates (lora_adapter.h).
   if (lora_o_.on()) lora_o_.backward(ctx, dx, a.attn, a.t_o, d_attn);
+  project_backward(ctx, fp8_o_, dx, a.attn, params_.param(w_o_), d_attn, lora_o_.on(), params_.grad(w_o_),
+                   Tensor(), params_.grad_accumulate(w_o_), residual_grad);
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   if (ctx.cp) {
     ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
@@ -282,10 +290,10 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
     d_qkv = d_raw;
   }
   // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
-  project_backward(ctx, fp8_qkv_, d_qkv, a.h1, params_.param(w_qkv_), d_h1, false, params_.grad(w_qkv_),
-                   b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(), params_.grad_accumulate(w_qkv_),
-                   residual_grad);
   if (lora_qkv_.on()) lora_qkv_.backward(ctx, d_qkv, a.h1, a.t_qkv, d_h1);
+  project_backward(ctx, fp8_qkv_, d_qkv, a.h1, params_.param(w_qkv_), d_h1, lora_qkv_.on(),
+                   params_.grad(w_qkv_), b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(),
+                   params_.grad_accumulate(w_qkv_), residual_grad);
   d_qkv = Tensor();
 }
 
@@ -302,17 +310,17 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   } else {
     const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
     Tensor d_act = ctx.act({n, spec_.ffn});
-    project_backward(ctx, fp8_down_, dy, a.act, params_.param(w_down_), d_act, false, params_.grad(w_down_),
-                     Tensor(), params_.grad_accumulate(w_down_), dx);
     if (lora_down_.on()) lora_down_.backward(ctx, dy, a.act, a.t_down, d_act);
+    project_backward(ctx, fp8_down_, dy, a.act, params_.param(w_down_), d_act, lora_down_.on(),
+                     params_.grad(w_down_), Tensor(), params_.grad_accumulate(w_down_), dx);
     a.act = Tensor();
     Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
     ops::swiglu_backward(d_act, a.gu, d_gu, s);
     d_act = Tensor();
     a.gu = Tensor();
-    project_backward(ctx, fp8_gu_, d_gu, a.h2, params_.param(w_gu_), d_h2, false, params_.grad(w_gu_),
-                     Tensor(), params_.grad_accumulate(w_gu_), dx);
     if (lora_gu_.on()) lora_gu_.backward(ctx, d_gu, a.h2, a.t_gu, d_h2);
+    project_backward(ctx, fp8_gu_, d_gu, a.h2, params_.param(w_gu_), d_h2, lora_gu_.on(), params_.grad(w_gu_),
+                     Tensor(), params_.grad_accumulate(w_gu_), dx);
     d_h2 = tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
   }
   a.h2 = Tensor();

@@ -11,12 +11,15 @@ LoraAdapter::LoraAdapter(ParamStore& store, const std::string& projection) : sto
   scale_ = static_cast<float>(store.spec().adapters.scale());
 }
 
-Tensor LoraAdapter::forward(const StepContext& ctx, const Tensor& x, Tensor& y) const {
-  const Tensor a = store_->param(a_), b = store_->param(b_);
+Tensor LoraAdapter::down(const StepContext& ctx, const Tensor& x) const {
+  const Tensor a = store_->param(a_);
   Tensor t = ctx.act({x.size(0), a.size(0)});
   ops::gemm(x, false, a, true, t, scale_, 0.0f, ctx.stream);
-  ops::gemm(t, false, b, true, y, 1.0f, 1.0f, ctx.stream);
   return t;
+}
+
+void LoraAdapter::up(const StepContext& ctx, const Tensor& t, Tensor& y, const Tensor* c_in) const {
+  ops::gemm(t, false, store_->param(b_), true, y, 1.0f, c_in ? 1.0f : 0.0f, ctx.stream, c_in);
 }
 
 void LoraAdapter::backward(const StepContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& t,
@@ -27,7 +30,7 @@ void LoraAdapter::backward(const StepContext& ctx, const Tensor& dy, const Tenso
   Tensor u = ctx.act({dy.size(0), a.size(0)});
   ops::gemm(dy, false, b, false, u, scale_, 0.0f, ctx.stream);
   ops::gemm(u, true, x, false, ga, 1.0f, 1.0f, ctx.stream);
-  ops::gemm(u, false, a, false, dx, 1.0f, 1.0f, ctx.stream);
+  ops::gemm(u, false, a, false, dx, 1.0f, 0.0f, ctx.stream);
 }
 
 }  // namespace primus

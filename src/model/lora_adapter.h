@@ -1,11 +1,16 @@
 #pragma once
 // A LoRA adapter on one projection y = x W^T (Hu et al. 2021): y += s (x A^T) B^T with A [r, in], B [out, r]
-// trainable, s = alpha / r, and W frozen. The adapter's two thin GEMMs accumulate into the projection's own
-// output (and, backward, into its input gradient) through the GEMM's C input, so LoRA adds no elementwise
-// pass over the [tokens, out] activations; what it keeps for backward is t = s x A^T, [tokens, r].
+// trainable, s = alpha / r, and W frozen. What it keeps for backward is t = s x A^T, [tokens, r].
+//
+// Order of the passes (measured on the llama3.2-1B shape, H200, docs/performance.md): the adapter's thin
+// GEMMs are memory-bound over the [tokens, out] and [tokens, in] activations, the frozen projection's GEMMs
+// compute-bound. So the adapter writes its product first (y = t B^T, and backward dx = u A) and the frozen
+// GEMM then accumulates on top through its C input (beta = 1), a read its compute hides, instead of the
+// adapter reading and rewriting the projection's output afterwards.
 //
 // Backward, from dy = dL/dy:
-//   dB += dy^T t          u = s dy B [tokens, r]          dA += u^T x          dx += u A
+//   dB += dy^T t          u = s dy B [tokens, r]          dA += u^T x          dx = u A (+ dy W by the
+//   caller)
 // Under tensor parallelism (parallel/tensor_parallel.h) the factors are split like the side of W they meet
 // (model/param_store.cpp): in a column-parallel projection B holds this rank's rows and A is whole, so u and
 // hence dA are partial sums over tp (the store's TpSum entry sums dA; dx is summed with the projection's own
@@ -26,9 +31,13 @@ class LoraAdapter {
   // adapters.enabled); off when the store has none for it.
   LoraAdapter(ParamStore& store, const std::string& projection);
   bool on() const { return a_ >= 0; }
-  // y [tokens, out] += s (x A^T) B^T; returns t = s x A^T [tokens, r] for backward.
-  Tensor forward(const StepContext& ctx, const Tensor& x, Tensor& y) const;
-  // dx [tokens, in] += u A and the adapter's gradients from dy [tokens, out] (see above).
+  // t = s x A^T [tokens, r], kept for backward.
+  Tensor down(const StepContext& ctx, const Tensor& x) const;
+  // y [tokens, out] = t B^T (+ c_in [tokens, out] when given; it may be y itself). The frozen projection then
+  // accumulates into y.
+  void up(const StepContext& ctx, const Tensor& t, Tensor& y, const Tensor* c_in = nullptr) const;
+  // The adapter's gradients from dy [tokens, out], and dx [tokens, in] = u A written (overwritten): the
+  // frozen projection's dgrad then accumulates into dx.
   void backward(const StepContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& t, Tensor& dx) const;
   std::vector<int> entries() const { return on() ? std::vector<int>{a_, b_} : std::vector<int>{}; }
 

@@ -26,28 +26,34 @@ inline Tensor tp_sum_rows(const StepContext& ctx, const Tensor& partial, const c
 // y [local_tokens, d] = residual + x W^T summed over tp: a row-parallel projection (x [tokens, in/tp], w
 // [d, in/tp]) and its residual add. On one rank the add rides on the GEMM's C input; without SP rank 0 adds
 // it there before the all-reduce, so it is counted once. fp8_slot: the projection's FP8 slot (-1: BF16).
-// A LoRA adapter (lora->on()) adds its partial product before the reduction; *lora_t receives its t.
+// A LoRA adapter (lora->on()) writes its partial product first (with the residual where this rank adds it),
+// and the frozen GEMM accumulates on top, before the reduction; *lora_t receives its t.
 inline void row_parallel_residual(const StepContext& ctx, const Tensor& x, const Tensor& w,
                                   const Tensor& residual, Tensor& y, const char* label, int fp8_slot = -1,
                                   const LoraAdapter* lora = nullptr, Tensor* lora_t = nullptr) {
   const Stream& s = ctx.stream;
-  auto adapt = [&](Tensor& out) {
-    if (lora && lora->on()) *lora_t = lora->forward(ctx, x, out);
+  const bool adapted = lora && lora->on();
+  // out = x W^T (+ c_in), with the adapter's t B^T written into out first.
+  auto run = [&](Tensor& out, const Tensor* c_in) {
+    if (!adapted) {
+      project(ctx, fp8_slot, x, w, nullptr, out, c_in);
+      return;
+    }
+    *lora_t = lora->down(ctx, x);
+    lora->up(ctx, *lora_t, out, c_in);
+    project(ctx, fp8_slot, x, w, nullptr, out, &out);
   };
   if (!ctx.tp) {
-    project(ctx, fp8_slot, x, w, nullptr, y, &residual);
-    adapt(y);
+    run(y, &residual);
     return;
   }
   if (!ctx.tp->sequence_parallel()) {
-    project(ctx, fp8_slot, x, w, nullptr, y, ctx.tp->rank() == 0 ? &residual : nullptr);
-    adapt(y);
+    run(y, ctx.tp->rank() == 0 ? &residual : nullptr);
     ctx.tp->sum_rows(y, s, label);
     return;
   }
   Tensor partial = ctx.act({ctx.tokens(), w.size(0)});
-  project(ctx, fp8_slot, x, w, nullptr, partial);
-  adapt(partial);
+  run(partial, nullptr);
   Tensor mine = ctx.tp->sum_rows(partial, s, label);
   ops::add(mine, residual, y, s);
 }

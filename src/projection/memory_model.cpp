@@ -179,16 +179,42 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
       return (p.dense * bytes_per_param) / (is_sharded ? dense_shards : 1) +
              (p.expert * bytes_per_param) / (is_sharded ? expert_shards : 1);
     };
-    rm.items.push_back({"weights", sharded(w_bytes, fsdp),
-                        fmt::format("{:.3g} B parameters ({:.3g} B in routed experts) x {} B{}",
-                                    p.dense + p.expert, p.expert, w_bytes, fsdp ? ", sharded (FSDP)" : "")});
-    if (master_bytes > 0)
-      rm.items.push_back({"master weights", sharded(master_bytes, zero1 || fsdp),
-                          remainders ? "f32 masters as 16-bit remainders of the bf16 weights"
-                                     : "f32 masters, sharded with the optimizer state"});
-    rm.items.push_back({"gradients", sharded(g_bytes, fsdp), fsdp ? "f32, sharded (FSDP)" : "f32"});
-    rm.items.push_back({"optimizer state", sharded(mv_bytes, zero1 || fsdp),
-                        zero1 || fsdp ? "Adam m, v in f32, sharded over data parallel" : "Adam m, v in f32"});
+    if (s.train.lora.enabled) {
+      // LoRA (model/lora_adapter.h): the base model is frozen, whole on every data-parallel rank, weights
+      // only; the adapters carry the whole training state, sharded like a model's.
+      rm.items.push_back({"frozen base weights", (p.dense + p.expert) * w_bytes,
+                          fmt::format("{:.3g} B parameters x {} B, no master, gradients or optimizer state",
+                                      p.dense + p.expert, w_bytes)});
+      const LoraConfig& l = s.train.lora;
+      const double tp = s.tp(),
+                   hd = static_cast<double>(m.kv_channels > 0 ? m.kv_channels
+                                                              : m.hidden_size / m.num_attention_heads);
+      const double q = m.num_attention_heads * hd, kv = m.num_query_groups * hd, dm = m.hidden_size,
+                   f = static_cast<double>(m.ffn_hidden_size);
+      double per_layer = 0;  // r x (in + out) per adapted projection, this rank's share under tp
+      if (l.targets_projection("qkv_proj")) per_layer += dm + (q + 2 * kv) / tp;
+      if (l.targets_projection("o_proj")) per_layer += q / tp + dm;
+      if (l.targets_projection("gate_up_proj")) per_layer += dm + 2 * f / tp;
+      if (l.targets_projection("down_proj")) per_layer += f / tp + dm;
+      const double adapters = static_cast<double>(l.rank) * per_layer * static_cast<double>(r.layers.size());
+      const double state = (master_bytes + g_bytes + mv_bytes) / (zero1 || fsdp ? dense_shards : 1);
+      rm.items.push_back({"LoRA adapters", adapters * (w_bytes + state),
+                          fmt::format("{:.3g} M trainable parameters: weights, master, gradients and Adam",
+                                      adapters / 1e6)});
+    } else {
+      rm.items.push_back(
+          {"weights", sharded(w_bytes, fsdp),
+           fmt::format("{:.3g} B parameters ({:.3g} B in routed experts) x {} B{}", p.dense + p.expert,
+                       p.expert, w_bytes, fsdp ? ", sharded (FSDP)" : "")});
+      if (master_bytes > 0)
+        rm.items.push_back({"master weights", sharded(master_bytes, zero1 || fsdp),
+                            remainders ? "f32 masters as 16-bit remainders of the bf16 weights"
+                                       : "f32 masters, sharded with the optimizer state"});
+      rm.items.push_back({"gradients", sharded(g_bytes, fsdp), fsdp ? "f32, sharded (FSDP)" : "f32"});
+      rm.items.push_back(
+          {"optimizer state", sharded(mv_bytes, zero1 || fsdp),
+           zero1 || fsdp ? "Adam m, v in f32, sharded over data parallel" : "Adam m, v in f32"});
+    }
 
     // Saved activations: every layer of the rank, times the micro-batches in flight.
     // The backward runs the layers last to first, freeing each one's activations: while layer i runs, the
