@@ -40,6 +40,7 @@ void map_lora(ResolvedConfig& rc) {
   l.rank = k.i("lora.dim");
   l.alpha = k.f("lora.alpha");
   l.a_init = k.s("lora.lora_A_init_method");
+  l.dropout = k.is_null("lora.dropout") ? 0.0 : k.f("lora.dropout");
   const Value& targets = k.value("lora.target_modules");
   std::vector<std::string> names;
   if (targets.is_list())

@@ -115,11 +115,10 @@ void add_megatron_sft_keys(KeyTable& t) {
   t.add(impl("lora.dim", kI, "32", "LoRA rank r").check(positive()));
   t.add(
       impl("lora.alpha", kF, "32", "LoRA scale numerator: the update is (alpha / r) B A").check(positive()));
-  t.add(unsup("lora.dropout", kF, "0.0", "dropout on the adapters' input", null_or_number(0.0),
-              "lora.dropout: 0"));
-  t.add(noeff("lora.dropout_position", kS, "pre",
-              "where LoRA dropout applies; LoRA dropout (lora.dropout > 0) is not supported yet",
-              "pre | post"));
+  t.add(impl("lora.dropout", kF, "0.0", "dropout on the adapters' input (training forwards)")
+            .check(in_range(0.0, 0.95)));
+  t.add(unsup("lora.dropout_position", kS, "pre", "where LoRA dropout applies: pre (the adapter's input)",
+              strings({"pre"}), "pre"));
   t.add(impl("lora.lora_A_init_method", kS, "xavier", "A init: xavier | kaiming")
             .check(one_of({"xavier", "kaiming"})));
   t.add(unsup("lora.lora_B_init_method", kS, "zero", "B init", strings({"zero"}), "zero"));

@@ -5,6 +5,7 @@
 // (seed, step).
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 
 #if defined(__CUDACC__)
 #define PRIMUS_HD __host__ __device__ __forceinline__
@@ -68,6 +69,14 @@ PRIMUS_HD uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+
+// A stable 64-bit hash of a name (FNV-1a: the same on every platform and build), for keying random streams by
+// parameter or module name.
+inline uint64_t name_hash64(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 }  // namespace primus

@@ -211,6 +211,7 @@ Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& i
   StepContext& ctx = st.ctx;
   ctx.aux_grad_scale = aux_grad_scale;
   ctx.origin = origin;
+  ctx.training = st.train;
   const int64_t n = ctx.tokens();
   auto hook = [&](void (ParamHooks::*f)(int), int region) {
     if (hooks_) (hooks_->*f)(region);
@@ -291,6 +292,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   StepContext ctx = context(tokens);
   ctx.aux_grad_scale = aux_grad_scale;
   ctx.origin = origin;
+  ctx.training = true;
   const int64_t n = ctx.tokens(), D = spec_.mtp_layers;
   const int head_region = static_cast<int>(layers_.size()) + 1;
   auto hook = [&](void (ParamHooks::*f)(int), int region) {

@@ -1,5 +1,7 @@
 #include "model/lora_adapter.h"
 
+#include "core/philox.h"
+#include "ops/dropout.h"
 #include "ops/gemm.h"
 
 namespace primus {
@@ -9,12 +11,29 @@ LoraAdapter::LoraAdapter(ParamStore& store, const std::string& projection) : sto
   b_ = store.find(projection + ".lora_B.weight");
   PRIMUS_CHECK((a_ >= 0) == (b_ >= 0), "LoRA adapter of {}: lora_A and lora_B must both exist", projection);
   scale_ = static_cast<float>(store.spec().adapters.scale());
+  dropout_ = static_cast<float>(store.spec().adapters.dropout);
+  name_key_ = name_hash64(projection);
+  if (a_ >= 0) {
+    col_begin_ = store.entry(a_).slice.col_begin;
+    whole_cols_ = store.entry(a_).slice.whole_cols;
+  }
+}
+
+uint64_t LoraAdapter::mask_key(const StepContext& ctx) const {
+  return mix64(mix64(ctx.origin.seed ^ name_key_) + static_cast<uint64_t>(ctx.origin.first_sample));
+}
+
+Tensor LoraAdapter::dropped(const StepContext& ctx, const Tensor& x) const {
+  if (dropout_ <= 0.0f || !ctx.training) return x;
+  Tensor out = ctx.act(x.shape());
+  ops::dropout_apply(x, dropout_, mask_key(ctx), col_begin_, whole_cols_, out, ctx.stream);
+  return out;
 }
 
 Tensor LoraAdapter::down(const StepContext& ctx, const Tensor& x) const {
   const Tensor a = store_->param(a_);
   Tensor t = ctx.act({x.size(0), a.size(0)});
-  ops::gemm(x, false, a, true, t, scale_, 0.0f, ctx.stream);
+  ops::gemm(dropped(ctx, x), false, a, true, t, scale_, 0.0f, ctx.stream);
   return t;
 }
 
@@ -29,8 +48,12 @@ void LoraAdapter::backward(const StepContext& ctx, const Tensor& dy, const Tenso
   ops::gemm(dy, true, t, false, gb, 1.0f, 1.0f, ctx.stream);
   Tensor u = ctx.act({dy.size(0), a.size(0)});
   ops::gemm(dy, false, b, false, u, scale_, 0.0f, ctx.stream);
-  ops::gemm(u, true, x, false, ga, 1.0f, 1.0f, ctx.stream);
+  const Tensor xd = dropped(ctx, x);
+  ops::gemm(u, true, xd, false, ga, 1.0f, 1.0f, ctx.stream);
   ops::gemm(u, false, a, false, dx, 1.0f, 0.0f, ctx.stream);
+  if (xd.data_ptr() != x.data_ptr()) {  // the same mask on the gradient of x
+    ops::dropout_apply(dx, dropout_, mask_key(ctx), col_begin_, whole_cols_, dx, ctx.stream);
+  }
 }
 
 }  // namespace primus

@@ -8,6 +8,12 @@
 // GEMM then accumulates on top through its C input (beta = 1), a read its compute hides, instead of the
 // adapter reading and rewriting the projection's output afterwards.
 //
+// Dropout (lora.dropout = p > 0, position "pre", training forwards only): the adapter reads x' = x keep / (1
+// - p) instead of x (t = s x' A^T, dA += u^T x'), and its share of the input gradient is masked alike (dx =
+// keep (u A) / (1 - p)). The mask is drawn from each element's place (ops/dropout.h) under a key of the run's
+// seed, the projection and the micro-batch's first sample, so backward, recomputation, every device and every
+// parallel layout regenerate the same mask instead of storing it.
+//
 // Backward, from dy = dL/dy:
 //   dB += dy^T t          u = s dy B [tokens, r]          dA += u^T x          dx = u A (+ dy W by the
 //   caller)
@@ -42,9 +48,16 @@ class LoraAdapter {
   std::vector<int> entries() const { return on() ? std::vector<int>{a_, b_} : std::vector<int>{}; }
 
  private:
+  // The dropout mask's stream: the run's seed, the projection, the micro-batch.
+  uint64_t mask_key(const StepContext& ctx) const;
+  // x' = dropout(x) (or x itself when no dropout applies to this forward).
+  Tensor dropped(const StepContext& ctx, const Tensor& x) const;
   ParamStore* store_ = nullptr;
   int a_ = -1, b_ = -1;
   float scale_ = 1.0f;
+  float dropout_ = 0.0f;
+  uint64_t name_key_ = 0;                   // of the projection's name
+  int64_t col_begin_ = 0, whole_cols_ = 0;  // x's columns in the whole input (A's slice)
 };
 
 }  // namespace primus

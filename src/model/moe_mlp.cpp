@@ -27,11 +27,6 @@ ops::MoeRouterConfig router_config(const MoeConfig& m) {
   return c;
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms and builds
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 }  // namespace
 
 MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, int layer_index)
@@ -66,7 +61,7 @@ MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, const std::string& p, 
   } else {
     PRIMUS_CHECK(fb == "none", "MoE force_balance must be none, even, uniform or round_robin, got '{}'", fb);
   }
-  name_hash_ = fnv1a(p);
+  name_hash_ = name_hash64(p);
   stats_.layer = layer_index;
   // The stored experts are this rank's share: the layout split them (model_spec.h, ExpertShard).
   const Shape& gu = params.entry(w_gu_).shape;

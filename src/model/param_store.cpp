@@ -17,11 +17,6 @@ namespace {
 // B.
 constexpr int64_t kAlign = 64;
 
-uint64_t name_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms and builds
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 }  // namespace
 
 ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_region_multiple)
@@ -578,7 +573,7 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
   float* h = host.data<float>();
   for (const ParamEntry& e : entries_) {
     float* dst = h + e.offset;
-    const uint64_t key = mix64(seed ^ name_hash(e.name));
+    const uint64_t key = mix64(seed ^ name_hash64(e.name));
     switch (e.init) {
       case InitKind::kOnes:
         for (int64_t j = 0; j < e.numel; ++j) dst[j] = 1.0f;

@@ -48,6 +48,8 @@ struct StepContext {
   // losses to its loss, and the step averages micro-batches, so 1 / micro-batches.
   float aux_grad_scale = 0.0f;
   BatchOrigin origin;
+  // A training forward (whose backward follows): training-only randomness applies (LoRA's input dropout).
+  bool training = false;
   // The model's region hooks (nullptr = none): layers report mid-backward progress (ParamHooks::grads_final).
   ParamHooks* hooks = nullptr;
   // Tensor parallelism (nullptr = none): the layers' boundary collectives (model/tp_boundary.h).

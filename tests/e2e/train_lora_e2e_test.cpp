@@ -12,29 +12,13 @@
 #include "checkpoint/file_io.h"
 #include "checkpoint/safetensors.h"
 #include "cli_process.h"
+#include "sft_test_data.h"
 #include "train_run_util.h"
 
 using namespace primus;
 using namespace primus::cli_test;
 
 namespace {
-
-void write_jsonl(const std::string& path, int n, int seed) {
-  std::ofstream f(path);
-  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
-  for (int i = 0; i < n; ++i) {
-    std::string w;
-    const int len = 3 + static_cast<int>((x >> 8) % 6);
-    for (int j = 0; j < len; ++j) {
-      x = x * 1664525u + 1013904223u;
-      w += static_cast<char>('a' + (x >> 24) % 26);
-    }
-    f << nlohmann::json{{"instruction", "Spell backwards: " + w},
-                        {"output", std::string(w.rbegin(), w.rend())}}
-             .dump()
-      << "\n";
-  }
-}
 
 std::string experiment(const std::string& dir, const std::string& extra, const std::string& model) {
   const std::string path = dir + "/lora.yaml";
@@ -60,7 +44,7 @@ struct Lora : ::testing::Test {
   std::string base;  // a full SFT checkpoint of the micro Llama: the frozen base
   void SetUp() override {
     std::filesystem::create_directories(s.dir + "/data");
-    write_jsonl(s.dir + "/data/train.jsonl", 300, 1);
+    write_jsonl(s.dir + "/data/train.jsonl", 300, 1, /*mixed=*/false);
     base = s.dir + "/base";
     CliResult r = posttrain("base", "", {"--train_iters", "4", "--save", base, "--save_interval", "4"});
     ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -194,7 +178,7 @@ TEST_F(Lora, WrongBaseOrSettingsAreRefusedNamingTheKey) {
       {"        target_modules: [q_proj]\n", "not supported yet: LoRA on part of a fused projection"},
       {"        target_modules: [linear_qkv, dense_h_to_4h]\n",
        "'dense_h_to_4h', which matches no projection"},
-      {"        dropout: 0.05\n", "not supported yet: lora.dropout"},
+      {"        dropout_position: post\n", "not supported yet: lora.dropout_position"},
   };
   for (const auto& [extra, message] : refused) {
     SCOPED_TRACE(extra);

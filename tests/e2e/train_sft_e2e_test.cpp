@@ -11,34 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
+#include "sft_test_data.h"
 #include "train_run_util.h"
 
 using namespace primus::cli_test;
 
 namespace {
-
-// Deterministic instruction pairs a micro model can learn: spell a word backwards, or repeat it twice.
-void write_jsonl(const std::string& path, int n, int seed) {
-  std::ofstream f(path);
-  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
-  for (int i = 0; i < n; ++i) {
-    std::string w;
-    const int len = 3 + static_cast<int>((x >> 8) % 6);
-    for (int j = 0; j < len; ++j) {
-      x = x * 1664525u + 1013904223u;
-      w += static_cast<char>('a' + (x >> 24) % 26);
-    }
-    nlohmann::json j;
-    if (i % 2 == 0) {
-      j["instruction"] = "Spell backwards: " + w;
-      j["output"] = std::string(w.rbegin(), w.rend());
-    } else {
-      j["messages"] = {{{"role", "user"}, {"content", "Say it twice: " + w}},
-                       {{"role", "assistant"}, {"content", w + " " + w}}};
-    }
-    f << j.dump() << "\n";
-  }
-}
 
 std::string sft_experiment(const std::string& dir, const std::string& extra,
                            const std::string& model = "micro_llama.yaml") {

@@ -12,6 +12,8 @@
 #   tpfsdp NP TP     TP x FSDP
 #   resume NP TP     save at iteration 10 with NP ranks / TP, continue in one process: the joined curve is the
 #                    single process's
+#   dropout NP TP    lora.dropout 0.1 (position pre) under TP with SP x DP: each micro-batch's mask is keyed by
+#                    its first sample and every element's place, so the ranks drop what one process drops
 # Usage: lora_train_test.sh MODE MPIRUN PRIMUS NP [TP]
 set -u
 mode=$1 mpirun=$2 primus=$3 np=${4:-2} tp=${5:-1}
@@ -41,6 +43,10 @@ case "$mode" in
   tp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
   tpfsdp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true --use_torch_fsdp2 true) ;;
   resume) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
+  dropout)
+    par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
+    common+=(--lora.dropout 0.1)
+    ;;
   *) fail "unknown mode $mode" ;;
 esac
 

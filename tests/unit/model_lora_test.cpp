@@ -84,30 +84,8 @@ void check_adapter_gradients(const ModelConfig& c, const LoraConfig& l, const Re
   double analytic = 0;
   for (double v : f.model->forward_backward(f.tokens, f.targets, 1.0f).to_vector<double>()) analytic += v;
   EXPECT_NEAR(analytic, f.loss(), 1e-12 * std::abs(analytic));
-  std::mt19937 rng(3);
-  const double eps = 1e-6;
-  int checked = 0;
-  for (const auto& e : f.adapters.entries()) {
-    double* w = f.adapters.master(f.adapters.find(e.name)).data<double>();
-    const double* g = f.adapters.grad(f.adapters.find(e.name)).data<double>();
-    std::uniform_int_distribution<int64_t> pick(0, e.numel - 1);
-    double num = 0, den = 0;
-    for (int k = 0; k < 10; ++k) {
-      const int64_t j = pick(rng);
-      const double orig = w[j];
-      w[j] = orig + eps;
-      const double lp = f.loss();
-      w[j] = orig - eps;
-      const double lm = f.loss();
-      w[j] = orig;
-      const double fd = (lp - lm) / (2 * eps);
-      num += (fd - g[j]) * (fd - g[j]);
-      den += fd * fd;
-      ++checked;
-    }
-    EXPECT_GT(den, 0) << e.name << ": no signal";
-    EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 1e-6) << e.name;
-  }
+  const int checked = grad_test::check_store_gradients(
+      f.adapters, [&] { return f.loss(); }, 10, 3);
   EXPECT_EQ(checked, 10 * static_cast<int>(f.adapters.entries().size()));
 }
 
@@ -128,6 +106,44 @@ TEST(Lora, AdapterGradientsMatchFiniteDifferences) {
   odd.hidden_size = 31;
   odd.ffn_hidden_size = 33;
   check_adapter_gradients(odd, lora({"o_proj", "gate_up_proj"}, 5, 7), RecomputeConfig{});
+}
+
+// LoRA dropout (lora.dropout, position "pre"): the mask is keyed by the micro-batch's origin, so a training
+// forward with the same origin is a deterministic function of the adapters and finite differences apply.
+TEST(Lora, DropoutGradientsMatchFiniteDifferences) {
+  const ModelConfig c = tiny_model(/*qk_norm=*/false, /*qkv_bias=*/true, /*tied=*/false);
+  LoraConfig l = lora(kAll, 3, 5);
+  l.dropout = 0.3;
+  for (const char* mode : {"none", "full"}) {
+    SCOPED_TRACE(mode);
+    RecomputeConfig rc;
+    if (std::string(mode) == "full") {  // the recomputed forward must draw the same mask
+      rc.granularity = "full";
+      rc.method = "uniform";
+      rc.num_layers = 1;
+    }
+    LoraFixture f(c, l, rc, 13);
+    const BatchOrigin origin{99, false, 7};
+    auto training_loss = [&](const BatchOrigin& o) {
+      LlamaModel::ChunkState st;
+      st.train = true;  // the head's backward runs too, into frozen (absent) gradients: the adapters' stay
+      f.model->chunk_forward(f.model->whole_model(), st, Tensor(), f.tokens, f.targets, 1.0f, 0.0f, o);
+      double sum = 0;
+      for (double v : st.losses.to_vector<double>()) sum += v;
+      return sum;
+    };
+    f.adapters.grad_flat().zero_(Stream::cpu());
+    double analytic = 0;
+    for (double v :
+         f.model->forward_backward(f.tokens, f.targets, 1.0f, 0.0f, nullptr, origin).to_vector<double>())
+      analytic += v;
+    EXPECT_NEAR(analytic, training_loss(origin), 1e-12 * std::abs(analytic));
+    // The dropout acts: evaluation (no dropout) and another micro-batch's mask give other losses.
+    EXPECT_GT(std::abs(f.loss() - analytic), 1e-6 * std::abs(analytic));
+    EXPECT_GT(std::abs(training_loss(BatchOrigin{99, false, 8}) - analytic), 1e-6 * std::abs(analytic));
+    grad_test::check_store_gradients(
+        f.adapters, [&] { return training_loss(origin); }, 8, 5);
+  }
 }
 
 // The adapted model is the base model with W + (alpha / r) B A.
