@@ -50,6 +50,10 @@ PRIMUS_GPU_TEST(dropout) {
   dropout_case(ctx, 31, 33, 0, 33, 0.1f, false, false);
   dropout_case(ctx, 127, 33, 33, 99, 0.3f, false, false);  // the middle third of the columns (tp rank 1 of 3)
   dropout_case(ctx, 33, 127, 0, 127, 0.05f, true, false);
+  // Widths divisible by 4: the four-per-thread kernel, whole, split and in place.
+  dropout_case(ctx, 31, 132, 0, 132, 0.2f, false, false);
+  dropout_case(ctx, 127, 96, 96, 288, 0.2f, false, false);
+  dropout_case(ctx, 33, 8, 4, 12, 0.5f, true, false);
   dropout_case(ctx, 16384, 2048, 0, 2048, 0.05f, false, true);  // llama3.2-1B's hidden, 16k tokens
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue #23 (LoRA) on one GPU, one device call:
-#   1. primus_gpu_tests --quick of the families LoRA runs through ($GPU_TESTS, default gemm norm attention_packed)
+#   1. primus_gpu_tests --quick of the families LoRA runs through ($GPU_TESTS, default gemm norm attention_packed dropout)
 #   2. LoRA `train posttrain` of the micro and tiny Llama on the GPU against the CPU reference (same init and
 #      data), 40 steps, bar 2% per step (compare_tracking.py)
 #   3. the PEFT adapter of a GPU LoRA run against HF transformers + peft (lora_peft_check.py)
@@ -27,7 +27,7 @@ parts=" ${PARTS:-tests track peft bench} "
 want() { [[ "$parts" == *" $1 "* ]]; }
 if want tests; then
   # shellcheck disable=SC2086
-  timeout 300 "$bin/primus_gpu_tests" --quick ${GPU_TESTS:-gemm norm attention_packed} > "$out/gpu_tests.txt" 2>&1
+  timeout 300 "$bin/primus_gpu_tests" --quick ${GPU_TESTS:-gemm norm attention_packed dropout} > "$out/gpu_tests.txt" 2>&1
   echo "== gpu_tests rc=$?"; tail -3 "$out/gpu_tests.txt"; grep -E "FAIL" "$out/gpu_tests.txt" | head -20
 fi
 
@@ -83,14 +83,19 @@ YAML
 }
 exp lora_micro_llama micro_llama.yaml
 exp lora_tiny_llama tiny_llama.yaml
-want track && for model in micro_llama tiny_llama; do
+# (the third run: LoRA dropout 0.1, whose position-keyed masks are the same on both devices)
+want track && for run in micro_llama tiny_llama tiny_llama:dropout; do
+  model=${run%%:*}
+  name=${run/:/_}
+  extra=()
+  [ "$run" != "$model" ] && extra=(--lora.dropout 0.1)
   for dev in cpu cuda; do
-    PRIMUS_EXP_NAME=${model}_$dev OMP_NUM_THREADS=16 timeout 240 "$bin/primus" train posttrain \
-      --config "$out/lora_$model.yaml" --device $dev > "$out/${model}_$dev.log" 2>&1
-    echo "== lora $model $dev rc=$?"; grep -E "^LoRA: rank|^done" "$out/${model}_$dev.log" | cut -c1-200
+    PRIMUS_EXP_NAME=${name}_$dev OMP_NUM_THREADS=16 timeout 240 "$bin/primus" train posttrain \
+      --config "$out/lora_$model.yaml" --device $dev "${extra[@]}" > "$out/${name}_$dev.log" 2>&1
+    echo "== lora $name $dev rc=$?"; grep -E "^LoRA: rank|^done" "$out/${name}_$dev.log" | cut -c1-200
   done
-  python3 tools/device/compare_tracking.py "$PRIMUS_WORKSPACE/amd/dev/${model}_cpu/metrics.jsonl" \
-    "$PRIMUS_WORKSPACE/amd/dev/${model}_cuda/metrics.jsonl" --tol 0.02 | grep -E "over|max relative"
+  python3 tools/device/compare_tracking.py "$PRIMUS_WORKSPACE/amd/dev/${name}_cpu/metrics.jsonl" \
+    "$PRIMUS_WORKSPACE/amd/dev/${name}_cuda/metrics.jsonl" --tol 0.02 | grep -E "over|max relative"
 done
 
 # 3. HF transformers + peft: a full-SFT base of the tiny Llama exported to HF (f32), LoRA on it on the GPU.
