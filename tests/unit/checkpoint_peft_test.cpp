@@ -186,6 +186,22 @@ Tensor read_tensor(const std::string& dir, const std::string& name) {
   return hf.read(name);
 }
 
+// Each HF module of a layer: our fused projection, the module, and its rows [begin, end) in the fused weight.
+struct ModulePart {
+  const char* ours;
+  const char* module;
+  int64_t begin, end;
+};
+constexpr ModulePart kModuleParts[] = {
+    {"self_attn.qkv_proj", "self_attn.q_proj", 0, kQ},
+    {"self_attn.qkv_proj", "self_attn.k_proj", kQ, kQ + kKvDim},
+    {"self_attn.qkv_proj", "self_attn.v_proj", kQ + kKvDim, kQ + 2 * kKvDim},
+    {"self_attn.o_proj", "self_attn.o_proj", 0, kHidden},
+    {"mlp.gate_up_proj", "mlp.gate_proj", 0, kFfn},
+    {"mlp.gate_up_proj", "mlp.up_proj", kFfn, 2 * kFfn},
+    {"mlp.down_proj", "mlp.down_proj", 0, kHidden},
+};
+
 }  // namespace
 
 TEST(CheckpointPeft, WriteThenReadGivesEveryModuleWithItsRowBlockOfB) {
@@ -253,13 +269,7 @@ TEST(CheckpointPeft, WriteThenReadGivesEveryModuleWithItsRowBlockOfB) {
       expect_equal(it->second.b, rows(find(ours, o + proj + ".lora_B.weight"), begin, end),
                    h + module + " B");
     };
-    check("self_attn.qkv_proj", "self_attn.q_proj", 0, kQ);
-    check("self_attn.qkv_proj", "self_attn.k_proj", kQ, kQ + kKvDim);
-    check("self_attn.qkv_proj", "self_attn.v_proj", kQ + kKvDim, kQ + 2 * kKvDim);
-    check("self_attn.o_proj", "self_attn.o_proj", 0, kHidden);
-    check("mlp.gate_up_proj", "mlp.gate_proj", 0, kFfn);
-    check("mlp.gate_up_proj", "mlp.up_proj", kFfn, 2 * kFfn);
-    check("mlp.down_proj", "mlp.down_proj", 0, kHidden);
+    for (const ModulePart& m : kModuleParts) check(m.ours, m.module, m.begin, m.end);
   }
 }
 
@@ -337,13 +347,7 @@ TEST(CheckpointPeft, MergeEqualsWPlusScaledBAOfEachPart) {
       for (size_t i = 0; i < ref.size(); ++i)
         ASSERT_NEAR(got.data<float>()[i], ref[i], 1e-5 * (1 + std::abs(ref[i]))) << name << " element " << i;
     };
-    check("self_attn.qkv_proj", "self_attn.q_proj", 0, kQ);
-    check("self_attn.qkv_proj", "self_attn.k_proj", kQ, kQ + kKvDim);
-    check("self_attn.qkv_proj", "self_attn.v_proj", kQ + kKvDim, kQ + 2 * kKvDim);
-    check("self_attn.o_proj", "self_attn.o_proj", 0, kHidden);
-    check("mlp.gate_up_proj", "mlp.gate_proj", 0, kFfn);
-    check("mlp.gate_up_proj", "mlp.up_proj", kFfn, 2 * kFfn);
-    check("mlp.down_proj", "mlp.down_proj", 0, kHidden);
+    for (const ModulePart& m : kModuleParts) check(m.ours, m.module, m.begin, m.end);
     expect_equal(merged.read(h + "input_layernorm.weight"), base.get(h + "input_layernorm.weight"), "norm");
   }
   for (const char* n : {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"})
