@@ -44,13 +44,7 @@ struct PipelineArgs {
   std::vector<std::string> overrides;
 };
 
-const std::vector<std::string> kPipelineOptions = {
-    "--config",         "--exp",       "--pp",          "--vpp",    "--dp",
-    "--micro-batches",  "--schedule",  "--p2p-latency", "--output", "--json",
-    "--embedding-cost", "--loss-cost", "--svg",         "--help"};
-
 int run_pipeline(PipelineArgs args) {
-  check_mistyped_options(args.overrides, kPipelineOptions, "pipeline");
   // --pp / --vpp are overrides of the Megatron keys, so that errors cite them as the command line's.
   if (args.pp > 0) args.overrides.push_back(fmt::format("pipeline_model_parallel_size={}", args.pp));
   if (args.vpp > 0)
@@ -132,6 +126,7 @@ void attach_pipeline(CLI::App& projection, CliContext& ctx) {
       "The split, schedules and cost model are described in docs/pipeline.md. No GPU is touched.");
   app->callback([app, args, &ctx] {
     args->overrides = app->remaining();
+    check_mistyped_options(args->overrides, *app);
     ctx.action = [args] { return run_pipeline(*args); };
   });
 }

@@ -25,9 +25,6 @@ struct CalibrateArgs : ModelProjectionArgs {
   double seconds = 0.3;  // per GEMM shape
 };
 
-const std::vector<std::string> kCalibrateOptions = {
-    "--config", "--exp", "--nnodes", "--nproc-per-node", "--target-nodes", "--seconds", "--output", "--help"};
-
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -36,7 +33,6 @@ std::string utc_now() {
 }
 
 int run_calibrate(CalibrateArgs args) {
-  check_mistyped_options(args.overrides, kCalibrateOptions, "calibrate");
   if (args.seconds <= 0) throw ConfigError(fmt::format("--seconds {} must be > 0", args.seconds));
   if (!cuda_available())
     throw ConfigError("projection calibrate times kernels on this machine's GPU, and none is visible",
@@ -121,6 +117,7 @@ void attach_calibrate(CLI::App& projection, CliContext& ctx) {
       "~/.cache/primus/projection, one <GPU>.json per GPU (docs/projection.md).");
   app->callback([app, args, &ctx] {
     args->overrides = app->remaining();
+    check_mistyped_options(args->overrides, *app);
     ctx.action = [args] { return run_calibrate(*args); };
   });
 }

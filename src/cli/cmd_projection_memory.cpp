@@ -15,14 +15,7 @@
 namespace primus::cli {
 namespace {
 
-const std::vector<std::string> kMemoryOptions = {
-    "--config",        "--exp",         "--nnodes",         "--nproc-per-node",
-    "--target-nodes",  "--calibration", "--no-calibration", "--gpu",
-    "--gpu-memory-gb", "--backend",     "--json",           "--output",
-    "--help"};
-
 int run_memory(ModelProjectionArgs args) {
-  check_mistyped_options(args.overrides, kMemoryOptions, "memory");
   const ProjectionContext pc = projection_context(args, "memory");
   const projection::MemoryProjection m = projection::project_memory(pc.setup, pc.gpu);
   const std::string out = args.json ? projection::memory_json(m, pc.setup) + "\n"
@@ -50,6 +43,7 @@ void attach_memory(CLI::App& projection, CliContext& ctx) {
       "Exit code 3 when the peak does not fit the GPU. The model is described in docs/projection.md.");
   app->callback([app, args, &ctx] {
     args->overrides = app->remaining();
+    check_mistyped_options(args->overrides, *app);
     ctx.action = [args] { return run_memory(*args); };
   });
 }

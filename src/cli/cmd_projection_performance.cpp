@@ -13,24 +13,7 @@
 namespace primus::cli {
 namespace {
 
-const std::vector<std::string> kPerformanceOptions = {"--config",
-                                                      "--exp",
-                                                      "--nnodes",
-                                                      "--nproc-per-node",
-                                                      "--target-nodes",
-                                                      "--calibration",
-                                                      "--no-calibration",
-                                                      "--gpu",
-                                                      "--gpu-memory-gb",
-                                                      "--backend",
-                                                      "--intra-node-gbps",
-                                                      "--inter-node-gbps",
-                                                      "--json",
-                                                      "--output",
-                                                      "--help"};
-
 int run_performance(ModelProjectionArgs args) {
-  check_mistyped_options(args.overrides, kPerformanceOptions, "performance");
   const ProjectionContext pc = projection_context(args, "performance");
   const projection::PerformanceProjection p =
       projection::project_performance(pc.setup, pc.gpu, pc.links, pc.cal());
@@ -58,6 +41,7 @@ void attach_performance(CLI::App& projection, CliContext& ctx) {
       "The model and its check against measured steps are in docs/projection.md.");
   app->callback([app, args, &ctx] {
     args->overrides = app->remaining();
+    check_mistyped_options(args->overrides, *app);
     ctx.action = [args] { return run_performance(*args); };
   });
 }

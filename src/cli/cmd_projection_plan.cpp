@@ -22,23 +22,6 @@ struct PlanArgs : ModelProjectionArgs {
   std::string html;  // --html PAGE (--output is the overrides file here)
 };
 
-const std::vector<std::string> kPlanOptions = {"--config",
-                                               "--exp",
-                                               "--nnodes",
-                                               "--nproc-per-node",
-                                               "--target-nodes",
-                                               "--calibration",
-                                               "--no-calibration",
-                                               "--gpu",
-                                               "--gpu-memory-gb",
-                                               "--top",
-                                               "--output",
-                                               "--json",
-                                               "--intra-node-gbps",
-                                               "--inter-node-gbps",
-                                               "--html",
-                                               "--help"};
-
 std::string row(int i, const projection::PlanCandidate& c) {
   const auto& p = c.perf;
   return fmt::format("{:>2}  {:<58} {:>8.1f} {:>9.0f} {:>6.1f}% {:>8.1f}  {:.0f}/{:.0f}/{:.0f}/{:.0f}\n", i,
@@ -48,7 +31,6 @@ std::string row(int i, const projection::PlanCandidate& c) {
 }
 
 int run_plan(PlanArgs args) {
-  check_mistyped_options(args.overrides, kPlanOptions, "plan");
   if (args.target_nodes > 0 && args.nnodes == 0) {
     args.nnodes = args.target_nodes;
     if (args.nproc_per_node == 0) args.nproc_per_node = 8;
@@ -155,6 +137,7 @@ void attach_plan(CLI::App& projection, CliContext& ctx) {
       "  primus train pretrain --config exp.yaml --overrides plan.yaml");
   app->callback([app, args, &ctx] {
     args->overrides = app->remaining();
+    check_mistyped_options(args->overrides, *app);
     ctx.action = [args] { return run_plan(*args); };
   });
 }

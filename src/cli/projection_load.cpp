@@ -12,15 +12,17 @@
 
 namespace primus::cli {
 
-void check_mistyped_options(const std::vector<std::string>& overrides,
-                            const std::vector<std::string>& options, const std::string& command) {
+void check_mistyped_options(const std::vector<std::string>& overrides, const CLI::App& command) {
+  std::vector<std::string> options;
+  for (const CLI::Option* o : command.get_options())
+    for (const std::string& n : o->get_lnames()) options.push_back("--" + n);
   for (const std::string& token : overrides) {
     if (token.rfind("--", 0) != 0) continue;
     const std::string name = token.substr(0, token.find('='));
     std::vector<std::string> near = config::did_you_mean(name, options, 1);
     if (!near.empty() && near[0] != name && config::edit_distance(name, near[0]) <= 2)
       throw ConfigError(fmt::format("command line: unknown option '{}'; did you mean '{}'?", name, near[0]),
-                        fmt::format("run `primus projection {} --help`", command));
+                        fmt::format("run `primus projection {} --help`", command.get_name()));
   }
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // What every `primus projection <what>` command shares: loading the experiment in planning mode for a world,
 // and telling a mistyped option from a config override.
+#include <CLI/CLI.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,10 +11,10 @@
 
 namespace primus::cli {
 
-// An unknown "--word" close to one of the command's options is a mistyped option, not a config override:
-// ConfigError naming the option it resembles.
-void check_mistyped_options(const std::vector<std::string>& overrides,
-                            const std::vector<std::string>& options, const std::string& command);
+// An unknown "--word" close to one of the options `command` declares is a mistyped option, not a config
+// override: ConfigError naming the option it resembles. The options are read from the command itself, so the
+// check cannot drift from what the command takes.
+void check_mistyped_options(const std::vector<std::string>& overrides, const CLI::App& command);
 
 struct ProjectionWorld {
   int64_t data_parallel = 1;  // the world is the model-parallel degrees times this (when world_size is 0)
