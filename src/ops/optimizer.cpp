@@ -38,4 +38,9 @@ void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s,
   PRIMUS_DISPATCH(x, sum_squares, x, out, accumulate, s, scratch);
 }
 
+void sum_squares_chunks(const Tensor& x, int64_t chunk, Tensor& out, const Stream& s, Tensor* scratch) {
+  check_same_device("sum_squares_chunks", x.device(), {&x, &out, scratch});
+  PRIMUS_DISPATCH(x, sum_squares_chunks, x, chunk, out, s, scratch);
+}
+
 }  // namespace primus::ops

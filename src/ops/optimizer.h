@@ -39,5 +39,13 @@ void master_join(const Tensor& hi, const Tensor& rem, Tensor& master, const Stre
 // on s -- a stream that must not allocate (the overlapped update's) passes one; the CPU ignores it.
 constexpr int64_t kSumSquaresScratch = 1024;
 void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* scratch = nullptr);
+// out[c] = sum(x^2) over chunk c of a flat f32 tensor cut into `chunk`-element pieces (the last one shorter),
+// overwritten; out is f32 [ceil(n / chunk)]. Each out[c] is bitwise what sum_squares gives for that chunk
+// alone when chunk is a multiple of 4 (the vector loads then start alike in every chunk), but the whole
+// tensor takes two launches instead of two per chunk (the gradient norm's chunks of a large embedding were
+// ~60 launches in the step's tail). CUDA: `scratch` as for sum_squares, holding at least chunks x
+// kSumSquaresScratch elements.
+void sum_squares_chunks(const Tensor& x, int64_t chunk, Tensor& out, const Stream& s,
+                        Tensor* scratch = nullptr);
 
 }  // namespace primus::ops

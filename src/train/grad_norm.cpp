@@ -22,16 +22,21 @@ ChunkedGradNorm::ChunkedGradNorm(ParamStore& params, const Stream& compute) : pa
     }
   }
   partials_ = Tensor::zeros({std::max<int64_t>(1, chunks())}, params.grad_flat().dtype(), compute);
-  if (compute.device.is_cuda()) scratch_ = Tensor::empty({ops::kSumSquaresScratch}, DType::kF64, compute);
+  int64_t most = 1;  // chunks of the largest piece: one sum_squares_chunks call holds all their partials
+  for (const auto& region : pieces_)
+    for (const Piece& p : region) most = std::max<int64_t>(most, p.end_chunk - p.first_chunk);
+  if (compute.device.is_cuda())
+    scratch_ = Tensor::empty({most * ops::kSumSquaresScratch}, DType::kF64, compute);
 }
 
 void ChunkedGradNorm::launch_piece(int r, int p, const Stream& s) {
   const Piece& piece = pieces_[r][p];
-  for (int c = piece.first_chunk; c < piece.end_chunk; ++c) {
-    Tensor out = partials_.slice(c, c + 1);
-    ops::sum_squares(params_.grad_flat().slice(ranges_[c].first, ranges_[c].second), out,
-                     /*accumulate=*/false, s, scratch_.defined() ? &scratch_ : nullptr);
-  }
+  if (piece.end_chunk == piece.first_chunk) return;
+  // The piece's chunks are consecutive kChunk-element ranges: one call sums them all.
+  Tensor out = partials_.slice(piece.first_chunk, piece.end_chunk);
+  ops::sum_squares_chunks(
+      params_.grad_flat().slice(ranges_[piece.first_chunk].first, ranges_[piece.end_chunk - 1].second),
+      kChunk, out, s, scratch_.defined() ? &scratch_ : nullptr);
 }
 
 void ChunkedGradNorm::launch_region(int r, const Stream& s) {

@@ -28,6 +28,10 @@ bool early_norm_enabled() {
   return env_int("PRIMUS_EARLY_NORM", 1, 0, 1) == 1;
 }
 
+bool norm_stream_enabled() {
+  return env_int("PRIMUS_NORM_STREAM", 1, 0, 1) == 1;
+}
+
 bool overlap_update_enabled() {
   return env_int("PRIMUS_OVERLAP_UPDATE", 1, 0, 1) == 1;
 }
@@ -42,6 +46,7 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
       norm_(norm),
       compute_(compute),
       update_(make_background_stream(compute)),
+      norm_stream_(norm_stream_enabled() ? make_background_stream(compute) : update_),
       sm_reserve_(sm_reserve),
       pending_(params.regions().size()),
       release_at_(params.head_region()),
@@ -82,8 +87,10 @@ OverlappedUpdate::~OverlappedUpdate() {
 void OverlappedUpdate::launch(double lr, float grad_scale) {
   finish();  // a previous update not yet waited for (a step without forward) comes first
   adapt_release();
-  // The update reads what the compute stream wrote: gradients, and the gradient norm before them.
+  // The update reads what the compute stream wrote: gradients, and the gradient norm before them; it zeroes
+  // gradients the norm's squares read.
   stream_wait(update_, StreamEvent::record(compute_));
+  if (norm_stream_.handle != update_.handle) stream_wait(update_, StreamEvent::record(norm_stream_));
   PRIMUS_TRACE_RANGE("optimizer (overlapped)");
   lr_ = lr;
   grad_scale_ = grad_scale;
@@ -205,7 +212,7 @@ bool OverlappedUpdate::norm_complete() const {
 }
 
 void OverlappedUpdate::join_norm() {
-  if (norm_armed_) stream_wait(compute_, StreamEvent::record(update_));
+  if (norm_armed_) stream_wait(compute_, StreamEvent::record(norm_stream_));
   norm_armed_ = false;
 }
 
@@ -214,9 +221,9 @@ void OverlappedUpdate::after_backward(int region) {
   // Region r's gradients are final: a listed entry no GEMM wrote is zeroed now (end_grad_step would do it
   // later), then the background sums the squares while the compute stream goes on with the backward.
   params_.end_region_grads(region, compute_);
-  stream_wait(update_, StreamEvent::record(compute_));
+  stream_wait(norm_stream_, StreamEvent::record(compute_));
   for (int p = 0; p < norm_.pieces(region); ++p)
-    if (!piece_norm_launched_[region][p]) norm_.launch_piece(region, p, update_);
+    if (!piece_norm_launched_[region][p]) norm_.launch_piece(region, p, norm_stream_);
   norm_launched_[region] = 1;
 }
 
@@ -231,9 +238,9 @@ void OverlappedUpdate::grads_final(std::span<const int> entries) {
     if (piece_norm_launched_[r][p] || in.empty() ||
         !std::all_of(in.begin(), in.end(), [&](int e) { return entry_final_[e] != 0; }))
       continue;
-    if (!waited) stream_wait(update_, StreamEvent::record(compute_));
+    if (!waited) stream_wait(norm_stream_, StreamEvent::record(compute_));
     waited = true;
-    norm_.launch_piece(r, p, update_);
+    norm_.launch_piece(r, p, norm_stream_);
     piece_norm_launched_[r][p] = 1;
   }
 }

@@ -2,7 +2,9 @@
 // against the CPU reference (which computes in f64).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "gpu/fused_test_util.h"
 #include "ops/cpu/optimizer_cpu.h"
@@ -76,6 +78,28 @@ void sum_squares_case(Context& ctx, int64_t n, int64_t offset) {
   fused::check_true(ctx, "optimizer", "sum_squares bitwise repeatable " + sz, fused::bitwise_equal(a, b));
 }
 
+// Every chunk's sum in one call: against the CPU reference, and bitwise against sum_squares of each chunk
+// alone (what the gradient norm computed before it batched its chunks).
+void sum_squares_chunks_case(Context& ctx, int64_t n, int64_t chunk, int64_t offset) {
+  const std::string sz = fmt::format("n={} chunk={}{}", n, chunk, offset ? " unaligned" : "");
+  Tensor x_ref = ctx.randn_cpu({n}, DType::kF32);
+  Tensor x = gpu_vec(ctx, x_ref, offset);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  Tensor out = ctx.poisoned({chunks}, DType::kF32), out_ref = Tensor::empty({chunks}, DType::kF32);
+  ops::cuda::sum_squares_chunks(x, chunk, out, ctx.stream);
+  ops::cpu::sum_squares_chunks(x_ref, chunk, out_ref, Stream::cpu());
+  ctx.check("optimizer", "sum_squares_chunks " + sz, out, out_ref, kTolOpt);
+  if (chunk % 4 != 0) return;
+  Tensor one = ctx.poisoned({chunks}, DType::kF32);
+  for (int64_t c = 0; c < chunks; ++c) {
+    Tensor o = one.slice(c, c + 1);
+    ops::cuda::sum_squares(x.slice(c * chunk, std::min(n, (c + 1) * chunk)), o, false, ctx.stream);
+  }
+  stream_sync(ctx.stream);
+  fused::check_true(ctx, "optimizer", "sum_squares_chunks bitwise = per chunk " + sz,
+                    fused::bitwise_equal(out, one));
+}
+
 // Model size: one AdamW step over 1.5e9 parameters (f32 master, grad, m, v + the bf16 copy), and the grad
 // norm.
 void model_size(Context& ctx, int64_t n) {
@@ -141,6 +165,13 @@ PRIMUS_GPU_TEST(optimizer) {
                         {(int64_t{1} << 22) + 5, 0},
                         {(int64_t{1} << 22) + 5, 1}}) {
     sum_squares_case(ctx, n, off);
+  }
+  for (auto [n, chunk, off] : {std::tuple<int64_t, int64_t, int64_t>{127, 31, 0},
+                               {33, 64, 1},
+                               {(int64_t{1} << 22) + 5, int64_t{1} << 20, 0},
+                               {(int64_t{1} << 22) + 5, int64_t{1} << 20, 1},
+                               {(int64_t{3} << 24) + 7, int64_t{1} << 24, 0}}) {
+    sum_squares_chunks_case(ctx, n, chunk, off);
   }
   model_size(ctx, ctx.quick ? int64_t{100} * 1000 * 1000 : int64_t{1500} * 1000 * 1000);
 }

@@ -2,7 +2,10 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/master_split.h"
 #include "op_test_util.h"
@@ -141,6 +144,26 @@ TEST(SumSquares, DeterministicAcrossThreadCounts) {
   omp_set_num_threads(saved);
   EXPECT_EQ(r[0], r[1]);
   EXPECT_EQ(r[0], r[2]);
+}
+
+TEST(SumSquares, ChunksAreEachChunksSum) {
+  Rng rng;
+  for (auto [n, chunk] : {std::pair<int64_t, int64_t>{127, 31}, {31, 33}, {1000, 100}, {1, 1}}) {
+    Tensor x = rand_tensor(rng, {n}, DType::kF32, -3, 3);
+    const int64_t chunks = (n + chunk - 1) / chunk;
+    Tensor out = Tensor::zeros({chunks}, DType::kF32);
+    ops::sum_squares_chunks(x, chunk, out, Stream::cpu());
+    const std::vector<float> got = out.to_vector<float>();
+    for (int64_t c = 0; c < chunks; ++c) {
+      Tensor one = Tensor::zeros({1}, DType::kF32);
+      ops::sum_squares(x.slice(c * chunk, std::min(n, (c + 1) * chunk)), one, false, Stream::cpu());
+      EXPECT_EQ(got[static_cast<size_t>(c)], one.to_vector<float>()[0]) << n << " chunk " << c;
+    }
+  }
+  Tensor x = Tensor::zeros({10}, DType::kF32), wrong = Tensor::zeros({2}, DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::sum_squares_chunks(x, 4, wrong, Stream::cpu()), "sum_squares_chunks: out must be");
+  Tensor three = Tensor::zeros({3}, DType::kF32);
+  EXPECT_PRIMUS_ERROR(ops::sum_squares_chunks(x, 0, three, Stream::cpu()), "chunk must be positive");
 }
 
 TEST(SumSquares, RejectsBadInputs) {

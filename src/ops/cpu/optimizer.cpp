@@ -1,6 +1,7 @@
 // CPU reference for AdamW, the master split / join and the gradient-norm reduction. The update is computed in
 // double and stored in the element type; sum_squares uses a fixed chunking so the result is bitwise
 // independent of the thread count. The split variant of AdamW is literally join -> adamw_step -> split.
+#include <algorithm>
 #include <cmath>
 
 #include "core/master_split.h"
@@ -169,6 +170,18 @@ void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s,
     T* o = out.data<T>();
     o[0] = static_cast<T>(accumulate ? static_cast<double>(o[0]) + ss : ss);
   });
+}
+
+void sum_squares_chunks(const Tensor& x, int64_t chunk, Tensor& out, const Stream& s, Tensor* scratch) {
+  constexpr const char* op = "sum_squares_chunks";
+  PRIMUS_CHECK(chunk > 0, "{}: chunk must be positive, got {}", op, chunk);
+  const int64_t n = x.numel(), chunks = std::max<int64_t>(1, (n + chunk - 1) / chunk);
+  check_tensor(op, "out", out, check_float(op, "x", x), {chunks});
+  Tensor flat = x.view({n});
+  for (int64_t c = 0; c < chunks; ++c) {
+    Tensor o = out.slice(c, c + 1);
+    sum_squares(flat.slice(c * chunk, std::min(n, (c + 1) * chunk)), o, /*accumulate=*/false, s, scratch);
+  }
 }
 
 }  // namespace primus::ops::cpu

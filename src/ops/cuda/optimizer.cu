@@ -195,6 +195,55 @@ __global__ void __launch_bounds__(kSumBlock)
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
+// The blocks sum_squares launches for n elements with N per thread (its grid depends on n only).
+template <int N>
+__device__ __forceinline__ int64_t sum_squares_blocks(int64_t n) {
+  const int64_t b = (n + int64_t{kSumBlock} * N - 1) / (int64_t{kSumBlock} * N);
+  return b < 1 ? 1 : (b > kSumMaxBlocks ? kSumMaxBlocks : b);
+}
+
+// sum_squares_partial_kernel for every chunk of a tensor at once: blockIdx.y is the chunk, and a chunk uses
+// the grid sum_squares would give it alone (sum_squares_blocks), so its partials are the same bits.
+template <int N>
+__global__ void __launch_bounds__(kSumBlock)
+    sum_squares_chunks_partial_kernel(const float* __restrict__ x, int64_t n, int64_t chunk,
+                                      double* __restrict__ partial) {
+  __shared__ double scratch[32];
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t len = chunk < n - begin ? chunk : n - begin;
+  const int64_t blocks = sum_squares_blocks<N>(len);
+  if (blockIdx.x >= blocks) return;  // uniform per block: the reduction's barriers are not split
+  x += begin;
+  double acc = 0.0;
+  const int64_t stride = blocks * blockDim.x * N;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N; i < len; i += stride) {
+    if (i + N <= len) {
+      const Vec<float, N> xv = load_vec<float, N>(x + i);
+#pragma unroll
+      for (int e = 0; e < N; ++e) acc += static_cast<double>(xv.v[e]) * xv.v[e];
+    } else {
+      for (int64_t j = i; j < len; ++j) acc += static_cast<double>(x[j]) * x[j];
+    }
+  }
+  acc = block_sum_f64(acc, scratch);
+  if (threadIdx.x == 0) partial[static_cast<int64_t>(blockIdx.y) * kSumMaxBlocks + blockIdx.x] = acc;
+}
+
+// One block per chunk: out[c] = the sum of chunk c's partials in block order (sum_squares_final_kernel's).
+template <int N>
+__global__ void __launch_bounds__(kSumMaxBlocks)
+    sum_squares_chunks_final_kernel(const double* __restrict__ partial, int64_t n, int64_t chunk,
+                                    float* out) {
+  __shared__ double scratch[32];
+  const int64_t rest = n - static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t len = chunk < rest ? chunk : rest;
+  const int64_t blocks = sum_squares_blocks<N>(len);
+  double t =
+      threadIdx.x < blocks ? partial[static_cast<int64_t>(blockIdx.x) * kSumMaxBlocks + threadIdx.x] : 0.0;
+  t = block_sum_f64(t, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<float>(t);
+}
+
 // One block of kSumMaxBlocks threads: out = (accumulate ? out : 0) + sum of partials in block order.
 __global__ void __launch_bounds__(kSumMaxBlocks)
     sum_squares_final_kernel(const double* __restrict__ partial, int nparts, float* out, bool accumulate) {
@@ -375,6 +424,52 @@ void master_join(const Tensor& hi, const Tensor& rem, Tensor& master, const Stre
     master_join_kernel<4><<<g, kBlock, 0, cuda_stream(s)>>>(h, rem.data<int16_t>(), master.data<float>(), n);
   } else {
     master_join_kernel<1><<<g, kBlock, 0, cuda_stream(s)>>>(h, rem.data<int16_t>(), master.data<float>(), n);
+  }
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void sum_squares_chunks(const Tensor& x, int64_t chunk, Tensor& out, const Stream& s, Tensor* scratch) {
+  constexpr const char* op = "sum_squares_chunks";
+  detail::check_cuda_tensor(op, "x", x, DType::kF32);
+  detail::check_cuda_tensor(op, "out", out, DType::kF32);
+  detail::check_same_cuda_device(op, x, out);
+  PRIMUS_CHECK(chunk > 0, "{}: chunk must be positive, got {}", op, chunk);
+  const int64_t n = x.numel(), chunks = std::max<int64_t>(1, ceil_div<int64_t>(n, chunk));
+  PRIMUS_CHECK(out.numel() == chunks, "{}: out must be f32[{}] (one per chunk of {}), got {}", op, chunks,
+               chunk, out.describe());
+  PRIMUS_CHECK(!detail::overlaps(out, x), "{}: out must not overlap x", op);
+  PRIMUS_CHECK(chunks <= 65535, "{}: {} chunks (at most 65535 per call)", op, chunks);
+  // Every chunk starts a multiple of `chunk` elements after x: vector loads need that to keep 16 bytes.
+  const bool vec = detail::aligned16(x.data_ptr()) && chunk % 4 == 0;
+  const int64_t need = chunks * kSumMaxBlocks;
+  Tensor partial;
+  if (scratch) {
+    detail::check_cuda_tensor(op, "scratch", *scratch, DType::kF64);
+    detail::check_same_cuda_device(op, x, *scratch);
+    PRIMUS_CHECK(scratch->numel() >= need, "{}: scratch holds {} partials, {} needed", op, scratch->numel(),
+                 need);
+    partial = *scratch;
+  } else {
+    partial = Tensor::empty({need}, DType::kF64, s);
+  }
+  cudaStream_t cs = cuda_stream(s);
+  const int64_t first = std::min(chunk, std::max<int64_t>(n, 1));
+  const int per_thread = vec ? 4 : 1;
+  const int64_t width =
+      std::clamp<int64_t>(ceil_div<int64_t>(first, int64_t{kSumBlock} * per_thread), 1, kSumMaxBlocks);
+  const dim3 grid(static_cast<unsigned>(width), static_cast<unsigned>(chunks));
+  if (vec) {
+    sum_squares_chunks_partial_kernel<4>
+        <<<grid, kSumBlock, 0, cs>>>(x.data<float>(), n, chunk, partial.data<double>());
+    PRIMUS_CUDA_CHECK_LAUNCH();
+    sum_squares_chunks_final_kernel<4><<<static_cast<unsigned>(chunks), kSumMaxBlocks, 0, cs>>>(
+        partial.data<double>(), n, chunk, out.data<float>());
+  } else {
+    sum_squares_chunks_partial_kernel<1>
+        <<<grid, kSumBlock, 0, cs>>>(x.data<float>(), n, chunk, partial.data<double>());
+    PRIMUS_CUDA_CHECK_LAUNCH();
+    sum_squares_chunks_final_kernel<1><<<static_cast<unsigned>(chunks), kSumMaxBlocks, 0, cs>>>(
+        partial.data<double>(), n, chunk, out.data<float>());
   }
   PRIMUS_CUDA_CHECK_LAUNCH();
 }

@@ -13,5 +13,7 @@ void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Te
 void master_split(const Tensor& master, Tensor& hi, Tensor* rem, const Stream& s);
 void master_join(const Tensor& hi, const Tensor& rem, Tensor& master, const Stream& s);
 void sum_squares(const Tensor& x, Tensor& out, bool accumulate, const Stream& s, Tensor* scratch = nullptr);
+void sum_squares_chunks(const Tensor& x, int64_t chunk, Tensor& out, const Stream& s,
+                        Tensor* scratch = nullptr);
 
 }  // namespace primus::ops::cuda
