@@ -28,8 +28,12 @@ bool early_norm_enabled() {
   return env_int("PRIMUS_EARLY_NORM", 1, 0, 1) == 1;
 }
 
-bool norm_stream_enabled() {
-  return env_int("PRIMUS_NORM_STREAM", 1, 0, 1) == 1;
+int norm_stream_mode() {
+  return env_int("PRIMUS_NORM_STREAM", 1, 0, 2);
+}
+
+int update_lookahead() {
+  return env_int("PRIMUS_UPDATE_LOOKAHEAD", 2, 0, 1 << 20);
 }
 
 bool overlap_update_enabled() {
@@ -46,7 +50,9 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
       norm_(norm),
       compute_(compute),
       update_(make_background_stream(compute)),
-      norm_stream_(norm_stream_enabled() ? make_background_stream(compute) : update_),
+      norm_stream_(norm_stream_mode() == 0   ? update_
+                   : norm_stream_mode() == 2 ? make_comm_stream(compute)
+                                             : make_background_stream(compute)),
       sm_reserve_(sm_reserve),
       pending_(params.regions().size()),
       release_at_(params.head_region()),
@@ -69,6 +75,19 @@ OverlappedUpdate::OverlappedUpdate(ParamStore& params, AdamW& optim, ChunkedGrad
     PRIMUS_CHECK(owner >= 0 && owner <= head_, "region {} (experts) has no owner among the hook regions", r);
     owned_[owner].push_back(r);
   }
+  // Forward order: the embedding, a layer, then its experts (their own regions under expert parallelism),
+  // ..., the head.
+  position_.assign(params.regions().size(), -1);
+  for (int r = 0; r <= head_; ++r) {
+    position_[static_cast<size_t>(r)] = static_cast<int>(order_.size());
+    order_.push_back(r);
+    for (int x : owned_[r]) {
+      position_[static_cast<size_t>(x)] = static_cast<int>(order_.size());
+      order_.push_back(x);
+    }
+  }
+  next_ = static_cast<int>(order_.size());  // nothing pending before the first launch()
+  lookahead_ = update_lookahead();
   params_.set_read_gate(this);
   // Deferrable when region 0 is the input embedding alone (its decaying span) and the head does not use it.
   const int e = params.find("embed_tokens.weight");
@@ -95,19 +114,29 @@ void OverlappedUpdate::launch(double lr, float grad_scale) {
   lr_ = lr;
   grad_scale_ = grad_scale;
   optim_.begin_step();
-  // Forward order: a layer, then its experts (their own regions under expert parallelism), ..., the head.
   embedding_deferred_ = embed_entry_ >= 0;
-  for (int r = embedding_deferred_ ? 1 : 0; r <= head_; ++r) {
-    update_region(r);
-    for (int x : owned_[r]) update_region(x);
-  }
-  grads_prepared_ = true;
+  next_ = embedding_deferred_ && !order_.empty() && order_.front() == 0 ? 1 : 0;
+  update_end_ = nullptr;
   if (sm_reserve_ > 0) {
-    update_end_ = StreamEvent::record(update_, /*timed=*/true);
     std::fill(starts_.begin(), starts_.end(), nullptr);
     timing_ = true;
     ops::reserve_gemm_sms(compute_, sm_reserve_);
     sms_reserved_ = true;
+  }
+  // The first regions now; the rest as the forward reaches them (before_forward), so the host's launches of
+  // the update and of the forward interleave instead of the forward's first kernel waiting for all of them.
+  launch_until(lookahead_ > 0 ? next_ + lookahead_ - 1 : static_cast<int>(order_.size()) - 1);
+  grads_prepared_ = true;
+}
+
+void OverlappedUpdate::launch_until(int pos) {
+  pos = std::min(pos, static_cast<int>(order_.size()) - 1);
+  while (next_ <= pos) update_region(order_[static_cast<size_t>(next_++)]);
+  if (next_ < static_cast<int>(order_.size())) return;
+  if (timing_ && !update_end_) update_end_ = StreamEvent::record(update_, /*timed=*/true);
+  if (embedding_after_lookup_) {
+    embedding_after_lookup_ = false;
+    update_region(0);
   }
 }
 
@@ -140,14 +169,17 @@ bool OverlappedUpdate::embedding_forward(const Tensor& tokens, Tensor& out) {
                                    table(params_.adam_m_flat()), table(params_.adam_v_flat()), p, out,
                                    compute_);
   }
-  // The table's update may overwrite what the lookup read only after the lookup.
+  // The table's update may overwrite what the lookup read only after the lookup; it is enqueued after every
+  // other region's (launch_until), so the layers' updates that the forward waits for do not queue behind it.
   stream_wait(update_, StreamEvent::record(compute_));
-  update_region(0);
   embedding_deferred_ = false;
+  embedding_after_lookup_ = true;
+  launch_until(next_ - 1);  // enqueues it now if every other region already is
   return true;
 }
 
 void OverlappedUpdate::before_read(int entry) {
+  launch_until(position_[static_cast<size_t>(params_.region_of_entry(entry))]);
   std::shared_ptr<StreamEvent>& e = entry_pending_[entry];
   if (!e) return;
   stream_wait(compute_, e);
@@ -155,6 +187,10 @@ void OverlappedUpdate::before_read(int entry) {
 }
 
 void OverlappedUpdate::wait_region(int region) {
+  // Region 0 deferred: nothing of it is enqueued yet; after the lookup it is enqueued after every other.
+  if (region != 0 || !embedding_deferred_)
+    launch_until(region == 0 && embed_entry_ >= 0 ? static_cast<int>(order_.size()) - 1
+                                                  : position_[static_cast<size_t>(region)]);
   if (pending_[region]) {
     stream_wait(compute_, pending_[region]);
     pending_[region] = nullptr;
@@ -189,6 +225,7 @@ void OverlappedUpdate::adapt_release() {
 
 void OverlappedUpdate::before_forward(int region) {
   if (region < 0 || region > head_) return;
+  if (lookahead_ > 0) launch_until(position_[static_cast<size_t>(region)] + lookahead_);
   const int head = head_;
   // Layers wait piece by piece as they read (before_read); the head, whose backward follows at once, whole.
   if (region == head) wait_owned(region);
@@ -246,6 +283,7 @@ void OverlappedUpdate::grads_final(std::span<const int> entries) {
 }
 
 void OverlappedUpdate::finish() {
+  launch_until(static_cast<int>(order_.size()) - 1);
   if (embedding_deferred_) {  // no forward came: the embedding's update goes after the others
     update_region(0);
     embedding_deferred_ = false;

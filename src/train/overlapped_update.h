@@ -21,6 +21,10 @@
 // backward (before_backward(0) waits for it).
 //
 // The same kernels run in the same order on the same data, so results are bitwise those of the serial update.
+// Only the host's order of launches changes: launch() enqueues the first regions' updates and the forward of
+// region r those of the regions a few places ahead of it (PRIMUS_UPDATE_LOOKAHEAD), so the next forward's
+// first kernels are not queued behind ~100 launches of the host; whatever reads parameters first enqueues
+// what it needs (before_read, wait_region, finish).
 // The gradient norm moves to the background too: armed for a step's last micro-batch, each piece's squares
 // are summed (ChunkedGradNorm) as soon as its gradients are complete -- a layer's MLP matrices when the
 // MLP's backward is over (grads_final), the rest of the region when the region's backward is over -- so the
@@ -81,6 +85,9 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
 
  private:
   void release_sms();
+  // Enqueues the updates of order_[next_ .. pos] (clamped to the end), in order; records update_end_ after
+  // the last region.
+  void launch_until(int pos);
   // Region r's update and the zeroing of its accumulated gradients for the next step, then r's event.
   void update_region(int r);
   // The compute stream waits for all of region r's update (the grads zeroing included); its pieces are done.
@@ -97,7 +104,7 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   ChunkedGradNorm& norm_;
   Stream compute_;
   Stream update_;
-  // Where the gradient norm's squares run: a stream of their own (PRIMUS_NORM_STREAM=1, the default), so
+  // Where the gradient norm's squares run: a stream of their own (PRIMUS_NORM_STREAM, default 1), so
   // they do not queue behind the input embedding's deferred update, which occupies the update stream for the
   // whole backward and pushed every region's squares into the step's tail (8B-4L: 2.8 ms, 21:58Z profile).
   Stream norm_stream_;
@@ -110,11 +117,16 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
   int release_at_;                                           // see release_region()
   int head_;                                                 // the head region (the last the hooks name)
   std::vector<std::vector<int>> owned_;                      // per hook region: its expert regions
+  std::vector<int> order_;                                   // regions in update (= forward) order
+  std::vector<int> position_;                                // per region: its index in order_
+  int next_ = 0;                                      // order_[next_ ..] are not enqueued yet for this step
+  int lookahead_ = 2;                                 // PRIMUS_UPDATE_LOOKAHEAD
   bool timing_ = false;                               // the forward after launch() records its region starts
   std::vector<std::shared_ptr<StreamEvent>> starts_;  // timed, per region, on the compute stream
   std::shared_ptr<StreamEvent> update_end_;           // timed, on the update stream
-  int embed_entry_ = -1;             // the input embedding, when its update can be deferred (untied)
-  bool embedding_deferred_ = false;  // region 0's update is not enqueued yet
+  int embed_entry_ = -1;                 // the input embedding, when its update can be deferred (untied)
+  bool embedding_deferred_ = false;      // region 0's update is not enqueued yet
+  bool embedding_after_lookup_ = false;  // the lookup ran: region 0's update follows the last other region
   double lr_ = 0;
   float grad_scale_ = 1;
   bool norm_armed_ = false;
@@ -128,11 +140,17 @@ class OverlappedUpdate : public ParamHooks, public ParamReadGate {
 // PRIMUS_UPDATE_PIECES (default 1; 0: each region is one piece, so a layer's forward waits for its whole
 // update, as before pieces): the A/B switches of docs/performance.md.
 // PRIMUS_EARLY_NORM (default 1; 0: a region's norm starts only when its whole backward is over).
-// PRIMUS_NORM_STREAM (default 1; 0: the norm's squares run on the update stream, as before).
+// PRIMUS_NORM_STREAM (default 1: the norm's squares on a stream of their own; 2: that stream at the highest
+// priority, so the squares do not wait for SMs behind the backward's GEMMs; 0: on the update stream, as
+// before).
+// PRIMUS_UPDATE_LOOKAHEAD (default 2): how many regions' updates launch() enqueues at once; the forward of
+// region r then enqueues those up to r + lookahead. 0: every region at once (as before): the host spent
+// ~1 ms on those launches before the next forward's first one (124M: 3% of the step, 21:58Z profile).
 bool overlap_update_enabled();
+int update_lookahead();
 bool update_in_pieces();
 bool early_norm_enabled();
-bool norm_stream_enabled();
+int norm_stream_mode();
 int update_sm_reserve();
 
 }  // namespace primus

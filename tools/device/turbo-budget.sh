@@ -8,6 +8,9 @@
 #         GEMM floor at cuBLASLt's speed for the shape);
 #  attn   `primus benchmark attention --backend all` at the anchor's attention shapes (hd64 B8 S2048, hd128
 #         B4 S4096, 32/8 heads);
+#  tests  primus_gpu_tests --quick for GPU_FAMILIES (default: all) against the CPU reference;
+#  track  the 50-step GPU-vs-CPU loss check: the tiny fortunes model (carry .device/fortunes) on the GPU and
+#         on the CPU reference from the same init and data, compared per step (compare_tracking.py);
 #  torch  ../shared/perf/torch_baseline.py with torch.compile only (TORCH_EAGER=1 keeps eager too) in the same
 #         call: the ratio anchors.
 # Workloads: 124m (bench_llama-124M: V 50304 d 768 L 12, T 1024 B 16), 124m_b4 (the same at B 4), 40m (d 512,
@@ -41,6 +44,25 @@ workload_args() {
     *) echo "unknown workload $1"; return 1 ;;
   esac
 }
+
+if [[ " $parts " == *" tests "* ]]; then
+  # shellcheck disable=SC2086  # the family list splits into arguments
+  timeout "${GPU_BOX:-240}" "$bin/primus_gpu_tests" --quick ${GPU_FAMILIES:-} >"$out/gpu_tests.txt" 2>&1
+  echo "== gpu tests rc=$? ($((SECONDS - t0)) s): $(grep -E 'checked cases' "$out/gpu_tests.txt")"
+  grep -E "FAIL|crash" "$out/gpu_tests.txt" | cut -c1-200 | head -12
+fi
+
+if [[ " $parts " == *" track "* ]]; then
+  for dev in cuda cpu; do
+    rm -rf /tmp/track-$dev
+    PRIMUS_WORKSPACE=/tmp/track-$dev PRIMUS_EXP_NAME=track PRIMUS_USER=dev PRIMUS_QUICKSTART_DATA=$PWD/.device/fortunes \
+      timeout 240 "$bin/primus" train pretrain --config configs/examples/megatron/tiny_llama-fortunes-bytes.yaml \
+      --train_iters 50 --eval_interval 0 --device $dev >"$out/track_$dev.log" 2>&1
+    echo "== track $dev rc=$? ($((SECONDS - t0)) s)"
+  done
+  python3 tools/device/compare_tracking.py "$(find /tmp/track-cpu -name metrics.jsonl | head -1)" \
+    "$(find /tmp/track-cuda -name metrics.jsonl | head -1)" | tail -4
+fi
 
 if [[ " $parts " == *" ours "* ]]; then
   for variant in ${VARIANTS:--}; do
