@@ -1,41 +1,140 @@
 #include "core/device.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "core/cuda_runtime_bridge.h"
 #include "core/error.h"
+#include "core/memory_owner.h"
+#include "profile/trace.h"
 
 namespace primus {
 
 namespace {
-// Byte accounting per device kind, for peak-memory reporting. CUDA sizes are tracked per pointer.
+
+// Samples of the allocated bytes in the trace: at most two per interval (the level a quiet spell starts
+// from, then the new one), so that a long profile of a step with thousands of allocations stays small.
+constexpr double kTimelineIntervalUs = 20;
+
+struct MemorySample {
+  double ts_us = 0;
+  size_t bytes = 0;
+};
+
+// Byte accounting per device kind, for peak-memory reporting: sizes and owners per pointer, bytes per owner
+// now and at the peak.
 struct Accounting {
+  struct Allocation {
+    size_t bytes = 0;
+    uint32_t owner = 0;
+    uint64_t serial = 0;  // 1 for the first allocation, 2 for the next, ...
+  };
   std::mutex mu;
-  std::unordered_map<void*, size_t> sizes;
+  std::unordered_map<void*, Allocation> live;
   size_t current = 0, peak = 0;
+  // Owners by first appearance, one index per distinct name (equal names at different addresses share it).
+  std::vector<const char*> owner_names;
+  std::unordered_map<const char*, uint32_t> owner_index;
+  std::vector<size_t> held, held_at_peak;  // bytes per owner index
+  uint64_t serial = 0;                     // allocations made so far
+  uint64_t peak_serial = 0;  // ... when held_at_peak was taken: later ones were not live at the peak
+  // The memory timeline: the last sample written and the latest level not written yet.
+  double sampled_us = -1e300;
+  std::optional<MemorySample> unsampled;
+
+  uint32_t owner_of(const char* name) {
+    if (auto it = owner_index.find(name); it != owner_index.end()) return it->second;
+    uint32_t i = 0;
+    while (i < owner_names.size() && std::strcmp(owner_names[i], name) != 0) ++i;
+    if (i == owner_names.size()) {
+      owner_names.push_back(name);
+      held.push_back(0);
+    }
+    owner_index.emplace(name, i);
+    return i;
+  }
+  void take_peak() {
+    peak = current;
+    held_at_peak = held;
+    peak_serial = serial;
+  }
+  // The samples to write for the level `current` reached now (none while the profiler is off).
+  std::vector<MemorySample> samples(bool tracing, bool new_peak) {
+    if (!tracing) {
+      unsampled.reset();  // a level from before the profiler started does not belong in its window
+      return {};
+    }
+    const MemorySample now{profile::Tracer::now_us(), current};
+    std::vector<MemorySample> out;
+    if (!new_peak && now.ts_us - sampled_us < kTimelineIntervalUs) {
+      unsampled = now;
+      return out;
+    }
+    if (unsampled) out.push_back(*unsampled);
+    out.push_back(now);
+    unsampled.reset();
+    sampled_us = now.ts_us;
+    return out;
+  }
 };
 Accounting& accounting(Device d) {
   static Accounting cpu_acc, cuda_acc;
   return d.is_cpu() ? cpu_acc : cuda_acc;
 }
+std::atomic<DeviceType> timeline_device{DeviceType::kCUDA};
+
+bool tracing_memory_of(Device d) {
+  return d.type == timeline_device.load(std::memory_order_relaxed) && profile::Tracer::get().recording();
+}
+
+// Written after the accounting lock is released: the tracer takes its own lock.
+void write_samples(const std::vector<MemorySample>& samples) {
+  for (const MemorySample& s : samples)
+    profile::Tracer::get().add({.name = "device memory",
+                                .cat = "counter",
+                                .ph = 'C',
+                                .ts_us = s.ts_us,
+                                .tid = profile::kTidCpu,
+                                .args = {{"allocated_gb", static_cast<double>(s.bytes) / 1e9}}});
+}
+
 void account_alloc(Device d, void* p, size_t bytes) {
-  auto& a = accounting(d);
-  std::lock_guard<std::mutex> lock(a.mu);
-  a.sizes[p] = bytes;
-  a.current += bytes;
-  if (a.current > a.peak) a.peak = a.current;
+  const char* owner = current_memory_owner();
+  const bool tracing = tracing_memory_of(d);
+  std::vector<MemorySample> samples;
+  {
+    auto& a = accounting(d);
+    std::lock_guard<std::mutex> lock(a.mu);
+    const uint32_t o = a.owner_of(owner);
+    a.live[p] = {bytes, o, ++a.serial};
+    a.current += bytes;
+    a.held[o] += bytes;
+    const bool new_peak = a.current > a.peak;
+    if (new_peak) a.take_peak();
+    samples = a.samples(tracing, new_peak);
+  }
+  write_samples(samples);
 }
 void account_free(Device d, void* p) {
-  auto& a = accounting(d);
-  std::lock_guard<std::mutex> lock(a.mu);
-  auto it = a.sizes.find(p);
-  if (it == a.sizes.end()) return;
-  a.current -= it->second;
-  a.sizes.erase(it);
+  const bool tracing = tracing_memory_of(d);
+  std::vector<MemorySample> samples;
+  {
+    auto& a = accounting(d);
+    std::lock_guard<std::mutex> lock(a.mu);
+    auto it = a.live.find(p);
+    if (it == a.live.end()) return;
+    a.current -= it->second.bytes;
+    a.held[it->second.owner] -= it->second.bytes;
+    a.live.erase(it);
+    samples = a.samples(tracing, false);
+  }
+  write_samples(samples);
 }
 }  // namespace
 
@@ -120,7 +219,41 @@ size_t allocated_bytes(Device d) {
 void reset_peak_allocated_bytes(Device d) {
   auto& a = accounting(d);
   std::lock_guard<std::mutex> lock(a.mu);
-  a.peak = a.current;
+  a.take_peak();
+}
+
+std::vector<std::pair<std::string, size_t>> memory_holders_at_peak(Device d) {
+  std::vector<std::pair<std::string, size_t>> out;
+  {
+    auto& a = accounting(d);
+    std::lock_guard<std::mutex> lock(a.mu);
+    for (size_t i = 0; i < a.held_at_peak.size(); ++i)
+      if (a.held_at_peak[i] > 0) out.emplace_back(a.owner_names[i], a.held_at_peak[i]);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& x, const auto& y) { return x.second != y.second ? x.second > y.second : x < y; });
+  return out;
+}
+
+void set_allocation_owner(Device d, const void* p, const char* owner) {
+  auto& a = accounting(d);
+  std::lock_guard<std::mutex> lock(a.mu);
+  auto it = a.live.find(const_cast<void*>(p));
+  if (it == a.live.end()) return;
+  Accounting::Allocation& x = it->second;
+  const uint32_t o = a.owner_of(owner);
+  a.held[x.owner] -= x.bytes;
+  a.held[o] += x.bytes;
+  if (x.serial <= a.peak_serial) {
+    a.held_at_peak.resize(a.held.size(), 0);
+    a.held_at_peak[x.owner] -= x.bytes;
+    a.held_at_peak[o] += x.bytes;
+  }
+  x.owner = o;
+}
+
+void set_memory_timeline_device(Device d) {
+  timeline_device.store(d.type, std::memory_order_relaxed);
 }
 
 }  // namespace primus

@@ -3,6 +3,8 @@
 // run synchronously on the calling thread (with OpenMP inside).
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace primus {
 
@@ -45,6 +47,18 @@ void device_memory_info(Device d, size_t* used, size_t* total);
 // Peak bytes allocated through device_alloc on `d` since the last reset.
 size_t peak_allocated_bytes(Device d);
 size_t allocated_bytes(Device d);
+// Also restarts memory_holders_at_peak from what is held now.
 void reset_peak_allocated_bytes(Device d);
+// Who held the bytes allocated on `d` when its peak was reached: each allocation counts under the memory
+// owner that was innermost when it was made (core/memory_owner.h). Largest first; the bytes sum to
+// peak_allocated_bytes(d).
+std::vector<std::pair<std::string, size_t>> memory_holders_at_peak(Device d);
+// Counts the live allocation that starts at `p` under `owner` (static storage) from now on and, when it was
+// already live at the peak, in the peak's holders too: for buffers that one call allocates together (a
+// parameter store's weights, gradients and optimizer state). Nothing when `p` is not a live allocation.
+void set_allocation_owner(Device d, const void* p, const char* owner);
+// While the profiler records (profile/trace.h), allocations and frees on this device kind add samples of the
+// allocated bytes to the trace's "device memory" counter. CUDA unless set (the trainer names its device).
+void set_memory_timeline_device(Device d);
 
 }  // namespace primus

@@ -1,6 +1,7 @@
 #include "model/llama_model.h"
 
 #include "core/device.h"
+#include "core/memory_owner.h"
 #include "model/tp_boundary.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -227,6 +228,7 @@ Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& i
   if (st.train) st.slots.assign(static_cast<size_t>(c.num_layers), LayerActivations{});
   for (int i = 0; i < c.num_layers; ++i) {
     const int l = c.first_layer + i;
+    PRIMUS_MEMORY_OWNER(fmt::format("layer {} forward", l));
     PRIMUS_CHECK(layers_[l] != nullptr, "chunk_forward: this rank does not hold layer {}", l);
     hook(&ParamHooks::before_forward, l + 1);
     x = st.train ? layers_[l]->forward(ctx, x, &st.slots[i], recompute_[l], /*record_stats=*/true)
@@ -234,6 +236,7 @@ Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& i
     hook(&ParamHooks::after_forward, l + 1);
   }
   if (!c.loss) return x;
+  PRIMUS_MEMORY_OWNER("output layer + loss");
   PRIMUS_CHECK(head_ != nullptr, "chunk_forward: this rank does not hold the output layer");
   // The head's forward and backward run together (lm_head.h), between its region's forward and backward
   // hooks.
@@ -264,6 +267,7 @@ Tensor LlamaModel::chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_ou
   Tensor dx = c.loss ? std::move(st.dx) : std::move(grad_out);
   for (int i = c.num_layers; i-- > 0;) {
     const int l = c.first_layer + i;
+    PRIMUS_MEMORY_OWNER(fmt::format("layer {} backward", l));
     hook(&ParamHooks::before_backward, l + 1);
     dx = layers_[l]->backward(ctx, dx, st.slots[i]);
     hook(&ParamHooks::after_backward, l + 1);
@@ -308,11 +312,13 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
 
   std::vector<LayerActivations> slots(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
+    PRIMUS_MEMORY_OWNER(fmt::format("layer {} forward", l));
     hook(&ParamHooks::before_forward, static_cast<int>(l) + 1);
     x = layers_[l]->forward(ctx, x, &slots[l], recompute_[l], /*record_stats=*/true);
     hook(&ParamHooks::after_forward, static_cast<int>(l) + 1);
   }
 
+  PRIMUS_MEMORY_OWNER("output layer + loss");
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   Tensor dx, de;
   hook(&ParamHooks::before_forward, head_region);
@@ -321,6 +327,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   hook(&ParamHooks::after_backward, head_region);
   x = Tensor();
   for (size_t l = layers_.size(); l-- > 0;) {
+    PRIMUS_MEMORY_OWNER(fmt::format("layer {} backward", l));
     hook(&ParamHooks::before_backward, static_cast<int>(l) + 1);
     dx = layers_[l]->backward(ctx, dx, slots[l]);
     hook(&ParamHooks::after_backward, static_cast<int>(l) + 1);
@@ -403,10 +410,12 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, boo
   if (hooks_) hooks_->after_forward(0);
   Tensor x = e_all.slice(0, n);
   for (size_t l = 0; l < layers_.size(); ++l) {
+    PRIMUS_MEMORY_OWNER(fmt::format("layer {} forward", l));
     if (hooks_) hooks_->before_forward(static_cast<int>(l) + 1);
     x = layers_[l]->forward(ctx, x, nullptr, RecomputeMode::kNone);
     if (hooks_) hooks_->after_forward(static_cast<int>(l) + 1);
   }
+  PRIMUS_MEMORY_OWNER("output layer + loss");
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   if (hooks_) hooks_->before_forward(head_region);
   head_->run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);

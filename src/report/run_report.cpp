@@ -54,6 +54,30 @@ std::string fmt_num(double v) {
   return fmt::format("{:.4g}", v);
 }
 
+// The "device memory" counter samples of a Chrome trace (the trainer writes them while it profiles).
+void read_memory_timeline(const std::string& trace_path, RunData& run) {
+  std::ifstream f(trace_path);
+  const nlohmann::json trace = nlohmann::json::parse(f, nullptr, false);
+  // A broken trace is reported once, by the GPU timeline's reader.
+  if (trace.is_discarded() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) return;
+  double t0 = INFINITY;
+  std::vector<std::pair<double, double>> samples;  // (ts us, GB)
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    const double ts = num(e, "ts");
+    if (!std::isfinite(ts)) continue;
+    t0 = std::min(t0, ts);
+    if (e.value("ph", "") != "C" || e.value("name", "") != "device memory" || !e.contains("args")) continue;
+    const double gb = num(e["args"], "allocated_gb");
+    if (std::isfinite(gb)) samples.emplace_back(ts, gb);
+  }
+  std::stable_sort(samples.begin(), samples.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [ts, gb] : samples) {
+    run.memory_ms.push_back((ts - t0) / 1e3);
+    run.memory_gb.push_back(gb);
+  }
+}
+
 }  // namespace
 
 RunData load_run(const std::string& dir) {
@@ -117,6 +141,7 @@ RunData load_run(const std::string& dir) {
       run.pipeline = nullptr;
     }
   }
+  if (fs::exists(dir + "/trace/rank0.json")) read_memory_timeline(dir + "/trace/rank0.json", run);
   if (fs::is_directory(dir + "/trace", ec)) {
     std::vector<std::string> traces;
     for (const auto& e : fs::directory_iterator(dir + "/trace", ec))
@@ -260,6 +285,76 @@ std::string compared_section(const RunData& run) {
   return h;
 }
 
+// Who held the memory at the run's peak (summary.json's memory_at_peak, core/memory_owner.h) and, for a
+// profiled run, the allocated bytes over the profiled steps.
+std::string memory_section(const RunData& run) {
+  constexpr size_t kRows = 12;
+  std::string h = "<h2>Memory</h2>\n";
+  const nlohmann::json holders =
+      run.summary.is_object() ? run.summary.value("memory_at_peak", nlohmann::json()) : nlohmann::json();
+  double peak = 0;
+  std::vector<std::pair<std::string, double>> rows;  // (owner, bytes), largest first, the tail summed
+  if (holders.is_array()) {
+    for (const nlohmann::json& x : holders) {
+      const double bytes = num(x, "bytes");
+      if (!std::isfinite(bytes)) continue;
+      peak += bytes;
+      if (rows.size() < kRows)
+        rows.emplace_back(x.value("owner", "?"), bytes);
+      else if (rows.size() == kRows)
+        rows.emplace_back("others", bytes);
+      else
+        rows.back().second += bytes;
+    }
+  }
+  if (rows.empty()) {
+    h += "<p>summary.json records no holders of the peak (a run that did not finish, or one written before "
+         "memory_at_peak existed).</p>\n";
+  } else {
+    h += fmt::format(
+        "<p style=\"font-size:12px;color:#555\">Peak allocated: {:.3f} GB. An allocation belongs to the "
+        "innermost owner open when it was made, so the activations a layer keeps for its backward count as "
+        "<i>layer N forward</i>; <i>other</i> is memory allocated outside every owner (another thread, "
+        "say).</p>\n<div class=\"grid\"><table><tr><th>owner</th><th>GB</th><th>% of peak</th></tr>\n",
+        peak / 1e9);
+    std::vector<std::string> labels;
+    std::vector<double> gb;
+    for (const auto& [owner, bytes] : rows) {
+      h += fmt::format("<tr><td>{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{:.1f}%</td></tr>\n",
+                       html_escape(owner), bytes / 1e9, peak > 0 ? 100 * bytes / peak : 0.0);
+      labels.push_back(owner);
+      gb.push_back(bytes / 1e9);
+    }
+    h += "</table>\n" + horizontal_bar_chart("Memory at the peak", "GB", labels, gb, "#8c564b") + "</div>\n";
+  }
+  if (run.memory_ms.empty()) {
+    h += "<p>No memory timeline: it is drawn from a profiled run's trace (<code>profile: true</code>).</p>\n";
+    return h;
+  }
+  const size_t top = static_cast<size_t>(std::max_element(run.memory_gb.begin(), run.memory_gb.end()) -
+                                         run.memory_gb.begin());
+  // A counter holds its value until the next sample: drawn as steps, not as slopes between samples.
+  Series s{"allocated", "#8c564b", {}, {}, false};
+  for (size_t i = 0; i < run.memory_ms.size(); ++i) {
+    if (i > 0) {
+      s.x.push_back(run.memory_ms[i]);
+      s.y.push_back(run.memory_gb[i - 1]);
+    }
+    s.x.push_back(run.memory_ms[i]);
+    s.y.push_back(run.memory_gb[i]);
+  }
+  const Marker peak_mark{run.memory_ms[top],
+                         fmt::format("peak of the profiled steps: {:.3f} GB at {:.3f} ms", run.memory_gb[top],
+                                     run.memory_ms[top]),
+                         "#d62728"};
+  h += fmt::format(
+      "<p style=\"font-size:12px;color:#555\">Allocated memory over the profiled steps (rank 0's trace, "
+      "{} samples); the dashed line marks their peak, {:.3f} GB at {:.3f} ms.</p>\n",
+      run.memory_ms.size(), run.memory_gb[top], run.memory_ms[top]);
+  h += line_chart("Memory timeline", "GB", {s}, {peak_mark}, 1000, 280, "time (ms from the trace's start)");
+  return h;
+}
+
 }  // namespace
 
 std::string render_html(const RunData& run) {
@@ -278,10 +373,12 @@ std::string render_html(const RunData& run) {
   // Summary.
   h += "<h2>Summary</h2>\n<table>";
   if (!run.summary.is_null())
-    for (auto it = run.summary.begin(); it != run.summary.end(); ++it)
+    for (auto it = run.summary.begin(); it != run.summary.end(); ++it) {
+      if (it.key() == "memory_at_peak") continue;  // the Memory section's table
       h += fmt::format(
           "<tr><th>{}</th><td>{}</td></tr>", html_escape(it.key()),
           html_escape(it.value().is_string() ? it.value().get<std::string>() : it.value().dump()));
+    }
   if (!run.steps.empty() && run.steps.back().contains("fp8_recipe"))
     h += fmt::format("<tr><th>precision</th><td>FP8 {} ({:.1f}% of the step's GEMM FLOPs)</td></tr>",
                      html_escape(run.steps.back().value("fp8_recipe", "?")),
@@ -315,6 +412,7 @@ std::string render_html(const RunData& run) {
   h += line_chart("Gradient norm", "grad norm", {series_of(run.steps, "grad_norm", "grad norm", "#7f7f7f")},
                   markers);
   h += "</div>\n";
+  h += memory_section(run);
   if (!run.compared.empty()) h += compared_section(run);
 
   // Guard events.

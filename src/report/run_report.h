@@ -1,7 +1,8 @@
 #pragma once
 // `primus report RUN_DIR`: the post-flight report of a training run directory as one self-contained HTML
 // page: plots over steps (loss with validation loss, tokens/s/GPU, MFU, memory, step time) with guard events
-// drawn as markers, the run summary, the GPU timeline and op summary of every trace under RUN_DIR/trace, and
+// drawn as markers, the run summary, who held the memory at its peak and the profiled steps' memory timeline,
+// the GPU timeline and op summary of every trace under RUN_DIR/trace, and
 // a table of every guard event (NaN skips/halts, loss spikes, slow steps, stragglers, hangs) from
 // events.jsonl and heartbeat/hang-rank-*.json, and for a pipeline-parallel run its latest measured step
 // (pipeline_timeline.json) drawn as the schedule pictures are, beside the simulator's prediction. With
@@ -23,6 +24,9 @@ struct RunData {
   std::string config_yaml;
   std::vector<profile::TimelineReport> timelines;
   nlohmann::json pipeline;  // pipeline_timeline.json: a pipeline run's measured step (null when absent)
+  // The memory timeline: rank 0's trace's "device memory" counter (core/device.h), in ms from the trace's
+  // first event and GB allocated, in time order (empty without a trace).
+  std::vector<double> memory_ms, memory_gb;
   std::vector<std::string> warnings;  // unreadable lines or files, shown in the page
   // Other runs drawn beside this one (`--compare`): the same model in another precision or layout.
   struct Compared {

@@ -59,7 +59,7 @@ std::string fmt_tick(double v) {
 
 std::string line_chart(const std::string& title, const std::string& y_label,
                        const std::vector<Series>& series, const std::vector<Marker>& markers, int width,
-                       int height) {
+                       int height, const std::string& x_label) {
   const double ml = 58, mr = 12, mt = 28, mb = 34;
   const double pw = width - ml - mr, ph = height - mt - mb;
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
@@ -104,8 +104,8 @@ std::string line_chart(const std::string& title, const std::string& y_label,
   for (double t : nice_ticks(x0, x1, 6))
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", X(t),
                        mt + ph + 14, fmt_tick(t));
-  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">step</text>\n",
-                     ml + pw / 2, mt + ph + 28);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">{}</text>\n",
+                     ml + pw / 2, mt + ph + 28, html_escape(x_label));
   svg += fmt::format(
       "<text x=\"12\" y=\"{:.1f}\" fill=\"#555\" transform=\"rotate(-90 12 {:.1f})\" "
       "text-anchor=\"middle\">{}</text>\n",
@@ -271,6 +271,47 @@ std::string stacked_bar_chart(const std::string& title, const std::string& y_lab
         lx, ly - 9, segments[i].color, lx + 14, ly, html_escape(segments[i].name));
   }
   return svg + "</svg>\n";
+}
+
+std::string horizontal_bar_chart(const std::string& title, const std::string& x_label,
+                                 const std::vector<std::string>& labels, const std::vector<double>& values,
+                                 const std::string& color, int width, int bar_height) {
+  // Labels sit left of the axis: about 6 px per character of the longest.
+  size_t longest = 0;
+  for (const std::string& l : labels) longest = std::max(longest, l.size());
+  const double ml = std::min(260.0, 12 + 6.0 * static_cast<double>(longest)), mr = 70, mt = 28, mb = 34;
+  const double pw = width - ml - mr,
+               ph = static_cast<double>(bar_height) * static_cast<double>(labels.size());
+  double top = 0;
+  for (double v : values) top = std::max(top, v);
+  if (!(top > 0)) top = 1;
+  const std::vector<double> ticks = nice_ticks(0, top, 5);
+  const double x1 = std::max(top, ticks.empty() ? top : ticks.back());
+  auto X = [&](double v) { return ml + v / x1 * pw; };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1:.0f}\" viewBox=\"0 0 {0} "
+      "{1:.0f}\" class=\"chart\" font-family=\"sans-serif\" font-size=\"11\">\n<text x=\"{2:.1f}\" "
+      "y=\"16\" font-size=\"13\" font-weight=\"bold\">{3}</text>\n",
+      width, mt + ph + mb, ml, html_escape(title));
+  for (double t : ticks)
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#e4e4e4\"/><text "
+        "x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
+        X(t), mt, mt + ph, mt + ph + 14, fmt_tick(t));
+  for (size_t i = 0; i < labels.size() && i < values.size(); ++i) {
+    const double y = mt + static_cast<double>(i) * bar_height, v = std::max(0.0, values[i]);
+    svg += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text><rect x=\"{:.1f}\" y=\"{:.1f}\" "
+        "width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{}: {:.4g}</title></rect><text x=\"{:.1f}\" "
+        "y=\"{:.1f}\">{:.3g}</text>\n",
+        ml - 6, y + bar_height / 2.0 + 4, html_escape(labels[i]), ml, y + 2, X(v) - ml, bar_height - 4, color,
+        html_escape(labels[i]), v, X(v) + 4, y + bar_height / 2.0 + 4, v);
+  }
+  svg += fmt::format(
+      "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#888\"/><text "
+      "x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"middle\" fill=\"#555\">{5}</text>\n</svg>\n",
+      ml, mt, mt + ph, ml + pw / 2, mt + ph + 28, html_escape(x_label));
+  return svg;
 }
 
 }  // namespace primus::report

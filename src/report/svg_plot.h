@@ -21,7 +21,7 @@ struct Marker {
 // A chart of `series` over a shared x axis with "nice" ticks; markers are vertical lines (guard events).
 std::string line_chart(const std::string& title, const std::string& y_label,
                        const std::vector<Series>& series, const std::vector<Marker>& markers = {},
-                       int width = 560, int height = 260);
+                       int width = 560, int height = 260, const std::string& x_label = "step");
 
 // A timeline ("Gantt") chart: one lane per row, top to bottom, boxes placed by time on a shared axis from 0
 // to `t_end` (0: the last box's end); the lane's grey shows through where nothing runs. Labels are drawn
@@ -52,6 +52,11 @@ std::string stacked_bar_chart(const std::string& title, const std::string& y_lab
                               const std::vector<std::string>& bars, const std::vector<BarSegment>& segments,
                               double limit = 0, const std::string& limit_label = "", int width = 640,
                               int height = 300);
+
+// One horizontal bar per label, top to bottom, on an axis from 0; each bar's value is written beside it.
+std::string horizontal_bar_chart(const std::string& title, const std::string& x_label,
+                                 const std::vector<std::string>& labels, const std::vector<double>& values,
+                                 const std::string& color, int width = 640, int bar_height = 18);
 
 std::string html_escape(const std::string& s);
 // Tick positions covering [lo, hi] with about `n` steps of 1, 2 or 5 x 10^k.

@@ -32,6 +32,9 @@ int run_pretrain(const TrainConfig& cfg, const std::string& resolved_yaml) {
   if (r.last_val_loss >= 0) summary["last_val_loss"] = r.last_val_loss;
   summary["tokens_per_s"] = r.tokens_per_s;
   summary["peak_mem_gb"] = r.peak_mem_gb;
+  nlohmann::json holders = nlohmann::json::array();
+  for (const auto& [owner, bytes] : r.memory_at_peak) holders.push_back({{"owner", owner}, {"bytes", bytes}});
+  summary["memory_at_peak"] = holders;
   summary["device"] = trainer.stream().device.str();
   summary["last_iteration"] = r.last_iteration;
   if (trainer.start_iteration() > 0) summary["resumed_from_iteration"] = trainer.start_iteration();

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/log.h"
+#include "core/memory_owner.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_runtime.h"
@@ -72,6 +73,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     float scale = 1.0f;
   };
   auto prepare = [&](int64_t a, int d) {
+    PRIMUS_MEMORY_OWNER("data");
     const int64_t k = a * D + d;
     // A process reads its own micro-batches from its (strided under DP, prefetching) loader; the emulation
     // every virtual rank's directly.
@@ -112,6 +114,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     const int64_t k = a * D + d;
     Prepared p = prepare(a, d);
     PRIMUS_TRACE_RANGE("forward_backward");
+    // The model's layers and output layer name their own allocations; this holds the rest (the embedding,
+    // the hooks' buffers).
+    PRIMUS_MEMORY_OWNER("forward + backward");
     // One process: the overlapped update's background sums the last micro-batch's gradient squares.
     if (overlap_ && !dp_ && a == A - 1) overlap_->arm_norm();
     model_->set_packing(p.positions, p.seg_starts);
@@ -127,6 +132,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   // their losses (undefined tensors elsewhere: the exchange below sums them over the stages).
   auto run_pipeline = [&] {
     PRIMUS_TRACE_RANGE("pipeline step");
+    PRIMUS_MEMORY_OWNER("forward + backward");
     std::vector<Tensor> l = pipeline_->run_step([&](int a) {
       Prepared p = prepare(a, dp_rank_);
       return parallel::PipelineRuntime::MicroBatch{p.tokens, p.targets, p.scale,
@@ -135,6 +141,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     for (int64_t a = 0; a < A; ++a) loss_t[a * D + dp_rank_] = l[static_cast<size_t>(a)];
   };
   auto micro_loss = [&](int64_t k) {
+    PRIMUS_MEMORY_OWNER("loss");
     if (!loss_t[k].defined()) return 0.0;  // a pipeline stage without the loss
     std::vector<double> l = loss_t[k].to_vector<double>();
     double sum = 0;
@@ -150,10 +157,12 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     model_->end_step();
     end_fp8_step();
   } else {
-    if (dp_)
+    if (dp_) {
+      PRIMUS_MEMORY_OWNER("data parallel buffers");
       dp_->begin_step(grads_prepared);
-    else if (!grads_prepared)
+    } else if (!grads_prepared) {
       params_->begin_grad_step(stream_);
+    }
     if (pipeline_) {
       // A region's last backward of the step is the schedule's to place: the reductions wait for
       // finish_grads.
@@ -181,6 +190,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     }
     if (dp_) {
       PRIMUS_TRACE_RANGE("finish_grads");
+      PRIMUS_MEMORY_OWNER("data parallel buffers");
       dp_->finish_grads();
     }
     model_->end_step();
@@ -190,6 +200,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   stop_any = stop_request();  // a signal or the time limit, as the micro-batches are done
   if (ranks) {
     PRIMUS_TRACE_RANGE("loss exchange");
+    PRIMUS_MEMORY_OWNER("loss");
     // Every rank's micro-batch losses, in global order, and after them its stop request (signals and
     // time can differ between ranks; all must stop at the same step).
     std::vector<double> mine(static_cast<size_t>(A + 1));
@@ -234,6 +245,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   o.stop_request = stop_any;
   {
     PRIMUS_TRACE_RANGE("grad_norm");
+    PRIMUS_MEMORY_OWNER("gradient norm");
     o.grad_norm = dp_ ? dp_->grad_norm() : step_grad_norm(iter);
   }
   o.lr = schedule_->at(iter);
@@ -252,6 +264,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   run_guards(iter, o, micro);
   if (o.applied) {
     PRIMUS_TRACE_RANGE("optimizer");
+    PRIMUS_MEMORY_OWNER("optimizer update");
     const float clip = clip_coefficient(o.grad_norm, cfg_.optim.clip_grad);
     if (overlap_)  // whole gradients (one GPU, DDP): updated under the next forward
       overlap_->launch(o.lr, clip);

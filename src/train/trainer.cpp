@@ -10,6 +10,7 @@
 #include "config/not_supported.h"
 #include "config/plan.h"
 #include "core/log.h"
+#include "core/memory_owner.h"
 #include "core/timer.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -27,7 +28,24 @@ namespace primus {
 
 namespace {
 constexpr double kPeakBf16Flops = 989e12;  // H100/H200 SXM dense BF16, the MFU denominator
+
+// "parameters 2.30 GB, optimizer state 4.61 GB, ..., others 0.12 GB": the largest holders, the rest summed.
+std::string describe_holders(const std::vector<std::pair<std::string, size_t>>& holders) {
+  constexpr size_t kShown = 6;
+  std::string out;
+  size_t rest = 0;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    if (i >= kShown) {
+      rest += holders[i].second;
+      continue;
+    }
+    out += fmt::format("{}{} {:.2f} GB", out.empty() ? "" : ", ", holders[i].first,
+                       static_cast<double>(holders[i].second) / 1e9);
+  }
+  if (holders.size() > kShown) out += fmt::format(", others {:.2f} GB", static_cast<double>(rest) / 1e9);
+  return out;
 }
+}  // namespace
 
 Stream select_stream(const std::string& device_key, int gpu_index) {
   if (device_key == "cpu") return Stream::cpu();
@@ -46,6 +64,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
     : cfg_(cfg), run_dir_(run_dir), resolved_yaml_(resolved_yaml), spikes_(cfg.guards.spiky_loss_factor) {
   init_distributed();  // world size 1 without a launcher: nothing to do
   stream_ = select_stream(cfg.device, gpu_index_);
+  set_memory_timeline_device(stream_.device);
   if (stream_.device.is_cuda()) {
     const int tuned = bench::load_gemm_tuning(cfg.gemm_tuning_file, stream_.device.index);
     if (tuned > 0) log::info("gemm tuning: {} tuned shapes loaded", tuned);
@@ -90,8 +109,12 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   const bool whole_dp =
       dp_ && !dp_cfg_->emulate && params_->shard_mode() == ShardMode::kNone && !tp_ && !pipeline_;
   if (stream_.device.is_cuda() && (!dp_ || whole_dp)) {
-    norm_ = std::make_unique<ChunkedGradNorm>(*params_, stream_);
+    {
+      PRIMUS_MEMORY_OWNER("gradient norm");
+      norm_ = std::make_unique<ChunkedGradNorm>(*params_, stream_);
+    }
     if (overlap_update_enabled()) {
+      PRIMUS_MEMORY_OWNER("optimizer update");
       overlap_ = std::make_unique<OverlappedUpdate>(*params_, *optim_, *norm_, stream_, update_sm_reserve());
       hooks_.add(overlap_.get());
       model_->set_hooks(&hooks_);
@@ -104,7 +127,10 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   if (inject_.slow_gpu_rank == world_rank_ && stream_.device.is_cuda())
     ops::reserve_gemm_sms(stream_, inject_.slow_gpu_sms);
   // Checkpoint or HF weights (auto_continue_train / load): sets the start iteration and data position.
-  resume_or_start();
+  {
+    PRIMUS_MEMORY_OWNER("checkpoint");
+    resume_or_start();
+  }
   consumed_ = start_consumed_;
   // Each rank reads its own micro-batches ahead of time (a data-parallel rank every DP-th global one); one
   // process emulating a layout reads every virtual rank's directly (train/train_step.cpp).
@@ -452,6 +478,7 @@ TrainResult Trainer::train() {
       settle();  // the step's update finishes inside the step's period
       Stopwatch ev;
       monitor_->set_phase(fmt::format("evaluation after step {}", iter));
+      PRIMUS_MEMORY_OWNER("evaluation");
       const double vl = evaluate();
       if (vl >= 0) {
         res.last_val_loss = vl;
@@ -481,6 +508,7 @@ TrainResult Trainer::train() {
     if (!ck.save.empty() && (periodic || last || !stop.empty())) {  // a collective when sharded
       settle();
       Stopwatch save_time;
+      PRIMUS_MEMORY_OWNER("checkpoint");
       save_checkpoint(iter);
       window.reset();  // checkpoint time is not training time
       window_steps = 0;
@@ -496,7 +524,10 @@ TrainResult Trainer::train() {
   settle();  // the last update
   monitor_->finish();
   if (writer_) writer_->wait();  // an async write finishes (or fails) before the process exits
-  if (base_) export_peft_adapter();
+  if (base_) {
+    PRIMUS_MEMORY_OWNER("checkpoint");
+    export_peft_adapter();
+  }
   res.steps = static_cast<int64_t>(res.losses.size());
   double med = 0;
   if (!step_ms.empty()) {
@@ -507,6 +538,7 @@ TrainResult Trainer::train() {
     res.tokens_per_s = tokens_per_step / (med / 1e3);
   }
   res.peak_mem_gb = static_cast<double>(peak_allocated_bytes(stream_.device)) / 1e9;
+  res.memory_at_peak = memory_holders_at_peak(stream_.device);
   log::info(
       "done: {} steps in {} | loss {:.4f} -> {:.4f}{} | median {:.0f} ms/step, {} tok/s | peak mem {:.2f} "
       "GB{}",
@@ -514,6 +546,7 @@ TrainResult Trainer::train() {
       res.last_val_loss >= 0 ? fmt::format(" | val loss {:.4f}", res.last_val_loss) : std::string(), med,
       human_count(res.tokens_per_s), res.peak_mem_gb,
       res.skipped > 0 ? fmt::format(" | {} update(s) skipped", res.skipped) : std::string());
+  if (!res.memory_at_peak.empty()) log::info("memory at peak: {}", describe_holders(res.memory_at_peak));
   return res;
 }
 

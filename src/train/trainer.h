@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/load.h"
@@ -69,6 +70,8 @@ struct TrainResult {
   double last_val_loss = -1;
   double tokens_per_s = 0;  // median over the steps after warm-up
   double peak_mem_gb = 0;
+  // Who held the device memory at that peak (core/memory_owner.h), largest first; sums to the peak's bytes.
+  std::vector<std::pair<std::string, size_t>> memory_at_peak;
   std::vector<double> losses;  // per step
   int64_t skipped = 0;         // updates not applied (guards)
   int exit_code = 0;           // kExitGuardHalt when a guard halted the run

@@ -10,6 +10,7 @@
 #include "config/not_supported.h"
 #include "config/plan.h"
 #include "core/log.h"
+#include "core/memory_owner.h"
 #include "parallel/config_agreement.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
@@ -32,6 +33,22 @@ std::optional<std::string> env_str(const char* name) {
 }
 
 std::atomic<bool> g_mpi_world{false};
+
+// A store allocates all its buffers in one call, made under "parameters": the gradients and the optimizer's
+// buffers (Adam moments, and the master weights when they are kept beside the compute copy) are handed to
+// their own owners afterwards.
+void give_store_buffers_their_owners(ParamStore& p) {
+  auto give = [](const Tensor& t, const char* owner) {
+    if (t.defined()) set_allocation_owner(t.device(), t.storage()->data(), owner);
+  };
+  give(p.grad_flat(), "gradients");
+  give(p.adam_m_flat(), "optimizer state");
+  give(p.adam_v_flat(), "optimizer state");
+  if (p.master_in_remainders())
+    give(p.remainder_flat(), "optimizer state");
+  else if (!p.compute_aliases_master())
+    give(p.master_flat(), "optimizer state");
+}
 
 }  // namespace
 
@@ -166,16 +183,21 @@ std::unique_ptr<ParamStore> Trainer::local_store_layout() const {
 void Trainer::init_data_parallel() {
   const DType compute = stream_.device.is_cpu() ? DType::kF32 : DType::kBF16;
   params_ = local_store_layout();
-  if (dp_cfg_ && !dp_cfg_->emulate) {
-    const int expert_rank =
-        dp_cfg_->expert_shard_ranks() > 1 ? groups_->get(dp_cfg_->expert_group()).rank() : 0;
-    params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
-                              dp_cfg_->expert_shard_ranks(), expert_rank);
-  } else {
-    params_->allocate(compute, stream_);
+  {
+    PRIMUS_MEMORY_OWNER("parameters");
+    if (dp_cfg_ && !dp_cfg_->emulate) {
+      const int expert_rank =
+          dp_cfg_->expert_shard_ranks() > 1 ? groups_->get(dp_cfg_->expert_group()).rank() : 0;
+      params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
+                                dp_cfg_->expert_shard_ranks(), expert_rank);
+    } else {
+      params_->allocate(compute, stream_);
+    }
+    give_store_buffers_their_owners(*params_);
   }
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
   if (cfg_.lora.enabled) {
+    PRIMUS_MEMORY_OWNER("parameters");
     // The base model: weights only, whole on every data-parallel rank (this rank's part under tp).
     ModelSpec base = local_spec();
     base.adapters = LoraConfig{};
@@ -185,6 +207,7 @@ void Trainer::init_data_parallel() {
     // initialisation to throw away (8B parameters: ~32 GB of host memory and half a minute).
     if (cfg_.checkpoint.load.empty()) base_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
   }
+  PRIMUS_MEMORY_OWNER("model buffers");  // RoPE tables, FP8 scaling state, parallel layouts' own
   model_ = std::make_unique<LlamaModel>(cfg_.model, cfg_.recompute, base_ ? *base_ : *params_, stream_,
                                         cfg_.data.seq_length);
   if (base_) {
@@ -231,7 +254,10 @@ void Trainer::init_data_parallel() {
   if (groups_) model_->set_expert_groups(&groups_->get("ep"), &groups_->get("dp_cp"));
   // Micro-batches per rank: global batch = micro-batch x accumulation x DP.
   micro_batches_ = config::batch_layout(cfg_, dp_cfg_->dp).micro_batches;
-  dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
+  {
+    PRIMUS_MEMORY_OWNER("data parallel buffers");
+    dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
+  }
   dp_->set_tensor_parallel(tp_.get());
   if (pipeline_) dp_->set_pipeline(&groups_->get("pp"));
   hooks_.add(dp_.get());
@@ -378,6 +404,7 @@ void Trainer::load_hf_params(const ckpt::HfCheckpoint& hf) {
 }
 
 const ParamStore* Trainer::params_for_save() {
+  PRIMUS_MEMORY_OWNER("checkpoint");
   if (model_split()) {
     // The whole model: this rank's whole state (ZeRO-1 / FSDP chunks gathered first), then every ep / tp
     // rank's part.

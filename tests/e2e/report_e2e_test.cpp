@@ -48,13 +48,16 @@ TEST(ReportE2E, ProfiledRunToHtmlReport) {
   const std::string dir = run_dir_of(ws, "profiled");
   // The trace: valid JSON, CPU ranges of steps 3 and 4, and the timeline printed after the profiled steps.
   const nlohmann::json trace = nlohmann::json::parse(slurp(dir + "/trace/rank0.json"));
-  int steps = 0, fwd = 0;
+  int steps = 0, fwd = 0, memory = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "X" && e["cat"] == "step") ++steps;
     if (e["ph"] == "X" && e["name"] == "forward_backward") ++fwd;
+    if (e["ph"] == "C" && e["name"] == "device memory" && e["args"]["allocated_gb"].get<double>() > 0)
+      ++memory;
   }
   EXPECT_EQ(steps, 2);
-  EXPECT_EQ(fwd, 4);  // 2 steps x 2 micro-batches
+  EXPECT_EQ(fwd, 4);     // 2 steps x 2 micro-batches
+  EXPECT_GT(memory, 2);  // the memory timeline
   EXPECT_NE((r.out + r.err).find("Op summary by family"), std::string::npos);
   // The guard event.
   const std::string events = slurp(dir + "/events.jsonl");
@@ -63,7 +66,8 @@ TEST(ReportE2E, ProfiledRunToHtmlReport) {
   CliResult rep = run_primus({"report", dir});
   ASSERT_EQ(rep.exit_code, 0) << rep.out << rep.err;
   const std::string html = slurp(dir + "/report.html");
-  for (const char* s : {"<svg", "validation loss", "loss_spike", "forward_backward", "Guard events"})
+  for (const char* s : {"<svg", "validation loss", "loss_spike", "forward_backward", "Guard events",
+                        "<h2>Memory</h2>", "optimizer state", "Memory at the peak", "Memory timeline"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
 
   CliResult tl =

@@ -1,4 +1,5 @@
 // The post-flight report (report/run_report.h) from a saved run directory, and its SVG charts.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -109,4 +110,52 @@ TEST(ReportHtml, ChartsAndTicks) {
   EXPECT_NE(svg.find("spike &lt;x&gt;"), std::string::npos);
   EXPECT_NE(line_chart("E", "y", {}).find("no data"), std::string::npos);
   EXPECT_EQ(html_escape("a<b>&\""), "a&lt;b&gt;&amp;&quot;");
+}
+
+TEST(ReportHtml, MemorySectionShowsTheHoldersAndTheTimeline) {
+  const std::string d = make_run("primus-report-memory-test");
+  nlohmann::json holders = nlohmann::json::array();
+  holders.push_back({{"owner", "optimizer state"}, {"bytes", 6000000000}});
+  holders.push_back({{"owner", "parameters"}, {"bytes", 3000000000}});
+  holders.push_back({{"owner", "layer 3 forward"}, {"bytes", 1000000000}});
+  for (int i = 0; i < 14; ++i) holders.push_back({{"owner", fmt::format("small {}", i)}, {"bytes", 1000}});
+  std::ofstream(d + "/summary.json") << nlohmann::json{{"steps", 20}, {"memory_at_peak", holders}}.dump();
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back(
+      {{"ph", "X"}, {"cat", "kernel"}, {"name", "gemm"}, {"ts", 1000}, {"dur", 50}, {"pid", 0}, {"tid", 10}});
+  for (int i = 0; i < 5; ++i)  // out of time order, as several threads may write them
+    events.push_back({{"ph", "C"},
+                      {"name", "device memory"},
+                      {"ts", 5000 - 1000 * i},
+                      {"pid", 0},
+                      {"tid", 0},
+                      {"args", {{"allocated_gb", i == 2 ? 9.5 : 8.0 + 0.1 * i}}}});
+  std::ofstream(d + "/trace/rank0.json") << nlohmann::json{{"traceEvents", events}}.dump();
+  const RunData run = load_run(d);
+  ASSERT_EQ(run.memory_ms.size(), 5u);
+  EXPECT_DOUBLE_EQ(run.memory_ms.front(), 0.0);  // the counter's first sample is the trace's first event
+  EXPECT_DOUBLE_EQ(run.memory_ms.back(), 4.0);
+  EXPECT_DOUBLE_EQ(run.memory_gb[2], 9.5);
+  const std::string html = render_html(run);
+  const size_t memory = html.find("<h2>Memory</h2>");
+  ASSERT_NE(memory, std::string::npos);
+  const std::string section = html.substr(memory, html.find("<h2>", memory + 1) - memory);
+  for (const char* s :
+       {"Peak allocated: 10.000 GB", "optimizer state", "60.0%", "layer 3 forward", "Memory at the peak",
+        "others", "Memory timeline", "9.500 GB at 2.000 ms", "time (ms from the trace"})
+    EXPECT_NE(section.find(s), std::string::npos) << s;
+  EXPECT_EQ(section.find("small 13"), std::string::npos);  // past the first 12 rows: summed as "others"
+  // The holders are the section's, not a JSON dump in the summary table.
+  EXPECT_EQ(html.find("&quot;owner&quot;"), std::string::npos);
+  std::filesystem::remove_all(d);
+}
+
+TEST(ReportHtml, MemorySectionWithoutHoldersOrTrace) {
+  const std::string d = make_run("primus-report-memory-none");
+  std::filesystem::remove_all(d + "/trace");
+  const std::string html = render_html(load_run(d));
+  EXPECT_NE(html.find("<h2>Memory</h2>"), std::string::npos);
+  EXPECT_NE(html.find("records no holders of the peak"), std::string::npos);
+  EXPECT_NE(html.find("No memory timeline"), std::string::npos);
+  std::filesystem::remove_all(d);
 }
