@@ -142,7 +142,7 @@ TEST(ReportHtml, MemorySectionShowsTheHoldersAndTheTimeline) {
   const std::string section = html.substr(memory, html.find("<h2>", memory + 1) - memory);
   for (const char* s :
        {"Peak allocated: 10.000 GB", "optimizer state", "60.0%", "layer 3 forward", "Memory at the peak",
-        "others", "Memory timeline", "9.500 GB at 2.000 ms", "time (ms from the trace"})
+        "others", "Memory timeline", "9.500 GB at sample 2", "in the order they were enqueued"})
     EXPECT_NE(section.find(s), std::string::npos) << s;
   EXPECT_EQ(section.find("small 13"), std::string::npos);  // past the first 12 rows: summed as "others"
   // The holders are the section's, not a JSON dump in the summary table.
