@@ -27,16 +27,7 @@ for w in ${WORKLOADS:-bench_qwen3-30B-A3B-4L bench_mixtral-8x7B-2L}; do
       >"$out/ab.log" 2>&1
     rc=$?
     m=$(find "$ws" -name metrics.jsonl | head -1)
-    python3 - "$m" "$w" "$v" "$rc" <<'PY'
-import json, sys, statistics
-path, w, v, rc = sys.argv[1:]
-rec = [json.loads(l) for l in open(path) if l.endswith("\n")] if path else []
-rec = [r for r in rec if "iter_ms" in r]
-tail = [r["iter_ms"] for r in rec[10:]]
-mem = max((r.get("mem_gb", 0) for r in rec), default=0)
-print(f"{w:28s} {v:12s} rc={rc} steps={len(rec)} median(11..)={statistics.median(tail) if tail else 0:7.1f} ms "
-      f"min={min(tail) if tail else 0:6.1f} max={max(tail) if tail else 0:6.1f} mem={mem:.2f} GB")
-PY
+    python3 tools/device/step_median.py "$m" "$w $v" "$rc" 4096
     [ "$rc" -ne 0 ] && tail -5 "$out/ab.log"
   done
 done

@@ -44,18 +44,7 @@ if [[ " $parts " == *" moe "* ]]; then
       train pretrain --config configs/examples/megatron/$w.yaml --train_iters 30 --log_interval 10 \
       >"$out/$w.${variant//[^A-Za-z0-9_=-]/_}.log" 2>&1
     rc=$?
-    python3 - "$(find $ws -name metrics.jsonl | head -1)" "$w [$variant]" "$rc" <<'PY'
-import json, sys, statistics
-path, w, rc = sys.argv[1:]
-rec = [json.loads(l) for l in open(path) if l.endswith("\n")] if path else []
-rec = [r for r in rec if "iter_ms" in r]
-tail = [r["iter_ms"] for r in rec[10:]]
-mem = max((r.get("mem_gb", 0) for r in rec), default=0)
-med = statistics.median(tail) if tail else 0
-print(f"== ours {w} rc={rc} steps={len(rec)} median(11..)={med:.1f} ms ({4096 / med * 1e3 if med else 0:,.0f} tok/s) "
-      f"min={min(tail) if tail else 0:.1f} max={max(tail) if tail else 0:.1f} peak={mem:.2f} GB "
-      f"loss {rec[0]['loss'] if rec else 0:.4f} -> {rec[-1]['loss'] if rec else 0:.4f}")
-PY
+    python3 tools/device/step_median.py "$(find $ws -name metrics.jsonl | head -1)" "$w [$variant]" "$rc" 4096
   done
   done
   [ "${TORCH:-1}" = 1 ] && timeout "${TORCH_BOX:-220}" env PYTHONUNBUFFERED=1 OUT="$out" python3 -c "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #24's time budget of the dense workloads, time-boxed parts (everything lands in $OUT/budget-logs.tgz):
+# Issue #24's time budget of the dense workloads, time-boxed parts (everything lands in $OUT/budget-logs-PARTS.tgz):
 #  ours   each workload in WORKLOADS, 30 steps, median of steps 11-30, peak memory (once per VARIANTS entry:
 #         environment settings such as PRIMUS_CUDA_GRAPH=0; "-" = defaults);
 #  prof   a profiled run of each workload (steps 9-10, CUPTI kernels) and `primus report timeline` of it: the
@@ -28,8 +28,8 @@ workloads=${WORKLOADS:-124m 124m_b4 40m 1b 8b4l}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 date -u +"%Y-%m-%dT%H:%M:%SZ"
 t0=$SECONDS
-finish() { tar czf "${OUT:-/tmp}/budget-logs.tgz" -C "$out" . 2>/dev/null; date -u +"%Y-%m-%dT%H:%M:%SZ"; }
-trap finish EXIT
+finish() { tar czf "${OUT:-/tmp}/budget-logs-${parts// /_}.tgz" -C "$out" . 2>/dev/null; date -u +"%Y-%m-%dT%H:%M:%SZ"; }
+trap finish EXIT  # one archive per invocation: name it by its parts
 
 # The config and overrides of a workload, into the array `args`; its tokens per step into `tokens`.
 workload_args() {
@@ -75,18 +75,7 @@ if [[ " $parts " == *" ours "* ]]; then
       env "${settings[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$w PRIMUS_USER=dev timeout 90 "$bin/primus" \
         train pretrain "${args[@]}" --train_iters 30 --log_interval 10 >"$log" 2>&1
       rc=$?
-      python3 - "$(find $ws -name metrics.jsonl | head -1)" "$w [$variant]" "$rc" "$tokens" <<'PY'
-import json, sys, statistics
-path, w, rc, tokens = sys.argv[1:]
-rec = [json.loads(l) for l in open(path) if l.endswith("\n")] if path else []
-rec = [r for r in rec if "iter_ms" in r]
-tail = [r["iter_ms"] for r in rec[10:]]
-mem = max((r.get("mem_gb", 0) for r in rec), default=0)
-med = statistics.median(tail) if tail else 0
-print(f"== ours {w} rc={rc} steps={len(rec)} median(11..)={med:.2f} ms ({int(tokens) / med * 1e3 if med else 0:,.0f} tok/s)"
-      f" min={min(tail) if tail else 0:.2f} max={max(tail) if tail else 0:.2f} peak={mem:.2f} GB"
-      f" loss {rec[0]['loss'] if rec else 0:.4f} -> {rec[-1]['loss'] if rec else 0:.4f}")
-PY
+      python3 tools/device/step_median.py "$(find $ws -name metrics.jsonl | head -1)" "$w [$variant]" "$rc" "$tokens"
     done
   done
 fi

@@ -176,22 +176,31 @@ __device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
   return t;
 }
 
+// Block b of `blocks`: the f64 sum of squares of its grid-stride share of x[0, len), N elements per thread.
+// sum_squares and sum_squares_chunks both reduce through it, so a chunk summed alone or among others gives
+// the same bits.
 template <int N>
-__global__ void __launch_bounds__(kSumBlock)
-    sum_squares_partial_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partial) {
-  __shared__ double scratch[32];
+__device__ __forceinline__ double sum_squares_block(const float* __restrict__ x, int64_t len, int64_t blocks,
+                                                    int64_t b, double* scratch) {
   double acc = 0.0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * N;
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N; i < n; i += stride) {
-    if (i + N <= n) {
+  const int64_t stride = blocks * blockDim.x * N;
+  for (int64_t i = (b * blockDim.x + threadIdx.x) * N; i < len; i += stride) {
+    if (i + N <= len) {
       const Vec<float, N> xv = load_vec<float, N>(x + i);
 #pragma unroll
       for (int e = 0; e < N; ++e) acc += static_cast<double>(xv.v[e]) * xv.v[e];
     } else {
-      for (int64_t j = i; j < n; ++j) acc += static_cast<double>(x[j]) * x[j];
+      for (int64_t j = i; j < len; ++j) acc += static_cast<double>(x[j]) * x[j];
     }
   }
-  acc = block_sum_f64(acc, scratch);
+  return block_sum_f64(acc, scratch);
+}
+
+template <int N>
+__global__ void __launch_bounds__(kSumBlock)
+    sum_squares_partial_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partial) {
+  __shared__ double scratch[32];
+  const double acc = sum_squares_block<N>(x, n, gridDim.x, blockIdx.x, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -213,19 +222,7 @@ __global__ void __launch_bounds__(kSumBlock)
   const int64_t len = chunk < n - begin ? chunk : n - begin;
   const int64_t blocks = sum_squares_blocks<N>(len);
   if (blockIdx.x >= blocks) return;  // uniform per block: the reduction's barriers are not split
-  x += begin;
-  double acc = 0.0;
-  const int64_t stride = blocks * blockDim.x * N;
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N; i < len; i += stride) {
-    if (i + N <= len) {
-      const Vec<float, N> xv = load_vec<float, N>(x + i);
-#pragma unroll
-      for (int e = 0; e < N; ++e) acc += static_cast<double>(xv.v[e]) * xv.v[e];
-    } else {
-      for (int64_t j = i; j < len; ++j) acc += static_cast<double>(x[j]) * x[j];
-    }
-  }
-  acc = block_sum_f64(acc, scratch);
+  const double acc = sum_squares_block<N>(x + begin, len, blocks, blockIdx.x, scratch);
   if (threadIdx.x == 0) partial[static_cast<int64_t>(blockIdx.y) * kSumMaxBlocks + blockIdx.x] = acc;
 }
 
