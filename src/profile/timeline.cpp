@@ -217,6 +217,10 @@ std::vector<TimelineReport> analyse_trace(const nlohmann::json& trace, const std
   bool cpu = false;
   std::map<int, std::vector<GpuEvent>> ranges;
   auto by_pid = extract_events(trace, what, &cpu, &ranges);
+  std::map<int, int> steps;  // extract_events checked the shape
+  const nlohmann::json& all = trace.is_array() ? trace : trace["traceEvents"];
+  for (const nlohmann::json& e : all)
+    if (e.is_object() && e.value("cat", "") == "step" && e.value("ph", "") == "X") ++steps[e.value("pid", 0)];
   std::vector<TimelineReport> out;
   for (auto& [pid, evs] : by_pid) {
     TimelineReport r;
@@ -224,6 +228,7 @@ std::vector<TimelineReport> analyse_trace(const nlohmann::json& trace, const std
     r.pid = pid;
     r.basis = cpu ? "CPU ranges (the trace has no GPU events)" : "GPU events";
     r.events = evs.size();
+    r.steps = cpu ? 0 : steps[pid];
     r.timeline = analyse_timeline(evs);
     r.ops = op_summary(evs);
     r.kernels = kernel_summary(evs, 15);
@@ -307,12 +312,22 @@ std::string shorten(const std::string& s, size_t n) {
 
 }  // namespace
 
+std::string per_step_line(const TimelineReport& r) {
+  const TimelineBreakdown& t = r.timeline;
+  return fmt::format(
+      "Per step ({} steps in the trace): {:.0f} GPU launches, {:.3f} ms, busy {:.3f} ms ({:.1f}%), "
+      "idle {:.3f} ms",
+      r.steps, r.per_step(static_cast<double>(r.events)), r.per_step(t.total_ms), r.per_step(t.busy_ms),
+      t.pct(t.busy_ms), r.per_step(t.idle_ms));
+}
+
 std::string format_timeline_text(const TimelineReport& r) {
   std::string s =
       fmt::format("GPU timeline of {} (pid {}, {} events, basis: {})\n", r.source, r.pid, r.events, r.basis);
   s += fmt::format("  {:<24} {:>12} {:>9}\n", "type", "time ms", "percent");
   for (auto& [name, ms] : timeline_rows(r.timeline))
     s += fmt::format("  {:<24} {:>12.3f} {:>8.2f}%\n", name, ms, r.timeline.pct(ms));
+  if (r.steps > 0) s += per_step_line(r) + "\n";
   s += fmt::format("Op summary by family\n  {:<20} {:>8} {:>12} {:>8} {:>8}\n", "op family", "count",
                    "total ms", "%", "cum %");
   for (const OpRow& o : r.ops)
@@ -336,6 +351,7 @@ std::string format_timeline_markdown(const TimelineReport& r) {
       r.pid, r.basis);
   for (auto& [name, ms] : timeline_rows(r.timeline))
     s += fmt::format("| {} | {:.3f} | {:.2f} |\n", name, ms, r.timeline.pct(ms));
+  if (r.steps > 0) s += "\n" + per_step_line(r) + ".\n";
   s += "\n| op family | count | total ms | % | cumulative % |\n|---|---:|---:|---:|---:|\n";
   for (const OpRow& o : r.ops)
     s += fmt::format("| {} | {} | {:.3f} | {:.2f} | {:.2f} |\n", o.family, o.count, o.total_ms, o.pct,
@@ -355,6 +371,12 @@ nlohmann::json timeline_to_json(const TimelineReport& r) {
   j["pid"] = r.pid;
   j["basis"] = r.basis;
   j["events"] = r.events;
+  j["steps"] = r.steps;
+  if (r.steps > 0) {
+    j["launches_per_step"] = r.per_step(static_cast<double>(r.events));
+    j["busy_ms_per_step"] = r.per_step(r.timeline.busy_ms);
+    j["idle_ms_per_step"] = r.per_step(r.timeline.idle_ms);
+  }
   nlohmann::json t = nlohmann::json::array();
   for (auto& [name, ms] : timeline_rows(r.timeline))
     t.push_back({{"type", name}, {"time_ms", ms}, {"percent", r.timeline.pct(ms)}});

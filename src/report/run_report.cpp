@@ -454,7 +454,9 @@ std::string render_html(const RunData& run) {
     for (const auto& [name, ms] : profile::timeline_rows(t))
       h += fmt::format("<tr><td>{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{:.2f}%</td></tr>\n", name,
                        ms, t.pct(ms));
-    h += "</table>\n<table><tr><th>op family</th><th>count</th><th>total ms</th><th>%</th><th>cumulative "
+    h += "</table>\n";
+    if (r.steps > 0) h += "<p>" + html_escape(profile::per_step_line(r)) + "</p>\n";
+    h += "<table><tr><th>op family</th><th>count</th><th>total ms</th><th>%</th><th>cumulative "
          "%</th></tr>\n";
     for (const profile::OpRow& o : r.ops)
       h += fmt::format(

@@ -135,6 +135,36 @@ TEST(ProfileTimeline, ReadsTorchProfilerStyleTraces) {
   EXPECT_EQ(analyse_trace(t["traceEvents"], "bare").size(), 1u);
 }
 
+TEST(ProfileTimeline, PerStepFiguresComeFromTheTrainersStepRanges) {
+  // Two trainer steps (cat "step") over three kernels and a memset: 2 launches per step, busy 0.035 ms per
+  // step (70 us of the 100 us span), idle 0.015 ms.
+  nlohmann::json ev = nlohmann::json::array();
+  ev.push_back({{"ph", "X"}, {"cat", "step"}, {"name", "iteration 1"}, {"ts", 0}, {"dur", 50}, {"pid", 0}});
+  ev.push_back({{"ph", "X"}, {"cat", "step"}, {"name", "iteration 2"}, {"ts", 50}, {"dur", 50}, {"pid", 0}});
+  ev.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "gemm"}, {"ts", 0}, {"dur", 30}, {"pid", 0}});
+  ev.push_back({{"ph", "X"}, {"cat", "gpu_memset"}, {"name", "Memset"}, {"ts", 30}, {"dur", 5}, {"pid", 0}});
+  ev.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "gemm"}, {"ts", 50}, {"dur", 30}, {"pid", 0}});
+  ev.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "norm"}, {"ts", 95}, {"dur", 5}, {"pid", 0}});
+  const auto reports = analyse_trace({{"traceEvents", ev}}, "steps.json");
+  ASSERT_EQ(reports.size(), 1u);
+  const TimelineReport& r = reports[0];
+  EXPECT_EQ(r.steps, 2);
+  EXPECT_DOUBLE_EQ(r.per_step(static_cast<double>(r.events)), 2.0);
+  EXPECT_NEAR(r.per_step(r.timeline.busy_ms), 0.035, 1e-12);
+  EXPECT_NEAR(r.per_step(r.timeline.idle_ms), 0.015, 1e-12);
+  const std::string line = per_step_line(r);
+  EXPECT_NE(line.find("2 steps in the trace"), std::string::npos) << line;
+  EXPECT_NE(line.find("2 GPU launches"), std::string::npos) << line;
+  EXPECT_NE(format_timeline_text(r).find(line), std::string::npos);
+  EXPECT_EQ(timeline_to_json(r)["launches_per_step"].get<double>(), 2.0);
+  // A trace without step ranges (torch.profiler's) says nothing per step.
+  ev.erase(ev.begin(), ev.begin() + 2);
+  const auto none = analyse_trace({{"traceEvents", ev}}, "torch.json");
+  EXPECT_EQ(none[0].steps, 0);
+  EXPECT_EQ(format_timeline_text(none[0]).find("Per step"), std::string::npos);
+  EXPECT_FALSE(timeline_to_json(none[0]).contains("launches_per_step"));
+}
+
 TEST(ProfileTimeline, CpuOnlyTracesUseTheCpuRanges) {
   nlohmann::json t = {
       {"traceEvents",
