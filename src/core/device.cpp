@@ -6,26 +6,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <unordered_map>
 
 #include "core/cuda_runtime_bridge.h"
 #include "core/error.h"
 #include "core/memory_owner.h"
-#include "profile/trace.h"
 
 namespace primus {
 
 namespace {
-
-// Samples of the allocated bytes in the trace: at most two per interval (the level a quiet spell starts
-// from, then the new one), so that a long profile of a step with thousands of allocations stays small.
-constexpr double kTimelineIntervalUs = 20;
-
-struct MemorySample {
-  double ts_us = 0;
-  size_t bytes = 0;
-};
 
 // Byte accounting per device kind, for peak-memory reporting: sizes and owners per pointer, bytes per owner
 // now and at the peak.
@@ -44,9 +33,6 @@ struct Accounting {
   std::vector<size_t> held, held_at_peak;  // bytes per owner index
   uint64_t serial = 0;                     // allocations made so far
   uint64_t peak_serial = 0;  // ... when held_at_peak was taken: later ones were not live at the peak
-  // The memory timeline: the last sample written and the latest level not written yet.
-  double sampled_us = -1e300;
-  std::optional<MemorySample> unsampled;
 
   uint32_t owner_of(const char* name) {
     if (auto it = owner_index.find(name); it != owner_index.end()) return it->second;
@@ -64,50 +50,24 @@ struct Accounting {
     held_at_peak = held;
     peak_serial = serial;
   }
-  // The samples to write for the level `current` reached now (none while the profiler is off).
-  std::vector<MemorySample> samples(bool tracing, bool new_peak) {
-    if (!tracing) {
-      unsampled.reset();  // a level from before the profiler started does not belong in its window
-      return {};
-    }
-    const MemorySample now{profile::Tracer::now_us(), current};
-    std::vector<MemorySample> out;
-    if (!new_peak && now.ts_us - sampled_us < kTimelineIntervalUs) {
-      unsampled = now;
-      return out;
-    }
-    if (unsampled) out.push_back(*unsampled);
-    out.push_back(now);
-    unsampled.reset();
-    sampled_us = now.ts_us;
-    return out;
-  }
 };
 Accounting& accounting(Device d) {
   static Accounting cpu_acc, cuda_acc;
   return d.is_cpu() ? cpu_acc : cuda_acc;
 }
-std::atomic<DeviceType> timeline_device{DeviceType::kCUDA};
+std::atomic<DeviceType> observed_device{DeviceType::kCUDA};
+std::atomic<MemoryObserver> observer{nullptr};
 
-bool tracing_memory_of(Device d) {
-  return d.type == timeline_device.load(std::memory_order_relaxed) && profile::Tracer::get().recording();
-}
-
-// Written after the accounting lock is released: the tracer takes its own lock.
-void write_samples(const std::vector<MemorySample>& samples) {
-  for (const MemorySample& s : samples)
-    profile::Tracer::get().add({.name = "device memory",
-                                .cat = "counter",
-                                .ph = 'C',
-                                .ts_us = s.ts_us,
-                                .tid = profile::kTidCpu,
-                                .args = {{"allocated_gb", static_cast<double>(s.bytes) / 1e9}}});
+// Told outside the accounting lock: the observer (the profiler) takes its own.
+void notify(Device d, size_t allocated, bool new_peak) {
+  if (d.type != observed_device.load(std::memory_order_relaxed)) return;
+  if (MemoryObserver f = observer.load(std::memory_order_acquire)) f(allocated, new_peak);
 }
 
 void account_alloc(Device d, void* p, size_t bytes) {
   const char* owner = current_memory_owner();
-  const bool tracing = tracing_memory_of(d);
-  std::vector<MemorySample> samples;
+  size_t now = 0;
+  bool new_peak = false;
   {
     auto& a = accounting(d);
     std::lock_guard<std::mutex> lock(a.mu);
@@ -115,15 +75,14 @@ void account_alloc(Device d, void* p, size_t bytes) {
     a.live[p] = {bytes, o, ++a.serial};
     a.current += bytes;
     a.held[o] += bytes;
-    const bool new_peak = a.current > a.peak;
+    new_peak = a.current > a.peak;
     if (new_peak) a.take_peak();
-    samples = a.samples(tracing, new_peak);
+    now = a.current;
   }
-  write_samples(samples);
+  notify(d, now, new_peak);
 }
 void account_free(Device d, void* p) {
-  const bool tracing = tracing_memory_of(d);
-  std::vector<MemorySample> samples;
+  size_t now = 0;
   {
     auto& a = accounting(d);
     std::lock_guard<std::mutex> lock(a.mu);
@@ -132,9 +91,9 @@ void account_free(Device d, void* p) {
     a.current -= it->second.bytes;
     a.held[it->second.owner] -= it->second.bytes;
     a.live.erase(it);
-    samples = a.samples(tracing, false);
+    now = a.current;
   }
-  write_samples(samples);
+  notify(d, now, false);
 }
 }  // namespace
 
@@ -253,7 +212,11 @@ void set_allocation_owner(Device d, const void* p, const char* owner) {
 }
 
 void set_memory_timeline_device(Device d) {
-  timeline_device.store(d.type, std::memory_order_relaxed);
+  observed_device.store(d.type, std::memory_order_relaxed);
+}
+
+void set_memory_observer(MemoryObserver f) {
+  observer.store(f, std::memory_order_release);
 }
 
 }  // namespace primus

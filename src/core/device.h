@@ -57,8 +57,12 @@ std::vector<std::pair<std::string, size_t>> memory_holders_at_peak(Device d);
 // already live at the peak, in the peak's holders too: for buffers that one call allocates together (a
 // parameter store's weights, gradients and optimizer state). Nothing when `p` is not a live allocation.
 void set_allocation_owner(Device d, const void* p, const char* owner);
-// While the profiler records (profile/trace.h), allocations and frees on this device kind add samples of the
-// allocated bytes to the trace's "device memory" counter. CUDA unless set (the trainer names its device).
+// The memory timeline's source: after each allocation and free on the observed device kind (CUDA unless set;
+// the trainer names its device), the observer is told the bytes allocated now and whether that allocation
+// set a new peak. Called on the allocating thread, outside the accounting's lock. The profiler sets one while
+// it records (profile/trace.h: the trace's "device memory" counter), so core depends on nothing above it.
+using MemoryObserver = void (*)(size_t allocated_bytes, bool new_peak);
+void set_memory_observer(MemoryObserver f);  // nullptr: none
 void set_memory_timeline_device(Device d);
 
 }  // namespace primus

@@ -4,8 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
+#include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -35,8 +38,66 @@ void Tracer::configure(int rank, const std::string& label, bool gpu) {
   gpu_ = gpu;
 }
 
+namespace {
+
+// The "device memory" counter: at most two samples per interval (the level a quiet spell starts from, then
+// the new one) plus every new peak, so a long profile of a step with thousands of allocations stays small.
+constexpr double kMemorySampleIntervalUs = 20;
+
+struct MemorySampler {
+  std::mutex mu;
+  double sampled_us = -1e300;
+  bool pending = false;  // a level not written yet: the latest inside the current interval
+  double pending_us = 0;
+  size_t pending_bytes = 0;
+};
+MemorySampler& memory_sampler() {
+  static MemorySampler m;
+  return m;
+}
+
+TraceEvent memory_sample(double ts_us, size_t bytes) {
+  return {.name = "device memory",
+          .cat = "counter",
+          .ph = 'C',
+          .ts_us = ts_us,
+          .tid = kTidCpu,
+          .args = {{"allocated_gb", static_cast<double>(bytes) / 1e9}}};
+}
+
+void observe_memory(size_t bytes, bool new_peak) {
+  Tracer& t = Tracer::get();
+  if (!t.recording()) return;
+  const double now = Tracer::now_us();
+  std::vector<TraceEvent> out;
+  {
+    MemorySampler& m = memory_sampler();
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!new_peak && now - m.sampled_us < kMemorySampleIntervalUs) {
+      m.pending = true;
+      m.pending_us = now;
+      m.pending_bytes = bytes;
+      return;
+    }
+    if (m.pending) out.push_back(memory_sample(m.pending_us, m.pending_bytes));
+    out.push_back(memory_sample(now, bytes));
+    m.pending = false;
+    m.sampled_us = now;
+  }
+  for (TraceEvent& e : out) t.add(std::move(e));
+}
+
+}  // namespace
+
 void Tracer::start() {
   if (recording_) return;
+  {
+    MemorySampler& m = memory_sampler();  // a level from before this window does not belong in it
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.pending = false;
+    m.sampled_us = -1e300;
+  }
+  set_memory_observer(&observe_memory);
   if (gpu_ && !source_) {
     std::string why;
     source_ = make_cupti_source(why);
@@ -52,6 +113,7 @@ void Tracer::start() {
 void Tracer::stop() {
   if (!recording_) return;
   recording_ = false;
+  set_memory_observer(nullptr);
   if (source_) {
     std::vector<TraceEvent> gpu;
     source_->stop_and_collect(rank_, gpu);
