@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "comm/communicator.h"
@@ -274,17 +275,140 @@ void Fp8State::load(const Saved& s, const std::string& what) {
                             s.recipe, recipe_.id()),
                 {}, "resume with the same fp8 / fp8_recipe settings (or load with finetune: true)");
   if (recipe_.scaling != Fp8Recipe::Scaling::kDelayed) return;
-  if (s.names != names_ || s.history_len != recipe_.history_len || s.history.size() != history_.size() ||
-      s.scale.size() != scale_host_.size())
+  const size_t roles = kRoles, len = static_cast<size_t>(recipe_.history_len);
+  const bool shaped = s.history.size() == s.names.size() * roles * static_cast<size_t>(s.history_len) &&
+                      s.scale.size() == s.names.size() * roles;
+  std::vector<size_t> at;  // per own slot: its index in s
+  std::string missing;
+  if (shaped && s.history_len == recipe_.history_len)
+    for (const std::string& n : names_) {
+      const auto it = std::find(s.names.begin(), s.names.end(), n);
+      if (it == s.names.end()) {
+        missing = n;
+        break;
+      }
+      at.push_back(static_cast<size_t>(it - s.names.begin()));
+    }
+  if (at.size() != names_.size())
     throw Error(
         ErrorKind::kConfig,
         fmt::format("{}: FP8 scaling state for {} projections (history {}) does not match this model's "
-                    "{} (history {})",
-                    what, s.names.size(), s.history_len, names_.size(), recipe_.history_len));
+                    "{} (history {}){}",
+                    what, s.names.size(), s.history_len, names_.size(), recipe_.history_len,
+                    missing.empty() ? "" : fmt::format(": it has no {}", missing)));
   steps_ = s.steps;
-  history_ = s.history;
-  scale_host_ = s.scale;
+  for (size_t i = 0; i < at.size(); ++i) {
+    std::copy_n(s.history.begin() + static_cast<std::ptrdiff_t>(at[i] * roles * len), roles * len,
+                history_.begin() + static_cast<std::ptrdiff_t>(i * roles * len));
+    std::copy_n(s.scale.begin() + static_cast<std::ptrdiff_t>(at[i] * roles), roles,
+                scale_host_.begin() + static_cast<std::ptrdiff_t>(i * roles));
+  }
   scale_.copy_from(Tensor::from_vector(scale_host_, {static_cast<int64_t>(scale_host_.size())}), stream_);
+}
+
+Fp8State::Saved merge_fp8_saved(const std::vector<Fp8State::Saved>& stages) {
+  PRIMUS_CHECK(!stages.empty(), "merge_fp8_saved: no stages");
+  Fp8State::Saved out = stages.front();
+  for (size_t i = 1; i < stages.size(); ++i) {
+    const Fp8State::Saved& st = stages[i];
+    if (st.recipe != out.recipe || st.history_len != out.history_len || st.steps != out.steps)
+      throw Error(
+          ErrorKind::kRuntime,
+          fmt::format("FP8 scaling state: pipeline stage {} has recipe {}, history {}, {} steps; stage 0 "
+                      "has {}, {}, {}",
+                      i, st.recipe, st.history_len, st.steps, out.recipe, out.history_len, out.steps));
+    for (const std::string& n : st.names)
+      PRIMUS_CHECK(std::find(out.names.begin(), out.names.end(), n) == out.names.end(),
+                   "FP8 scaling state: projection {} is on two pipeline stages", n);
+    out.names.insert(out.names.end(), st.names.begin(), st.names.end());
+    out.history.insert(out.history.end(), st.history.begin(), st.history.end());
+    out.scale.insert(out.scale.end(), st.scale.begin(), st.scale.end());
+  }
+  return out;
+}
+
+namespace {
+
+// A Saved as 32-bit words for a collective: recipe, names (length-prefixed bytes), history_len, steps, then
+// the floats' bits.
+void put_text(std::vector<int32_t>& w, const std::string& t) {
+  w.push_back(static_cast<int32_t>(t.size()));
+  const size_t at = w.size();
+  w.resize(at + (t.size() + 3) / 4, 0);
+  if (!t.empty()) std::memcpy(w.data() + at, t.data(), t.size());
+}
+std::string get_text(const std::vector<int32_t>& w, size_t& i) {
+  const size_t n = static_cast<size_t>(w.at(i++));
+  std::string t(n, '\0');
+  if (n > 0) std::memcpy(t.data(), w.data() + i, n);
+  i += (n + 3) / 4;
+  return t;
+}
+void put_floats(std::vector<int32_t>& w, const std::vector<float>& f) {
+  w.push_back(static_cast<int32_t>(f.size()));
+  const size_t at = w.size();
+  w.resize(at + f.size());
+  if (!f.empty()) std::memcpy(w.data() + at, f.data(), f.size() * 4);
+}
+std::vector<float> get_floats(const std::vector<int32_t>& w, size_t& i) {
+  const size_t n = static_cast<size_t>(w.at(i++));
+  std::vector<float> f(n);
+  if (n > 0) std::memcpy(f.data(), w.data() + i, n * 4);
+  i += n;
+  return f;
+}
+
+std::vector<int32_t> pack(const Fp8State::Saved& s) {
+  std::vector<int32_t> w;
+  put_text(w, s.recipe);
+  w.push_back(static_cast<int32_t>(s.history_len));
+  w.push_back(static_cast<int32_t>(s.steps & 0xffffffff));
+  w.push_back(static_cast<int32_t>(s.steps >> 32));
+  w.push_back(static_cast<int32_t>(s.names.size()));
+  for (const std::string& n : s.names) put_text(w, n);
+  put_floats(w, s.history);
+  put_floats(w, s.scale);
+  return w;
+}
+
+Fp8State::Saved unpack(const std::vector<int32_t>& w) {
+  Fp8State::Saved s;
+  size_t i = 0;
+  s.recipe = get_text(w, i);
+  s.history_len = w.at(i++);
+  const uint32_t lo = static_cast<uint32_t>(w.at(i++));
+  s.steps = static_cast<int64_t>((static_cast<uint64_t>(static_cast<uint32_t>(w.at(i++))) << 32) | lo);
+  const size_t names = static_cast<size_t>(w.at(i++));
+  for (size_t k = 0; k < names; ++k) s.names.push_back(get_text(w, i));
+  s.history = get_floats(w, i);
+  s.scale = get_floats(w, i);
+  return s;
+}
+
+}  // namespace
+
+Fp8State::Saved gather_fp8_saved(const Fp8State::Saved& mine, comm::Communicator& pp, const Stream& s) {
+  const int n = pp.size();
+  if (n <= 1) return mine;
+  const bool gpu = pp.device_type() == DeviceType::kCUDA;
+  const Stream gs = gpu ? s : Stream::cpu();
+  auto on_group = [&](Tensor t) { return gpu ? t.to(s) : t; };
+  std::vector<int32_t> words = pack(mine);
+  Tensor len = on_group(Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(words.size())}, {1}));
+  Tensor lens = Tensor::zeros({n}, DType::kI64, gs);
+  pp.all_gather(len, lens, gs, "fp8 scaling state: sizes");
+  const std::vector<int64_t> sizes = lens.to_vector<int64_t>();
+  const int64_t width = *std::max_element(sizes.begin(), sizes.end());
+  words.resize(static_cast<size_t>(width), 0);
+  Tensor all = Tensor::zeros({n * width}, DType::kI32, gs);
+  pp.all_gather(on_group(Tensor::from_vector(words, {width})), all, gs, "fp8 scaling state");
+  const std::vector<int32_t> got = all.to_vector<int32_t>();
+  std::vector<Fp8State::Saved> stages;
+  for (int r = 0; r < n; ++r) {
+    const auto b = got.begin() + static_cast<std::ptrdiff_t>(r) * width;
+    stages.push_back(unpack(std::vector<int32_t>(b, b + sizes[static_cast<size_t>(r)])));
+  }
+  return merge_fp8_saved(stages);
 }
 
 // ---- the projections ------------------------------------------------------------------------------------

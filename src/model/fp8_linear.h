@@ -119,6 +119,8 @@ class Fp8State {
     std::vector<float> scale;    // [slots, roles]
   };
   Saved save() const;
+  // Takes this state's projections from `s` by name: `s` may hold more (a checkpoint of a pipeline holds
+  // every stage's, merge_fp8_saved), never fewer. Throws naming what differs.
   void load(const Saved& s, const std::string& what);
 
  private:
@@ -134,6 +136,14 @@ class Fp8State {
   std::vector<float> scale_host_;
   std::vector<Tensor> scale_views_, amax_views_;
 };
+
+// One Saved from the stages of a pipeline, each holding its own projections (disjoint names), in stage order:
+// what a checkpoint records, so that any layout that loads it finds every projection's history. Throws when
+// the stages disagree on the recipe, the history length or the steps recorded, or a name repeats.
+Fp8State::Saved merge_fp8_saved(const std::vector<Fp8State::Saved>& stages);
+// Every rank of `pp` gets merge_fp8_saved of all the stages' save() (a collective; the tensors it exchanges
+// live on the group's device type, staged through `s` for a GPU group).
+Fp8State::Saved gather_fp8_saved(const Fp8State::Saved& mine, comm::Communicator& pp, const Stream& s);
 
 // The share of a training step's GEMM FLOPs (projections, experts, output layer; not attention's
 // score/value products) that run in FP8 under the recipe: the log line and the report show it.

@@ -77,13 +77,6 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   // FP8: a recipe this GPU or these sizes cannot run is refused before any GPU memory is touched.
   if (auto r = Fp8Recipe::from_config(cfg.fp8)) {
     check_fp8_runnable(*r, cfg, stream_);
-    if (r->scaling == Fp8Recipe::Scaling::kDelayed && cfg.parallel.pipeline_model_parallel_size > 1 &&
-        !cfg.checkpoint.save.empty())
-      throw config::NotSupportedError(
-          "not supported yet: saving checkpoints of delayed-scaling FP8 under pipeline parallelism (each "
-          "stage "
-          "holds the amax histories of its own projections; the checkpoint records rank 0's)",
-          "use fp8_recipe: tensorwise, rowwise or blockwise (no history), or no save directory");
     fp8_recipe_ = *r;
     fp8_share_ = fp8_gemm_flop_share(*r, cfg.model);
   }

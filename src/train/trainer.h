@@ -166,6 +166,7 @@ class Trainer {
   // Pipeline parallelism (null: pp 1): the split and schedule (from the config, before the store is laid
   // out) and the runtime that runs this rank's list each step.
   std::unique_ptr<parallel::PipelinePlan> pp_plan_;
+  std::optional<Fp8State::Saved> fp8_stages_;  // the pipeline's FP8 scaling state at the save being written
   std::unique_ptr<parallel::PipelineRuntime> pipeline_;
   std::unique_ptr<DpConfig> dp_cfg_;
   int world_rank_ = 0, world_size_ = 1, dp_rank_ = 0, shard_rank_ = 0, gpu_index_ = 0;

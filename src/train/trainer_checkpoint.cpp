@@ -13,6 +13,7 @@
 #include "checkpoint/publish.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "parallel/process_groups.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -333,7 +334,10 @@ ckpt::TrainingState Trainer::current_state(int64_t iter) const {
   st.config_xxh3 = ckpt::hex64(ckpt::xxh3_bytes(resolved_yaml_.data(), resolved_yaml_.size()));
   st.model = cfg_.model;
   st.hf_config = hf_config_;
-  if (const Fp8State* f8 = model_->fp8()) st.fp8 = f8->save();
+  if (fp8_stages_)
+    st.fp8 = *fp8_stages_;  // every pipeline stage's projections (save_checkpoint)
+  else if (const Fp8State* f8 = model_->fp8())
+    st.fp8 = f8->save();
   if (base_)
     st.lora = ckpt::TrainingState::Lora{cfg_.lora.rank, cfg_.lora.alpha, cfg_.lora.targets, base_identity_};
   return st;
@@ -343,6 +347,12 @@ void Trainer::save_checkpoint(int64_t iter) {
   if (last_saved_iter_ == iter) return;
   // Data parallel: world rank 0 writes whole-model files; sharded state is gathered first (trainer_dist.cpp).
   const ParamStore* src = params_for_save();
+  // Pipeline parallelism: each stage holds its own projections' FP8 histories; the checkpoint records every
+  // stage's (a collective of the pp group, like the parameters' gather), and a stage that loads it takes its
+  // own by name.
+  fp8_stages_.reset();
+  if (pp_plan_ && model_->fp8())
+    fp8_stages_ = gather_fp8_saved(model_->fp8()->save(), groups_->get("pp"), stream_);
   last_saved_iter_ = iter;
   if (!src || !writer_) return;
   const Stream save_stream = src == params_.get() ? stream_ : Stream::cpu();

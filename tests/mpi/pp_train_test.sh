@@ -32,6 +32,9 @@
 #                    uninterrupted single process's (a checkpoint holds the whole model)
 #   resumesame NP PP save at iteration 10 with PP (ZB-H1), resume with the same layout: bitwise the
 #                    uninterrupted PP run
+#   resumefp8 NP PP  FP8 delayed scaling (hybrid): save at iteration 10 with PP (1F1B), resume with the same
+#                    layout: bitwise the uninterrupted PP run (every stage's amax histories are in the
+#                    checkpoint and each stage takes its own); the same checkpoint also resumes in one process
 #   bad              refusals, each a clear error naming the key before training
 # Usage: pp_train_test.sh MODE MPIRUN PRIMUS NP PP
 set -u
@@ -102,12 +105,13 @@ case "$mode" in
     ;;
   resume) ;;
   resumesame) par=(--patch_zero_bubble true --enable_zero_bubble true) ;;
+  resumefp8) keys=(--fp8 hybrid) ;;
   *) fail "unknown mode $mode" ;;
 esac
 
 read -ra extra <<<"${PP_EXTRA:-}"  # more overrides for every run of the case (debugging)
 keys+=("${extra[@]}")
-if [ "$mode" = resumesame ]; then
+if [ "$mode" = resumesame ] || [ "$mode" = resumefp8 ]; then
   save=(--save "$work/ckpt" --save_interval 10)
   run dist "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}" "${save[@]}" --exit_interval 10
   run dist "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}" "${save[@]}" \
@@ -115,6 +119,12 @@ if [ "$mode" = resumesame ]; then
   grep -q "resuming from" "$work/dist.log" || fail "the PP run did not resume"
   run whole "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}"
   compare dist whole 0
+  if [ "$mode" = resumefp8 ]; then
+    # One process finds every projection's history in the pipeline's checkpoint (it would refuse a missing
+    # one by name).
+    run one 0 -- "${keys[@]}" --load "$work/ckpt" --train_iters 12
+    grep -q "resuming from" "$work/one.log" || fail "one process did not resume the pipeline's FP8 checkpoint"
+  fi
   echo "pp_train_test: $mode passed"
   exit 0
 fi

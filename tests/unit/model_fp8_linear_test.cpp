@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "model/fp8_linear.h"
 #include "ops/gemm.h"
@@ -136,6 +139,65 @@ TEST(Fp8Linear, DelayedScalingTurnsRecordedAmaxesIntoScales) {
         std::string::npos)
         << e.what();
   }
+}
+
+TEST(Fp8Linear, PipelineStagesMergeAndLoadByName) {
+  // Two pipeline stages, each with its own projections and a history: the merged state loads into either
+  // stage (its own names) and into the whole model, bitwise; a model with a projection it lacks is refused.
+  std::mt19937 rng(11);
+  Fp8Recipe r = recipe("delayed", "hybrid");
+  r.history_len = 4;
+  auto stage = [&](std::vector<std::string> names, float gain) {
+    auto st = std::make_unique<Fp8State>(r, Stream::cpu());
+    for (const std::string& n : names) st->add(n);
+    for (int step = 0; step < 3; ++step) {
+      for (int slot = 0; slot < st->slots(); ++slot) {
+        const Tensor x = randn(rng, {32, 32}, gain * (1 + step)), w = randn(rng, {32, 32}, 0.05f),
+                     dy = randn(rng, {32, 32}, 1e-3f);
+        StepContext ctx;
+        ctx.stream = Stream::cpu();
+        ctx.act_dtype = DType::kF32;
+        ctx.fp8 = st.get();
+        Tensor y = Tensor::empty({32, 32}, DType::kF32);
+        project(ctx, slot, x, w, nullptr, y);
+        Tensor dx = Tensor::empty({32, 32}, DType::kF32), g = Tensor::zeros({32, 32}, DType::kF32);
+        project_backward(ctx, slot, dy, x, w, dx, false, g, Tensor(), false);
+      }
+      st->end_step({});
+    }
+    return st;
+  };
+  auto a = stage({"layers.0.self_attn.qkv_proj", "layers.0.mlp.down_proj"}, 1.0f);
+  auto b = stage({"layers.1.self_attn.qkv_proj", "output"}, 3.0f);
+  const Fp8State::Saved merged = merge_fp8_saved({a->save(), b->save()});
+  ASSERT_EQ(merged.names.size(), 4u);
+  Fp8State back_b(r, Stream::cpu());
+  back_b.add("layers.1.self_attn.qkv_proj");
+  back_b.add("output");
+  back_b.load(merged, "ckpt");
+  EXPECT_EQ(back_b.save().history, b->save().history);
+  EXPECT_EQ(back_b.save().scale, b->save().scale);
+  EXPECT_EQ(back_b.save().steps, 3);
+  Fp8State whole(r, Stream::cpu());
+  for (const std::string& n : merged.names) whole.add(n);
+  whole.load(merged, "ckpt");
+  EXPECT_EQ(whole.save().history, merged.history);
+  Fp8State more(r, Stream::cpu());
+  more.add("layers.2.self_attn.qkv_proj");
+  auto error_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of([&] { more.load(merged, "ckpt"); }).find("it has no layers.2.self_attn.qkv_proj"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              merge_fp8_saved({a->save(), a->save()});
+            }).find("is on two pipeline stages"),
+            std::string::npos);
 }
 
 }  // namespace
