@@ -6,11 +6,14 @@
 #         (bf16: within 2e-2);
 #  nccl   the same with one rank per GPU over NCCL;
 #  ckpt   PP 2 (1F1B) saves over NCCL at iteration 10, one GPU resumes: the joined curve vs one GPU;
+#  fp8ckpt  FP8 delayed scaling (hybrid) with PP 2 (1F1B) on GPU 0 through the host-staged tcp communicator:
+#         save at iteration 10 and exit, resume with the same layout; the joined curve against the uninterrupted
+#         run (every stage's amax histories are in the checkpoint, each stage takes its own);
 #  perf   Llama-3-8B dims with 8 layers, T 8192, micro-batch 1, global batch 8 (8 micro-batches): one GPU, then
 #         PP 2 with 1F1B, ZB-H1, interleaved and ZB-V, even (4 + 4 layers) and uneven (5 + 3: the last stage
 #         also runs the 128k-vocabulary head) splits; median step of steps 6-15 and the logged pipeline
 #         timelines (measured bubble vs the simulator fed the measured F/B times).
-# Carry .device (pp.tgz: stripped primus). Usage: PARTS="stage nccl ckpt perf" tools/device/pp-check.sh
+# Carry .device (pp.tgz: stripped primus). Usage: PARTS="stage nccl ckpt fp8ckpt perf" tools/device/pp-check.sh
 set -uo pipefail
 check=pp show='pipeline parallel:|done:'
 parts=${PARTS:-stage nccl ckpt perf}
@@ -50,6 +53,19 @@ if [[ " $parts " == *" ckpt "* ]] && [ "$ngpu" -ge 2 ]; then
   grep -h "resuming from" "$out/micro_pp2_resume.log" | head -1 | cut -c1-160
   cat "$out/micro_pp2_save.jsonl" "$out/micro_pp2_resume.jsonl" >"$out/micro_pp2_joined.jsonl" 2>/dev/null
   curves micro_pp2_joined micro_1gpu 2e-2
+fi
+
+if [[ " $parts " == *" fp8ckpt "* ]]; then
+  ck=/tmp/pp-fp8-ck
+  rm -rf "$ck"
+  envs=(PRIMUS_E2E_MODEL=micro_llama.yaml CUDA_VISIBLE_DEVICES=0 PRIMUS_COMM_BACKEND=tcp)
+  f8=("${micro[@]}" --pipeline_model_parallel_size 2 --fp8 hybrid --deterministic_mode true)
+  run micro_pp2_fp8 2 120 "${envs[@]}" -- "${f8[@]}"
+  run micro_pp2_fp8_save 2 120 "${envs[@]}" -- "${f8[@]}" --save "$ck" --save_interval 10 --exit_interval 10
+  run micro_pp2_fp8_resume 2 120 "${envs[@]}" -- "${f8[@]}" --save "$ck" --auto_continue_train true
+  grep -h "resuming from" "$out/micro_pp2_fp8_resume.log" | head -1 | cut -c1-160
+  cat "$out/micro_pp2_fp8_save.jsonl" "$out/micro_pp2_fp8_resume.jsonl" >"$out/micro_pp2_fp8_joined.jsonl" 2>/dev/null
+  bitwise micro_pp2_fp8_joined micro_pp2_fp8
 fi
 
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
