@@ -22,7 +22,6 @@ struct Accounting {
   struct Allocation {
     size_t bytes = 0;
     uint32_t owner = 0;
-    uint64_t serial = 0;  // 1 for the first allocation, 2 for the next, ...
   };
   std::mutex mu;
   std::unordered_map<void*, Allocation> live;
@@ -31,8 +30,6 @@ struct Accounting {
   std::vector<const char*> owner_names;
   std::unordered_map<const char*, uint32_t> owner_index;
   std::vector<size_t> held, held_at_peak;  // bytes per owner index
-  uint64_t serial = 0;                     // allocations made so far
-  uint64_t peak_serial = 0;  // ... when held_at_peak was taken: later ones were not live at the peak
 
   uint32_t owner_of(const char* name) {
     if (auto it = owner_index.find(name); it != owner_index.end()) return it->second;
@@ -48,7 +45,6 @@ struct Accounting {
   void take_peak() {
     peak = current;
     held_at_peak = held;
-    peak_serial = serial;
   }
 };
 Accounting& accounting(Device d) {
@@ -72,7 +68,7 @@ void account_alloc(Device d, void* p, size_t bytes) {
     auto& a = accounting(d);
     std::lock_guard<std::mutex> lock(a.mu);
     const uint32_t o = a.owner_of(owner);
-    a.live[p] = {bytes, o, ++a.serial};
+    a.live[p] = {bytes, o};
     a.current += bytes;
     a.held[o] += bytes;
     new_peak = a.current > a.peak;
@@ -192,23 +188,6 @@ std::vector<std::pair<std::string, size_t>> memory_holders_at_peak(Device d) {
   std::sort(out.begin(), out.end(),
             [](const auto& x, const auto& y) { return x.second != y.second ? x.second > y.second : x < y; });
   return out;
-}
-
-void set_allocation_owner(Device d, const void* p, const char* owner) {
-  auto& a = accounting(d);
-  std::lock_guard<std::mutex> lock(a.mu);
-  auto it = a.live.find(const_cast<void*>(p));
-  if (it == a.live.end()) return;
-  Accounting::Allocation& x = it->second;
-  const uint32_t o = a.owner_of(owner);
-  a.held[x.owner] -= x.bytes;
-  a.held[o] += x.bytes;
-  if (x.serial <= a.peak_serial) {
-    a.held_at_peak.resize(a.held.size(), 0);
-    a.held_at_peak[x.owner] -= x.bytes;
-    a.held_at_peak[o] += x.bytes;
-  }
-  x.owner = o;
 }
 
 void set_memory_timeline_device(Device d) {

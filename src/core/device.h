@@ -53,10 +53,6 @@ void reset_peak_allocated_bytes(Device d);
 // owner that was innermost when it was made (core/memory_owner.h). Largest first; the bytes sum to
 // peak_allocated_bytes(d).
 std::vector<std::pair<std::string, size_t>> memory_holders_at_peak(Device d);
-// Counts the live allocation that starts at `p` under `owner` (static storage) from now on and, when it was
-// already live at the peak, in the peak's holders too: for buffers that one call allocates together (a
-// parameter store's weights, gradients and optimizer state). Nothing when `p` is not a live allocation.
-void set_allocation_owner(Device d, const void* p, const char* owner);
 // The memory timeline's source: after each allocation and free on the observed device kind (CUDA unless set;
 // the trainer names its device), the observer is told the bytes allocated now and whether that allocation
 // set a new peak. Called on the allocating thread, outside the accounting's lock. The profiler sets one while

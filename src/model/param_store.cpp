@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/master_split.h"
+#include "core/memory_owner.h"
 #include "core/philox.h"
 #include "ops/elementwise.h"
 #include "ops/optimizer.h"
@@ -487,6 +488,18 @@ Tensor ParamStore::view(const Tensor& flat, int i) const {
   return flat.slice(e.offset, e.offset + e.numel).view(e.shape);
 }
 
+namespace {
+// The owners the memory report shows a store's buffers under (core/memory_owner.h).
+constexpr const char* kParametersOwner = "parameters";
+constexpr const char* kGradientsOwner = "gradients";
+constexpr const char* kOptimizerOwner = "optimizer state";  // Adam moments, and masters beside a compute copy
+
+Tensor zeros_owned_by(const char* owner, const Shape& shape, DType dt, const Stream& s) {
+  PRIMUS_MEMORY_OWNER(owner);
+  return Tensor::zeros(shape, dt, s);
+}
+}  // namespace
+
 void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dtype, MasterStorage storage) {
   PRIMUS_CHECK(master_dtype == DType::kF32 || (master_dtype == DType::kF64 && s.device.is_cpu()),
                "master weights must be f32 (or f64 on the CPU), got {}", dtype_name(master_dtype));
@@ -497,26 +510,28 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
                "master weights in remainders need a bf16 compute copy of f32 masters, got {} compute and {} "
                "master weights",
                dtype_name(compute_dtype), dtype_name(master_dtype));
-  grad_ = Tensor::zeros({total_}, master_dtype, s);
-  adam_m_ = Tensor::zeros({total_}, master_dtype, s);
-  adam_v_ = Tensor::zeros({total_}, master_dtype, s);
+  grad_ = zeros_owned_by(kGradientsOwner, {total_}, master_dtype, s);
+  adam_m_ = zeros_owned_by(kOptimizerOwner, {total_}, master_dtype, s);
+  adam_v_ = zeros_owned_by(kOptimizerOwner, {total_}, master_dtype, s);
   if (remainders_) {
     master_ = Tensor();
-    remainder_ = Tensor::zeros({total_}, DType::kI16, s);
-    compute_ = Tensor::zeros({total_}, compute_dtype, s);
+    remainder_ = zeros_owned_by(kOptimizerOwner, {total_}, DType::kI16, s);
+    compute_ = zeros_owned_by(kParametersOwner, {total_}, compute_dtype, s);
     compute_aliases_master_ = false;
     return;
   }
-  master_ = Tensor::zeros({total_}, master_dtype, s);
   compute_aliases_master_ = compute_dtype == master_dtype;
-  compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({total_}, compute_dtype, s);
+  // A master the forward reads itself is the parameters; one beside a compute copy is optimizer state.
+  master_ =
+      zeros_owned_by(compute_aliases_master_ ? kParametersOwner : kOptimizerOwner, {total_}, master_dtype, s);
+  compute_ = compute_aliases_master_ ? master_ : zeros_owned_by(kParametersOwner, {total_}, compute_dtype, s);
 }
 
 void ParamStore::allocate_frozen(DType dtype, const Stream& s) {
   PRIMUS_CHECK(is_floating(dtype), "frozen weights must be a float dtype, got {}", dtype_name(dtype));
   frozen_ = true;
   remainders_ = false;
-  compute_ = Tensor::zeros({total_}, dtype, s);
+  compute_ = zeros_owned_by(kParametersOwner, {total_}, dtype, s);
   compute_aliases_master_ = dtype != DType::kBF16 && dtype != DType::kF16;
   master_ = compute_aliases_master_ ? compute_ : Tensor();
 }
@@ -551,17 +566,19 @@ void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMod
     shard_offsets_[r] = shard_total_;
     shard_total_ += chunk_len(static_cast<int>(r));
   }
-  master_ = Tensor::zeros({shard_total_}, DType::kF32, s);
-  adam_m_ = Tensor::zeros({shard_total_}, DType::kF32, s);
-  adam_v_ = Tensor::zeros({shard_total_}, DType::kF32, s);
+  const bool aliased = mode != ShardMode::kOptimizer && compute_dtype == DType::kF32;
+  master_ = zeros_owned_by(aliased ? kParametersOwner : kOptimizerOwner, {shard_total_}, DType::kF32, s);
+  adam_m_ = zeros_owned_by(kOptimizerOwner, {shard_total_}, DType::kF32, s);
+  adam_v_ = zeros_owned_by(kOptimizerOwner, {shard_total_}, DType::kF32, s);
   if (mode == ShardMode::kOptimizer) {
-    grad_ = Tensor::zeros({total_}, DType::kF32, s);
-    compute_ = Tensor::zeros({total_}, compute_dtype, s);  // whole, never an alias of the (sharded) master
+    grad_ = zeros_owned_by(kGradientsOwner, {total_}, DType::kF32, s);
+    // whole, never an alias of the (sharded) master
+    compute_ = zeros_owned_by(kParametersOwner, {total_}, compute_dtype, s);
     compute_aliases_master_ = false;
   } else {
-    grad_ = Tensor::zeros({shard_total_}, DType::kF32, s);
-    compute_aliases_master_ = compute_dtype == DType::kF32;
-    compute_ = compute_aliases_master_ ? master_ : Tensor::zeros({shard_total_}, compute_dtype, s);
+    grad_ = zeros_owned_by(kGradientsOwner, {shard_total_}, DType::kF32, s);
+    compute_aliases_master_ = aliased;
+    compute_ = aliased ? master_ : zeros_owned_by(kParametersOwner, {shard_total_}, compute_dtype, s);
     attached_compute_.assign(regions_.size(), Tensor());
     attached_grad_.assign(regions_.size(), Tensor());
   }

@@ -34,22 +34,6 @@ std::optional<std::string> env_str(const char* name) {
 
 std::atomic<bool> g_mpi_world{false};
 
-// A store allocates all its buffers in one call, made under "parameters": the gradients and the optimizer's
-// buffers (Adam moments, and the master weights when they are kept beside the compute copy) are handed to
-// their own owners afterwards.
-void give_store_buffers_their_owners(ParamStore& p) {
-  auto give = [](const Tensor& t, const char* owner) {
-    if (t.defined()) set_allocation_owner(t.device(), t.storage()->data(), owner);
-  };
-  give(p.grad_flat(), "gradients");
-  give(p.adam_m_flat(), "optimizer state");
-  give(p.adam_v_flat(), "optimizer state");
-  if (p.master_in_remainders())
-    give(p.remainder_flat(), "optimizer state");
-  else if (!p.compute_aliases_master())
-    give(p.master_flat(), "optimizer state");
-}
-
 }  // namespace
 
 bool distributed_errors_need_printing() {
@@ -183,21 +167,17 @@ std::unique_ptr<ParamStore> Trainer::local_store_layout() const {
 void Trainer::init_data_parallel() {
   const DType compute = stream_.device.is_cpu() ? DType::kF32 : DType::kBF16;
   params_ = local_store_layout();
-  {
-    PRIMUS_MEMORY_OWNER("parameters");
-    if (dp_cfg_ && !dp_cfg_->emulate) {
-      const int expert_rank =
-          dp_cfg_->expert_shard_ranks() > 1 ? groups_->get(dp_cfg_->expert_group()).rank() : 0;
-      params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
-                                dp_cfg_->expert_shard_ranks(), expert_rank);
-    } else {
-      params_->allocate(compute, stream_);
-    }
-    give_store_buffers_their_owners(*params_);
+  // The store names its buffers' owners itself (parameters, gradients, optimizer state).
+  if (dp_cfg_ && !dp_cfg_->emulate) {
+    const int expert_rank =
+        dp_cfg_->expert_shard_ranks() > 1 ? groups_->get(dp_cfg_->expert_group()).rank() : 0;
+    params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
+                              dp_cfg_->expert_shard_ranks(), expert_rank);
+  } else {
+    params_->allocate(compute, stream_);
   }
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
   if (cfg_.lora.enabled) {
-    PRIMUS_MEMORY_OWNER("parameters");
     // The base model: weights only, whole on every data-parallel rank (this rank's part under tp).
     ModelSpec base = local_spec();
     base.adapters = LoraConfig{};

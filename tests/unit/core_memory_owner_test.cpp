@@ -124,28 +124,6 @@ TEST(MemoryOwner, ResetStartsFromWhatIsHeldNow) {
   EXPECT_EQ(held(now, "mo-test kept"), 256u);
 }
 
-TEST(MemoryOwner, SetAllocationOwnerMovesLiveBytesAndThePeaksShare) {
-  reset_peak_allocated_bytes(Device::cpu());
-  PRIMUS_MEMORY_OWNER("mo-test store");
-  Block weights(800), grads(800);  // one call made both; the peak holds them
-  set_allocation_owner(Device::cpu(), grads.p, "mo-test grads");
-  std::map<std::string, size_t> m = holders_at_peak();
-  EXPECT_EQ(held(m, "mo-test store"), 800u);
-  EXPECT_EQ(held(m, "mo-test grads"), 800u);
-  // An allocation made after the peak was not part of it: handing it over leaves the peak's holders alone.
-  { Block big(10000); }
-  Block late(100);
-  set_allocation_owner(Device::cpu(), late.p, "mo-test late");
-  m = holders_at_peak();
-  EXPECT_EQ(held(m, "mo-test late"), 0u);
-  EXPECT_EQ(held(m, "mo-test store"), 10800u);  // `big` was made under the store's scope
-  EXPECT_EQ(sum_of(m), peak_allocated_bytes(Device::cpu()));
-  // A pointer that is not a live allocation changes nothing.
-  int not_allocated = 0;
-  set_allocation_owner(Device::cpu(), &not_allocated, "mo-test nothing");
-  EXPECT_EQ(holders_at_peak(), m);
-}
-
 TEST(MemoryOwner, TimelineSamplesWhileTheProfilerRecords) {
   profile::Tracer& t = profile::Tracer::get();
   t.clear();

@@ -8,11 +8,14 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
+#include <string>
 
 #include "checkpoint/load.h"
 #include "checkpoint/publish.h"
 #include "checkpoint/snapshot.h"
+#include "core/device.h"
 #include "core/log.h"
 #include "core/master_split.h"
 #include "model/param_store.h"
@@ -83,6 +86,29 @@ bool contains(const std::function<void()>& fn, const std::string& what) {
 }
 
 }  // namespace
+
+// The memory report's holders (core/memory_owner.h): a store names its buffers' owners as it allocates them,
+// in every layout -- the compute copy (and a master the forward reads itself) as parameters, the gradients,
+// and Adam's moments with any master or remainder beside the compute copy as optimizer state.
+TEST(ParamStoreRemainders, BuffersAreCountedUnderTheirOwners) {
+  for (Layout l : {Layout::kF32, Layout::kBf16F32Master, Layout::kBf16Remainders}) {
+    reset_peak_allocated_bytes(Device::cpu());
+    const size_t before = allocated_bytes(Device::cpu());
+    std::map<std::string, size_t> base;
+    for (const auto& [owner, bytes] : memory_holders_at_peak(Device::cpu())) base[owner] += bytes;
+    auto p = make_store(l);
+    std::map<std::string, size_t> m;
+    for (const auto& [owner, bytes] : memory_holders_at_peak(Device::cpu())) m[owner] += bytes;
+    auto grown = [&](const char* owner) { return m[owner] - base[owner]; };
+    const size_t n = static_cast<size_t>(p->grad_flat().numel());
+    const size_t compute = n * dtype_size(p->compute_flat().dtype());
+    const size_t master = l == Layout::kBf16F32Master ? n * 4 : l == Layout::kBf16Remainders ? n * 2 : 0;
+    EXPECT_EQ(grown("parameters"), compute) << static_cast<int>(l);
+    EXPECT_EQ(grown("gradients"), n * 4) << static_cast<int>(l);
+    EXPECT_EQ(grown("optimizer state"), 2 * n * 4 + master) << static_cast<int>(l);
+    EXPECT_GE(peak_allocated_bytes(Device::cpu()), before + compute + n * 4 + 2 * n * 4 + master);
+  }
+}
 
 TEST(ParamStoreRemainders, LayoutAndClearErrors) {
   auto rem = make_store(Layout::kBf16Remainders);
