@@ -69,8 +69,12 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
   spec_.pp = params.spec().pp;
   if (spec_.pp.head) head_ = std::make_unique<LmHead>(spec_, params);
   rope_table_ = ops::rope_table(rope_config(cfg), max_seq, spec_.rope_dim()).to(stream);
-  for (int l = 0; l < spec_.layers; ++l)
+  for (int l = 0; l < spec_.layers; ++l) {
     layers_.push_back(spec_.holds_layer(l) ? std::make_unique<DecoderLayer>(spec_, params, l) : nullptr);
+    // Named once: a layer's scope opens per micro-batch (core/memory_owner.h).
+    owner_forward_.push_back(intern_memory_owner(fmt::format("layer {} forward", l)));
+    owner_backward_.push_back(intern_memory_owner(fmt::format("layer {} backward", l)));
+  }
   // MTP depths continue the layer numbering (Primus: depth k is layer L + k) in the recompute plan.
   const std::vector<RecomputeMode> plan = recompute_plan(recompute, spec_.layers + spec_.mtp_layers);
   recompute_.assign(plan.begin(), plan.begin() + spec_.layers);
@@ -228,7 +232,7 @@ Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& i
   if (st.train) st.slots.assign(static_cast<size_t>(c.num_layers), LayerActivations{});
   for (int i = 0; i < c.num_layers; ++i) {
     const int l = c.first_layer + i;
-    PRIMUS_MEMORY_OWNER(fmt::format("layer {} forward", l));
+    PRIMUS_MEMORY_OWNER(owner_forward_[l]);
     PRIMUS_CHECK(layers_[l] != nullptr, "chunk_forward: this rank does not hold layer {}", l);
     hook(&ParamHooks::before_forward, l + 1);
     x = st.train ? layers_[l]->forward(ctx, x, &st.slots[i], recompute_[l], /*record_stats=*/true)
@@ -267,7 +271,7 @@ Tensor LlamaModel::chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_ou
   Tensor dx = c.loss ? std::move(st.dx) : std::move(grad_out);
   for (int i = c.num_layers; i-- > 0;) {
     const int l = c.first_layer + i;
-    PRIMUS_MEMORY_OWNER(fmt::format("layer {} backward", l));
+    PRIMUS_MEMORY_OWNER(owner_backward_[l]);
     hook(&ParamHooks::before_backward, l + 1);
     dx = layers_[l]->backward(ctx, dx, st.slots[i]);
     hook(&ParamHooks::after_backward, l + 1);
@@ -312,22 +316,24 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
 
   std::vector<LayerActivations> slots(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
-    PRIMUS_MEMORY_OWNER(fmt::format("layer {} forward", l));
+    PRIMUS_MEMORY_OWNER(owner_forward_[l]);
     hook(&ParamHooks::before_forward, static_cast<int>(l) + 1);
     x = layers_[l]->forward(ctx, x, &slots[l], recompute_[l], /*record_stats=*/true);
     hook(&ParamHooks::after_forward, static_cast<int>(l) + 1);
   }
 
-  PRIMUS_MEMORY_OWNER("output layer + loss");
-  Tensor losses = ctx.empty({n}, ctx.stat_dtype());
-  Tensor dx, de;
-  hook(&ParamHooks::before_forward, head_region);
-  de = ctx.act({D * n, spec_.hidden});
-  dx = mtp_heads(ctx, x, e_all, targets, grad_scale, host_targets, losses, de);
-  hook(&ParamHooks::after_backward, head_region);
+  Tensor losses, dx, de;
+  {
+    PRIMUS_MEMORY_OWNER("output layer + loss");  // the head only: the embedding's backward is the caller's
+    losses = ctx.empty({n}, ctx.stat_dtype());
+    hook(&ParamHooks::before_forward, head_region);
+    de = ctx.act({D * n, spec_.hidden});
+    dx = mtp_heads(ctx, x, e_all, targets, grad_scale, host_targets, losses, de);
+    hook(&ParamHooks::after_backward, head_region);
+  }
   x = Tensor();
   for (size_t l = layers_.size(); l-- > 0;) {
-    PRIMUS_MEMORY_OWNER(fmt::format("layer {} backward", l));
+    PRIMUS_MEMORY_OWNER(owner_backward_[l]);
     hook(&ParamHooks::before_backward, static_cast<int>(l) + 1);
     dx = layers_[l]->backward(ctx, dx, slots[l]);
     hook(&ParamHooks::after_backward, static_cast<int>(l) + 1);
@@ -410,7 +416,7 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, boo
   if (hooks_) hooks_->after_forward(0);
   Tensor x = e_all.slice(0, n);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    PRIMUS_MEMORY_OWNER(fmt::format("layer {} forward", l));
+    PRIMUS_MEMORY_OWNER(owner_forward_[l]);
     if (hooks_) hooks_->before_forward(static_cast<int>(l) + 1);
     x = layers_[l]->forward(ctx, x, nullptr, RecomputeMode::kNone);
     if (hooks_) hooks_->after_forward(static_cast<int>(l) + 1);

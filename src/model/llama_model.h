@@ -143,8 +143,9 @@ class LlamaModel {
   Stream stream_;
   DType act_dtype_;
   Tensor rope_table_;
-  Tensor packed_positions_, packed_seg_starts_;        // set_packing
-  std::vector<std::unique_ptr<DecoderLayer>> layers_;  // null: a layer another pipeline stage holds
+  Tensor packed_positions_, packed_seg_starts_;              // set_packing
+  std::vector<std::unique_ptr<DecoderLayer>> layers_;        // null: a layer another pipeline stage holds
+  std::vector<const char*> owner_forward_, owner_backward_;  // "layer N forward" / "... backward", interned
   std::vector<RecomputeMode> recompute_;
   std::vector<std::unique_ptr<MtpDepth>> mtp_;
   std::vector<RecomputeMode> mtp_recompute_;
