@@ -281,16 +281,18 @@ std::vector<IdleGap> idle_gaps(const std::vector<GpuEvent>& gpu, const std::vect
   return gaps;
 }
 
-std::vector<TimelineReport> analyse_trace_file(const std::string& path) {
+nlohmann::json read_trace_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw Error(ErrorKind::kRuntime, "cannot open trace " + path);
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    return nlohmann::json::parse(f);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::kRuntime, fmt::format("{}: invalid JSON: {}", path, e.what()));
   }
-  return analyse_trace(j, path);
+}
+
+std::vector<TimelineReport> analyse_trace_file(const std::string& path) {
+  return analyse_trace(read_trace_file(path), path);
 }
 
 std::vector<std::pair<std::string, double>> timeline_rows(const TimelineBreakdown& t) {

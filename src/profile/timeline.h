@@ -89,6 +89,8 @@ std::map<int, std::vector<GpuEvent>> extract_events(
     const nlohmann::json& trace, const std::string& what, bool* cpu_fallback,
     std::map<int, std::vector<GpuEvent>>* cpu_ranges = nullptr);
 std::vector<TimelineReport> analyse_trace(const nlohmann::json& trace, const std::string& what);
+// The parsed file; throws primus::Error naming it when it cannot be opened or is not JSON.
+nlohmann::json read_trace_file(const std::string& path);
 std::vector<TimelineReport> analyse_trace_file(const std::string& path);
 
 // Plain-text tables (for the console) and Markdown.

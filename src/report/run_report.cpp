@@ -55,11 +55,9 @@ std::string fmt_num(double v) {
 }
 
 // The "device memory" counter samples of a Chrome trace (the trainer writes them while it profiles).
-void read_memory_timeline(const std::string& trace_path, RunData& run) {
-  std::ifstream f(trace_path);
-  const nlohmann::json trace = nlohmann::json::parse(f, nullptr, false);
-  // A broken trace is reported once, by the GPU timeline's reader.
-  if (trace.is_discarded() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) return;
+void read_memory_timeline(const nlohmann::json& trace, RunData& run) {
+  // A trace of another shape is reported once, by the GPU timeline's reader.
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) return;
   double t0 = INFINITY;
   std::vector<std::pair<double, double>> samples;  // (ts us, GB)
   for (const nlohmann::json& e : trace["traceEvents"]) {
@@ -141,7 +139,6 @@ RunData load_run(const std::string& dir) {
       run.pipeline = nullptr;
     }
   }
-  if (fs::exists(dir + "/trace/rank0.json")) read_memory_timeline(dir + "/trace/rank0.json", run);
   if (fs::is_directory(dir + "/trace", ec)) {
     std::vector<std::string> traces;
     for (const auto& e : fs::directory_iterator(dir + "/trace", ec))
@@ -149,7 +146,10 @@ RunData load_run(const std::string& dir) {
     std::sort(traces.begin(), traces.end());
     for (const std::string& t : traces) {
       try {
-        for (auto& r : profile::analyse_trace_file(t)) run.timelines.push_back(std::move(r));
+        // Parsed once for both readers: a profiled trace can be tens of MB.
+        const nlohmann::json trace = profile::read_trace_file(t);
+        if (fs::path(t).filename() == "rank0.json") read_memory_timeline(trace, run);
+        for (auto& r : profile::analyse_trace(trace, t)) run.timelines.push_back(std::move(r));
       } catch (const Error& e) {
         run.warnings.push_back(e.what());
       }
