@@ -77,9 +77,20 @@ int run(int argc, char** argv) {
       "Run `primus <command> --help` for a command's options.");
   for (const CommandRegistration& c : commands()) c.attach(app, ctx);
 
+  // `launch` runs the words after its `--` as they are (CliContext::passthrough).
+  std::vector<char*> args(argv, argv + argc);
+  const auto command = std::find_if(args.begin() + 1, args.end(), [](const char* a) { return a[0] != '-'; });
+  if (command != args.end() && std::string(*command) == "launch") {
+    const auto dashes =
+        std::find_if(command + 1, args.end(), [](const char* a) { return std::string(a) == "--"; });
+    if (dashes != args.end()) {
+      for (auto it = dashes + 1; it != args.end(); ++it) ctx.passthrough.emplace_back(*it);
+      args.erase(dashes, args.end());
+    }
+  }
   try {
-    check_subcommand_names(app, argc, argv);
-    app.parse(argc, argv);
+    check_subcommand_names(app, static_cast<int>(args.size()), args.data());
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     print_error(e.what(), "run with --help for the options");

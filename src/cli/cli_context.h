@@ -12,6 +12,10 @@ namespace primus::cli {
 struct CliContext {
   bool debug = false;
   std::function<int()> action;  // set by the chosen subcommand's callback
+  // `primus launch ... -- COMMAND`: the words after the `--`, verbatim. They are cut off before CLI11 parses
+  // the rest (it would split a list value such as "[3,2,2,1]" into words and take `--` from a subcommand
+  // without positional arguments); empty when there is no `--`.
+  std::vector<std::string> passthrough;
 };
 
 // One subcommand: `attach` adds it (and its own subcommands) to the root app. Each lives in cmd_<name>.cpp.

@@ -26,8 +26,6 @@ void attach_launch(CLI::App& root, CliContext& ctx) {
                   "Rendezvous port on rank 0's host; 0 picks a free one (default: MASTER_PORT or 29500)");
   app->add_option("--grace", o->grace_s, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
-  app->add_option("command", o->command, "After --: the primus command each rank runs (or a program path)")
-      ->expected(-1);
   app->footer(
       "Example: primus launch --nproc-per-node 8 -- train pretrain --config exp.yaml\n"
       "Output lines are prefixed with [rank N]; if a rank fails the others are stopped and the launcher "
@@ -42,7 +40,11 @@ void attach_launch(CLI::App& root, CliContext& ctx) {
     if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0') o->master_addr = a;
     o->master_port = env_int("MASTER_PORT", 29500);
   });
-  app->callback([o, &ctx] { ctx.action = [o] { return parallel::run_launcher(*o); }; });
+  // The command after `--` comes verbatim from the command line (CliContext::passthrough, cli/app.cpp).
+  app->callback([o, &ctx] {
+    o->command = ctx.passthrough;
+    ctx.action = [o] { return parallel::run_launcher(*o); };
+  });
 }
 
 }  // namespace primus::cli

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -103,7 +104,35 @@ PipelineChannels::PipelineChannels(comm::Communicator& pp, const Schedule& s, co
     }
     if (c) comms_.push_back(std::move(c));
   }
+  if (device_sends_ && preconnect_enabled()) preconnect();
   for (auto& [k, o] : out_) o->worker = std::thread([this, p = o.get()] { work(p); });
+}
+
+bool PipelineChannels::preconnect_enabled() {
+  // PRIMUS_PP_PRECONNECT=0 leaves NCCL to connect each channel at its first message (a diagnostic: the
+  // interleaved schedule then hangs in its first step on two GPUs, docs/performance.md).
+  const char* v = std::getenv("PRIMUS_PP_PRECONNECT");
+  return v == nullptr || std::string(v) != "0";
+}
+
+void PipelineChannels::preconnect() {
+  // NCCL connects a pair of ranks at their first send/receive, and that connection set-up waits for the
+  // peer and makes CUDA calls that can wait behind kernels already running. In a schedule's first step a
+  // receive kernel may already spin on the compute stream while another channel is still connecting, and
+  // with interleaved lists the two ranks can end up waiting on each other that way. So every channel
+  // exchanges one element here, in schedule_channels order on every rank (so that each pair meets: the first
+  // unfinished channel of that order always has both its ranks at it), each finished before the next.
+  Tensor probe = Tensor::zeros({1}, DType::kF32, compute_);
+  for (size_t i = 0, j = 0; i < out_.size() || j < in_.size();) {
+    // out_ and in_ are both in schedule_channels order: take whichever comes first in it.
+    const bool take_out = j == in_.size() || (i < out_.size() && out_[i].first < in_[j].first);
+    if (take_out) {
+      out_[i++].second->comm->send(probe, 1, compute_, "pipeline connect");
+    } else {
+      in_[j++].second->recv(probe, 0, compute_, "pipeline connect");
+    }
+    stream_sync(compute_);
+  }
 }
 
 PipelineChannels::~PipelineChannels() {

@@ -67,6 +67,9 @@ class PipelineChannels {
   Outgoing& outgoing(const ChannelKey& k);
   comm::Communicator& incoming(const ChannelKey& k);
   void work(Outgoing* o);
+  // Over NCCL: connects every channel before the first step (see the .cpp for why).
+  void preconnect();
+  static bool preconnect_enabled();
   void check_failure();
 
   int me_;

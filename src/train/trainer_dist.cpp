@@ -117,14 +117,6 @@ void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
         fmt::format("FSDP and the {} schedule (its deferred weight gradients need the layer's gradient "
                     "after FSDP has reduce-scattered it; 1F1B and interleaved compose with FSDP)",
                     parallel::schedule_name(pp_plan_->kind)));
-  // Measured 2026-11-27 on 2 x H200: the interleaved lists' first step never finishes over NCCL with
-  // 64 MiB activations (1F1B, ZB-H1 and ZB-V run; the same interleaved lists run on the host backends).
-  // Refused until the NCCL channel path is fixed for it, rather than hanging until the watchdog fires.
-  if (pp_plan_->kind == parallel::ScheduleKind::kInterleaved &&
-      std::string(world_->comm->backend()) == "nccl")
-    refuse(
-        "the interleaved schedule over NCCL (its first step hangs on 2 GPUs; the host-staged tcp backend, "
-        "PRIMUS_COMM_BACKEND=tcp, and the CPU backends run it; 1f1b, zb-h1 and zb-v run over NCCL)");
   const int64_t micro = config::batch_layout(cfg_, dp_cfg_->dp).micro_batches;
   PRIMUS_CHECK(pp_plan_->schedule.microbatches == micro,
                "the pipeline schedule has {} micro-batches, the batch layout {}",

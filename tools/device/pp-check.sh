@@ -9,10 +9,12 @@
 #  fp8ckpt  FP8 delayed scaling (hybrid) with PP 2 (1F1B) on GPU 0 through the host-staged tcp communicator:
 #         save at iteration 10 and exit, resume with the same layout; the joined curve against the uninterrupted
 #         run (every stage's amax histories are in the checkpoint, each stage takes its own);
+#  hang   the interleaved schedule over NCCL with the channels left to connect lazily (PRIMUS_PP_PRECONNECT=0),
+#         3 steps of the perf workload under a timeout (HANG_LIMIT, 90 s): whether the pre-connection is needed;
 #  perf   Llama-3-8B dims with 8 layers, T 8192, micro-batch 1, global batch 8 (8 micro-batches): one GPU, then
-#         PP 2 with 1F1B, ZB-H1, interleaved and ZB-V, even (4 + 4 layers) and uneven (5 + 3: the last stage
-#         also runs the 128k-vocabulary head) splits; median step of steps 6-15 and the logged pipeline
-#         timelines (measured bubble vs the simulator fed the measured F/B times).
+#         PP 2 with 1F1B, ZB-H1, interleaved and ZB-V, even, uneven and balanced splits (PERF_RUNS, below);
+#         median step of steps 6-15 and the logged pipeline timelines (measured bubble vs the simulator fed
+#         the measured F/B times).
 # Carry .device (pp.tgz: stripped primus). Usage: PARTS="stage nccl ckpt fp8ckpt perf" tools/device/pp-check.sh
 set -uo pipefail
 check=pp show='pipeline parallel:|done:'
@@ -68,23 +70,35 @@ if [[ " $parts " == *" fp8ckpt "* ]]; then
   bitwise micro_pp2_fp8_joined micro_pp2_fp8
 fi
 
+if [[ " $parts " == *" hang "* ]] && [ "$ngpu" -ge 2 ]; then
+  # The interleaved lists with NCCL's lazy connections (PRIMUS_PP_PRECONNECT=0): hung in the first step before
+  # the channels were connected up front (2026-11-27). rc 124 = still hangs (the timeout ended it).
+  l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --num_layers 8 --global_batch_size 8
+     --train_iters 3 --log_interval 1)
+  run l8x8_pp2_vpp_lazy 2 ${HANG_LIMIT:-90} PRIMUS_PP_PRECONNECT=0 -- "${l[@]}" --pipeline_model_parallel_size 2 \
+    $(schedule_flags vpp)
+fi
+
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
   l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --num_layers 8 --global_batch_size 8
      --train_iters 15 --log_interval 5)
-  names=""
+  # NAME:SCHEDULE:SPLIT-FLAGS. Splits: even (4 + 4 layers, or 2 per chunk); uneven 5 + 3 (the last rank also
+  # runs the 128k-vocabulary head, about two layers of work); for two chunks per rank a manual split per
+  # model stage that gives each rank about five layers of work (interleaved: stages 0 and 2 on rank 0, the
+  # head on rank 1; ZB-V: stages 0 and 3 and the head on rank 0).
+  default_runs="1f1b_even:1f1b: zbh1_even:zbh1: vpp_even:vpp: zbv_even:zbv:
+    1f1b_uneven:1f1b:--decoder_first_pipeline_num_layers=5 zbh1_uneven:zbh1:--decoder_first_pipeline_num_layers=5
+    vpp_balanced:vpp:--decoder_pipeline_manual_split_list=[3,2,2,1]
+    zbv_balanced:zbv:--decoder_pipeline_manual_split_list=[2,3,2,1]"
   run l8x8_1gpu 1 300 CUDA_VISIBLE_DEVICES=0 -- "${l[@]}"
-  names="$names l8x8_1gpu"
-  for split in even uneven; do
-    sflags=()
-    [ $split = uneven ] && sflags=(--decoder_first_pipeline_num_layers 5)
-    for s in ${PERF_SCHEDULES:-1f1b zbh1 vpp zbv}; do
-      # The uneven split is defined for one chunk per rank (5 + 3 layers).
-      [ $split = uneven ] && { [ $s = vpp ] || [ $s = zbv ]; } && continue
-      read -ra flags <<<"$(schedule_flags "$s")"
-      run "l8x8_pp2_${s}_$split" 2 300 -- "${l[@]}" --pipeline_model_parallel_size 2 "${flags[@]}" "${sflags[@]}"
-      grep -h "pipeline timeline" "$out/l8x8_pp2_${s}_$split.log" | tail -1 | cut -c1-260
-      names="$names l8x8_pp2_${s}_$split"
-    done
+  names="l8x8_1gpu"
+  for spec in ${PERF_RUNS:-$default_runs}; do
+    IFS=: read -r rname s sflag <<<"$spec"
+    read -ra flags <<<"$(schedule_flags "$s")"
+    [ -n "$sflag" ] && flags+=("${sflag%%=*}" "${sflag#*=}")
+    run "l8x8_pp2_$rname" 2 300 -- "${l[@]}" --pipeline_model_parallel_size 2 "${flags[@]}"
+    grep -h "pipeline timeline" "$out/l8x8_pp2_$rname.log" | tail -1 | cut -c1-260
+    names="$names l8x8_pp2_$rname"
   done
   medians 5 l8x8_1gpu $((8 * 8192)) $names
 fi

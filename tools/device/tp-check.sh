@@ -10,6 +10,7 @@
 #  ckpt   TP 2 + SP and EP 2 + ZeRO-1 save over NCCL, one GPU resumes: joined curve vs one GPU;
 #  bigckpt the Llama-3-8B-dims 4L model saved by TP 2 + SP over NCCL, resumed on one GPU;
 #  cpperf Llama-3-8B dims 4L at T 32768 (full recomputation): one GPU vs CP 2;
+#  dpperf the llama3.2-1B shape, global batch 16: one GPU (2 micro-batches accumulated) vs DDP on 2 GPUs;
 #  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
 #         all-reduce / all-gather / reduce-scatter bandwidth at the TP message size for the floor.
@@ -113,6 +114,17 @@ for n in sys.argv[2:]:
                           f"{32768 / m * 1e3:,.0f} tok/s, peak {mem:.2f} GB, {base / m:.3f}x one GPU"
                           if m and base else "no steps"))
 PY
+fi
+
+if [[ " $parts " == *" dpperf "* ]] && [ "$ngpu" -ge 2 ]; then
+  # DP 2 (DDP, gradient reduction overlapped with the backward) against one GPU at the same global batch
+  # (16 sequences of 2048 on the llama3.2-1B shape: one GPU accumulates 2 micro-batches of 8, two GPUs take
+  # one each), the DP 2 bar (>= 1.9x).
+  d=(--config configs/examples/megatron/bench_llama3.2-1B-shape.yaml --train_iters 30 --log_interval 10
+     --global_batch_size 16)
+  run b1_1gpu_b16 1 300 CUDA_VISIBLE_DEVICES=0 -- "${d[@]}"
+  run b1_dp2_b16 2 300 -- "${d[@]}" --overlap_grad_reduce true
+  medians 10 b1_1gpu_b16 $((16 * 2048)) b1_1gpu_b16 b1_dp2_b16
 fi
 
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
