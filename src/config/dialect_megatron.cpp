@@ -275,12 +275,15 @@ void map_megatron(ResolvedConfig& rc) {
   if (tp == 1 && sp)
     rc.warnings.push_back(fmt::format("{}: sequence_parallel has no effect at tensor_model_parallel_size 1",
                                       k.origin("sequence_parallel").str()));
-  if (tp > 1 && tp_overlap)
-    throw NotSupportedError(
-        fmt::format("{}: not supported yet: tp_comm_overlap (async tensor parallelism: the TP all-gather / "
-                    "reduce-scatter split into chunks under the GEMMs)",
-                    k.origin("tp_comm_overlap").str()),
-        "set tp_comm_overlap: false (tensor parallelism then communicates between the GEMMs)");
+  // Async TP splits the sequence-parallel all-gathers / reduce-scatters around the GEMMs, so (as in Megatron)
+  // it needs sequence parallelism; at TP 1 there is nothing to overlap.
+  if (tp > 1 && tp_overlap && !sp)
+    throw ConfigError(fmt::format("{}: tp_comm_overlap needs sequence_parallel: true at "
+                                  "tensor_model_parallel_size {} (it overlaps the sequence-parallel "
+                                  "all-gathers and reduce-scatters with the GEMMs)",
+                                  k.origin("tp_comm_overlap").str(), tp),
+                      "set sequence_parallel: true, or tp_comm_overlap: false");
+  p.tp_comm_overlap = tp > 1 && tp_overlap;
   p.pipeline_model_parallel_size = k.i("pipeline_model_parallel_size");
   p.context_parallel_size = k.i("context_parallel_size");
   // Megatron also takes a per-layer list; every value runs as all_gather (the same attention).

@@ -214,12 +214,7 @@ void map_torchtitan(ResolvedConfig& rc) {
   p.sequence_parallel = p.tensor_model_parallel_size > 1;
   const bool async_tp = k.b("parallelism.enable_async_tensor_parallel");  // read at any TP
   p.cp_comm_type = k.s("parallelism.context_parallel_rotate_method");
-  if (p.tensor_model_parallel_size > 1 && async_tp)
-    throw NotSupportedError(
-        fmt::format(
-            "{}: not supported yet: parallelism.enable_async_tensor_parallel (async tensor parallelism)",
-            k.origin("parallelism.enable_async_tensor_parallel").str()),
-        "set it to false (tensor parallelism then communicates between the GEMMs)");
+  p.tp_comm_overlap = p.tensor_model_parallel_size > 1 && async_tp;  // its TP is always sequence-parallel
   p.pipeline_model_parallel_size = k.i("parallelism.pipeline_parallel_degree");
   p.context_parallel_size = k.i("parallelism.context_parallel_degree");
   p.expert_model_parallel_size = k.i("parallelism.expert_parallel_degree");

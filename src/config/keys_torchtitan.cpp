@@ -130,7 +130,7 @@ void add_torchtitan_keys(KeyTable& t) {
   t.add(noeff("parallelism.expert_tensor_parallel_degree", kI, "1", kWhyMoE, "TP degree inside experts"));
   add_all(t, kWhyTP, {{"parallelism.disable_loss_parallel", kB, "false", "loss without vocab parallelism"}});
   t.add(impl("parallelism.enable_async_tensor_parallel", kB, "false",
-             "asynchronous TP (not supported yet with TP > 1)"));
+             "async TP: the all-gathers / reduce-scatters in slices under the projections' GEMMs"));
   t.add(impl("parallelism.context_parallel_rotate_method", kS, "allgather",
              "allgather | alltoall (both run as allgather: the same math)"));
   t.add(

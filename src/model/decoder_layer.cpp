@@ -131,9 +131,10 @@ void DecoderLayer::rope(const StepContext& ctx, const Tensor& qkv, bool inverse)
 }
 
 Tensor DecoderLayer::norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd,
-                                   const char* label) const {
+                                   const char* label, const parallel::TensorParallel::RowsFn* consume) const {
   Tensor h = ctx.act({local_tokens(ctx), spec_.hidden});
   ops::rmsnorm_forward(x, params_.param(norm), spec_.norm_eps, h, rstd, ctx.stream);
+  if (consume) return ctx.tp->gather_rows_overlapped(h, ctx.stream, label, *consume);
   return tp_gather_rows(ctx, h, label);
 }
 
@@ -146,20 +147,28 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   a.x_in = x_in;
 
   a.rstd1 = ctx.empty({nl}, ctx.stat_dtype());
-  a.h1 = norm_gathered(ctx, x_in, norm1_, a.rstd1, "sp gather attention input");
+  // Async TP: the QKV projection runs on row ranges under the all-gather of the norm's output.
+  const bool qkv_overlap = !mla_ && async_tp(ctx, fp8_qkv_, &lora_qkv_);
+  Tensor qkv = mla_ ? Tensor() : ctx.act({n, spec_.qkv_dim()});
+  const Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
+  const parallel::TensorParallel::RowsFn qkv_rows = [&](int64_t r0, int64_t r1, const Tensor& rows) {
+    Tensor y = qkv.slice(r0, r1);
+    project(ctx, -1, rows, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, y);
+  };
+  a.h1 = norm_gathered(ctx, x_in, norm1_, a.rstd1, "sp gather attention input",
+                       qkv_overlap ? &qkv_rows : nullptr);
 
   a.x_mid = ctx.act({nl, d});
   if (mla_) {
     mla_->forward(ctx, a.h1, x_in, a.x_mid, a.mla);
   } else {
-    Tensor qkv = ctx.act({n, spec_.qkv_dim()});
-    Tensor bias = b_qkv_ >= 0 ? params_.param(b_qkv_) : Tensor();
     if (lora_qkv_.on()) {  // the adapter's product first; the frozen GEMM accumulates (model/lora_adapter.h)
       a.t_qkv = lora_qkv_.down(ctx, a.h1);
       lora_qkv_.up(ctx, a.t_qkv, qkv);
     }
-    project(ctx, fp8_qkv_, a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv,
-            lora_qkv_.on() ? &qkv : nullptr);
+    if (!qkv_overlap)
+      project(ctx, fp8_qkv_, a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv,
+              lora_qkv_.on() ? &qkv : nullptr);
     if (spec_.qk_norm) {
       // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
       a.qkv_raw = qkv;
@@ -189,19 +198,26 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   }
 
   a.rstd2 = ctx.empty({nl}, ctx.stat_dtype());
-  a.h2 = norm_gathered(ctx, a.x_mid, norm2_, a.rstd2, "sp gather mlp input");
+  // Async TP: the gate|up projection under the all-gather, as the QKV one.
+  const bool gu_overlap = !moe_ && async_tp(ctx, fp8_gu_, &lora_gu_);
+  if (!moe_) a.gu = ctx.act({n, 2 * spec_.ffn});
+  const parallel::TensorParallel::RowsFn gu_rows = [&](int64_t r0, int64_t r1, const Tensor& rows) {
+    Tensor y = a.gu.slice(r0, r1);
+    project(ctx, -1, rows, params_.param(w_gu_), nullptr, y);
+  };
+  a.h2 = norm_gathered(ctx, a.x_mid, norm2_, a.rstd2, "sp gather mlp input", gu_overlap ? &gu_rows : nullptr);
 
   Tensor x_out = ctx.act({nl, d});
   if (moe_) {
     moe_->forward(ctx, a.h2, x_out, a.moe, record_stats);
     ops::add(x_out, a.x_mid, x_out, s);
   } else {
-    a.gu = ctx.act({n, 2 * spec_.ffn});
     if (lora_gu_.on()) {
       a.t_gu = lora_gu_.down(ctx, a.h2);
       lora_gu_.up(ctx, a.t_gu, a.gu);
     }
-    project(ctx, fp8_gu_, a.h2, params_.param(w_gu_), nullptr, a.gu, lora_gu_.on() ? &a.gu : nullptr);
+    if (!gu_overlap)
+      project(ctx, fp8_gu_, a.h2, params_.param(w_gu_), nullptr, a.gu, lora_gu_.on() ? &a.gu : nullptr);
     a.act = ctx.act({n, spec_.ffn});
     ops::swiglu_forward(a.gu, a.act, s);
     row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output", fp8_down_,
@@ -257,15 +273,27 @@ void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a
   }
 }
 
-void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a,
-                                      Tensor& d_h1, const Tensor& residual_grad) {
-  const int64_t n = ctx.tokens();
+Tensor DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a) {
+  const int64_t n = ctx.tokens(), d = spec_.hidden;
   const Stream& s = ctx.stream;
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
-  // An adapter writes its share of the input gradient first; the frozen dgrad accumulates (lora_adapter.h).
-  if (lora_o_.on()) lora_o_.backward(ctx, dx, a.attn, a.t_o, d_attn);
-  project_backward(ctx, fp8_o_, dx, a.attn, params_.param(w_o_), d_attn, lora_o_.on(), params_.grad(w_o_),
-                   Tensor(), params_.grad_accumulate(w_o_), residual_grad);
+  const Tensor w_o = params_.param(w_o_);
+  if (async_tp(ctx, fp8_o_, &lora_o_)) {
+    // The output projection's input gradient on row ranges under the all-gather of dx; its weight gradient
+    // needs every row.
+    const Tensor dy = ctx.tp->gather_rows_overlapped(
+        dx, s, "sp gather attention output gradient", [&](int64_t r0, int64_t r1, const Tensor& rows) {
+          Tensor o = d_attn.slice(r0, r1);
+          ops::linear_backward_input(rows, w_o, o, /*accumulate=*/false, s);
+        });
+    weight_grad(ctx, dy, a.attn, params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), dx);
+  } else {
+    const Tensor dy = tp_gather_rows(ctx, dx, "sp gather attention output gradient");
+    // An adapter writes its share of the input gradient first; the frozen dgrad accumulates (lora_adapter.h).
+    if (lora_o_.on()) lora_o_.backward(ctx, dy, a.attn, a.t_o, d_attn);
+    project_backward(ctx, fp8_o_, dy, a.attn, w_o, d_attn, lora_o_.on(), params_.grad(w_o_), Tensor(),
+                     params_.grad_accumulate(w_o_), dx);
+  }
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   if (ctx.cp) {
     ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
@@ -290,11 +318,70 @@ void DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, 
     d_qkv = d_raw;
   }
   // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
+  const Tensor w_qkv = params_.param(w_qkv_);
+  const Tensor g_bias = b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor();
+  if (async_tp(ctx, fp8_qkv_, &lora_qkv_)) {
+    // The input gradient's reduce-scatter in slices under the next slice's GEMM, the last one under the
+    // weight-gradient GEMM.
+    return ctx.tp->sum_rows_overlapped(
+        n, d, ctx.act_dtype, s, "tp attention input gradient",
+        [&](int64_t r0, int64_t r1, const Tensor& out) {
+          Tensor o = out;
+          ops::linear_backward_input(d_qkv.slice(r0, r1), w_qkv, o, /*accumulate=*/false, s);
+        },
+        [&] {
+          weight_grad(ctx, d_qkv, a.h1, params_.grad(w_qkv_), g_bias, params_.grad_accumulate(w_qkv_), dx);
+        });
+  }
+  Tensor d_h1 = ctx.act({n, d});
   if (lora_qkv_.on()) lora_qkv_.backward(ctx, d_qkv, a.h1, a.t_qkv, d_h1);
-  project_backward(ctx, fp8_qkv_, d_qkv, a.h1, params_.param(w_qkv_), d_h1, lora_qkv_.on(),
-                   params_.grad(w_qkv_), b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(),
-                   params_.grad_accumulate(w_qkv_), residual_grad);
+  project_backward(ctx, fp8_qkv_, d_qkv, a.h1, w_qkv, d_h1, lora_qkv_.on(), params_.grad(w_qkv_), g_bias,
+                   params_.grad_accumulate(w_qkv_), dx);
   d_qkv = Tensor();
+  return tp_sum_rows(ctx, d_h1, "tp attention input gradient");
+}
+
+Tensor DecoderLayer::mlp_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a) {
+  const int64_t n = ctx.tokens(), d = spec_.hidden;
+  const Stream& s = ctx.stream;
+  // x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T. dx holds this rank's tokens; the MLP's gradients need every
+  // token's (tensor parallelism: the row-parallel output's backward).
+  const Tensor w_down = params_.param(w_down_), w_gu = params_.param(w_gu_);
+  Tensor d_act = ctx.act({n, spec_.ffn});
+  if (async_tp(ctx, fp8_down_, &lora_down_)) {
+    const Tensor dy = ctx.tp->gather_rows_overlapped(
+        dx, s, "sp gather mlp output gradient", [&](int64_t r0, int64_t r1, const Tensor& rows) {
+          Tensor o = d_act.slice(r0, r1);
+          ops::linear_backward_input(rows, w_down, o, /*accumulate=*/false, s);
+        });
+    weight_grad(ctx, dy, a.act, params_.grad(w_down_), Tensor(), params_.grad_accumulate(w_down_), dx);
+  } else {
+    const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
+    if (lora_down_.on()) lora_down_.backward(ctx, dy, a.act, a.t_down, d_act);
+    project_backward(ctx, fp8_down_, dy, a.act, w_down, d_act, lora_down_.on(), params_.grad(w_down_),
+                     Tensor(), params_.grad_accumulate(w_down_), dx);
+  }
+  a.act = Tensor();
+  Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
+  ops::swiglu_backward(d_act, a.gu, d_gu, s);
+  d_act = Tensor();
+  a.gu = Tensor();
+  if (async_tp(ctx, fp8_gu_, &lora_gu_)) {
+    return ctx.tp->sum_rows_overlapped(
+        n, d, ctx.act_dtype, s, "tp mlp input gradient",
+        [&](int64_t r0, int64_t r1, const Tensor& out) {
+          Tensor o = out;
+          ops::linear_backward_input(d_gu.slice(r0, r1), w_gu, o, /*accumulate=*/false, s);
+        },
+        [&] {
+          weight_grad(ctx, d_gu, a.h2, params_.grad(w_gu_), Tensor(), params_.grad_accumulate(w_gu_), dx);
+        });
+  }
+  Tensor d_h2 = ctx.act({n, d});
+  if (lora_gu_.on()) lora_gu_.backward(ctx, d_gu, a.h2, a.t_gu, d_h2);
+  project_backward(ctx, fp8_gu_, d_gu, a.h2, w_gu, d_h2, lora_gu_.on(), params_.grad(w_gu_), Tensor(),
+                   params_.grad_accumulate(w_gu_), dx);
+  return tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
 }
 
 Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivations& a) {
@@ -302,26 +389,13 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   const int64_t n = ctx.tokens(), d = spec_.hidden;
   const Stream& s = ctx.stream;
 
-  // MLP: x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T, or x_mid + moe(h2). dx holds this rank's tokens; the
-  // MLP's gradients need every token's (tensor parallelism: the row-parallel output's backward).
-  Tensor d_h2 = ctx.act({n, d});
+  // MLP: x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T, or x_mid + moe(h2).
+  Tensor d_h2;
   if (moe_) {
+    d_h2 = ctx.act({n, d});
     moe_->backward(ctx, dx, a.h2, a.moe, d_h2);
   } else {
-    const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
-    Tensor d_act = ctx.act({n, spec_.ffn});
-    if (lora_down_.on()) lora_down_.backward(ctx, dy, a.act, a.t_down, d_act);
-    project_backward(ctx, fp8_down_, dy, a.act, params_.param(w_down_), d_act, lora_down_.on(),
-                     params_.grad(w_down_), Tensor(), params_.grad_accumulate(w_down_), dx);
-    a.act = Tensor();
-    Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
-    ops::swiglu_backward(d_act, a.gu, d_gu, s);
-    d_act = Tensor();
-    a.gu = Tensor();
-    if (lora_gu_.on()) lora_gu_.backward(ctx, d_gu, a.h2, a.t_gu, d_h2);
-    project_backward(ctx, fp8_gu_, d_gu, a.h2, params_.param(w_gu_), d_h2, lora_gu_.on(), params_.grad(w_gu_),
-                     Tensor(), params_.grad_accumulate(w_gu_), dx);
-    d_h2 = tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
+    d_h2 = mlp_backward(ctx, dx, a);
   }
   a.h2 = Tensor();
   if (ctx.hooks && !ctx.deferred_wgrad) {  // the MLP's matrices are complete: their norm can run beside the
@@ -336,14 +410,14 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   d_h2 = Tensor();
 
   // Attention: x_mid = x_in + attn(qkv(h1)) Wo^T
-  Tensor d_h1 = ctx.act({n, d});
-  const Tensor dy = tp_gather_rows(ctx, dx, "sp gather attention output gradient");
+  Tensor d_h1;
   if (mla_) {
-    mla_->backward(ctx, dy, a.h1, a.mla, d_h1);
+    d_h1 = ctx.act({n, d});
+    mla_->backward(ctx, tp_gather_rows(ctx, dx, "sp gather attention output gradient"), a.h1, a.mla, d_h1);
+    d_h1 = tp_sum_rows(ctx, d_h1, "tp attention input gradient");
   } else {
-    attention_backward(ctx, dy, a, d_h1, dx);
+    d_h1 = attention_backward(ctx, dx, a);
   }
-  d_h1 = tp_sum_rows(ctx, d_h1, "tp attention input gradient");
   Tensor g_norm1 = norm_grad(ctx, params_, norm1_);
   ops::rmsnorm_backward(d_h1, a.x_in, params_.param(norm1_), a.rstd1, dx, g_norm1, /*accumulate_dx=*/true, s);
   a.clear();

@@ -16,6 +16,7 @@
 #include "model/moe_mlp.h"
 #include "model/param_store.h"
 #include "model/step_context.h"
+#include "parallel/tensor_parallel.h"
 
 namespace primus {
 
@@ -74,12 +75,14 @@ class DecoderLayer {
   // parallelism: each chunk at its own place in the sequence); inverse for the gradient.
   void rope(const StepContext& ctx, const Tensor& qkv, bool inverse) const;
   // rmsnorm of this rank's rows of x (statistics into rstd), then every token's rows (sequence parallelism).
-  Tensor norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd,
-                       const char* label) const;
-  // The packed-QKV attention's backward: d_h1 (overwritten) from dx = dL/dx_mid (every token's rows);
-  // residual_grad: the layer's residual-stream gradient buffer (dx itself without sequence parallelism).
-  void attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a, Tensor& d_h1,
-                          const Tensor& residual_grad);
+  // consume (async TP): the projection that reads them, run on row ranges under the all-gather.
+  Tensor norm_gathered(const StepContext& ctx, const Tensor& x, int norm, Tensor& rstd, const char* label,
+                       const parallel::TensorParallel::RowsFn* consume = nullptr) const;
+  // The packed-QKV attention's backward from dx = dL/dx_mid (this rank's rows: the layer's residual-stream
+  // gradient buffer): returns dL/dh1 summed over tp, this rank's rows.
+  Tensor attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a);
+  // The dense MLP's backward from dx (this rank's rows): returns dL/dh2 summed over tp, this rank's rows.
+  Tensor mlp_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a);
 
   const ModelSpec& spec_;
   ParamStore& params_;

@@ -23,6 +23,12 @@ inline Tensor tp_sum_rows(const StepContext& ctx, const Tensor& partial, const c
   return ctx.tp ? ctx.tp->sum_rows(partial, ctx.stream, label) : partial;
 }
 
+// Async TP (tp_comm_overlap) for a projection: the tp group overlaps, the projection is BF16 (an FP8
+// projection's scales cover its whole input, so it is not split into row ranges) and has no LoRA adapter.
+inline bool async_tp(const StepContext& ctx, int fp8_slot, const LoraAdapter* lora = nullptr) {
+  return ctx.tp && ctx.tp->overlap() && (ctx.fp8 == nullptr || fp8_slot < 0) && !(lora && lora->on());
+}
+
 // y [local_tokens, d] = residual + x W^T summed over tp: a row-parallel projection (x [tokens, in/tp], w
 // [d, in/tp]) and its residual add. On one rank the add rides on the GEMM's C input; without SP rank 0 adds
 // it there before the all-reduce, so it is counted once. fp8_slot: the projection's FP8 slot (-1: BF16).
@@ -50,6 +56,15 @@ inline void row_parallel_residual(const StepContext& ctx, const Tensor& x, const
   if (!ctx.tp->sequence_parallel()) {
     run(y, ctx.tp->rank() == 0 ? &residual : nullptr);
     ctx.tp->sum_rows(y, s, label);
+    return;
+  }
+  if (async_tp(ctx, fp8_slot, lora)) {  // the reduce-scatter of each slice under the next slice's GEMM
+    Tensor mine = ctx.tp->sum_rows_overlapped(ctx.tokens(), w.size(0), ctx.act_dtype, s, label,
+                                              [&](int64_t r0, int64_t r1, const Tensor& out) {
+                                                Tensor o = out;
+                                                project(ctx, -1, x.slice(r0, r1), w, nullptr, o);
+                                              });
+    ops::add(mine, residual, y, s);
     return;
   }
   Tensor partial = ctx.act({ctx.tokens(), w.size(0)});

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/stream_events.h"
 #include "ops/optimizer.h"
 
 namespace primus::parallel {
@@ -41,6 +42,63 @@ Tensor TensorParallel::sum_rows(const Tensor& partial, const Stream& s, const ch
   Tensor out = Tensor::empty({local_rows(partial.size(0)), partial.size(1)}, partial.dtype(), s);
   tp_.reduce_scatter(partial.flatten(), out.flatten(), comm::ReduceOp::kSum, s, label);
   return out;
+}
+
+void TensorParallel::set_overlap(bool on) {
+  PRIMUS_CHECK(!on || sp_, "tp_comm_overlap needs sequence parallelism (as Megatron)");
+  overlap_ = on;
+}
+
+const Stream& TensorParallel::comm_stream(const Stream& compute) const {
+  // A host backend (tcp / mpi, GPU tensors staged through the host) runs its collectives synchronously
+  // on the caller's stream: nothing to overlap with, so they stay there.
+  if (tp_.device_type() != DeviceType::kCUDA || compute.device.is_cpu()) return compute;
+  if (!comm_stream_made_) {
+    comm_stream_ = make_comm_stream(compute);
+    comm_stream_made_ = true;
+  }
+  return comm_stream_;
+}
+
+Tensor TensorParallel::gather_rows_overlapped(const Tensor& x, const Stream& s, const char* label,
+                                              const RowsFn& consume) const {
+  PRIMUS_CHECK(sp_ && x.ndim() == 2, "gather_rows_overlapped: expected [rows, d] under SP, got {}",
+               x.describe());
+  const int64_t nl = x.size(0), n = nl * size(), me = rank();
+  Tensor out = Tensor::empty({n, x.size(1)}, x.dtype(), s);
+  const Stream& c = comm_stream(s);
+  stream_wait(c, StreamEvent::record(s));  // x (and out's memory) are ready
+  tp_.all_gather(x.flatten(), out.flatten(), c, label);
+  const std::shared_ptr<StreamEvent> gathered = StreamEvent::record(c);
+  consume(me * nl, (me + 1) * nl, x);  // under the all-gather
+  stream_wait(s, gathered);
+  // The other ranks' rows: those before this rank's and those after, each one contiguous range.
+  if (me > 0) consume(0, me * nl, out.slice(0, me * nl));
+  if (me + 1 < size()) consume((me + 1) * nl, n, out.slice((me + 1) * nl, n));
+  return out;
+}
+
+Tensor TensorParallel::sum_rows_overlapped(int64_t n, int64_t cols, DType dtype, const Stream& s,
+                                           const char* label, const RowsFn& produce,
+                                           const std::function<void()>& under_last) const {
+  PRIMUS_CHECK(sp_, "sum_rows_overlapped without sequence parallelism");
+  const int64_t nl = local_rows(n), P = size();
+  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(overlap_chunks_, nl));
+  Tensor mine = Tensor::empty({nl, cols}, dtype, s);
+  const Stream& c = comm_stream(s);
+  std::vector<Tensor> slices;  // alive until the comm stream is joined below
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t a = i * nl / k, b = (i + 1) * nl / k, rows = b - a;
+    // Slice i of every rank's rows, rank-major: what a reduce-scatter hands back as rows [a, b) of mine.
+    Tensor slice = Tensor::empty({P * rows, cols}, dtype, s);
+    for (int64_t j = 0; j < P; ++j) produce(j * nl + a, j * nl + b, slice.slice(j * rows, (j + 1) * rows));
+    stream_wait(c, StreamEvent::record(s));
+    tp_.reduce_scatter(slice.flatten(), mine.slice(a, b).flatten(), comm::ReduceOp::kSum, c, label);
+    slices.push_back(std::move(slice));
+  }
+  if (under_last) under_last();
+  stream_wait(s, StreamEvent::record(c));
+  return mine;
 }
 
 TensorParallel::GradView TensorParallel::whole_grads(ParamStore& params) {

@@ -20,6 +20,7 @@
 // replicated key/value rows over the ranks sharing the kv head) are summed after the backward
 // (sum_partial_grads), and the gradient norm counts every element once (norm_contribution).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,6 +54,25 @@ class TensorParallel {
   // the sum in place (returns `partial`).
   Tensor sum_rows(const Tensor& partial, const Stream& s, const char* label) const;
 
+  // Async TP (tp_comm_overlap, sequence parallelism only): the same two moves with the collective split
+  // from the GEMM that produces or consumes its rows, so that the GEMM runs while the collective is on the
+  // wire (a stream of its own; the caller's stream waits for it before these return).
+  bool overlap() const { return overlap_; }
+  void set_overlap(bool on);  // needs sequence parallelism
+  // A computation over row ranges [r0, r1) of an [n, *] tensor: `rows` is the range's input (gather) or the
+  // view to write (sum).
+  using RowsFn = std::function<void(int64_t r0, int64_t r1, const Tensor& rows)>;
+  // gather_rows(x) -> [n, d], and consume(r0, r1, rows) over every range of it: this rank's own rows first
+  // (straight from x, under the all-gather), then the others' once they are there.
+  Tensor gather_rows_overlapped(const Tensor& x, const Stream& s, const char* label,
+                                const RowsFn& consume) const;
+  // sum_rows of an [n, cols] partial that produce(r0, r1, out) writes range by range: the rows go in
+  // `chunks` slices of every rank's part, and slice c's reduce-scatter runs while slice c + 1 is produced.
+  // `under_last` (optional) runs after the last slice is produced, under its reduce-scatter (a backward
+  // puts its weight-gradient GEMM there). Returns this rank's summed rows [n / size, cols].
+  Tensor sum_rows_overlapped(int64_t n, int64_t cols, DType dtype, const Stream& s, const char* label,
+                             const RowsFn& produce, const std::function<void()>& under_last = {}) const;
+
   // The gradient buffer the optimizer reads (grad_flat(), or this rank's shard under ZeRO-1 / FSDP): its
   // piece of region r starts at offset[r] and covers the region's flat elements [first[r], first[r] + len[r])
   // (the whole region when unsharded).
@@ -79,6 +99,11 @@ class TensorParallel {
                   comm::Communicator& group, const Stream& s, const char* label) const;
   comm::Communicator& tp_;
   bool sp_ = false;
+  bool overlap_ = false;
+  int overlap_chunks_ = 2;        // slices per rank's rows in sum_rows_overlapped
+  mutable Stream comm_stream_{};  // async TP's collectives (created on first use)
+  mutable bool comm_stream_made_ = false;
+  const Stream& comm_stream(const Stream& compute) const;
   int kv_replicas_ = 1;
   std::unique_ptr<comm::Communicator> kv_group_;  // the ranks sharing this rank's kv head (kv_replicas > 1)
 };

@@ -208,9 +208,11 @@ void Trainer::init_data_parallel() {
   if (groups_ && groups_->dims().tp() > 1) {
     tp_ = std::make_unique<parallel::TensorParallel>(groups_->get("tp"), cfg_.parallel.sequence_parallel,
                                                      params_->tensor_shard().kv_replicas);
+    tp_->set_overlap(cfg_.parallel.tp_comm_overlap);
     model_->set_tensor_parallel(tp_.get());
-    log::info("tensor parallel: {} ranks{}, this rank tp {}: {}", tp_->size(),
-              tp_->sequence_parallel() ? " with sequence parallelism" : "", tp_->rank(),
+    log::info("tensor parallel: {} ranks{}{}, this rank tp {}: {}", tp_->size(),
+              tp_->sequence_parallel() ? " with sequence parallelism" : "",
+              tp_->overlap() ? " and async TP (tp_comm_overlap)" : "", tp_->rank(),
               params_->spec().describe());
   }
   if (pp_plan_) {

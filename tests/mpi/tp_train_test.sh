@@ -10,6 +10,8 @@
 #   mha NP TP        micro Llama with 4 key/value heads (one per rank at TP 4), sequence parallel
 #   kvrep NP TP      micro Llama's 2 key/value heads at TP 4: each replicated on the 2 ranks whose q heads read
 #                    it (their gradients summed over those 2), sequence parallel
+#   async NP TP      async TP (tp_comm_overlap): the sequence-parallel collectives in slices under the GEMMs,
+#                    with selective recomputation (the recomputed norms gather again)
 #   fp8 NP TP        FP8 delayed scaling (hybrid) with sequence parallelism: loss within 1e-3, grad norm 5e-2
 #   qwen3 NP TP      micro Qwen3 (q/k-norm shared by the heads of several ranks, q/k/v biases split with
 #                    their rows, tied embeddings: one vocabulary-parallel table for lookup and head), SP
@@ -46,7 +48,8 @@ if [ "$mode" = bad ]; then
     --tensor_model_parallel_size 4 --num_query_groups 4 --ffn_hidden_size 190
   refuse moe "not supported yet: tensor parallelism (tensor_model_parallel_size / parallelism.tensor_parallel_degree = 2) of MoE" 2 \
     PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2
-  refuse overlap "not supported yet: tp_comm_overlap" 2 -- --tensor_model_parallel_size 2 --tp_comm_overlap true
+  refuse overlap "tp_comm_overlap needs sequence_parallel: true" 2 -- --tensor_model_parallel_size 2 \
+    --tp_comm_overlap true
   refuse emulate "WORLD_SIZE=1 is not divisible by TP x PP x CP = 2" 0 PRIMUS_DP_EMULATE=2 -- \
     --tensor_model_parallel_size 2
   refuse world "WORLD_SIZE=3 is not divisible by TP x PP x CP = 2" 3 -- --tensor_model_parallel_size 2
@@ -67,6 +70,7 @@ case "$mode" in
   tp) ;;
   sp) keys=(--sequence_parallel true --recompute_granularity full --recompute_method uniform) ;;
   mha) keys=(--num_query_groups 4 --sequence_parallel true) ;;
+  async) keys=(--sequence_parallel true --tp_comm_overlap true --recompute_granularity selective) ;;
   kvrep) keys=(--sequence_parallel true) ;;  # TP 4 over 2 kv heads: each shared by 2 ranks
   # Delayed scaling, amaxes reduced over tp: the scales are the single process's from step 2 on (step 1 casts
   # with current scaling, each rank its shard's amax), and the curves agree within FP8's rounding noise, not f32's.

@@ -122,10 +122,10 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
   // FP8 trains; MX formats need Blackwell.
   expect_has(f.error("micro_llama.yaml", "      fp8: e4m3\n      fp8_recipe: mxfp8\n"),
              {"not supported yet: fp8_recipe=mxfp8", "Hopper has none"});
-  // Tensor parallelism trains; its communication overlap does not yet.
+  // Async TP overlaps the sequence-parallel collectives: without sequence parallelism there are none.
   expect_has(
       f.error("micro_llama.yaml", "      tensor_model_parallel_size: 2\n      tp_comm_overlap: true\n"),
-      {"not supported yet: tp_comm_overlap", "exp.yaml:13:7"});
+      {"tp_comm_overlap needs sequence_parallel: true", "exp.yaml:13:7"});
   expect_has(f.error("micro_llama.yaml", "      normalization: LayerNorm\n"),
              {"not supported yet: normalization=LayerNorm", "only RMSNorm"});
   expect_has(f.error("micro_llama.yaml", "      hidden_dropout: 0.1\n"),

@@ -164,6 +164,61 @@ TEST(TensorParallelStore, SplitModelComputesTheWholeModelsLossesAndGradients) {
   }
 }
 
+// Async TP (tp_comm_overlap) computes the projections on row ranges around sliced collectives: the same
+// sums in the same order per element, so losses and gradients equal the plain sequence-parallel run's bitwise
+// (f64, TP 2 and 4, 16 tokens: at TP 4 each rank's 4 rows go in 2 slices of 2; qkv bias and q/k-norm on;
+// without and with selective recomputation, whose recomputed norms gather again).
+TEST(TensorParallelStore, AsyncTpGivesThePlainSequenceParallelResultsBitwise) {
+  for (const auto& [T, selective] : {std::pair{2, false}, std::pair{4, false}, std::pair{2, true}}) {
+    SCOPED_TRACE(fmt::format("tp {} selective recompute {}", T, selective));
+    ModelConfig cfg = tiny(/*qk_norm=*/true, /*bias=*/true, /*tied=*/false);
+    cfg.num_query_groups = 2;
+    const ModelSpec spec = ModelSpec::from_config(cfg);
+    RecomputeConfig rc;
+    rc.granularity = selective ? "selective" : "";
+    std::vector<int32_t> tv, yv;
+    for (int i = 0; i < 16; ++i) {
+      tv.push_back((i * 5 + 1) % 24);
+      yv.push_back((i * 13 + 7) % 24);
+    }
+    const Tensor tokens = Tensor::from_vector(tv, {2, 8}), targets = Tensor::from_vector(yv, {2, 8});
+    std::mutex mu;
+    std::vector<std::vector<double>> losses(2 * T), grads(2 * T);
+    for (bool overlap : {false, true}) {
+      comm::run_ranks(T, [&](comm::Communicator& c) {
+        ParamStore local(spec.with_tensor_shard(T, c.rank(), /*sequence_parallel=*/true));
+        local.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+        local.initialize(9, Stream::cpu());
+        split_test::perturb(local);
+        LlamaModel m(cfg, rc, local, Stream::cpu(), 8);
+        parallel::TensorParallel tp(c, /*sequence_parallel=*/true, local.tensor_shard().kv_replicas);
+        tp.set_overlap(overlap);
+        EXPECT_EQ(tp.overlap(), overlap);
+        m.set_tensor_parallel(&tp);
+        local.grad_flat().zero_(Stream::cpu());
+        std::vector<double> l = m.forward_backward(tokens, targets, 0.5f).to_vector<double>();
+        tp.sum_partial_grads(local, parallel::TensorParallel::whole_grads(local), Stream::cpu());
+        std::lock_guard<std::mutex> lock(mu);
+        losses[overlap * T + c.rank()] = std::move(l);
+        grads[overlap * T + c.rank()] = local.grad_flat().to_vector<double>();
+      });
+    }
+    for (int r = 0; r < T; ++r) {
+      ASSERT_FALSE(losses[r].empty());
+      EXPECT_EQ(losses[T + r], losses[r]) << "rank " << r;
+      EXPECT_EQ(grads[T + r], grads[r]) << "rank " << r;
+    }
+  }
+}
+
+TEST(TensorParallelStore, AsyncTpNeedsSequenceParallelism) {
+  comm::run_ranks(2, [&](comm::Communicator& c) {
+    parallel::TensorParallel tp(c, /*sequence_parallel=*/false);
+    EXPECT_THROW(tp.set_overlap(true), Error);
+    tp.set_overlap(false);
+  });
+}
+
 // Splitting the whole model's state into the tp ranks' shares and gathering them back is the identity
 // (master weights and both moments); a rank's share is its part.
 TEST(TensorParallelStore, ShareAndGatherRoundTripTheWholeModelState) {

@@ -6,12 +6,12 @@
 #         mock data, against one process on the same GPU with the same global batch (bf16: within 2e-2);
 #  nccl   the same with one rank per GPU over NCCL, and TP 2 + SP with ZeRO-1 is not possible on 2 GPUs (DP 1):
 #         so TP 2 + SP with full recomputation;
-#         (CASES: also micro_llama:kv1 -- one kv head on both TP ranks -- and micro_llama / micro_qwen3 CP 2);
+#         (CASES: kinds tp, sp, async (SP + tp_comm_overlap), kv1, cp; also micro_llama:kv1 -- one kv head on both TP ranks -- and micro_llama / micro_qwen3 CP 2);
 #  ckpt   TP 2 + SP and EP 2 + ZeRO-1 save over NCCL, one GPU resumes: joined curve vs one GPU;
 #  bigckpt the Llama-3-8B-dims 4L model saved by TP 2 + SP over NCCL, resumed on one GPU;
 #  cpperf Llama-3-8B dims 4L at T 32768 (full recomputation): one GPU vs CP 2;
 #  dpperf the llama3.2-1B shape, global batch 16: one GPU (2 micro-batches accumulated) vs DDP on 2 GPUs;
-#  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, and
+#  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, TP 2 + SP + async TP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
 #         all-reduce / all-gather / reduce-scatter bandwidth at the TP message size for the floor.
 # Carry .device (tp.tgz: stripped primus). Usage: PARTS="stage nccl perf" tools/device/tp-check.sh
@@ -36,6 +36,8 @@ for part in stage nccl; do
     model=${case%%:*} kind=${case##*:}
     extra=(--tensor_model_parallel_size 2)
     [ "$kind" = sp ] && extra+=(--sequence_parallel true)
+    # async: async TP (tp_comm_overlap), the sequence-parallel collectives in slices under the GEMMs
+    [ "$kind" = async ] && extra+=(--sequence_parallel true --tp_comm_overlap true)
     # kv1: one key/value head replicated on both TP ranks (the same model on one GPU: --num_query_groups 1)
     [ "$kind" = kv1 ] && extra+=(--num_query_groups 1)
     [ "$kind" = cp ] && extra=(--context_parallel_size 2 --cp_comm_type all_gather)
@@ -139,15 +141,17 @@ if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then
   timeout 200 "$bin/primus" launch --nproc-per-node 2 --master-port 0 -- benchmark comm --backend nccl \
     --ops all_reduce,all_gather,reduce_scatter --sizes 32M,64M 2>&1 | tail -12 | tee "$out/comm.txt"
   l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters 30 --log_interval 10)
-  for gbs in 1 2; do
+  for gbs in ${TP_GBS:-1 2}; do
     run "l8_1gpu_b$gbs" 1 200 CUDA_VISIBLE_DEVICES=0 -- "${l[@]}" --global_batch_size $gbs
     run "l8_tp2_b$gbs" 2 200 -- "${l[@]}" --global_batch_size $gbs --tensor_model_parallel_size 2
     run "l8_tp2sp_b$gbs" 2 200 -- "${l[@]}" --global_batch_size $gbs --tensor_model_parallel_size 2 \
       --sequence_parallel true
+    run "l8_tp2async_b$gbs" 2 200 -- "${l[@]}" --global_batch_size $gbs --tensor_model_parallel_size 2 \
+      --sequence_parallel true --tp_comm_overlap true
     if [ $gbs = 2 ]; then
       run l8_dp2_b2 2 200 -- "${l[@]}" --global_batch_size 2 --overlap_grad_reduce true
     fi
   done
-  medians 10 l8_1gpu_b1 8192 l8_1gpu_b1 l8_tp2_b1 l8_tp2sp_b1
-  medians 10 l8_1gpu_b2 16384 l8_1gpu_b2 l8_tp2_b2 l8_tp2sp_b2 l8_dp2_b2
+  medians 10 l8_1gpu_b1 8192 l8_1gpu_b1 l8_tp2_b1 l8_tp2sp_b1 l8_tp2async_b1
+  medians 10 l8_1gpu_b2 16384 l8_1gpu_b2 l8_tp2_b2 l8_tp2sp_b2 l8_tp2async_b2 l8_dp2_b2
 fi
