@@ -31,13 +31,14 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
   PRIMUS_DISPATCH(dy, linear_backward_weight, dy, x, dw, dbias, s, accumulate);
 }
 
-void reserve_gemm_sms(const Stream& s, int reserve) {
+int reserve_gemm_sms(const Stream& s, int reserve) {
 #ifdef PRIMUS_WITH_CUDA
-  if (s.device.is_cuda()) cuda::reserve_gemm_sms(s, reserve);
+  if (s.device.is_cuda()) return cuda::reserve_gemm_sms(s, reserve);
 #else
   (void)s;
   (void)reserve;
 #endif
+  return 0;
 }
 
 }  // namespace primus::ops

@@ -24,7 +24,8 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
                             bool accumulate = true);
 
 // GEMMs launched from now on leave `reserve` SMs of s's GPU to kernels of another stream (cuBLASLt's SM count
-// target); 0 gives them every SM again. Nothing on the CPU.
-void reserve_gemm_sms(const Stream& s, int reserve);
+// target); 0 gives them every SM again. Returns the reservation it replaces (0 on the CPU, where it does
+// nothing).
+int reserve_gemm_sms(const Stream& s, int reserve);
 
 }  // namespace primus::ops

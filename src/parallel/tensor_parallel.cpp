@@ -1,9 +1,12 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "core/stream_events.h"
+#include "ops/gemm.h"
 #include "ops/optimizer.h"
 
 namespace primus::parallel {
@@ -44,9 +47,32 @@ Tensor TensorParallel::sum_rows(const Tensor& partial, const Stream& s, const ch
   return out;
 }
 
+namespace {
+
+// While a collective is on the wire, the GEMMs launched beside it leave `sms` SMs free: cuBLAS's persistent
+// kernels otherwise take every SM, and the collective's kernel (launched a moment later, on another stream)
+// starts only when the GEMM's last blocks retire, i.e. after it (measured 2026-11-28, docs/performance.md).
+// The SM target does not change a GEMM's algorithm or results (ops/cuda/gemm_lt.h).
+class GemmsBesideCollective {
+ public:
+  GemmsBesideCollective(const Stream& s, int sms) : s_(s), before_(ops::reserve_gemm_sms(s, sms)) {}
+  ~GemmsBesideCollective() { ops::reserve_gemm_sms(s_, before_); }
+  GemmsBesideCollective(const GemmsBesideCollective&) = delete;
+  GemmsBesideCollective& operator=(const GemmsBesideCollective&) = delete;
+
+ private:
+  Stream s_;
+  int before_;
+};
+
+}  // namespace
+
 void TensorParallel::set_overlap(bool on) {
   PRIMUS_CHECK(!on || sp_, "tp_comm_overlap needs sequence parallelism (as Megatron)");
   overlap_ = on;
+  // SMs the GEMMs leave to a collective running beside them (PRIMUS_TP_OVERLAP_SMS, a tuning knob).
+  if (const char* v = std::getenv("PRIMUS_TP_OVERLAP_SMS"); v != nullptr && *v != '\0')
+    overlap_sms_ = std::stoi(v);
 }
 
 const Stream& TensorParallel::comm_stream(const Stream& compute) const {
@@ -70,7 +96,10 @@ Tensor TensorParallel::gather_rows_overlapped(const Tensor& x, const Stream& s, 
   stream_wait(c, StreamEvent::record(s));  // x (and out's memory) are ready
   tp_.all_gather(x.flatten(), out.flatten(), c, label);
   const std::shared_ptr<StreamEvent> gathered = StreamEvent::record(c);
-  consume(me * nl, (me + 1) * nl, x);  // under the all-gather
+  {
+    const GemmsBesideCollective beside(s, c.handle != s.handle ? overlap_sms_ : 0);
+    consume(me * nl, (me + 1) * nl, x);  // under the all-gather
+  }
   stream_wait(s, gathered);
   // The other ranks' rows: those before this rank's and those after, each one contiguous range.
   if (me > 0) consume(0, me * nl, out.slice(0, me * nl));
@@ -91,12 +120,18 @@ Tensor TensorParallel::sum_rows_overlapped(int64_t n, int64_t cols, DType dtype,
     const int64_t a = i * nl / k, b = (i + 1) * nl / k, rows = b - a;
     // Slice i of every rank's rows, rank-major: what a reduce-scatter hands back as rows [a, b) of mine.
     Tensor slice = Tensor::empty({P * rows, cols}, dtype, s);
-    for (int64_t j = 0; j < P; ++j) produce(j * nl + a, j * nl + b, slice.slice(j * rows, (j + 1) * rows));
+    {  // beside the previous slice's reduce-scatter (the first slice has none)
+      const GemmsBesideCollective beside(s, i > 0 && c.handle != s.handle ? overlap_sms_ : 0);
+      for (int64_t j = 0; j < P; ++j) produce(j * nl + a, j * nl + b, slice.slice(j * rows, (j + 1) * rows));
+    }
     stream_wait(c, StreamEvent::record(s));
     tp_.reduce_scatter(slice.flatten(), mine.slice(a, b).flatten(), comm::ReduceOp::kSum, c, label);
     slices.push_back(std::move(slice));
   }
-  if (under_last) under_last();
+  if (under_last) {
+    const GemmsBesideCollective beside(s, c.handle != s.handle ? overlap_sms_ : 0);
+    under_last();
+  }
   stream_wait(s, StreamEvent::record(c));
   return mine;
 }

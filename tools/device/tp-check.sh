@@ -10,6 +10,8 @@
 #  ckpt   TP 2 + SP and EP 2 + ZeRO-1 save over NCCL, one GPU resumes: joined curve vs one GPU;
 #  bigckpt the Llama-3-8B-dims 4L model saved by TP 2 + SP over NCCL, resumed on one GPU;
 #  cpperf Llama-3-8B dims 4L at T 32768 (full recomputation): one GPU vs CP 2;
+#  tpprof profiled TP 2 + SP runs of Llama-3-8B dims 4L without and with async TP (traces to $OUT);
+#  ncclenv TP 2 + SP with and without async TP under NCCL bandwidth settings (NCCL_ENVS);
 #  dpperf the llama3.2-1B shape, global batch 16: one GPU (2 micro-batches accumulated) vs DDP on 2 GPUs;
 #  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, TP 2 + SP + async TP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
@@ -127,6 +129,48 @@ if [[ " $parts " == *" dpperf "* ]] && [ "$ngpu" -ge 2 ]; then
   run b1_1gpu_b16 1 300 CUDA_VISIBLE_DEVICES=0 -- "${d[@]}"
   run b1_dp2_b16 2 300 -- "${d[@]}" --overlap_grad_reduce true
   medians 10 b1_1gpu_b16 $((16 * 2048)) b1_1gpu_b16 b1_dp2_b16
+fi
+
+if [[ " $parts " == *" tpprof "* ]] && [ "$ngpu" -ge 2 ]; then
+  # Profiled TP 2 + SP runs, without and with async TP (steps 9-10, CUPTI kernels): rank 0's trace and its
+  # `primus report timeline`, to see what the collectives overlap.
+  source "$(dirname "$0")/find-cupti.sh"
+  l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters 12 --log_interval 4
+     --tensor_model_parallel_size 2 --sequence_parallel true --profile true --profile_step_start 9
+     --profile_step_end 10)
+  for v in sp async; do
+    extra=()
+    [ $v = async ] && extra=(--tp_comm_overlap true)
+    run "l8_tp2${v}_prof" 2 200 -- "${l[@]}" "${extra[@]}"
+    tr=$(find "/tmp/$check-ws/l8_tp2${v}_prof" -name rank0.json | head -1)
+    if [ -n "$tr" ]; then
+      "$bin/primus" report timeline "$tr" >"$out/l8_tp2${v}_prof.timeline.txt" 2>&1
+      head -40 "$out/l8_tp2${v}_prof.timeline.txt" | cut -c1-200
+      gzip -c "$tr" >"${OUT:-/tmp}/l8_tp2${v}_prof.trace.json.gz"
+    fi
+  done
+fi
+
+if [[ " $parts " == *" ncclenv "* ]] && [ "$ngpu" -ge 2 ]; then
+  # TP 2 + SP with and without async TP under NCCL settings that trade SMs for bandwidth (NCCL_ENVS: a
+  # space-separated list of NAME=VALUE[,NAME=VALUE] variants; "-" is NCCL's defaults).
+  l=(--config configs/examples/megatron/bench_llama3-8B-4L.yaml --train_iters 30 --log_interval 10
+     --tensor_model_parallel_size 2 --sequence_parallel true)
+  names=""
+  run l8_1gpu_env 1 200 CUDA_VISIBLE_DEVICES=0 -- --config configs/examples/megatron/bench_llama3-8B-4L.yaml \
+    --train_iters 30 --log_interval 10
+  for e in ${NCCL_ENVS:-- NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=16 NCCL_MIN_NCHANNELS=32}; do
+    envs=()
+    [ "$e" != - ] && IFS=, read -ra envs <<<"$e"
+    tag=$(echo "$e" | tr -c 'A-Za-z0-9\n' '_' | tr -d '\n')
+    for v in sp async; do
+      extra=()
+      [ $v = async ] && extra=(--tp_comm_overlap true)
+      run "l8_tp2${v}_$tag" 2 200 "${envs[@]}" -- "${l[@]}" "${extra[@]}"
+      names="$names l8_tp2${v}_$tag"
+    done
+  done
+  medians 10 l8_1gpu_env 8192 l8_1gpu_env $names
 fi
 
 if [[ " $parts " == *" perf "* ]] && [ "$ngpu" -ge 2 ]; then

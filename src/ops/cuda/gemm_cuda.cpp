@@ -90,12 +90,13 @@ void bias_grad_accumulate(const Tensor& dy, int64_t rows, int64_t cols, Tensor& 
 
 }  // namespace
 
-void reserve_gemm_sms(const Stream& s, int reserve) {
+int reserve_gemm_sms(const Stream& s, int reserve) {
   int sms = 0;
   PRIMUS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s.device.index));
   PRIMUS_CHECK(reserve >= 0 && reserve < sms, "reserve_gemm_sms: {} of {} SMs cannot be reserved", reserve,
                sms);
-  lt::set_sm_count_target(reserve > 0 ? sms - reserve : 0);
+  const int before = lt::set_sm_count_target(reserve > 0 ? sms - reserve : 0);
+  return before > 0 ? sms - before : 0;
 }
 
 void set_dbias_path(DbiasPath p) {

@@ -12,6 +12,6 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
 void linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, bool accumulate, const Stream& s);
 void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* dbias, const Stream& s,
                             bool accumulate = true);
-void reserve_gemm_sms(const Stream& s, int reserve);
+int reserve_gemm_sms(const Stream& s, int reserve);  // returns the previous reservation
 
 }  // namespace primus::ops::cuda

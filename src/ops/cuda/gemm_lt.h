@@ -114,8 +114,9 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 void matmul(const Problem& p, const Operands& ops, const Stream& s);
 // GEMMs launched from now on target `sms` SMs (cuBLASLt's SM_COUNT_TARGET: its persistent kernels size their
 // grid by it), leaving the rest to work on another stream; 0 restores all SMs. Process-wide. Each plan keeps
-// its algorithm (heuristic or tuned), so results do not change with the target (gemm_lt_cuda.cpp).
-void set_sm_count_target(int sms);
+// its algorithm (heuristic or tuned), so results do not change with the target (gemm_lt_cuda.cpp). Returns
+// the target it replaces.
+int set_sm_count_target(int sms);
 // As matmul(), but returns false (running nothing) when cuBLASLt has no algorithm for the problem.
 bool try_matmul(const Problem& p, const Operands& ops, const Stream& s);
 // Runs with an explicit algorithm (tuner, benchmarks). The algorithm must fit in kWorkspaceBytes.

@@ -468,8 +468,8 @@ bool try_matmul(const Problem& p, const Operands& o, const Stream& s) {
   return true;
 }
 
-void set_sm_count_target(int sms) {
-  g_sm_count_target.store(sms > 0 ? sms : 0, std::memory_order_relaxed);
+int set_sm_count_target(int sms) {
+  return g_sm_count_target.exchange(sms > 0 ? sms : 0, std::memory_order_relaxed);
 }
 
 void matmul(const Problem& p, const Operands& o, const Stream& s) {
