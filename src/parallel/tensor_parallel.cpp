@@ -49,20 +49,24 @@ Tensor TensorParallel::sum_rows(const Tensor& partial, const Stream& s, const ch
 
 namespace {
 
-// While a collective is on the wire, the GEMMs launched beside it leave `sms` SMs free: cuBLAS's persistent
-// kernels otherwise take every SM, and the collective's kernel (launched a moment later, on another stream)
-// starts only when the GEMM's last blocks retire, i.e. after it (measured 2026-11-28, docs/performance.md).
-// The SM target does not change a GEMM's algorithm or results (ops/cuda/gemm_lt.h).
+// While a collective is on the wire, the GEMMs launched beside it may leave `sms` SMs free for it: cuBLAS's
+// persistent kernels otherwise take every SM, and the collective's kernel (launched a moment later, on
+// another stream) gets SMs only as the GEMM's last blocks retire. Measured on 2 x H200 (2026-11-28,
+// docs/performance.md) the reservation cost the GEMMs more than the collectives gained, so it is off by
+// default (PRIMUS_TP_OVERLAP_SMS sets it). The SM target does not change a GEMM's algorithm or results.
 class GemmsBesideCollective {
  public:
-  GemmsBesideCollective(const Stream& s, int sms) : s_(s), before_(ops::reserve_gemm_sms(s, sms)) {}
-  ~GemmsBesideCollective() { ops::reserve_gemm_sms(s_, before_); }
+  GemmsBesideCollective(const Stream& s, int sms)
+      : s_(s), before_(sms > 0 ? ops::reserve_gemm_sms(s, sms) : -1) {}
+  ~GemmsBesideCollective() {
+    if (before_ >= 0) ops::reserve_gemm_sms(s_, before_);
+  }
   GemmsBesideCollective(const GemmsBesideCollective&) = delete;
   GemmsBesideCollective& operator=(const GemmsBesideCollective&) = delete;
 
  private:
   Stream s_;
-  int before_;
+  int before_;  // the reservation to restore; -1: none made
 };
 
 }  // namespace

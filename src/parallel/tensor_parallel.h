@@ -101,7 +101,7 @@ class TensorParallel {
   bool sp_ = false;
   bool overlap_ = false;
   int overlap_chunks_ = 2;        // slices per rank's rows in sum_rows_overlapped
-  int overlap_sms_ = 16;          // SMs the GEMMs leave to a collective beside them
+  int overlap_sms_ = 0;           // SMs the GEMMs leave to a collective beside them
   mutable Stream comm_stream_{};  // async TP's collectives (created on first use)
   mutable bool comm_stream_made_ = false;
   const Stream& comm_stream(const Stream& compute) const;
