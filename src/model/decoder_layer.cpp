@@ -274,26 +274,12 @@ void DecoderLayer::recompute_dropped(const StepContext& ctx, LayerActivations& a
 }
 
 Tensor DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a) {
-  const int64_t n = ctx.tokens(), d = spec_.hidden;
+  const int64_t n = ctx.tokens();
   const Stream& s = ctx.stream;
   Tensor d_attn = ctx.act({n, spec_.q_dim()});
-  const Tensor w_o = params_.param(w_o_);
-  if (async_tp(ctx, fp8_o_, &lora_o_)) {
-    // The output projection's input gradient on row ranges under the all-gather of dx; its weight gradient
-    // needs every row.
-    const Tensor dy = ctx.tp->gather_rows_overlapped(
-        dx, s, "sp gather attention output gradient", [&](int64_t r0, int64_t r1, const Tensor& rows) {
-          Tensor o = d_attn.slice(r0, r1);
-          ops::linear_backward_input(rows, w_o, o, /*accumulate=*/false, s);
-        });
-    weight_grad(ctx, dy, a.attn, params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), dx);
-  } else {
-    const Tensor dy = tp_gather_rows(ctx, dx, "sp gather attention output gradient");
-    // An adapter writes its share of the input gradient first; the frozen dgrad accumulates (lora_adapter.h).
-    if (lora_o_.on()) lora_o_.backward(ctx, dy, a.attn, a.t_o, d_attn);
-    project_backward(ctx, fp8_o_, dy, a.attn, w_o, d_attn, lora_o_.on(), params_.grad(w_o_), Tensor(),
-                     params_.grad_accumulate(w_o_), dx);
-  }
+  row_parallel_backward(ctx, fp8_o_, lora_o_, a.t_o, dx, a.attn, params_.param(w_o_), d_attn,
+                        params_.grad(w_o_), params_.grad_accumulate(w_o_), dx,
+                        "sp gather attention output gradient");
   Tensor d_qkv = ctx.act({n, spec_.qkv_dim()});
   if (ctx.cp) {
     ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk_shape(spec_, ctx), d_qkv, s);
@@ -318,70 +304,27 @@ Tensor DecoderLayer::attention_backward(const StepContext& ctx, const Tensor& dx
     d_qkv = d_raw;
   }
   // The bias gradient follows the weight's mode: both are overwritten by the step's first write, or both add.
-  const Tensor w_qkv = params_.param(w_qkv_);
-  const Tensor g_bias = b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor();
-  if (async_tp(ctx, fp8_qkv_, &lora_qkv_)) {
-    // The input gradient's reduce-scatter in slices under the next slice's GEMM, the last one under the
-    // weight-gradient GEMM.
-    return ctx.tp->sum_rows_overlapped(
-        n, d, ctx.act_dtype, s, "tp attention input gradient",
-        [&](int64_t r0, int64_t r1, const Tensor& out) {
-          Tensor o = out;
-          ops::linear_backward_input(d_qkv.slice(r0, r1), w_qkv, o, /*accumulate=*/false, s);
-        },
-        [&] {
-          weight_grad(ctx, d_qkv, a.h1, params_.grad(w_qkv_), g_bias, params_.grad_accumulate(w_qkv_), dx);
-        });
-  }
-  Tensor d_h1 = ctx.act({n, d});
-  if (lora_qkv_.on()) lora_qkv_.backward(ctx, d_qkv, a.h1, a.t_qkv, d_h1);
-  project_backward(ctx, fp8_qkv_, d_qkv, a.h1, w_qkv, d_h1, lora_qkv_.on(), params_.grad(w_qkv_), g_bias,
-                   params_.grad_accumulate(w_qkv_), dx);
-  d_qkv = Tensor();
-  return tp_sum_rows(ctx, d_h1, "tp attention input gradient");
+  return column_parallel_backward(ctx, fp8_qkv_, lora_qkv_, a.t_qkv, d_qkv, a.h1, params_.param(w_qkv_),
+                                  params_.grad(w_qkv_), b_qkv_ >= 0 ? params_.grad(b_qkv_) : Tensor(),
+                                  params_.grad_accumulate(w_qkv_), dx, "tp attention input gradient");
 }
 
 Tensor DecoderLayer::mlp_backward(const StepContext& ctx, const Tensor& dx, LayerActivations& a) {
-  const int64_t n = ctx.tokens(), d = spec_.hidden;
-  const Stream& s = ctx.stream;
+  const int64_t n = ctx.tokens();
   // x_out = x_mid + swiglu(h2 Wgu^T) Wdown^T. dx holds this rank's tokens; the MLP's gradients need every
   // token's (tensor parallelism: the row-parallel output's backward).
-  const Tensor w_down = params_.param(w_down_), w_gu = params_.param(w_gu_);
   Tensor d_act = ctx.act({n, spec_.ffn});
-  if (async_tp(ctx, fp8_down_, &lora_down_)) {
-    const Tensor dy = ctx.tp->gather_rows_overlapped(
-        dx, s, "sp gather mlp output gradient", [&](int64_t r0, int64_t r1, const Tensor& rows) {
-          Tensor o = d_act.slice(r0, r1);
-          ops::linear_backward_input(rows, w_down, o, /*accumulate=*/false, s);
-        });
-    weight_grad(ctx, dy, a.act, params_.grad(w_down_), Tensor(), params_.grad_accumulate(w_down_), dx);
-  } else {
-    const Tensor dy = tp_gather_rows(ctx, dx, "sp gather mlp output gradient");
-    if (lora_down_.on()) lora_down_.backward(ctx, dy, a.act, a.t_down, d_act);
-    project_backward(ctx, fp8_down_, dy, a.act, w_down, d_act, lora_down_.on(), params_.grad(w_down_),
-                     Tensor(), params_.grad_accumulate(w_down_), dx);
-  }
+  row_parallel_backward(ctx, fp8_down_, lora_down_, a.t_down, dx, a.act, params_.param(w_down_), d_act,
+                        params_.grad(w_down_), params_.grad_accumulate(w_down_), dx,
+                        "sp gather mlp output gradient");
   a.act = Tensor();
   Tensor d_gu = ctx.act({n, 2 * spec_.ffn});
-  ops::swiglu_backward(d_act, a.gu, d_gu, s);
+  ops::swiglu_backward(d_act, a.gu, d_gu, ctx.stream);
   d_act = Tensor();
   a.gu = Tensor();
-  if (async_tp(ctx, fp8_gu_, &lora_gu_)) {
-    return ctx.tp->sum_rows_overlapped(
-        n, d, ctx.act_dtype, s, "tp mlp input gradient",
-        [&](int64_t r0, int64_t r1, const Tensor& out) {
-          Tensor o = out;
-          ops::linear_backward_input(d_gu.slice(r0, r1), w_gu, o, /*accumulate=*/false, s);
-        },
-        [&] {
-          weight_grad(ctx, d_gu, a.h2, params_.grad(w_gu_), Tensor(), params_.grad_accumulate(w_gu_), dx);
-        });
-  }
-  Tensor d_h2 = ctx.act({n, d});
-  if (lora_gu_.on()) lora_gu_.backward(ctx, d_gu, a.h2, a.t_gu, d_h2);
-  project_backward(ctx, fp8_gu_, d_gu, a.h2, w_gu, d_h2, lora_gu_.on(), params_.grad(w_gu_), Tensor(),
-                   params_.grad_accumulate(w_gu_), dx);
-  return tp_sum_rows(ctx, d_h2, "tp mlp input gradient");
+  return column_parallel_backward(ctx, fp8_gu_, lora_gu_, a.t_gu, d_gu, a.h2, params_.param(w_gu_),
+                                  params_.grad(w_gu_), Tensor(), params_.grad_accumulate(w_gu_), dx,
+                                  "tp mlp input gradient");
 }
 
 Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivations& a) {

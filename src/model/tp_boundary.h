@@ -1,9 +1,12 @@
 #pragma once
 // The model side of tensor parallelism (parallel/tensor_parallel.h): the collectives at a parallel region's
 // boundary, written so that a layer reads the same on one rank (where they are identities) as on many.
+#include <utility>
+
 #include "model/fp8_linear.h"
 #include "model/lora_adapter.h"
 #include "model/step_context.h"
+#include "model/weight_grad.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "parallel/tensor_parallel.h"
@@ -71,6 +74,57 @@ inline void row_parallel_residual(const StepContext& ctx, const Tensor& x, const
   run(partial, nullptr);
   Tensor mine = ctx.tp->sum_rows(partial, s, label);
   ops::add(mine, residual, y, s);
+}
+
+// The backward of a projection y = x W^T in a layer's two tensor-parallel places. Both compute the input
+// gradient dx = dy W (the adapter's share first, the frozen GEMM accumulating, when `lora` is on) and W's
+// gradient (g, g_bias; at once or deferred: weight_grad), and both run async TP's overlapped moves when
+// async_tp() allows. residual_grad: see weight_grad().
+//
+// Row-parallel (o, down): dy_local is this rank's rows of dL/dy; they are gathered over tp first (the own
+// rows' input gradient under the gather with async TP). dx [tokens, in/tp] is overwritten.
+inline void row_parallel_backward(const StepContext& ctx, int fp8_slot, const LoraAdapter& lora,
+                                  const Tensor& lora_t, const Tensor& dy_local, const Tensor& x,
+                                  const Tensor& w, Tensor& dx, Tensor g, bool accumulate_w,
+                                  const Tensor& residual_grad, const char* label) {
+  const Stream& s = ctx.stream;
+  if (async_tp(ctx, fp8_slot, &lora)) {
+    const Tensor dy =
+        ctx.tp->gather_rows_overlapped(dy_local, s, label, [&](int64_t r0, int64_t r1, const Tensor& rows) {
+          Tensor o = dx.slice(r0, r1);
+          ops::linear_backward_input(rows, w, o, /*accumulate=*/false, s);
+        });
+    weight_grad(ctx, dy, x, std::move(g), Tensor(), accumulate_w, residual_grad);
+    return;
+  }
+  const Tensor dy = tp_gather_rows(ctx, dy_local, label);
+  if (lora.on()) lora.backward(ctx, dy, x, lora_t, dx);
+  project_backward(ctx, fp8_slot, dy, x, w, dx, lora.on(), std::move(g), Tensor(), accumulate_w,
+                   residual_grad);
+}
+
+// Column-parallel (qkv, gate|up): dy [tokens, out/tp] over every token; returns dL/dx summed over tp, this
+// rank's rows (the reduce-scatter in slices under the next slice's GEMM and the last under the weight
+// gradient with async TP).
+inline Tensor column_parallel_backward(const StepContext& ctx, int fp8_slot, const LoraAdapter& lora,
+                                       const Tensor& lora_t, const Tensor& dy, const Tensor& x,
+                                       const Tensor& w, Tensor g, Tensor g_bias, bool accumulate_w,
+                                       const Tensor& residual_grad, const char* label) {
+  const Stream& s = ctx.stream;
+  if (async_tp(ctx, fp8_slot, &lora)) {
+    return ctx.tp->sum_rows_overlapped(
+        dy.size(0), x.size(1), ctx.act_dtype, s, label,
+        [&](int64_t r0, int64_t r1, const Tensor& out) {
+          Tensor o = out;
+          ops::linear_backward_input(dy.slice(r0, r1), w, o, /*accumulate=*/false, s);
+        },
+        [&] { weight_grad(ctx, dy, x, std::move(g), std::move(g_bias), accumulate_w, residual_grad); });
+  }
+  Tensor dx = ctx.act({dy.size(0), x.size(1)});
+  if (lora.on()) lora.backward(ctx, dy, x, lora_t, dx);
+  project_backward(ctx, fp8_slot, dy, x, w, dx, lora.on(), std::move(g), std::move(g_bias), accumulate_w,
+                   residual_grad);
+  return tp_sum_rows(ctx, dx, label);
 }
 
 }  // namespace primus
