@@ -19,7 +19,8 @@ void add_megatron_parallel_keys(KeyTable& t) {
       "sequence_parallel", kB, "false",
       "sequence parallelism: norms and residuals on 1/TP of the tokens (Megatron turns it off at TP = 1)"));
   t.add(impl("tp_comm_overlap", kB, "false",
-             "async TP: the sequence-parallel all-gathers / reduce-scatters in slices under the projections' GEMMs (needs sequence_parallel)"));
+             "async TP: the sequence-parallel all-gathers / reduce-scatters in slices under the projections' "
+             "GEMMs (needs sequence_parallel)"));
   t.add(impl("pipeline_model_parallel_size", kI, "1",
              "pipeline-parallel degree (PP): the layers in stages over PP ranks, run by a schedule "
              "(docs/pipeline.md)")

@@ -140,7 +140,7 @@ struct ParallelConfig {
   int64_t expert_model_parallel_size = 1;
   int64_t data_parallel_replicate_degree = 1;  // HSDP replicas
   bool sequence_parallel = false;              // with TP > 1 only (Megatron turns it off at TP 1)
-  bool tp_comm_overlap = false;  // async TP (with sequence parallelism; parallel/tensor_parallel.h)
+  bool tp_comm_overlap = false;      // async TP (with sequence parallelism; parallel/tensor_parallel.h)
   std::string cp_comm_type = "p2p";  // context parallelism's exchange (every value runs as all_gather)
   bool use_distributed_optimizer = false;
   bool use_torch_fsdp2 = false;

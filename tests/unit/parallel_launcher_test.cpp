@@ -38,15 +38,15 @@ TEST(ParallelLauncher, SetsTorchrunVariablesAndPrefixesLines) {
 TEST(ParallelLauncher, PassesTheCommandsWordsVerbatim) {
   // A list value (decoder_pipeline_manual_split_list [3,2,2,1]), a word with spaces and a second `--` reach
   // every rank as they were given (CLI11 used to split the list into four words).
-  CliResult r = run_primus(launch(2, {"/bin/sh", "-c", "printf '<%s>' \"$@\"; echo", "sh", "--split",
-                                      "[3,2,2,1]", "a b", "--", "-x"}));
+  CliResult r = run_primus(launch(
+      2, {"/bin/sh", "-c", "printf '<%s>' \"$@\"; echo", "sh", "--split", "[3,2,2,1]", "a b", "--", "-x"}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (int i = 0; i < 2; ++i)
     EXPECT_NE(r.out.find(fmt::format("[rank {}] <--split><[3,2,2,1]><a b><--><-x>", i)), std::string::npos)
         << r.out;
   // The global flag before the command still works.
-  r = run_primus({"--debug", "launch", "--nproc-per-node", "1", "--master-port", "0", "--", "/bin/echo",
-                  "[1,2]"});
+  r = run_primus(
+      {"--debug", "launch", "--nproc-per-node", "1", "--master-port", "0", "--", "/bin/echo", "[1,2]"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[rank 0] [1,2]"), std::string::npos) << r.out;
 }
