@@ -40,8 +40,16 @@ PipelineCosts layout_costs(const PipelineLayout& layout, const CostRatios& ratio
   PipelineCosts c;
   c.p2p = ratios.p2p;
   c.chunk.assign(layout.pp(), std::vector<ChunkCosts>(layout.vpp()));
-  for (int r = 0; r < layout.pp(); ++r)
-    for (int k = 0; k < layout.vpp(); ++k) c.chunk[r][k] = scaled(w[r][k] / per_rank, ratios);
+  for (int r = 0; r < layout.pp(); ++r) {
+    int rank_layers = 0;
+    for (int k = 0; k < layout.vpp(); ++k) rank_layers += layout.layer_count(r, k);
+    for (int k = 0; k < layout.vpp(); ++k) {
+      c.chunk[r][k] = scaled(w[r][k] / per_rank, ratios);
+      // Uneven chunks hold uneven activations (a rank without layers keeps the even default).
+      if (rank_layers > 0)
+        c.chunk[r][k].activation = static_cast<double>(layout.layer_count(r, k)) / rank_layers;
+    }
+  }
   return c;
 }
 
@@ -58,6 +66,8 @@ SimResult simulate(const Schedule& s, const PipelineCosts& costs) {
   out.peak_in_flight.assign(t.pp, 0);
   std::vector<double> clock(t.pp, 0);
   std::vector<int> in_flight(t.pp, 0);
+  std::vector<double> held(t.pp, 0);  // in_flight weighted by the chunks' activation shares
+  out.peak_microbatches.assign(t.pp, 0);
   std::vector<size_t> pos(t.pp, 0);
   // (activation?, micro-batch, receiving model stage) -> arrival time
   std::map<std::tuple<bool, int, int>, double> arrival;
@@ -91,8 +101,16 @@ SimResult simulate(const Schedule& s, const PipelineCosts& costs) {
         ta.end = clock[r] + d;
         out.busy[r] += d;
         // Activations live from the forward until the pass that last reads them.
-        if (a.kind == ActionKind::kF) out.peak_in_flight[r] = std::max(out.peak_in_flight[r], ++in_flight[r]);
-        if (a.kind == ActionKind::kB || a.kind == ActionKind::kBW) --in_flight[r];
+        const double share = cc.activation >= 0 ? cc.activation : 1.0 / t.vpp;
+        if (a.kind == ActionKind::kF) {
+          out.peak_in_flight[r] = std::max(out.peak_in_flight[r], ++in_flight[r]);
+          held[r] += share;
+          out.peak_microbatches[r] = std::max(out.peak_microbatches[r], held[r]);
+        }
+        if (a.kind == ActionKind::kB || a.kind == ActionKind::kBW) {
+          --in_flight[r];
+          held[r] -= share;
+        }
       }
     }
     clock[r] = ta.end;
@@ -112,7 +130,6 @@ SimResult simulate(const Schedule& s, const PipelineCosts& costs) {
   for (int r = 0; r < t.pp; ++r) {
     busy_total += out.busy[r];
     out.bubble.push_back(out.step_time > 0 ? 1 - out.busy[r] / out.step_time : 0);
-    out.peak_microbatches.push_back(static_cast<double>(out.peak_in_flight[r]) / t.vpp);
   }
   out.bubble_fraction = out.step_time > 0 ? 1 - busy_total / (t.pp * out.step_time) : 0;
   return out;

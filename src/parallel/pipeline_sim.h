@@ -22,6 +22,9 @@ namespace primus::parallel {
 
 struct ChunkCosts {
   double f = 1, b = 2, bi = 1, bw = 1;  // forward, full backward, input-gradient, weight-gradient pass
+  // The chunk's share of its rank's saved activations per micro-batch (its layers over the rank's layers);
+  // negative: 1 / vpp, chunks of equal size.
+  double activation = -1;
 };
 
 struct PipelineCosts {
@@ -41,7 +44,8 @@ PipelineCosts uniform_costs(const PipelineTopology& topo, const CostRatios& rati
 
 // Chunks weighted by the layers they hold (decoder + MTP layers; the embedding and the loss count as one
 // layer when account_for_*_in_pipeline_split says so, else nothing), normalised so that the mean rank's
-// forward is 1 F. An empty chunk costs nothing.
+// forward is 1 F. An empty chunk costs nothing. Each chunk's activation share is its decoder + MTP layers
+// over its rank's.
 PipelineCosts layout_costs(const PipelineLayout& layout, const CostRatios& ratios = {},
                            double embedding_layers = 0, double loss_layers = 0);
 
@@ -57,7 +61,8 @@ struct SimResult {
   std::vector<double> bubble;                   // per rank: 1 - busy / step_time
   double bubble_fraction = 0;                   // all ranks: 1 - sum(busy) / (pp x step_time)
   std::vector<int> peak_in_flight;  // per rank: most (micro-batch, chunk) activations held at once
-  // per rank: peak_in_flight / vpp, i.e. in micro-batches of a whole rank's layers (even chunks)
+  // per rank: the most activations held at once in micro-batches of a whole rank's layers, each (micro-batch,
+  // chunk) weighted by its chunk's ChunkCosts::activation (peak_in_flight / vpp for chunks of equal size)
   std::vector<double> peak_microbatches;
 };
 
