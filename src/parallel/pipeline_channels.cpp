@@ -164,10 +164,12 @@ void PipelineChannels::work(Outgoing* o) {
       o->queue.pop_front();
       ++busy_;
     }
+    std::shared_ptr<StreamEvent> done;
     try {
       const auto& [t, ready] = item;
       stream_wait(o->stream, ready);
       o->comm->send(t, 1, o->stream, "pipeline send");
+      done = StreamEvent::record(o->stream);
     } catch (const std::exception& e) {
       // The peer waits for this message: end the channel so that its receive fails now, not at the
       // watchdog's timeout; this rank's next channel call rethrows.
@@ -177,7 +179,7 @@ void PipelineChannels::work(Outgoing* o) {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      o->sent.push_back(std::get<0>(item));
+      o->sent.emplace_back(std::get<0>(item), std::move(done));
       --busy_;
     }
     cv_.notify_all();
@@ -211,11 +213,35 @@ void PipelineChannels::send(const Action& a, const Tensor& t) {
     // A host backend: the values leave the GPU (if there) here, in stream order.
     item = {t.device().is_cpu() ? t : t.to(Stream::cpu()), nullptr};
   }
+  std::vector<Tensor> finished;  // dropped outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
     o.queue.push_back(std::move(item));
+    // Tensors whose sends have finished go back to the allocator now rather than at the step's end (a
+    // schedule sends two per micro-batch and chunk: 64 MiB each at T 8192, d 4096). Their memory is safe to
+    // reuse on the compute stream: the GPU is past the send.
+    for (auto& [key, out] : out_) {
+      auto& sent = out->sent;
+      size_t kept = 0;
+      for (size_t i = 0; i < sent.size(); ++i) {
+        if (!sent[i].second || sent[i].second->done()) {
+          finished.push_back(std::move(sent[i].first));
+        } else {
+          if (kept != i) sent[kept] = std::move(sent[i]);
+          ++kept;
+        }
+      }
+      sent.erase(sent.begin() + static_cast<std::ptrdiff_t>(kept), sent.end());
+    }
   }
   cv_.notify_all();
+}
+
+size_t PipelineChannels::held_sends() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto& [key, out] : out_) n += out->sent.size();
+  return n;
 }
 
 void PipelineChannels::recv(const Action& a, const Tensor& t) {

@@ -10,7 +10,8 @@
 //
 // GPU tensors: over NCCL the sender thread sends on the channel's own stream after an event of the compute
 // stream (the tensor is complete); over a host backend the caller's thread copies the tensor to the host
-// first (several ranks sharing one GPU). Sent tensors stay alive until finish().
+// first (several ranks sharing one GPU). A sent tensor stays alive until its send has finished on the GPU
+// (noticed at the next send, or at finish()).
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -55,13 +56,17 @@ class PipelineChannels {
   void recv(const Action& a, const Tensor& t);
   // Waits until every queued send is delivered; rethrows a sender's failure.
   void finish();
+  // Sent tensors still held (their sends not known to be finished): for tests.
+  size_t held_sends();
 
  private:
   struct Outgoing {
     comm::Communicator* comm = nullptr;  // owned by comms_
     Stream stream;                       // NCCL: the sends' stream
     std::deque<std::tuple<Tensor, std::shared_ptr<StreamEvent>>> queue;
-    std::vector<Tensor> sent;  // kept alive until finish()
+    // Sent tensors with the event that ends their send (null: the send was synchronous), kept alive until
+    // that event has passed: the next send() drops those, finish() the rest.
+    std::vector<std::pair<Tensor, std::shared_ptr<StreamEvent>>> sent;
     std::thread worker;
   };
   Outgoing& outgoing(const ChannelKey& k);

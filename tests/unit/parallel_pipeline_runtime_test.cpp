@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "model/llama_model.h"
 #include "model_grad_util.h"
+#include "parallel/pipeline_channels.h"
 #include "parallel/pipeline_runtime.h"
+#include "unit/tcp_ranks.h"
 
 namespace primus::parallel {
 namespace {
@@ -63,6 +67,44 @@ TEST(PipelineRuntime, ChannelsSeparateSendersReceiversAndKinds) {
   EXPECT_EQ(ch[1], (ChannelKey{0, 1, ActionKind::kSendB}));
   EXPECT_EQ(ch[2], (ChannelKey{1, 0, ActionKind::kSendF}));
   EXPECT_EQ(ch[3], (ChannelKey{1, 0, ActionKind::kSendB}));
+}
+
+// A sent tensor is given back once its send has finished (at the next send), not held until the step's end:
+// two tcp ranks, rank 0 sends 1F1B's first three activations, waits until the sender thread has sent them,
+// then sends the fourth: at most that one is still held. Rank 1 receives all four, values intact.
+TEST(PipelineRuntime, ChannelsGiveFinishedSendsBack) {
+  const Schedule s = make_schedule(ScheduleKind::k1F1B, {.pp = 2, .microbatches = 4});
+  auto actions = [&](int rank, ActionKind kind) {
+    std::vector<Action> out;
+    for (const Action& a : s.ranks[rank])
+      if (a.kind == kind) out.push_back(a);
+    return out;
+  };
+  comm::run_ranks(2, [&](comm::Communicator& c) {
+    PipelineChannels ch(c, s, Stream::cpu());
+    if (c.rank() == 0) {
+      const std::vector<Action> sends = actions(0, ActionKind::kSendF);
+      ASSERT_EQ(sends.size(), 4u);
+      for (int m = 0; m < 3; ++m)
+        ch.send(sends[m], Tensor::from_vector(std::vector<float>(5, float(m)), {5}));
+      for (int spin = 0; ch.held_sends() < 3 && spin < 20000; ++spin)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      ASSERT_EQ(ch.held_sends(), 3u);  // sent, not yet given back
+      ch.send(sends[3], Tensor::from_vector(std::vector<float>(5, 3.0f), {5}));
+      EXPECT_LE(ch.held_sends(), 1u);
+      ch.finish();
+      EXPECT_EQ(ch.held_sends(), 0u);
+    } else {
+      const std::vector<Action> recvs = actions(1, ActionKind::kRecvF);
+      ASSERT_EQ(recvs.size(), 4u);
+      for (int m = 0; m < 4; ++m) {
+        Tensor t = Tensor::zeros({5}, DType::kF32);
+        ch.recv(recvs[m], t);
+        EXPECT_EQ(t.to_vector<float>(), std::vector<float>(5, float(m)));
+      }
+      ch.finish();
+    }
+  });
 }
 
 TEST(PipelineRuntime, EveryGeneratedScheduleRunsOnItsChannels) {
