@@ -21,6 +21,8 @@
 #   eval NP PP       evaluation every 10 steps (forward stage after stage; the loss stage's sums)
 #   zero1 NP PP      PP x the distributed optimizer over the data-parallel ranks of each stage
 #   tp NP PP         PP x TP 2 with sequence parallelism (NP = 2 PP)
+#   tpasync NP PP    PP (ZB-H1) x TP 2 with async TP: the weight gradients deferred from under the sliced
+#                    reduce-scatters (NP = 2 PP)
 #   fsdp NP PP       PP x FSDP over the data-parallel ranks of each stage (interleaved: 2 chunks per rank)
 #   cp NP PP         PP x CP 2 under ZB-V, with evaluation (NP = 2 PP)
 #   qwen3 NP PP      micro Qwen3 (q/k-norm, q/k/v biases), untied embeddings
@@ -87,6 +89,10 @@ case "$mode" in
     ;;
   tp)
     par=(--tensor_model_parallel_size 2)
+    keys=(--sequence_parallel true)
+    ;;
+  tpasync)
+    par=(--tensor_model_parallel_size 2 --tp_comm_overlap true --patch_zero_bubble true --enable_zero_bubble true)
     keys=(--sequence_parallel true)
     ;;
   qwen3)

@@ -29,6 +29,7 @@
 #   cpzero1 NP CP    CP x the distributed optimizer sharded over dp x cp
 #   cpfsdp NP CP     CP x FSDP sharded over dp_shard x cp
 #   cptp NP TP       CP 2 x TP (with SP) x NP/(2 TP) data-parallel ranks
+#   cpasync NP TP    the same with async TP (tp_comm_overlap)
 #   cpresume NP TP NP2 TP2  save at iteration 10 with CP 2 x TP (NP ranks), resume with TP2 alone (NP2 ranks)
 #   launch           sp 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad              refusals, each a clear error naming the key before training
@@ -85,6 +86,10 @@ case "$mode" in
     ;;
   cptp)
     par=(--context_parallel_size 2)  # CP 2 x TP (the degree argument)
+    keys=(--sequence_parallel true)
+    ;;
+  cpasync)
+    par=(--context_parallel_size 2 --tp_comm_overlap true)  # CP 2 x TP with async TP
     keys=(--sequence_parallel true)
     ;;
   cpzero1)
