@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <set>
 
 #include "comm/mpi_communicator.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace primus::parallel {
@@ -111,8 +111,7 @@ PipelineChannels::PipelineChannels(comm::Communicator& pp, const Schedule& s, co
 bool PipelineChannels::preconnect_enabled() {
   // PRIMUS_PP_PRECONNECT=0 leaves NCCL to connect each channel at its first message (a diagnostic: the
   // interleaved schedule then hangs in its first step on two GPUs, docs/performance.md).
-  const char* v = std::getenv("PRIMUS_PP_PRECONNECT");
-  return v == nullptr || std::string(v) != "0";
+  return env_int("PRIMUS_PP_PRECONNECT", 1, 0, 1) != 0;
 }
 
 void PipelineChannels::preconnect() {

@@ -1,9 +1,8 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/stream_events.h"
 #include "ops/gemm.h"
@@ -75,8 +74,7 @@ void TensorParallel::set_overlap(bool on) {
   PRIMUS_CHECK(!on || sp_, "tp_comm_overlap needs sequence parallelism (as Megatron)");
   overlap_ = on;
   // SMs the GEMMs leave to a collective running beside them (PRIMUS_TP_OVERLAP_SMS, a tuning knob).
-  if (const char* v = std::getenv("PRIMUS_TP_OVERLAP_SMS"); v != nullptr && *v != '\0')
-    overlap_sms_ = std::stoi(v);
+  if (on) overlap_sms_ = env_int("PRIMUS_TP_OVERLAP_SMS", 0, 0, 1024);
 }
 
 const Stream& TensorParallel::comm_stream(const Stream& compute) const {
@@ -97,11 +95,12 @@ Tensor TensorParallel::gather_rows_overlapped(const Tensor& x, const Stream& s, 
   const int64_t nl = x.size(0), n = nl * size(), me = rank();
   Tensor out = Tensor::empty({n, x.size(1)}, x.dtype(), s);
   const Stream& c = comm_stream(s);
-  stream_wait(c, StreamEvent::record(s));  // x (and out's memory) are ready
+  const int beside_sms = c.handle != s.handle ? overlap_sms_ : 0;  // nothing runs beside a host collective
+  stream_wait(c, StreamEvent::record(s));                          // x (and out's memory) are ready
   tp_.all_gather(x.flatten(), out.flatten(), c, label);
   const std::shared_ptr<StreamEvent> gathered = StreamEvent::record(c);
   {
-    const GemmsBesideCollective beside(s, c.handle != s.handle ? overlap_sms_ : 0);
+    const GemmsBesideCollective beside(s, beside_sms);
     consume(me * nl, (me + 1) * nl, x);  // under the all-gather
   }
   stream_wait(s, gathered);
@@ -119,13 +118,14 @@ Tensor TensorParallel::sum_rows_overlapped(int64_t n, int64_t cols, DType dtype,
   const int64_t k = std::max<int64_t>(1, std::min<int64_t>(overlap_chunks_, nl));
   Tensor mine = Tensor::empty({nl, cols}, dtype, s);
   const Stream& c = comm_stream(s);
+  const int beside_sms = c.handle != s.handle ? overlap_sms_ : 0;
   std::vector<Tensor> slices;  // alive until the comm stream is joined below
   for (int64_t i = 0; i < k; ++i) {
     const int64_t a = i * nl / k, b = (i + 1) * nl / k, rows = b - a;
     // Slice i of every rank's rows, rank-major: what a reduce-scatter hands back as rows [a, b) of mine.
     Tensor slice = Tensor::empty({P * rows, cols}, dtype, s);
     {  // beside the previous slice's reduce-scatter (the first slice has none)
-      const GemmsBesideCollective beside(s, i > 0 && c.handle != s.handle ? overlap_sms_ : 0);
+      const GemmsBesideCollective beside(s, i > 0 ? beside_sms : 0);
       for (int64_t j = 0; j < P; ++j) produce(j * nl + a, j * nl + b, slice.slice(j * rows, (j + 1) * rows));
     }
     stream_wait(c, StreamEvent::record(s));
@@ -133,7 +133,7 @@ Tensor TensorParallel::sum_rows_overlapped(int64_t n, int64_t cols, DType dtype,
     slices.push_back(std::move(slice));
   }
   if (under_last) {
-    const GemmsBesideCollective beside(s, c.handle != s.handle ? overlap_sms_ : 0);
+    const GemmsBesideCollective beside(s, beside_sms);
     under_last();
   }
   stream_wait(s, StreamEvent::record(c));
