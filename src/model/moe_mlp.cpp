@@ -1,6 +1,7 @@
 #include "model/moe_mlp.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/env.h"
 #include "core/philox.h"
@@ -11,6 +12,7 @@
 #include "ops/gemm.h"
 #include "ops/grouped_gemm.h"
 #include "ops/sigmoid_gate.h"
+#include "parallel/context_parallel.h"
 
 namespace primus {
 
@@ -91,6 +93,25 @@ void MoeMlp::expert_mlp_forward(const StepContext& ctx, MoeActivations& a) {
   ops::grouped_gemm_forward(a.x_perm, params_.param(w_gu_), a.rows, a.gu_perm, s);
   a.act_perm = ctx.act({rows, F});
   ops::swiglu_forward(a.gu_perm, a.act_perm, s);
+}
+
+ops::MoeAuxSeqs MoeMlp::aux_seqs(const StepContext& ctx) const {
+  const bool per_seq = spec_.moe.load_balancing == "seq_aux_loss";
+  ops::MoeAuxSeqs q;
+  if (!ctx.cp) {
+    q.num_seqs = per_seq ? ctx.batch : 1;  // the rest follows from the rows
+    return q;
+  }
+  // This rank's rows: chunk h of sequence b at row h B + b, C = ctx.seq tokens each, of sequences of C 2 CP.
+  const int64_t B = ctx.batch / 2, S = ctx.seq * 2 * ctx.cp->size();
+  q.num_seqs = per_seq ? B : 1;
+  q.chunk = ctx.seq;
+  q.seq_tokens = per_seq ? S : B * S;
+  return q;
+}
+
+int64_t MoeMlp::z_loss_tokens(const StepContext& ctx) const {
+  return ctx.cp ? ctx.tokens() * ctx.cp->size() : 0;
 }
 
 void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActivations& a,
@@ -200,11 +221,19 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   last_losses_.zero_(s);
   Tensor aux = last_losses_.slice(0, 1), z = last_losses_.slice(1, 2);
   const bool use_aux = moe.load_balancing != "none" && moe.aux_loss_coeff > 0;
-  if (use_aux)
-    ops::moe_aux_loss(a.logits, k, router_cfg_.score, moe.load_balancing == "seq_aux_loss" ? ctx.batch : 1,
-                      static_cast<float>(moe.aux_loss_coeff), 0.0f, aux, nullptr, s);
+  if (use_aux) {
+    // Context parallelism: every sequence's tokens are spread over the cp ranks, so the counts of its routing
+    // are summed there; each rank's loss is then its tokens' share of the whole sequences' loss (Megatron
+    // sums tokens_per_expert over tp x cp alike).
+    const ops::MoeAuxSeqs seqs = aux_seqs(ctx);
+    a.aux_counts = ctx.empty({seqs.num_seqs, E}, DType::kI32);
+    ops::moe_aux_counts(a.logits, k, seqs, a.aux_counts, s);
+    if (ctx.cp) ctx.cp->group().all_reduce(a.aux_counts, comm::ReduceOp::kSum, s, "moe aux-loss counts (cp)");
+    ops::moe_aux_loss_from_counts(a.logits, a.aux_counts, k, router_cfg_.score, seqs,
+                                  static_cast<float>(moe.aux_loss_coeff), 0.0f, aux, nullptr, s);
+  }
   if (moe.z_loss_coeff > 0)
-    ops::moe_z_loss(a.logits, static_cast<float>(moe.z_loss_coeff), 0.0f, z, nullptr, s);
+    ops::moe_z_loss(a.logits, static_cast<float>(moe.z_loss_coeff), z_loss_tokens(ctx), 0.0f, z, nullptr, s);
 
   if (!record_stats) return;
   ops::add(sum_losses_, last_losses_, sum_losses_, s);
@@ -217,12 +246,17 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
     // (Primus counts the routing map before its override), under "round_robin" the dispatch (TorchTitan).
     ops::moe_expert_load(a.ids, E, step_load_, /*accumulate=*/true, s);
   }
-  const std::vector<int32_t> counts = a.plan.counts.to_vector<int32_t>();
-  int64_t kept = 0;
-  for (int32_t c : counts) {
-    kept += c;
-    stats_.max_load = std::max<int64_t>(stats_.max_load, c);
+  // Context parallelism: each rank routed a share of the micro-batch; the largest load logged is the whole
+  // micro-batch's, as one process sees it (the routed and kept entries add up over the ranks as they are).
+  std::vector<int32_t> counts = a.plan.counts.to_vector<int32_t>();
+  const int64_t kept = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  if (ctx.cp) {
+    Tensor whole = ctx.empty({E}, DType::kI32);
+    whole.copy_from(a.plan.counts, s);
+    ctx.cp->group().all_reduce(whole, comm::ReduceOp::kSum, s, "moe expert loads (cp)");
+    counts = whole.to_vector<int32_t>();
   }
+  for (int32_t c : counts) stats_.max_load = std::max<int64_t>(stats_.max_load, c);
   stats_.routed += n * k;
   stats_.dropped += n * k - kept;
   ++stats_.forwards;
@@ -383,11 +417,13 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   Tensor dlogits = ctx.empty({n, E}, st);
   ops::moe_router_backward(a.logits, a.ids, dprobs, router_cfg_, dlogits, s);
   Tensor scratch = ctx.empty({1}, st);
-  if (moe.load_balancing != "none" && moe.aux_loss_coeff > 0)
-    ops::moe_aux_loss(a.logits, k, router_cfg_.score, moe.load_balancing == "seq_aux_loss" ? ctx.batch : 1,
-                      static_cast<float>(moe.aux_loss_coeff), ctx.aux_grad_scale, scratch, &dlogits, s);
+  if (a.aux_counts.defined())
+    ops::moe_aux_loss_from_counts(a.logits, a.aux_counts, k, router_cfg_.score, aux_seqs(ctx),
+                                  static_cast<float>(moe.aux_loss_coeff), ctx.aux_grad_scale, scratch,
+                                  &dlogits, s);
   if (moe.z_loss_coeff > 0)
-    ops::moe_z_loss(a.logits, static_cast<float>(moe.z_loss_coeff), ctx.aux_grad_scale, scratch, &dlogits, s);
+    ops::moe_z_loss(a.logits, static_cast<float>(moe.z_loss_coeff), z_loss_tokens(ctx), ctx.aux_grad_scale,
+                    scratch, &dlogits, s);
   Tensor dl = dlogits;
   if (ctx.act_dtype != st) {
     dl = ctx.act({n, E});

@@ -55,6 +55,9 @@ struct MoeActivations {
   // the shared expert's output [n, d] (before the gate when gated; under expert parallelism until it is
   // added) and the gate's logits [n, 1]
   Tensor sh_out, gate_logit;
+  // [sequences, E] i32: the aux loss's routing counts (summed over the cp ranks under context parallelism;
+  // backward takes them as they were)
+  Tensor aux_counts;
   bool selective_dropped = false;
 };
 
@@ -102,6 +105,10 @@ class MoeMlp {
 
  private:
   void expert_mlp_forward(const StepContext& ctx, MoeActivations& a);
+  // Which sequence each router row belongs to for the aux loss (context parallelism: chunks of sequences),
+  // and the tokens the z-loss's mean is over (0: these rows).
+  ops::MoeAuxSeqs aux_seqs(const StepContext& ctx) const;
+  int64_t z_loss_tokens(const StepContext& ctx) const;
   // The shared expert. forward: y += its output when y is given; else (expert parallelism, computed while the
   // tokens travel) its output stays in a.sh_out until add_shared. backward: its input gradient into dh
   // (accumulate = false: overwrites), its weight gradients.

@@ -57,16 +57,63 @@ void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& 
   PRIMUS_DISPATCH(logits, moe_router_backward, logits, ids, dprobs, cfg, dlogits, s);
 }
 
+namespace {
+
+// The sequence layout with its defaults filled in, checked against the rows of logits.
+MoeAuxSeqs resolve_seqs(const char* op, const Tensor& logits, const MoeAuxSeqs& in) {
+  PRIMUS_CHECK(logits.ndim() == 2, "{}: logits must be [T, E], got {}", op, logits.describe());
+  const int64_t rows = logits.size(0);
+  MoeAuxSeqs s = in;
+  PRIMUS_CHECK(s.num_seqs >= 1 && rows > 0 && rows % s.num_seqs == 0,
+               "{}: num_seqs {} must divide the {} tokens", op, s.num_seqs, rows);
+  if (s.chunk == 0) s.chunk = rows / s.num_seqs;
+  if (s.seq_tokens == 0) s.seq_tokens = rows / s.num_seqs;
+  PRIMUS_CHECK(s.chunk >= 1 && rows % s.chunk == 0 && (rows / s.chunk) % s.num_seqs == 0,
+               "{}: {} tokens in chunks of {} do not hold the same share of each of {} sequences", op, rows,
+               s.chunk, s.num_seqs);
+  PRIMUS_CHECK(s.seq_tokens * s.num_seqs >= rows,
+               "{}: {} sequences of {} tokens cannot hold this rank's {} tokens", op, s.num_seqs,
+               s.seq_tokens, rows);
+  return s;
+}
+
+}  // namespace
+
 void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, int64_t num_seqs, float coeff,
                   float grad_scale, Tensor& loss, Tensor* dlogits, const Stream& s) {
   check_same_device("moe_aux_loss", logits.device(), {&logits, &loss, dlogits});
-  PRIMUS_DISPATCH(logits, moe_aux_loss, logits, topk, score, num_seqs, coeff, grad_scale, loss, dlogits, s);
+  MoeAuxSeqs seqs;
+  seqs.num_seqs = num_seqs;
+  seqs = resolve_seqs("moe_aux_loss", logits, seqs);
+  Tensor counts = Tensor::empty({num_seqs, logits.size(1)}, DType::kI32, s);
+  moe_aux_counts(logits, topk, seqs, counts, s);
+  moe_aux_loss_from_counts(logits, counts, topk, score, seqs, coeff, grad_scale, loss, dlogits, s);
 }
 
-void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& loss, Tensor* dlogits,
-                const Stream& s) {
+void moe_aux_counts(const Tensor& logits, int64_t topk, const MoeAuxSeqs& seqs, Tensor& counts,
+                    const Stream& s) {
+  check_same_device("moe_aux_counts", logits.device(), {&logits, &counts});
+  const MoeAuxSeqs r = resolve_seqs("moe_aux_counts", logits, seqs);
+  PRIMUS_DISPATCH(logits, moe_aux_counts, logits, topk, r, counts, s);
+}
+
+void moe_aux_loss_from_counts(const Tensor& logits, const Tensor& counts, int64_t topk,
+                              MoeScoreFunction score, const MoeAuxSeqs& seqs, float coeff, float grad_scale,
+                              Tensor& loss, Tensor* dlogits, const Stream& s) {
+  check_same_device("moe_aux_loss_from_counts", logits.device(), {&logits, &counts, &loss, dlogits});
+  const MoeAuxSeqs r = resolve_seqs("moe_aux_loss_from_counts", logits, seqs);
+  PRIMUS_DISPATCH(logits, moe_aux_loss_from_counts, logits, counts, topk, score, r, coeff, grad_scale, loss,
+                  dlogits, s);
+}
+
+void moe_z_loss(const Tensor& logits, float coeff, int64_t mean_over, float grad_scale, Tensor& loss,
+                Tensor* dlogits, const Stream& s) {
   check_same_device("moe_z_loss", logits.device(), {&logits, &loss, dlogits});
-  PRIMUS_DISPATCH(logits, moe_z_loss, logits, coeff, grad_scale, loss, dlogits, s);
+  PRIMUS_CHECK(logits.ndim() == 2 && mean_over >= 0 && (mean_over == 0 || mean_over >= logits.size(0)),
+               "moe_z_loss: the mean is over {} tokens, fewer than the {} rows given", mean_over,
+               logits.ndim() == 2 ? logits.size(0) : 0);
+  const int64_t n = mean_over == 0 ? logits.size(0) : mean_over;
+  PRIMUS_DISPATCH(logits, moe_z_loss, logits, coeff, n, grad_scale, loss, dlogits, s);
 }
 
 void moe_expert_load(const Tensor& ids, int64_t num_experts, Tensor& counts, bool accumulate,

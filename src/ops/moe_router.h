@@ -70,6 +70,17 @@ void moe_router_forward(const Tensor& logits, const Tensor* expert_bias, const M
 void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& dprobs,
                          const MoeRouterConfig& cfg, Tensor& dlogits, const Stream& s);
 
+// Which sequence a router row belongs to, for the load-balancing loss. Token t of the logits is in sequence
+// (t / chunk) % num_seqs; a whole sequence has seq_tokens tokens. One process: chunk = seq_tokens = T /
+// num_seqs (batch-major rows). Context parallelism: a rank holds 2 chunks of C tokens of each of B sequences,
+// chunk-major ([2B, C] rows, parallel/context_parallel.h): chunk = C, num_seqs = B, seq_tokens = the whole
+// sequence (C * 2 * CP, or B * S when the micro-batch is one "sequence"). 0 = the one-process value.
+struct MoeAuxSeqs {
+  int64_t num_seqs = 1;
+  int64_t chunk = 0;
+  int64_t seq_tokens = 0;
+};
+
 // Load-balancing loss (Megatron's aux_loss when num_seqs == 1, seq_aux_loss otherwise). With scores
 // sc = softmax(logits) (softmax) or sigmoid(logits) / (sum_e sigmoid + 1e-20) (sigmoid), the routing used
 // for the counts is the plain top-k of sc (no groups, no bias: Megatron's
@@ -79,14 +90,27 @@ void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& 
 //   loss = coeff * E / (topk * num_seqs * S^2) * sum_b sum_e count[b][e] * sum_{t in b} sc[t][e]
 // which is switch_load_balancing_loss_func for num_seqs == 1 and sequence_load_balancing_loss_func
 // (mean over sequences) otherwise. loss [1] (logits' dtype). dlogits (optional) += grad_scale * dloss/dlogits
-// (counts held constant, as in Megatron).
+// (counts held constant, as in Megatron). = moe_aux_counts, then moe_aux_loss_from_counts.
 void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, int64_t num_seqs, float coeff,
                   float grad_scale, Tensor& loss, Tensor* dlogits, const Stream& s);
 
-// z-loss (Megatron z_loss_func): loss [1] = coeff * mean_t logsumexp(logits[t])^2.
-// dlogits (optional) += grad_scale * dloss/dlogits = grad_scale * coeff * 2 * lse_t / T * softmax(logits[t]).
-void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& loss, Tensor* dlogits,
-                const Stream& s);
+// The aux loss in two steps, so that the counts can be summed over the ranks that share sequences (context
+// parallelism) in between. counts [num_seqs, E] i32 (overwritten): the plain top-k routing of these rows.
+void moe_aux_counts(const Tensor& logits, int64_t topk, const MoeAuxSeqs& seqs, Tensor& counts,
+                    const Stream& s);
+// loss [1] = this rank's share: coeff * E / (topk * num_seqs * seq_tokens^2) * sum over these rows t of
+// sum_e counts[seq(t)][e] * sc[t][e]; the shares of the ranks holding a sequence's tokens add up to the loss
+// above when counts are the sums of their moe_aux_counts. dlogits (optional) += grad_scale * dloss/dlogits.
+void moe_aux_loss_from_counts(const Tensor& logits, const Tensor& counts, int64_t topk,
+                              MoeScoreFunction score, const MoeAuxSeqs& seqs, float coeff, float grad_scale,
+                              Tensor& loss, Tensor* dlogits, const Stream& s);
+
+// z-loss (Megatron z_loss_func): loss [1] = coeff * sum_t logsumexp(logits[t])^2 / N, N = mean_over (the
+// tokens the mean is over; 0 = T, this call's rows; context parallelism passes the whole micro-batch's so
+// that the ranks' shares add up). dlogits (optional) += grad_scale * dloss/dlogits = grad_scale * coeff * 2 *
+// lse_t / N * softmax(logits[t]).
+void moe_z_loss(const Tensor& logits, float coeff, int64_t mean_over, float grad_scale, Tensor& loss,
+                Tensor* dlogits, const Stream& s);
 
 // Expert-load histogram: counts [E] i32 = number of entries of ids [T, k] equal to e. Entries < 0 (dropped by
 // the capacity mode) are skipped; an id >= E is an error (the CPU throws; the GPU skips it). accumulate: add

@@ -285,11 +285,14 @@ void Trainer::reduce_moe_stats(std::vector<MoeLayerStats>& layers) {
   const std::vector<double> su = st.to_vector<double>();
   const std::vector<int64_t> mx = mt.to_vector<int64_t>();
   const double experts = static_cast<double>(cfg_.model.moe.num_experts);
+  // Context parallelism: the cp ranks' forwards are shares of the same micro-batches (their aux and z losses
+  // add up to each micro-batch's, their largest loads are the micro-batch's): a forward counts once.
+  const int64_t cp = groups_->dims().cp();
   for (int64_t i = 0; i < n; ++i) {
     MoeLayerStats& l = layers[i];
     l.aux_loss = su[5 * i];
     l.z_loss = su[5 * i + 1];
-    l.forwards = static_cast<int64_t>(su[5 * i + 2]);
+    l.forwards = static_cast<int64_t>(su[5 * i + 2]) / cp;
     l.routed = static_cast<int64_t>(su[5 * i + 3]);
     l.dropped = static_cast<int64_t>(su[5 * i + 4]);
     l.max_load = mx[i];

@@ -64,31 +64,46 @@ void router_case(Context& ctx, int64_t t, int64_t e, const MoeRouterConfig& cfg,
   }
 }
 
+// The aux loss as training runs it: counts, then the loss from them. chunks > 0: a context-parallel rank's
+// layout (2 seqs chunks of t / chunks rows, row r in sequence r % seqs, of whole sequences twice as long).
 void loss_case(Context& ctx, int64_t t, int64_t e, int64_t k, MoeScoreFunction score, int64_t seqs,
-               bool timed = false) {
-  const std::string name = fmt::format("T={} E={} k={} {} seqs={}", t, e, k,
-                                       score == MoeScoreFunction::kSigmoid ? "sigmoid" : "softmax", seqs);
+               int64_t chunks = 0, bool timed = false) {
+  const std::string name =
+      fmt::format("T={} E={} k={} {} seqs={} chunks={}", t, e, k,
+                  score == MoeScoreFunction::kSigmoid ? "sigmoid" : "softmax", seqs, chunks);
+  ops::MoeAuxSeqs q;
+  q.num_seqs = seqs;
+  q.chunk = chunks > 0 ? t / chunks : t / seqs;
+  q.seq_tokens = chunks > 0 ? 2 * t / seqs : t / seqs;
   Tensor logits = ctx.randn_cpu({t, e}, DType::kF32, 2.0);
   Tensor base = ctx.randn_cpu({t, e}, DType::kF32, 1e-3);
   Tensor logits_g = ctx.to_gpu(logits, DType::kF32);
   Tensor dl = ctx.to_gpu(base, DType::kF32), loss = ctx.poisoned({1}, DType::kF32);
-  ops::cuda::moe_aux_loss(logits_g, k, score, seqs, 1e-2f, 0.5f, loss, &dl, ctx.stream);
+  Tensor counts = ctx.poisoned({seqs, e}, DType::kI32);
+  ops::cuda::moe_aux_counts(logits_g, k, q, counts, ctx.stream);
+  ops::cuda::moe_aux_loss_from_counts(logits_g, counts, k, score, q, 1e-2f, 0.5f, loss, &dl, ctx.stream);
   Tensor dl_ref = fused::cpu_copy_f32(ctx, ctx.to_gpu(base, DType::kF32));
-  Tensor loss_ref = Tensor::empty({1}, DType::kF32);
-  ops::cpu::moe_aux_loss(logits, k, score, seqs, 1e-2f, 0.5f, loss_ref, &dl_ref, Stream::cpu());
+  Tensor loss_ref = Tensor::empty({1}, DType::kF32), counts_ref = Tensor::empty({seqs, e}, DType::kI32);
+  ops::cpu::moe_aux_counts(logits, k, q, counts_ref, Stream::cpu());
+  ops::cpu::moe_aux_loss_from_counts(logits, counts_ref, k, score, q, 1e-2f, 0.5f, loss_ref, &dl_ref,
+                                     Stream::cpu());
+  ctx.check(kFamily, "aux counts " + name, counts, counts_ref, 0.0);
   ctx.check(kFamily, "aux loss " + name, loss, loss_ref, kTolF32);
   ctx.check(kFamily, "aux dlogits (accumulated) " + name, dl, dl_ref, kTolF32);
   if (timed) {
-    const double ms = ctx.time_ms(
-        [&] { ops::cuda::moe_aux_loss(logits_g, k, score, seqs, 1e-2f, 0.5f, loss, &dl, ctx.stream); });
+    const double ms = ctx.time_ms([&] {
+      ops::cuda::moe_aux_counts(logits_g, k, q, counts, ctx.stream);
+      ops::cuda::moe_aux_loss_from_counts(logits_g, counts, k, score, q, 1e-2f, 0.5f, loss, &dl, ctx.stream);
+    });
     fused::set_rate(ctx, ms, t * e * 12.0);
   }
-  // z-loss on the same logits.
+  // z-loss on the same logits (chunks > 0: the mean over the whole sequences' tokens).
+  const int64_t mean_over = chunks > 0 ? 2 * t : t;
   Tensor zl = ctx.poisoned({1}, DType::kF32), zd = ctx.to_gpu(base, DType::kF32);
-  ops::cuda::moe_z_loss(logits_g, 1e-3f, 2.0f, zl, &zd, ctx.stream);
+  ops::cuda::moe_z_loss(logits_g, 1e-3f, mean_over, 2.0f, zl, &zd, ctx.stream);
   Tensor zl_ref = Tensor::empty({1}, DType::kF32),
          zd_ref = fused::cpu_copy_f32(ctx, ctx.to_gpu(base, DType::kF32));
-  ops::cpu::moe_z_loss(logits, 1e-3f, 2.0f, zl_ref, &zd_ref, Stream::cpu());
+  ops::cpu::moe_z_loss(logits, 1e-3f, mean_over, 2.0f, zl_ref, &zd_ref, Stream::cpu());
   ctx.check(kFamily, "z-loss " + name, zl, zl_ref, kTolF32);
   ctx.check(kFamily, "z-loss dlogits (accumulated) " + name, zd, zd_ref, kTolF32);
 }
@@ -188,6 +203,8 @@ PRIMUS_GPU_TEST(moe_router) {
   loss_case(ctx, 127, 257, 8, sg, 1);
   loss_case(ctx, 93, 13, 3, sm, 3);
   loss_case(ctx, 128, 128, 8, sg, 4);
+  loss_case(ctx, 120, 60, 4, sm, 3, 6);  // a context-parallel rank's chunks (CP layout)
+  loss_case(ctx, 124, 31, 2, sg, 1, 4);
   // Loads, bias update, capacity (uneven loads, experts with zero tokens).
   load_case(ctx, 127, 24, 2, 9);
   load_case(ctx, 1000, 60, 6, ops::moe_expert_capacity(1000, 6, 60, 1.0));
@@ -195,7 +212,7 @@ PRIMUS_GPU_TEST(moe_router) {
   // Qwen3-30B-A3B shape: T 4096, E 128, k 8, softmax + norm_topk_prob; DeepSeek-V3 routing at T 4096.
   router_case(ctx, 4096, 128, cfg_of(8, sm), false, true);
   router_case(ctx, 4096, 256, cfg_of(8, sg, false, true, 8, 4, 2.5f), true, true);
-  loss_case(ctx, 4096, 128, 8, sm, 1, true);
+  loss_case(ctx, 4096, 128, 8, sm, 1, 0, true);
   load_case(ctx, 4096, 128, 8, ops::moe_expert_capacity(4096, 8, 128, 1.25));
 }
 

@@ -324,18 +324,88 @@ TEST(MoeZLoss, ValueAndGradient) {
   for (DType dt : float_types()) {
     Tensor logits = tensor_of({0, 0, std::log(3.0), 0}, {2, 2}, dt);  // lse = log 2, log 4
     Tensor loss = filled({1}, dt, NAN);
-    ops::moe_z_loss(logits, 0.5f, 1.0f, loss, nullptr, Stream::cpu());
+    ops::moe_z_loss(logits, 0.5f, 0, 1.0f, loss, nullptr, Stream::cpu());
     const double l2 = std::log(2.0), l4 = std::log(4.0);
     EXPECT_NEAR(host(loss)[0], 0.5 * (l2 * l2 + l4 * l4) / 2, 1e-6);
   }
   Tensor logits = rand_tensor(rng, {13, 9}, DType::kF64, -3, 3);
   Tensor loss = Tensor::empty({1}, DType::kF64), dl = Tensor::zeros({13, 9}, DType::kF64);
-  ops::moe_z_loss(logits, 1e-3f, 2.0f, loss, &dl, Stream::cpu());
+  ops::moe_z_loss(logits, 1e-3f, 0, 2.0f, loss, &dl, Stream::cpu());
   auto forward = [&] {
-    ops::moe_z_loss(logits, 1e-3f, 2.0f, loss, nullptr, Stream::cpu());
+    ops::moe_z_loss(logits, 1e-3f, 0, 2.0f, loss, nullptr, Stream::cpu());
     return host(loss);
   };
   EXPECT_LT(fd_rel_error(rng, logits, host(dl), forward, {2.0}), kGradTol);
+}
+
+// Context parallelism: B sequences of S tokens split over cp ranks, each holding chunks r and 2 cp - 1 - r of
+// every sequence, chunk-major ([2B, C] rows). The ranks' counts summed, their loss shares add up to the one-
+// process loss, and each rank's dlogits rows are the one-process rows of its tokens.
+TEST(MoeAuxLoss, ContextParallelSharesAddUpToTheWholeLoss) {
+  Rng rng;
+  const int64_t B = 3, cp = 2, C = 5, S = 2 * cp * C, E = 7, k = 2;
+  for (auto score : {MoeScoreFunction::kSoftmax, MoeScoreFunction::kSigmoid}) {
+    for (bool per_seq : {false, true}) {
+      SCOPED_TRACE(fmt::format("score={} per_seq={}", static_cast<int>(score), per_seq));
+      Tensor logits = rand_tensor(rng, {B * S, E}, DType::kF64, -2, 2);
+      Tensor loss = Tensor::empty({1}, DType::kF64), dl = Tensor::zeros({B * S, E}, DType::kF64);
+      ops::moe_aux_loss(logits, k, score, per_seq ? B : 1, 0.2f, 0.7f, loss, &dl, Stream::cpu());
+      const std::vector<double> whole = host(logits), dwhole = host(dl);
+      // Rank r's rows: row h B + b = chunk (h ? 2cp-1-r : r) of sequence b; one-process row of its token i.
+      auto source_row = [&](int64_t r, int64_t row, int64_t i) {
+        const int64_t h = row / B, b = row % B, c = h == 0 ? r : 2 * cp - 1 - r;
+        return b * S + c * C + i;
+      };
+      ops::MoeAuxSeqs seqs;
+      seqs.num_seqs = per_seq ? B : 1;
+      seqs.chunk = C;
+      seqs.seq_tokens = per_seq ? S : B * S;
+      std::vector<Tensor> local;
+      Tensor counts = Tensor::zeros({seqs.num_seqs, E}, DType::kI32);
+      for (int64_t r = 0; r < cp; ++r) {
+        std::vector<double> v(static_cast<size_t>(2 * B * C * E));
+        for (int64_t row = 0; row < 2 * B; ++row)
+          for (int64_t i = 0; i < C; ++i)
+            for (int64_t e = 0; e < E; ++e) v[(row * C + i) * E + e] = whole[source_row(r, row, i) * E + e];
+        local.push_back(Tensor::from_vector(v, {2 * B * C, E}));
+        Tensor c = Tensor::empty({seqs.num_seqs, E}, DType::kI32);
+        ops::moe_aux_counts(local.back(), k, seqs, c, Stream::cpu());
+        std::vector<int32_t> sum = counts.to_vector<int32_t>(), add = c.to_vector<int32_t>();
+        for (size_t j = 0; j < sum.size(); ++j) sum[j] += add[j];
+        counts = Tensor::from_vector(sum, {seqs.num_seqs, E});
+      }
+      double shares = 0;
+      for (int64_t r = 0; r < cp; ++r) {
+        Tensor l = Tensor::empty({1}, DType::kF64), d = Tensor::zeros({2 * B * C, E}, DType::kF64);
+        ops::moe_aux_loss_from_counts(local[r], counts, k, score, seqs, 0.2f, 0.7f, l, &d, Stream::cpu());
+        shares += host(l)[0];
+        const std::vector<double> dv = host(d);
+        for (int64_t row = 0; row < 2 * B; ++row)
+          for (int64_t i = 0; i < C; ++i)
+            for (int64_t e = 0; e < E; ++e)
+              ASSERT_NEAR(dv[(row * C + i) * E + e], dwhole[source_row(r, row, i) * E + e], 1e-15);
+      }
+      EXPECT_NEAR(shares, host(loss)[0], 1e-12 * std::abs(host(loss)[0]));
+    }
+  }
+}
+
+TEST(MoeZLoss, SharesOverTheWholeTokenCountAddUp) {
+  Rng rng;
+  Tensor logits = rand_tensor(rng, {12, 5}, DType::kF64, -3, 3);
+  Tensor whole = Tensor::empty({1}, DType::kF64), dw = Tensor::zeros({12, 5}, DType::kF64);
+  ops::moe_z_loss(logits, 1e-2f, 0, 1.5f, whole, &dw, Stream::cpu());
+  double sum = 0;
+  for (int64_t part = 0; part < 3; ++part) {
+    Tensor l = Tensor::empty({1}, DType::kF64), d = Tensor::zeros({4, 5}, DType::kF64);
+    ops::moe_z_loss(clone(logits.slice(4 * part, 4 * part + 4)), 1e-2f, 12, 1.5f, l, &d, Stream::cpu());
+    sum += host(l)[0];
+    EXPECT_EQ(host(d), host(dw.slice(4 * part, 4 * part + 4)));
+  }
+  EXPECT_NEAR(sum, host(whole)[0], 1e-15);
+  Tensor l = Tensor::empty({1}, DType::kF64);
+  EXPECT_PRIMUS_ERROR(ops::moe_z_loss(logits, 1e-2f, 11, 1.f, l, nullptr, Stream::cpu()),
+                      "fewer than the 12");
 }
 
 TEST(MoeExpertLoad, HistogramAccumulatesAndSkipsDropped) {

@@ -254,32 +254,52 @@ void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& 
   });
 }
 
-void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, int64_t num_seqs, float coeff,
-                  float grad_scale, Tensor& loss, Tensor* dlogits, const Stream& s) {
+void moe_aux_counts(const Tensor& logits, int64_t topk, const MoeAuxSeqs& seqs, Tensor& counts,
+                    const Stream& s) {
   (void)s;
-  constexpr const char* op = "moe_aux_loss";
+  constexpr const char* op = "moe_aux_counts";
   const DType dt = check_float(op, "logits", logits);
   check_ndim(op, "logits", logits, 2);
   const int64_t rows = logits.size(0), e_count = logits.size(1);
   PRIMUS_CHECK(topk >= 1 && topk <= e_count, "{}: topk must be in [1, {}], got {}", op, e_count, topk);
-  PRIMUS_CHECK(num_seqs >= 1 && rows % num_seqs == 0, "{}: num_seqs {} must divide the {} tokens", op,
-               num_seqs, rows);
-  check_tensor(op, "loss", loss, dt, {1});
-  if (dlogits != nullptr) check_tensor(op, "dlogits", *dlogits, dt, {rows, e_count});
-  const int64_t seq = rows / num_seqs;
+  check_tensor(op, "counts", counts, DType::kI32, {seqs.num_seqs, e_count});
   with_float_type(dt, [&](auto tag) {
     using T = decltype(tag);
     const T* x = logits.data<T>();
     // Counts per sequence from the plain top-k of the logits (the top-k of the scores: same order).
-    std::vector<int64_t> counts(static_cast<size_t>(num_seqs * e_count), 0);
+    int32_t* c = counts.data<int32_t>();
+    std::fill(c, c + seqs.num_seqs * e_count, 0);
     std::vector<int64_t> chosen(static_cast<size_t>(topk));
     for (int64_t t = 0; t < rows; ++t) {
       topk_indices(
           x + t * e_count, e_count, topk, [](int64_t) { return true; }, chosen.data());
-      for (int64_t c : chosen) ++counts[(t / seq) * e_count + c];
+      for (int64_t e : chosen) ++c[((t / seqs.chunk) % seqs.num_seqs) * e_count + e];
     }
+  });
+}
+
+void moe_aux_loss_from_counts(const Tensor& logits, const Tensor& counts, int64_t topk,
+                              MoeScoreFunction score, const MoeAuxSeqs& seqs, float coeff, float grad_scale,
+                              Tensor& loss, Tensor* dlogits, const Stream& s) {
+  (void)s;
+  constexpr const char* op = "moe_aux_loss_from_counts";
+  const DType dt = check_float(op, "logits", logits);
+  check_ndim(op, "logits", logits, 2);
+  const int64_t rows = logits.size(0), e_count = logits.size(1);
+  PRIMUS_CHECK(topk >= 1 && topk <= e_count, "{}: topk must be in [1, {}], got {}", op, e_count, topk);
+  check_tensor(op, "counts", counts, DType::kI32, {seqs.num_seqs, e_count});
+  check_tensor(op, "loss", loss, dt, {1});
+  if (dlogits != nullptr) check_tensor(op, "dlogits", *dlogits, dt, {rows, e_count});
+  const int32_t* cnt = counts.data<int32_t>();
+  auto count = [&](int64_t t, int64_t e) {
+    return static_cast<double>(cnt[((t / seqs.chunk) % seqs.num_seqs) * e_count + e]);
+  };
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = logits.data<T>();
     const double w = static_cast<double>(coeff) * e_count /
-                     (static_cast<double>(topk) * num_seqs * static_cast<double>(seq) * seq);
+                     (static_cast<double>(topk) * seqs.num_seqs * static_cast<double>(seqs.seq_tokens) *
+                      static_cast<double>(seqs.seq_tokens));
     // Scores of row t in double.
     auto scores = [&](int64_t t, std::vector<double>& sc, std::vector<double>& sig) {
       const T* xr = x + t * e_count;
@@ -298,8 +318,7 @@ void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, in
       std::vector<double> sc(static_cast<size_t>(e_count)), sig(static_cast<size_t>(e_count));
       scores(t, sc, sig);
       double acc = 0.0;
-      for (int64_t e = 0; e < e_count; ++e)
-        acc += sc[e] * static_cast<double>(counts[(t / seq) * e_count + e]);
+      for (int64_t e = 0; e < e_count; ++e) acc += sc[e] * count(t, e);
       return acc;
     });
     loss.data<T>()[0] = static_cast<T>(w * total);
@@ -312,7 +331,7 @@ void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, in
       const double den = scores(t, sc, sig);
       double sg = 0.0;
       for (int64_t e = 0; e < e_count; ++e) {
-        g[e] = static_cast<double>(grad_scale) * w * static_cast<double>(counts[(t / seq) * e_count + e]);
+        g[e] = static_cast<double>(grad_scale) * w * count(t, e);
         sg += sc[e] * g[e];
       }
       T* dr = dx + t * e_count;
@@ -325,8 +344,8 @@ void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, in
   });
 }
 
-void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& loss, Tensor* dlogits,
-                const Stream& s) {
+void moe_z_loss(const Tensor& logits, float coeff, int64_t mean_over, float grad_scale, Tensor& loss,
+                Tensor* dlogits, const Stream& s) {
   (void)s;
   constexpr const char* op = "moe_z_loss";
   const DType dt = check_float(op, "logits", logits);
@@ -349,13 +368,13 @@ void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& los
       const double l = lse(t);
       return l * l;
     });
-    loss.data<T>()[0] = static_cast<T>(static_cast<double>(coeff) * total / rows);
+    loss.data<T>()[0] = static_cast<T>(static_cast<double>(coeff) * total / mean_over);
     if (dlogits == nullptr) return;
     T* dx = dlogits->data<T>();
 #pragma omp parallel for schedule(static) if (rows * e_count > kParallelGrain)
     for (int64_t t = 0; t < rows; ++t) {
       const double l = lse(t);
-      const double f = static_cast<double>(grad_scale) * coeff * 2.0 * l / rows;
+      const double f = static_cast<double>(grad_scale) * coeff * 2.0 * l / mean_over;
       const T* xr = x + t * e_count;
       T* dr = dx + t * e_count;
       for (int64_t e = 0; e < e_count; ++e)

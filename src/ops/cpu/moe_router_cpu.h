@@ -10,10 +10,14 @@ void moe_router_forward(const Tensor& logits, const Tensor* expert_bias, const M
                         Tensor& ids, Tensor& probs, const Stream& s);
 void moe_router_backward(const Tensor& logits, const Tensor& ids, const Tensor& dprobs,
                          const MoeRouterConfig& cfg, Tensor& dlogits, const Stream& s);
-void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, int64_t num_seqs, float coeff,
-                  float grad_scale, Tensor& loss, Tensor* dlogits, const Stream& s);
-void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& loss, Tensor* dlogits,
-                const Stream& s);
+// seqs resolved (no 0 fields); mean_over > 0.
+void moe_aux_counts(const Tensor& logits, int64_t topk, const MoeAuxSeqs& seqs, Tensor& counts,
+                    const Stream& s);
+void moe_aux_loss_from_counts(const Tensor& logits, const Tensor& counts, int64_t topk,
+                              MoeScoreFunction score, const MoeAuxSeqs& seqs, float coeff, float grad_scale,
+                              Tensor& loss, Tensor* dlogits, const Stream& s);
+void moe_z_loss(const Tensor& logits, float coeff, int64_t mean_over, float grad_scale, Tensor& loss,
+                Tensor* dlogits, const Stream& s);
 void moe_expert_load(const Tensor& ids, int64_t num_experts, Tensor& counts, bool accumulate,
                      const Stream& s);
 void moe_expert_bias_update(const Tensor& counts, float rate, Tensor& bias, const Stream& s);

@@ -282,8 +282,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // Aux loss, pass 1: per-sequence counts of the plain top-k of the logits.
 __global__ void __launch_bounds__(kWarps * 32)
-    aux_count_kernel(const float* __restrict__ logits, int64_t rows, int e, int k, int64_t seq,
-                     int* __restrict__ counts) {
+    aux_count_kernel(const float* __restrict__ logits, int64_t rows, int e, int k, int64_t chunk,
+                     int64_t num_seqs, int* __restrict__ counts) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x & 31;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -294,22 +294,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncwarp();
   for (int r = 0; r < k; ++r) {
     const int c = warp_pick(w.x, w.mark, e);
-    if (lane == 0) atomicAdd(counts + (t / seq) * e + c, 1);
+    if (lane == 0) atomicAdd(counts + ((t / chunk) % num_seqs) * e + c, 1);
   }
 }
 
 // Aux loss, pass 2: per-token partial sum_e sc * count and (optionally) dlogits += grad_scale * w * ...
 __global__ void __launch_bounds__(kWarps * 32)
-    aux_grad_kernel(const float* __restrict__ logits, int64_t rows, int e, int64_t seq, int score,
-                    const int* __restrict__ counts, double w, float grad_scale, double* __restrict__ partial,
-                    float* __restrict__ dlogits) {
+    aux_grad_kernel(const float* __restrict__ logits, int64_t rows, int e, int64_t chunk, int64_t num_seqs,
+                    int score, const int* __restrict__ counts, double w, float grad_scale,
+                    double* __restrict__ partial, float* __restrict__ dlogits) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x & 31;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (t >= rows) return;
   const WarpSmem ws = carve(smem, e, 0);
   const float m = load_row(logits, t, e, ws);
-  const int* c = counts + (t / seq) * e;
+  const int* c = counts + ((t / chunk) % num_seqs) * e;
   double sum = 0.0;
   for (int i = lane; i < e; i += 32) {
     const double xi = static_cast<double>(ws.x[i]);
@@ -506,41 +506,53 @@ void moe_router_probs(const Tensor& logits, const Tensor& ids, const MoeRouterCo
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 
-void moe_aux_loss(const Tensor& logits, int64_t topk, MoeScoreFunction score, int64_t num_seqs, float coeff,
-                  float grad_scale, Tensor& loss, Tensor* dlogits, const Stream& s) {
-  constexpr const char* op = "moe_aux_loss";
+void moe_aux_counts(const Tensor& logits, int64_t topk, const MoeAuxSeqs& seqs, Tensor& counts,
+                    const Stream& s) {
+  constexpr const char* op = "moe_aux_counts";
   check_logits(op, logits);
   const int64_t rows = logits.size(0), e = logits.size(1);
   PRIMUS_CHECK(topk >= 1 && topk <= e, "{}: topk must be in [1, {}], got {}", op, e, topk);
-  PRIMUS_CHECK(num_seqs >= 1 && rows % num_seqs == 0 && rows > 0, "{}: num_seqs {} must divide the {} tokens",
-               op, num_seqs, rows);
+  check_cuda_tensor(op, "counts", counts, DType::kI32);
+  check_shape(op, "counts", counts, {seqs.num_seqs, e});
+  counts.zero_(s);
+  const size_t smem = smem_for(aux_count_kernel, static_cast<int>(e), 0);
+  aux_count_kernel<<<blocks_for(rows), kWarps * 32, smem, cuda_stream(s)>>>(
+      logits.data<float>(), rows, static_cast<int>(e), static_cast<int>(topk), seqs.chunk, seqs.num_seqs,
+      counts.data<int32_t>());
+  PRIMUS_CUDA_CHECK_LAUNCH();
+}
+
+void moe_aux_loss_from_counts(const Tensor& logits, const Tensor& counts, int64_t topk,
+                              MoeScoreFunction score, const MoeAuxSeqs& seqs, float coeff, float grad_scale,
+                              Tensor& loss, Tensor* dlogits, const Stream& s) {
+  constexpr const char* op = "moe_aux_loss_from_counts";
+  check_logits(op, logits);
+  const int64_t rows = logits.size(0), e = logits.size(1);
+  PRIMUS_CHECK(topk >= 1 && topk <= e, "{}: topk must be in [1, {}], got {}", op, e, topk);
+  check_cuda_tensor(op, "counts", counts, DType::kI32);
+  check_shape(op, "counts", counts, {seqs.num_seqs, e});
   check_cuda_tensor(op, "loss", loss, DType::kF32);
   check_shape(op, "loss", loss, {1});
   if (dlogits != nullptr) {
     check_cuda_tensor(op, "dlogits", *dlogits, DType::kF32);
     check_shape(op, "dlogits", *dlogits, {rows, e});
   }
-  const int64_t seq = rows / num_seqs;
-  Tensor counts = Tensor::zeros({num_seqs, e}, DType::kI32, s);
   Tensor partial = Tensor::empty({rows}, DType::kF64, s);
-  const size_t smem = smem_for(aux_count_kernel, static_cast<int>(e), 0);
-  aux_count_kernel<<<blocks_for(rows), kWarps * 32, smem, cuda_stream(s)>>>(
-      logits.data<float>(), rows, static_cast<int>(e), static_cast<int>(topk), seq, counts.data<int32_t>());
-  PRIMUS_CUDA_CHECK_LAUNCH();
   const double w = static_cast<double>(coeff) * e /
-                   (static_cast<double>(topk) * num_seqs * static_cast<double>(seq) * seq);
-  const size_t smem2 = smem_for(aux_grad_kernel, static_cast<int>(e), 0);
-  aux_grad_kernel<<<blocks_for(rows), kWarps * 32, smem2, cuda_stream(s)>>>(
-      logits.data<float>(), rows, static_cast<int>(e), seq, score == MoeScoreFunction::kSigmoid ? 1 : 0,
-      counts.data<int32_t>(), w, grad_scale, partial.data<double>(),
-      dlogits != nullptr ? dlogits->data<float>() : nullptr);
+                   (static_cast<double>(topk) * seqs.num_seqs * static_cast<double>(seqs.seq_tokens) *
+                    static_cast<double>(seqs.seq_tokens));
+  const size_t smem = smem_for(aux_grad_kernel, static_cast<int>(e), 0);
+  aux_grad_kernel<<<blocks_for(rows), kWarps * 32, smem, cuda_stream(s)>>>(
+      logits.data<float>(), rows, static_cast<int>(e), seqs.chunk, seqs.num_seqs,
+      score == MoeScoreFunction::kSigmoid ? 1 : 0, counts.data<int32_t>(), w, grad_scale,
+      partial.data<double>(), dlogits != nullptr ? dlogits->data<float>() : nullptr);
   PRIMUS_CUDA_CHECK_LAUNCH();
   reduce_loss_kernel<<<1, 1024, 0, cuda_stream(s)>>>(partial.data<double>(), rows, w, loss.data<float>());
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 
-void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& loss, Tensor* dlogits,
-                const Stream& s) {
+void moe_z_loss(const Tensor& logits, float coeff, int64_t mean_over, float grad_scale, Tensor& loss,
+                Tensor* dlogits, const Stream& s) {
   constexpr const char* op = "moe_z_loss";
   check_cuda_tensor(op, "logits", logits, DType::kF32);
   PRIMUS_CHECK(logits.ndim() == 2 && logits.numel() > 0, "{}: logits must be a non-empty [T, E], got {}", op,
@@ -553,13 +565,13 @@ void moe_z_loss(const Tensor& logits, float coeff, float grad_scale, Tensor& los
     check_shape(op, "dlogits", *dlogits, {rows, e});
   }
   Tensor partial = Tensor::empty({rows}, DType::kF64, s);
-  const double f = static_cast<double>(grad_scale) * coeff * 2.0 / rows;
+  const double f = static_cast<double>(grad_scale) * coeff * 2.0 / mean_over;
   zloss_kernel<<<blocks_for(rows), kWarps * 32, 0, cuda_stream(s)>>>(
       logits.data<float>(), rows, static_cast<int>(e), f, partial.data<double>(),
       dlogits != nullptr ? dlogits->data<float>() : nullptr);
   PRIMUS_CUDA_CHECK_LAUNCH();
-  reduce_loss_kernel<<<1, 1024, 0, cuda_stream(s)>>>(partial.data<double>(), rows,
-                                                     static_cast<double>(coeff) / rows, loss.data<float>());
+  reduce_loss_kernel<<<1, 1024, 0, cuda_stream(s)>>>(
+      partial.data<double>(), rows, static_cast<double>(coeff) / mean_over, loss.data<float>());
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 
