@@ -32,16 +32,20 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
   c.ep = layout.dims.ep();
   c.edp = layout.dims.edp();
   c.cp = layout.dims.cp();
-  if (c.ep > 1 && c.fsdp() && layout.dims.dp_replicate() > 1 && layout.dims.dp_shard() % c.ep != 0)
+  // Under HSDP a replica is dp_shard x cp ranks (the expert grid reads them cp-fastest), and each must hold
+  // every expert: its ep groups may not straddle two replicas.
+  const int replica = layout.dims.dp_shard() * layout.dims.cp();
+  if (c.ep > 1 && c.fsdp() && layout.dims.dp_replicate() > 1 && replica % c.ep != 0)
     throw ConfigError(
         fmt::format("{}: expert parallelism with HSDP needs the expert-parallel degree {} to divide "
-                    "the shard degree {} (each replica holds every expert)",
-                    layout.describe(), c.ep, layout.dims.dp_shard()),
+                    "the shard degree x cp = {} (each replica holds every expert)",
+                    layout.describe(), c.ep, replica),
         "set expert_model_parallel_size to a divisor of the FSDP shard degree");
-  if (c.ep > 1 && layout.dims.cp() * layout.dims.tp() != 1)
-    throw ConfigError(
-        fmt::format("{}: not supported yet: expert parallelism combined with tensor or context parallelism",
-                    layout.describe()));
+  // (Context parallelism composes: the ep group's ranks hold other tokens of the same or other sequences,
+  // which travel to their experts like any data-parallel rank's.)
+  if (c.ep > 1 && layout.dims.tp() != 1)
+    throw ConfigError(fmt::format(
+        "{}: not supported yet: expert parallelism combined with tensor parallelism", layout.describe()));
   if (!c.fsdp()) {  // without parameter sharding every DP rank is a replica (layout_from_config)
     c.dp_replicate = c.dp;
     c.dp_shard = 1;
