@@ -87,10 +87,16 @@ void add_megatron_moe_keys(KeyTable& t) {
   add_all(t, kWhyMoE,
           {{"moe_layer_recompute", kB, "false", "recompute MoE layers"},
            {"moe_extended_tp", kB, "false", "extended tensor parallelism for experts"}});
-  // Experts split by tensor parallelism (Megatron's ETP) are a layout of their own: only whole experts (1).
+  // Experts split by tensor parallelism (Megatron's ETP): over the TP ranks (null: Megatron's default, = TP);
+  // another degree (ETP 1 with TP > 1 folds the tp ranks into the expert grid) is a layout not built yet.
   t.add(unsup_unless_default("expert_tensor_parallel_size", kI, "null",
                              "tensor-parallel degree inside experts (ETP)")
-            .supports(null_or_int(1), "only 1 for now (experts are whole on their expert-parallel rank)"));
+            .supports(
+                [](const Value& v, const KeyLookup& k) {
+                  return v.is_null() ||
+                         (v.is_int() && v.as_int() == k.int_or("tensor_model_parallel_size", 1));
+                },
+                "null or the tensor-parallel degree (experts split over every TP rank)"));
 }
 
 }  // namespace primus::config::keys

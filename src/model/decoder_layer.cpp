@@ -209,7 +209,15 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
 
   Tensor x_out = ctx.act({nl, d});
   if (moe_) {
-    moe_->forward(ctx, a.h2, x_out, a.moe, record_stats);
+    // Tensor parallelism: every rank routes every token of h2 (gathered under SP) through its columns of each
+    // expert; the partial outputs are summed (reduce-scattered under SP) like the dense MLP's.
+    if (ctx.tp) {
+      Tensor part = ctx.act({n, d});
+      moe_->forward(ctx, a.h2, part, a.moe, record_stats);
+      x_out = tp_sum_rows(ctx, part, "tp moe output");
+    } else {
+      moe_->forward(ctx, a.h2, x_out, a.moe, record_stats);
+    }
     ops::add(x_out, a.x_mid, x_out, s);
   } else {
     if (lora_gu_.on()) {
@@ -336,7 +344,8 @@ Tensor DecoderLayer::backward(const StepContext& ctx, Tensor dx, LayerActivation
   Tensor d_h2;
   if (moe_) {
     d_h2 = ctx.act({n, d});
-    moe_->backward(ctx, dx, a.h2, a.moe, d_h2);
+    moe_->backward(ctx, tp_gather_rows(ctx, dx, "sp gather moe output gradient"), a.h2, a.moe, d_h2);
+    d_h2 = tp_sum_rows(ctx, d_h2, "tp moe input gradient");
   } else {
     d_h2 = mlp_backward(ctx, dx, a);
   }

@@ -78,10 +78,10 @@ ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_paralle
   s.tp = TensorShard{size, rank, sequence_parallel && size > 1};
   if (size == 1) return s;
   // The layout's validation (ParallelDims::validate_training) names the keys; these guard direct callers.
-  if (moe.enabled() || mtp_layers > 0)
-    throw config::NotSupportedError(
-        fmt::format("not supported yet: tensor parallelism ({} ranks) of {} models", size,
-                    moe.enabled() ? "MoE" : "multi-token-prediction"));
+  if (mtp_layers > 0)
+    throw config::NotSupportedError(fmt::format(
+        "not supported yet: tensor parallelism ({} ranks) of multi-token-prediction models", size));
+  PRIMUS_CHECK(ep.size == 1, "tensor parallelism over {} ranks with expert parallelism: not supported", size);
   PRIMUS_CHECK(heads % size == 0 && ffn % size == 0 && vocab % size == 0,
                "tensor parallelism over {} ranks needs heads ({}), ffn ({}) and the padded vocabulary ({}) "
                "divisible by it",
@@ -100,6 +100,15 @@ ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_paralle
   }
   s.ffn /= size;
   s.vocab /= size;
+  if (moe.enabled()) {
+    // Expert tensor parallelism (ETP = TP): each expert's and the shared expert's hidden columns split.
+    PRIMUS_CHECK(moe.ffn_hidden_size % size == 0 && moe.shared_ffn_hidden_size % size == 0,
+                 "tensor parallelism over {} ranks needs moe_ffn_hidden_size ({}) and the shared expert's "
+                 "size ({}) divisible by it",
+                 size, moe.ffn_hidden_size, moe.shared_ffn_hidden_size);
+    s.moe.ffn_hidden_size /= size;
+    s.moe.shared_ffn_hidden_size /= size;
+  }
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "ops/grouped_gemm.h"
 #include "ops/sigmoid_gate.h"
 #include "parallel/context_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 namespace primus {
 
@@ -320,13 +321,18 @@ void MoeMlp::shared_backward(const StepContext& ctx, const Tensor& dy, const Ten
     Tensor dgate_flat = dgate.view({n});
     ops::sigmoid_gate_backward(a.gate_logit.view({n}), a.sh_out, dy, d_sh_out, dgate_flat, s);
     a.sh_out = Tensor();
+    // Tensor parallelism: shared_out is this rank's columns' share, so is the gate's gradient until summed;
+    // its input gradient is then whole on every rank, and one rank adds it (as the router's).
+    if (ctx.tp) ctx.tp->group().all_reduce(dgate, comm::ReduceOp::kSum, s, "moe shared gate gradient (tp)");
     Tensor dg = dgate;
     if (ctx.act_dtype != st) {
       dg = ctx.act({n, 1});
       ops::cast(dgate, dg, s);
     }
-    ops::linear_backward_input(dg, params_.param(sh_gate_), dh, accumulate, s);
-    accumulate = true;
+    if (!ctx.tp || ctx.tp->rank() == 0) {
+      ops::linear_backward_input(dg, params_.param(sh_gate_), dh, accumulate, s);
+      accumulate = true;
+    }
     weight_grad(ctx, dg, h, params_.grad(sh_gate_), Tensor(), params_.grad_accumulate(sh_gate_));
   }
   Tensor d_sh_act = ctx.act({n, Fs});
@@ -365,6 +371,9 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   Tensor dprobs = ctx.empty({n, k}, st);
   ops::moe_unpermute_backward(dy, a.y_perm, a.plan, a.kept_probs, dy_perm, dprobs, s);
   a.y_perm = Tensor();
+  // Tensor parallelism: the experts' outputs here are this rank's columns' share, so the probabilities'
+  // gradient (dy . y per slot) is too; summed, it is the same on every rank, and so is the router's backward.
+  if (ctx.tp) ctx.tp->group().all_reduce(dprobs, comm::ReduceOp::kSum, s, "moe probability gradient (tp)");
   Tensor dh_shared;  // expert parallelism: the shared expert's input gradient, computed during the exchange
   if (ep_) {  // the output gradient travels as the rows did, on the side stream beside the shared expert
     Tensor dy_local = ctx.act({rows, d});
@@ -429,7 +438,10 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
     dl = ctx.act({n, E});
     ops::cast(dlogits, dl, s);
   }
-  ops::linear_backward_input(dl, params_.param(router_), dh, /*accumulate=*/true, s);
+  // Tensor parallelism: every rank computed the router's whole input gradient, and the caller sums dh over
+  // the tp ranks (the experts' parts are partial): one rank adds it. Its weight gradient is whole everywhere.
+  if (!ctx.tp || ctx.tp->rank() == 0)
+    ops::linear_backward_input(dl, params_.param(router_), dh, /*accumulate=*/true, s);
   weight_grad(ctx, dl, h, params_.grad(router_), Tensor(), params_.grad_accumulate(router_));
 
   if (dh_shared.defined()) {

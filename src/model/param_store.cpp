@@ -183,20 +183,28 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
       // model/moe_mlp.h: the router, E stacked experts, an optional shared expert.
       const MoeConfig& m = spec.moe;
       const int64_t E = m.num_experts, F = m.ffn_hidden_size;
+      // Tensor parallelism (expert TP = TP): every rank routes every token (the router, its bias and the
+      // shared expert's gate whole, their gradients whole on each rank) and holds its F / TP columns of every
+      // expert, split like the dense MLP's gate|up and down.
       add(p + "mlp.router.weight", {E, spec.hidden}, r, true, InitKind::kNormal, std);
       if (split_experts) {
         expert_prefixes.emplace_back(p, r);
       } else {
-        add(p + "mlp.experts.gate_up_proj.weight", {E, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std);
+        // gate|up viewed as [E x 2F, d]: expert e's gate rows, then its up rows, this rank's F of each.
+        std::vector<std::pair<int64_t, int64_t>> gu_parts;
+        for (int64_t e = 0; e < E; ++e) gu_parts.insert(gu_parts.end(), {{F, 1}, {F, 1}});
+        add(p + "mlp.experts.gate_up_proj.weight", {E, 2 * F, spec.hidden}, r, true, InitKind::kNormal, std,
+            column_parallel(std::move(gu_parts), d));
+        // down viewed as [E x d, F]: every row, this rank's columns.
         add(p + "mlp.experts.down_proj.weight", {E, spec.hidden, F}, r, true, InitKind::kScaledNormal,
-            out_std);
+            out_std, row_parallel(E * d, F));
       }
       if (m.shared_ffn_hidden_size > 0) {
         const int64_t Fs = m.shared_ffn_hidden_size;
         add(p + "mlp.shared_expert.gate_up_proj.weight", {2 * Fs, spec.hidden}, r, true, InitKind::kNormal,
-            std);
+            std, column_parallel({{Fs, 1}, {Fs, 1}}, d));
         add(p + "mlp.shared_expert.down_proj.weight", {spec.hidden, Fs}, r, true, InitKind::kScaledNormal,
-            out_std);
+            out_std, row_parallel(d, Fs));
         // Qwen2-MoE: one logit per token, sigmoid(h . w) scales the shared expert's output.
         if (m.shared_expert_gate)
           add(p + "mlp.shared_expert_gate.weight", {1, spec.hidden}, r, true, InitKind::kNormal, std);

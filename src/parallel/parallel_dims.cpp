@@ -216,12 +216,13 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                     m.moe.num_experts, ep(), kEp));
   if (const config::BatchLayout b = config::batch_layout(cfg, dp()); !b.fits) bad.push_back(b.problem());
   if (bad.empty()) {
-    // Valid, but not built yet: tensor parallelism covers dense models (MLA too), context parallelism models
-    // with packed-QKV attention (dense and MoE).
-    if (tp() > 1 && (m.moe.enabled() || m.mtp_num_layers > 0))
+    // Valid, but not built yet: tensor parallelism covers dense, MLA and MoE models (expert TP = TP) but not
+    // the multi-token-prediction head; context parallelism models with packed-QKV attention (dense and MoE).
+    if (tp() > 1 && m.mtp_num_layers > 0)
       throw config::NotSupportedError(
-          fmt::format("not supported yet: tensor parallelism ({} = {}) of {} models", kTp, tp(),
-                      m.moe.enabled() ? "MoE (num_experts)" : "multi-token-prediction (mtp_num_layers)"),
+          fmt::format("not supported yet: tensor parallelism ({} = {}) of multi-token-prediction models "
+                      "(mtp_num_layers)",
+                      kTp, tp()),
           "use data parallelism (FSDP) or expert parallelism for this model");
     if (cp() > 1 && (m.mla.enabled || m.mtp_num_layers > 0))
       throw config::NotSupportedError(
