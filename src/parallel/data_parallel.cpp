@@ -43,9 +43,9 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
         "set expert_model_parallel_size to a divisor of the FSDP shard degree");
   // (Context parallelism composes: the ep group's ranks hold other tokens of the same or other sequences,
   // which travel to their experts like any data-parallel rank's.)
-  if (c.ep > 1 && layout.dims.tp() != 1)
-    throw ConfigError(fmt::format(
-        "{}: not supported yet: expert parallelism combined with tensor parallelism", layout.describe()));
+  // (ParallelDims::validate_training refuses EP x TP.)
+  PRIMUS_CHECK(c.ep == 1 || layout.dims.tp() == 1, "{}: expert and tensor parallelism together",
+               layout.describe());
   if (!c.fsdp()) {  // without parameter sharding every DP rank is a replica (layout_from_config)
     c.dp_replicate = c.dp;
     c.dp_shard = 1;

@@ -224,6 +224,14 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                       "(mtp_num_layers)",
                       kTp, tp()),
           "use data parallelism (FSDP) or expert parallelism for this model");
+    // Expert TP = TP splits every expert over the tp ranks; with EP the tp ranks would also have to share out
+    // the experts' tokens (Megatron's ETP x EP grid), which is not built.
+    if (tp() > 1 && ep() > 1)
+      throw config::NotSupportedError(
+          fmt::format("not supported yet: expert parallelism combined with tensor parallelism ({} = {}, {} = "
+                      "{})",
+                      kEp, ep(), kTp, tp()),
+          "use expert parallelism with data / context parallelism, or tensor parallelism without it");
     if (cp() > 1 && (m.mla.enabled || m.mtp_num_layers > 0))
       throw config::NotSupportedError(
           fmt::format("not supported yet: context parallelism ({} = {}) of {} models", kCp, cp(),
