@@ -80,7 +80,8 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
   recompute_.assign(plan.begin(), plan.begin() + spec_.layers);
   mtp_recompute_.assign(plan.begin() + spec_.layers, plan.end());
   for (int k = 0; k < spec_.mtp_layers; ++k) mtp_.push_back(std::make_unique<MtpDepth>(spec_, params, k));
-  embed_ = params.find("embed_tokens.weight");
+  // (The head's stage of a tied model holds the embedding only as its output layer's weight.)
+  if (spec_.pp.embedding) embed_ = params.find("embed_tokens.weight");
 }
 
 void LlamaModel::enable_fp8(const Fp8Recipe& recipe) {

@@ -119,10 +119,6 @@ ModelSpec ModelSpec::with_pipeline_share(bool embedding, std::vector<char> held,
   if (mtp_layers > 0)
     throw config::NotSupportedError(
         "not supported yet: pipeline parallelism of multi-token-prediction models (mtp_num_layers)");
-  if (tied_embeddings && embedding != head)
-    throw config::NotSupportedError(
-        "not supported yet: pipeline parallelism with tied embeddings (untie_embeddings_and_output_weights "
-        "false) and the embedding and output layer on different stages");
   ModelSpec s = *this;
   s.pp.split = true;
   s.pp.embedding = embedding;
@@ -147,7 +143,7 @@ std::string ModelSpec::pipeline_modules() const {
     l = e + 1;
   }
   if (!runs.empty()) parts.push_back(runs);
-  if (pp.head) parts.push_back("head");
+  if (pp.head) parts.push_back(holds_tied_copy() ? "head (a copy of the tied embedding)" : "head");
   return parts.empty() ? std::string("(nothing)") : fmt::format("{}", fmt::join(parts, " + "));
 }
 

@@ -74,9 +74,15 @@ struct ModelSpec {
   PipelineShare pp;
   bool holds_layer(int64_t l) const { return !pp.split || pp.layers[static_cast<size_t>(l)] != 0; }
   // This spec restricted to the embedding (or not), `layers` (one flag per decoder layer) and the head (or
-  // not). Refuses what the pipeline runtime does not cover yet: tied embeddings split from the output layer,
-  // multi-token prediction.
+  // not). Refuses what the pipeline runtime does not cover yet: multi-token prediction.
   ModelSpec with_pipeline_share(bool embedding, std::vector<char> layers, bool head) const;
+  // Tied embeddings with the embedding and the output layer on different pipeline stages (Megatron's
+  // "embedding group"): the head's stage holds a copy of embed_tokens.weight as its output projection, and
+  // the two stages sum their gradients of it after the backward, so that both copies take the same updates.
+  bool tied_across_stages() const { return tied_embeddings && pp.split && pp.embedding != pp.head; }
+  // This stage holds that copy (the head without the embedding): left out of the gradient norm and of
+  // checkpoints, which count and store the weight once, as the input embedding.
+  bool holds_tied_copy() const { return tied_across_stages() && pp.head; }
   std::string pipeline_modules() const;  // "embedding + layers 0-1, 4-5 + head"
 
   // LoRA (model/lora_adapter.h): a ParamStore laid out from a spec with adapters.enabled holds only the

@@ -137,9 +137,12 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   }
 
   // Pipeline parallelism: a module this rank does not hold leaves its region empty, so that regions keep
-  // their numbers (the model's hook regions) on every stage.
+  // their numbers (the model's hook regions) on every stage. The head's stage of a tied model holds its copy
+  // of the embedding in region 0 too: laid out, padded and sharded exactly as on the embedding's stage, so
+  // that the two stages' gradient chunks line up element for element (ZeRO-1 and FSDP sum shards), and
+  // named alike, so that it initialises and loads as the embedding.
   begin_region(0);
-  if (spec.pp.embedding)
+  if (spec.pp.embedding || spec.holds_tied_copy())
     add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std,
         column_parallel({{spec.vocab, 1}}, d));
   end_decay(0);

@@ -166,6 +166,35 @@ void DataParallel::compute_waits_for(const std::shared_ptr<StreamEvent>& e) {
     stream_wait(compute_, e);
 }
 
+void DataParallel::set_pipeline(comm::Communicator* pp, comm::Communicator* embedding) {
+  pp_ = pp;
+  embedding_ = nullptr;
+  // (A LoRA adapters' store has no embedding: nothing tied to sum.)
+  if (!params_.spec().tied_across_stages() || params_.find("embed_tokens.weight") < 0) return;
+  PRIMUS_CHECK(embedding != nullptr && embedding->size() == 2,
+               "tied embeddings across pipeline stages: the embedding group has {} ranks, expected the first "
+               "and the last stage",
+               embedding ? embedding->size() : 0);
+  embedding_ = embedding;
+  // The head's stage reads its copy (region 0) in the head's forward and backward: FSDP gathers, reduces and
+  // releases it with the head's region, and ZeRO-1's forward waits for its gather there.
+  if (params_.spec().holds_tied_copy()) owned_[last_region()].push_back(0);
+}
+
+Tensor DataParallel::region0_grads() {
+  if (cfg_.shard_ranks() == 1) return params_.grad_flat().slice(0, params_.regions()[0].end);
+  return shard_grad().slice(params_.shard_offset(0), params_.shard_offset(0) + params_.chunk_len(0));
+}
+
+void DataParallel::sum_tied_embedding_grads() {
+  // After the data-parallel reduction (Megatron's order): both stages add the same two reduced gradients, and
+  // a sum of two terms is the same in either order, so the copies take bitwise the same updates for any dp
+  // size and backend. Region 0 is laid out alike on both stages, so their ZeRO-1 / FSDP chunks hold the
+  // same elements.
+  Tensor g = region0_grads();
+  embedding_->all_reduce(g, ReduceOp::kSum, compute_, "tied embedding grads");
+}
+
 void DataParallel::finish_grads() {
   if (cfg_.emulate) return;
   if (!cfg_.fsdp()) {
@@ -177,6 +206,7 @@ void DataParallel::finish_grads() {
     group("dp_replicate").all_reduce(params_.grad_flat(), ReduceOp::kSum, comm_, "hsdp grad shards");
   }
   compute_waits_for(StreamEvent::record(comm_));
+  if (embedding_) sum_tied_embedding_grads();
   // Sums commute: the tp sum of the whole tensors' partial gradients may follow the dp reduction.
   if (tp_) tp_->sum_partial_grads(params_, grad_view(), compute_);
 }
@@ -201,11 +231,22 @@ double DataParallel::grad_norm() {
 }
 
 double DataParallel::stage_grad_norm() {
+  // The head's stage of a tied model: its copy of the embedding (region 0, the start of every gradient
+  // buffer) is the first stage's embedding again, counted there (Megatron's `shared` parameter).
+  const bool skip_copy = embedding_ && params_.spec().holds_tied_copy();
+  const int64_t skip = skip_copy ? region0_grads().numel() : 0;
+  PRIMUS_CHECK(!skip_copy || cfg_.shard_ranks() == 1 || params_.shard_offset(0) == 0,
+               "region 0 does not start the shard buffer");
   if (tp_) {
     // Split tensors count on every tp rank, whole ones once (the same on every tp rank), each dp shard once.
     PRIMUS_CHECK(cfg_.ep == 1, "tensor and expert parallelism together are not supported");
-    double sq = tp_->group().all_reduce_value(tp_->norm_contribution(params_, grad_view(), compute_),
-                                              ReduceOp::kSum, compute_, "grad norm (tp)");
+    double mine = tp_->norm_contribution(params_, grad_view(), compute_);
+    if (skip_copy) {  // the embedding is split over tp: norm_contribution counted it whole
+      Tensor copy = Tensor::empty({1}, DType::kF32, compute_);
+      ops::sum_squares(region0_grads(), copy, false, compute_);
+      mine -= copy.to_vector<double>()[0];
+    }
+    double sq = tp_->group().all_reduce_value(mine, ReduceOp::kSum, compute_, "grad norm (tp)");
     if (cfg_.shard_ranks() > 1)
       sq = shard_group().all_reduce_value(sq, ReduceOp::kSum, compute_, "grad norm");
     return std::sqrt(std::max(0.0, sq));
@@ -213,7 +254,8 @@ double DataParallel::stage_grad_norm() {
   Tensor out = Tensor::empty({1}, DType::kF32, compute_);
   if (cfg_.shard_ranks() == 1) {
     if (all_regions() == last_region() + 1) {
-      ops::sum_squares(params_.grad_flat(), out, /*accumulate=*/false, compute_);
+      Tensor g = params_.grad_flat();
+      ops::sum_squares(g.slice(skip, g.numel()), out, /*accumulate=*/false, compute_);
       return std::sqrt(out.to_vector<double>()[0]);
     }
     // Expert parallelism: the replicated part here, plus every ep rank's experts (the same on each expert-dp
@@ -223,7 +265,7 @@ double DataParallel::stage_grad_norm() {
     Tensor experts = Tensor::empty({1}, DType::kF32, compute_);
     ops::sum_squares(g.slice(split, g.numel()), experts, false, compute_);
     if (cfg_.ep > 1) group("ep").all_reduce(experts, ReduceOp::kSum, compute_, "grad norm (experts)");
-    ops::sum_squares(g.slice(0, split), out, false, compute_);
+    ops::sum_squares(g.slice(skip, split), out, false, compute_);
     const double dense = out.to_vector<double>()[0], routed = experts.to_vector<double>()[0];
     return std::sqrt(dense + routed);
   }
@@ -249,7 +291,8 @@ double DataParallel::stage_grad_norm() {
   }
   // Sharded: every element lives in exactly one rank's chunk, experts included (the dp ranks are the ep x
   // expert-dp grid, checked in dp_config), so one sum over dp covers the model once.
-  ops::sum_squares(shard_grad(), out, false, compute_);
+  Tensor g = shard_grad();
+  ops::sum_squares(g.slice(skip, g.numel()), out, false, compute_);
   shard_group().all_reduce(out, ReduceOp::kSum, compute_, "grad norm");
   return std::sqrt(out.to_vector<double>()[0]);
 }

@@ -81,8 +81,10 @@ class DataParallel : public ParamHooks {
   // a part of, and grad_norm counts split tensors on every tp rank and whole ones once.
   void set_tensor_parallel(const parallel::TensorParallel* tp) { tp_ = tp; }
   // Pipeline parallelism (not owned; nullptr = none): each stage holds its own layers, so grad_norm adds the
-  // stages' squares over this group.
-  void set_pipeline(comm::Communicator* pp) { pp_ = pp; }
+  // stages' squares over `pp`. With tied embeddings split over stages (ModelSpec::tied_across_stages) the
+  // embedding's and its copy's gradients are summed over `embedding` (the first and the last stage) after
+  // the data-parallel reduction, and grad_norm leaves the copy out.
+  void set_pipeline(comm::Communicator* pp, comm::Communicator* embedding);
 
   // Training step protocol: begin_step, per micro-batch begin_micro + forward_backward, finish_grads,
   // grad_norm, step.
@@ -136,6 +138,10 @@ class DataParallel : public ParamHooks {
   CudaStepMarks* marks_ = nullptr;
   const parallel::TensorParallel* tp_ = nullptr;
   comm::Communicator* pp_ = nullptr;
+  comm::Communicator* embedding_ = nullptr;  // set when this stage holds a tied embedding or its copy
+  void sum_tied_embedding_grads();
+  // The part of region 0 (the tied embedding or its copy) in the gradient buffer the optimizer reads.
+  Tensor region0_grads();
   double stage_grad_norm();  // this pipeline stage's part (the whole model without pipeline parallelism)
   // The gradient buffer the optimizer reads, as tensor parallelism's reductions see it.
   parallel::TensorParallel::GradView grad_view();

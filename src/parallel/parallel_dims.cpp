@@ -124,9 +124,9 @@ std::string ParallelDims::describe_rank(int rank) const {
 }
 
 const std::vector<std::string>& ParallelDims::group_names() {
-  static const std::vector<std::string> kNames = {"world",    "tp",           "cp",    "dp",
-                                                  "dp_shard", "dp_replicate", "dp_cp", "dp_shard_cp",
-                                                  "pp",       "ep",           "edp",   "edp_shard"};
+  static const std::vector<std::string> kNames = {"world",        "tp",    "cp",          "dp", "dp_shard",
+                                                  "dp_replicate", "dp_cp", "dp_shard_cp", "pp", "embedding",
+                                                  "ep",           "edp",   "edp_shard"};
   return kNames;
 }
 
@@ -144,6 +144,11 @@ std::vector<int> ParallelDims::group_ranks(const std::string& name, int rank) co
     if (name == "dp_cp") return o.tp == me.tp && o.pp == me.pp;
     if (name == "dp_shard_cp") return o.tp == me.tp && o.pp == me.pp && o.dp_replicate == me.dp_replicate;
     if (name == "pp") return o.tp == me.tp && o.cp == me.cp && o.dp == me.dp;
+    if (name == "embedding") {  // Megatron's: the first and the last pipeline stage; every other rank alone
+      const auto edge = [&](int p) { return p == 0 || p == pp() - 1; };
+      return o.tp == me.tp && o.cp == me.cp && o.dp == me.dp &&
+             (o.pp == me.pp || (edge(o.pp) && edge(me.pp)));
+    }
     if (name == "ep") return o.tp == me.tp && o.pp == me.pp && o.edp == me.edp;
     if (name == "edp") return o.tp == me.tp && o.pp == me.pp && o.ep == me.ep;
     if (name == "edp_shard")  // HSDP: the expert-dp ranks inside one replica

@@ -3,6 +3,8 @@
 // name (TorchTitan's named mesh):
 //   world        all ranks
 //   tp cp pp     tensor / context / pipeline parallel groups
+//   embedding    the first and the last pipeline stage (each other rank alone): a tied embedding's two copies
+//                sum their gradients over it (Megatron's embedding group)
 //   dp           all data-parallel ranks (dp_replicate x dp_shard): DDP's gradient all-reduce, ZeRO-1 shards
 //   dp_shard     FSDP's shard group (inside one replica);   dp_replicate: HSDP's replica group
 //   dp_cp        dp x cp: where gradients are reduced when CP > 1 (Megatron's data_parallel_group_with_cp)

@@ -137,8 +137,19 @@ void gather_pipeline_state(ParamStore& stage, const Stream& s, comm::Communicato
                    "in the whole model as it is here",
                    e.name, r);
       const int64_t off = global.entry(j).offset;
+      // A tied embedding's copy on the head's stage must equal the embedding (stage 0, unpacked first) bit
+      // for bit, moments included: both take the same summed gradients. The checkpoint stores it once.
+      const bool copy = layouts[static_cast<size_t>(r)]->spec().holds_tied_copy() && e.region == 0;
+      PRIMUS_CHECK(!copy || layouts[0]->spec().pp.embedding, "the tied embedding is not on pipeline stage 0");
       for (Tensor* dst : {&global.master_flat(), &global.adam_m_flat(), &global.adam_v_flat()}) {
-        std::memcpy(dst->data<float>() + off, from, static_cast<size_t>(e.numel) * sizeof(float));
+        float* to = dst->data<float>() + off;
+        const size_t bytes = static_cast<size_t>(e.numel) * sizeof(float);
+        PRIMUS_CHECK(
+            !copy || std::memcmp(to, from, bytes) == 0,
+            "gather_pipeline_state: pipeline stage {}'s copy of the tied '{}' differs from stage 0's "
+            "embedding",
+            r, e.name);
+        std::memcpy(to, from, bytes);
         from += e.numel;
       }
     }

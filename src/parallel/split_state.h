@@ -24,7 +24,8 @@ void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& 
 // Pipeline parallelism: `global` (the whole model, on the CPU, f32 masters) from every stage's `stage` store
 // (its modules, whole over tp / ep / dp; on `s`'s device; masters may be in remainders). Collective over the
 // pipeline group `pp`; stage_specs[r] is rank r's spec (ModelSpec::with_pipeline_share), whose entries it
-// holds in store order. Every rank ends with the same `global`.
+// holds in store order. Every rank ends with the same `global`. A tied embedding's copy on the head's stage
+// (ModelSpec::holds_tied_copy) is checked to equal stage 0's embedding bitwise; the weight is stored once.
 void gather_pipeline_state(ParamStore& stage, const Stream& s, comm::Communicator& pp, const Stream& device,
                            const std::vector<ModelSpec>& stage_specs, ParamStore& global);
 

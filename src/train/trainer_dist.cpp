@@ -233,7 +233,7 @@ void Trainer::init_data_parallel() {
     dp_ = std::make_unique<DataParallel>(*dp_cfg_, *params_, groups_.get(), stream_);
   }
   dp_->set_tensor_parallel(tp_.get());
-  if (pipeline_) dp_->set_pipeline(&groups_->get("pp"));
+  if (pipeline_) dp_->set_pipeline(&groups_->get("pp"), &groups_->get("embedding"));
   hooks_.add(dp_.get());
   model_->set_hooks(&hooks_);
   log::info("data parallel: {} | {} micro-batch(es) of {} per rank per step", dp_cfg_->describe(),

@@ -55,6 +55,10 @@ TEST(ParallelDims, MegatronExampleTp2Pp4On8Ranks) {
   EXPECT_EQ(d.group_ranks("pp", 0), (std::vector<int>{0, 2, 4, 6}));
   EXPECT_EQ(d.group_ranks("pp", 3), (std::vector<int>{1, 3, 5, 7}));
   EXPECT_EQ(d.group_ranks("dp", 3), (std::vector<int>{3}));
+  // Megatron's embedding group: the first and the last stage of each tp rank; the middle stages alone.
+  EXPECT_EQ(d.group_ranks("embedding", 0), (std::vector<int>{0, 6}));
+  EXPECT_EQ(d.group_ranks("embedding", 7), (std::vector<int>{1, 7}));
+  EXPECT_EQ(d.group_ranks("embedding", 2), (std::vector<int>{2}));
 }
 
 TEST(ParallelDims, RankCoordinateTableRoundTrips) {

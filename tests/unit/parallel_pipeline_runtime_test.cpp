@@ -172,12 +172,54 @@ TEST(PipelineRuntime, StageSpecsHoldTheirChunksModules) {
   EXPECT_TRUE(p0.split() && p1.split());
 }
 
-TEST(PipelineRuntime, TiedEmbeddingsSplitFromTheHeadAreRefused) {
-  const ModelConfig cfg = grad_test::tiny_model(false, false, /*tied=*/true);
+// Tied embeddings with the embedding and the head on different stages (Megatron's embedding group): the
+// head's stage holds a copy of embed_tokens.weight in region 0, laid out and initialised as the embedding;
+// the two stages chained by hand give the whole model's losses bitwise, and their two gradients of the weight
+// add up to the whole model's (which the trainer's sum over the embedding group does).
+TEST(PipelineRuntime, TiedEmbeddingsSplitOverStagesHoldAnEqualCopy) {
+  ModelConfig cfg = grad_test::tiny_model(false, false, /*tied=*/true);
+  cfg.num_layers = 3;
   const ModelSpec whole = ModelSpec::from_config(cfg);
-  std::vector<char> layers(static_cast<size_t>(whole.layers), 1);
-  EXPECT_THROW(whole.with_pipeline_share(true, layers, false), ConfigError);
-  EXPECT_NO_THROW(whole.with_pipeline_share(true, layers, true));
+  const ModelSpec first = whole.with_pipeline_share(true, {1, 1, 0}, false);
+  const ModelSpec last = whole.with_pipeline_share(false, {0, 0, 1}, true);
+  EXPECT_TRUE(first.tied_across_stages() && !first.holds_tied_copy());
+  EXPECT_TRUE(last.tied_across_stages() && last.holds_tied_copy());
+  EXPECT_FALSE(whole.with_pipeline_share(true, {1, 1, 1}, true).tied_across_stages());
+  EXPECT_EQ(last.pipeline_modules(), "layers 2 + head (a copy of the tied embedding)");
+  ParamStore p0(first), p1(last), all(whole);
+  for (ParamStore* p : {&p0, &p1, &all}) TwinModels::ready(*p, 11);
+  const int e0 = p0.find("embed_tokens.weight"), e1 = p1.find("embed_tokens.weight");
+  ASSERT_GE(e1, 0);
+  EXPECT_EQ(p1.entry(e1).region, 0);
+  EXPECT_EQ(p0.regions()[0].end - p0.regions()[0].begin, p1.regions()[0].end - p1.regions()[0].begin);
+  EXPECT_EQ(p0.param(e0).to_vector<float>(), p1.param(e1).to_vector<float>());
+  EXPECT_EQ(p1.param(e1).to_vector<float>(), all.param("embed_tokens.weight").to_vector<float>());
+
+  LlamaModel ref(cfg, RecomputeConfig{}, all, Stream::cpu(), 16);
+  LlamaModel m0(cfg, RecomputeConfig{}, p0, Stream::cpu(), 16),
+      m1(cfg, RecomputeConfig{}, p1, Stream::cpu(), 16);
+  const Tensor tokens = random_ids(32, cfg.vocab_size, 5), targets = random_ids(32, cfg.vocab_size, 6);
+  const Tensor la = ref.forward_backward(tokens, targets, 0.01f);
+  const LlamaModel::Chunk c0{true, 0, 2, false}, c1{false, 2, 1, true};
+  LlamaModel::ChunkState s0, s1;
+  const Tensor x = m0.chunk_forward(c0, s0, Tensor(), tokens, targets, 0.01f);
+  m1.chunk_forward(c1, s1, copy_of(x), tokens, targets, 0.01f);
+  m0.chunk_backward(c0, s0, copy_of(m1.chunk_backward(c1, s1, Tensor())));
+  EXPECT_EQ(la.to_vector<float>(), s1.losses.to_vector<float>());
+  const std::vector<float> g0 = p0.grad(e0).to_vector<float>(), g1 = p1.grad(e1).to_vector<float>();
+  const std::vector<float> g = all.grad("embed_tokens.weight").to_vector<float>();
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(g0[i]) + g1[i] - g[i]));
+    largest = std::max(largest, std::abs(static_cast<double>(g[i])));
+  }
+  EXPECT_GT(largest, 0.0);
+  EXPECT_LE(worst, 1e-6 * largest);  // the same terms, added in another order
+  // Neither stage alone holds the whole gradient.
+  EXPECT_NE(g0, g);
+  EXPECT_NE(g1, g);
+  EXPECT_EQ(p1.grad("layers.2.mlp.down_proj.weight").to_vector<float>(),
+            all.grad("layers.2.mlp.down_proj.weight").to_vector<float>());
 }
 
 // Two chunks of one process chained by hand (what two stages do through send / recv) against the whole
