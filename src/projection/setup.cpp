@@ -95,6 +95,10 @@ RankParams rank_parameters(const Setup& s, const RankPlan& r) {
   }
   if (r.embedding) p.dense += static_cast<double>(c.embedding) / tp;
   if (r.loss) p.dense += static_cast<double>(c.lm_head + c.final_norm) / tp;
+  // Tied embeddings split over the stages: the loss's stage holds a copy of the embedding as its output
+  // weight (ModelSpec::holds_tied_copy; its gradient summed with the first stage's).
+  if (r.loss && !r.embedding && !m.untie_embeddings_and_output_weights)
+    p.dense += static_cast<double>(c.embedding) / tp;
   return p;
 }
 

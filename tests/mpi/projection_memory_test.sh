@@ -2,7 +2,8 @@
 # `primus projection memory --backend cpu` against the CPU trainer's measured peak (the allocator's peak bytes,
 # metrics.jsonl mem_gb) for the layouts the parallel tests train: one process (no / full / selective
 # recompute), DDP, ZeRO-1, FSDP, TP, TP + SP (+ full recompute), CP, CP x TP, PP 1F1B / interleaved / ZB-H1 /
-# ZB-V, EP (+ ZeRO-1 / FSDP), and the MoE / MLA / Qwen3 micro models. Each projection must be within 10% of
+# ZB-V, tied embeddings over PP, EP (+ ZeRO-1 / FSDP), MoE under TP and CP, and the MoE / MLA / Qwen3 micro
+# models. Each projection must be within 10% of
 # the measurement (issue #22's bar). A small Llama (d 256, 4 layers, T 256) keeps constant overheads below
 # the bar's noise; 2 steps per run.
 # Usage: projection_memory_test.sh MPIRUN PRIMUS
@@ -68,6 +69,9 @@ check moe micro_mixtral.yaml 1 "${moe[@]}"
 check ep2 micro_mixtral.yaml 2 "${moe[@]}" --expert_model_parallel_size 2
 check ep2_zero1 micro_mixtral.yaml 4 "${moe[@]}" --expert_model_parallel_size 2 --use_distributed_optimizer true
 check ep2_fsdp micro_mixtral.yaml 2 "${moe[@]}" --expert_model_parallel_size 2 --use_torch_fsdp2 true
+check tp2_moe micro_mixtral.yaml 2 "${moe[@]}" --tensor_model_parallel_size 2 --sequence_parallel true
+check cp2_moe micro_mixtral.yaml 2 "${moe[@]}" --context_parallel_size 2
+check pp2_tied micro_llama.yaml 2 --pipeline_model_parallel_size 2 --untie_embeddings_and_output_weights false
 check mla micro_deepseek_mla.yaml 1 "${small[@]}"
 check deepseek_moe micro_deepseek_moe.yaml 1 "${small[@]}"
 check qwen2_moe micro_qwen2_moe.yaml 1 "${small[@]}"
