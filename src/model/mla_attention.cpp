@@ -4,6 +4,7 @@
 #include "model/weight_grad.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
+#include "parallel/context_parallel.h"
 
 namespace primus {
 
@@ -44,6 +45,17 @@ ops::MlaDims MlaAttention::dims(const StepContext& ctx) const {
   d.rope = spec_.mla.qk_pos_emb_head_dim;
   d.v_dim = spec_.mla.v_head_dim;
   return d;
+}
+
+std::vector<MlaAttention::Half> MlaAttention::halves(const StepContext& ctx) const {
+  const ops::MlaDims d = dims(ctx);
+  if (!ctx.cp) return {{0, ctx.tokens(), d, ctx.pos_offset}};
+  // Context parallelism: this rank's rows are its two chunks of every sequence ([2B, C], chunk-major), each
+  // rotated at its place in the whole sequence.
+  ops::MlaDims half = d;
+  half.batch = ctx.batch / 2;
+  const int64_t rows = half.tokens();
+  return {{0, rows, half, ctx.cp->chunk(0) * ctx.seq}, {rows, 2 * rows, half, ctx.cp->chunk(1) * ctx.seq}};
 }
 
 ops::AttentionShape MlaAttention::attention_shape(const StepContext& ctx) const {
@@ -92,14 +104,24 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
   ops::linear_forward(a.kv_cn, params_.param(w_kvb_), nullptr, kv, s);
 
   a.qkv = ctx.act({n, d.qkv_width()});
-  ops::mla_pack_qkv(q, kv, k_pe, d, *ctx.rope_table, ctx.pos_offset, a.qkv, s);
+  for (const Half& part : halves(ctx)) {
+    Tensor out = a.qkv.slice(part.first, part.end);
+    ops::mla_pack_qkv(q.slice(part.first, part.end), kv.slice(part.first, part.end),
+                      k_pe.slice(part.first, part.end), part.dims, *ctx.rope_table, part.pos_offset, out, s);
+  }
   q = kv = k_pe = Tensor();
 
   const ops::AttentionShape shape = attention_shape(ctx);
   a.attn = ctx.act({n, shape.out_width()});
   a.lse = ctx.empty({ctx.batch, spec_.heads, ctx.seq}, ctx.stat_dtype());
-  Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, shape.out_width()});
-  ops::attention_forward(a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}), shape, attn3, a.lse, s);
+  if (ctx.cp) {  // the sequence split over ranks: these chunks attend to every rank's keys
+    ops::AttentionShape chunk = shape;
+    chunk.batch = ctx.batch / 2;
+    ctx.cp->attention_forward(a.qkv, chunk, a.attn, a.lse, s);
+  } else {
+    Tensor attn3 = a.attn.view({ctx.batch, ctx.seq, shape.out_width()});
+    ops::attention_forward(a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}), shape, attn3, a.lse, s);
+  }
   // Tensor parallelism: this rank's heads' share of the output projection, summed over tp.
   row_parallel_residual(ctx, a.attn, params_.param(w_o_), residual, x_mid, "tp attention output");
 }
@@ -131,14 +153,25 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
   // dx_mid may be the decoder's residual-stream gradient buffer (a queued GEMM copies it).
   weight_grad(ctx, dx_mid, a.attn, params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), dx_mid);
   Tensor dqkv = ctx.act({n, d.qkv_width()});
-  Tensor dqkv3 = dqkv.view({ctx.batch, ctx.seq, shape.qkv_width()});
-  ops::attention_backward(d_attn.view({ctx.batch, ctx.seq, shape.out_width()}),
-                          a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}),
-                          a.attn.view({ctx.batch, ctx.seq, shape.out_width()}), a.lse, shape, dqkv3, s);
+  if (ctx.cp) {
+    ops::AttentionShape chunk = shape;
+    chunk.batch = ctx.batch / 2;
+    ctx.cp->attention_backward(d_attn, a.qkv, a.attn, a.lse, chunk, dqkv, s);
+  } else {
+    Tensor dqkv3 = dqkv.view({ctx.batch, ctx.seq, shape.qkv_width()});
+    ops::attention_backward(d_attn.view({ctx.batch, ctx.seq, shape.out_width()}),
+                            a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}),
+                            a.attn.view({ctx.batch, ctx.seq, shape.out_width()}), a.lse, shape, dqkv3, s);
+  }
   d_attn = Tensor();
   a.attn = a.qkv = a.lse = Tensor();
   Tensor dq = ctx.act({n, d.q_width()}), dkv = ctx.act({n, d.kv_width()}), dk_pe = ctx.act({n, d.rope});
-  ops::mla_unpack_dqkv(dqkv, d, *ctx.rope_table, ctx.pos_offset, dq, dkv, dk_pe, s);
+  for (const Half& part : halves(ctx)) {
+    Tensor dq_p = dq.slice(part.first, part.end), dkv_p = dkv.slice(part.first, part.end),
+           dk_pe_p = dk_pe.slice(part.first, part.end);
+    ops::mla_unpack_dqkv(dqkv.slice(part.first, part.end), part.dims, *ctx.rope_table, part.pos_offset, dq_p,
+                         dkv_p, dk_pe_p, s);
+  }
   dqkv = Tensor();
 
   // kv = rmsnorm(c_kv) Wkvb^T; [c_kv | k_pe] = h Wkva^T (one gradient mode for both row blocks: the entry is

@@ -45,6 +45,14 @@ class MlaAttention {
 
  private:
   ops::MlaDims dims(const StepContext& ctx) const;
+  // Row ranges of the layer's tokens that RoPE sees as contiguous sequences: all of them, or under context
+  // parallelism this rank's two chunks of every sequence, each at its own first position.
+  struct Half {
+    int64_t first, end;
+    ops::MlaDims dims;
+    int64_t pos_offset;
+  };
+  std::vector<Half> halves(const StepContext& ctx) const;
   ops::AttentionShape attention_shape(const StepContext& ctx) const;
 
   const ModelSpec& spec_;

@@ -221,8 +221,8 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                     m.moe.num_experts, ep(), kEp));
   if (const config::BatchLayout b = config::batch_layout(cfg, dp()); !b.fits) bad.push_back(b.problem());
   if (bad.empty()) {
-    // Valid, but not built yet: tensor parallelism covers dense, MLA and MoE models (expert TP = TP) but not
-    // the multi-token-prediction head; context parallelism models with packed-QKV attention (dense and MoE).
+    // Valid, but not built yet: tensor and context parallelism cover dense, MLA and MoE models (expert TP =
+    // TP) but not the multi-token-prediction head.
     if (tp() > 1 && m.mtp_num_layers > 0)
       throw config::NotSupportedError(
           fmt::format("not supported yet: tensor parallelism ({} = {}) of multi-token-prediction models "
@@ -237,11 +237,11 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                       "{})",
                       kEp, ep(), kTp, tp()),
           "use expert parallelism with data / context parallelism, or tensor parallelism without it");
-    if (cp() > 1 && (m.mla.enabled || m.mtp_num_layers > 0))
+    if (cp() > 1 && m.mtp_num_layers > 0)
       throw config::NotSupportedError(
-          fmt::format("not supported yet: context parallelism ({} = {}) of {} models", kCp, cp(),
-                      m.mla.enabled ? "multi-latent-attention (multi_latent_attention)"
-                                    : "multi-token-prediction (mtp_num_layers)"),
+          fmt::format("not supported yet: context parallelism ({} = {}) of multi-token-prediction models "
+                      "(mtp_num_layers)",
+                      kCp, cp()),
           "use tensor or data parallelism for this model");
     return;
   }

@@ -43,6 +43,10 @@
 #   cpmoe NP CP      micro Mixtral (aux + z losses) under CP (x NP/CP DDP ranks): the aux loss's routing counts
 #                    summed over the cp ranks, the logged losses and loads the whole micro-batch's
 #   cpdeepseek NP CP micro DeepSeek-style MoE (per-sequence aux loss, expert bias, groups, shared expert) under CP
+#   cpmla NP CP      micro DeepSeek-style MLA over dense MLPs under CP (q/k head dim != v head dim through the
+#                    chunked attention; the decoupled RoPE of each chunk at its place in the sequence)
+#   cpmlamoe NP CP   the MLA model with its MoE layers (MLA + MoE) under CP
+#   cpmlatp NP TP    CP 2 x TP (SP) of the MLA model over dense MLPs
 #   launch           sp 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad              refusals, each a clear error naming the key before training
 # Usage: tp_train_test.sh MODE MPIRUN PRIMUS NP TP [NP2 TP2]
@@ -72,8 +76,8 @@ if [ "$mode" = bad ]; then
   refuse world "WORLD_SIZE=3 is not divisible by TP x PP x CP = 2" 3 -- --tensor_model_parallel_size 2
   refuse cpseq "seq_length 60 is not divisible by 2 x the context-parallel degree 4 = 8" 4 -- \
     --context_parallel_size 4 --seq_length 60
-  refuse cpmla "not supported yet: context parallelism (context_parallel_size / parallelism.context_parallel_degree = 2) of multi-latent-attention" 2 \
-    PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml -- --context_parallel_size 2 --mtp_num_layers 0
+  refuse cpmtp "not supported yet: context parallelism (context_parallel_size / parallelism.context_parallel_degree = 2) of multi-token-prediction" 2 \
+    PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml -- --context_parallel_size 2 --mtp_num_layers 1
   echo "tp_train_test: bad passed"
   exit 0
 fi
@@ -165,6 +169,24 @@ case "$mode" in
     # curves rejoin at step 17): the f32 rounding of the split attention moves a near-tie of the grouped
     # sigmoid top-k in one micro-batch.
     tol_grad=5e-5
+    ;;
+  cpmla)
+    cpd=$tp tp=1
+    export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
+    par=(--context_parallel_size "$cpd")
+    keys=(--num_experts null --mtp_num_layers 0 --eval_interval 10 --eval_iters 2)
+    ;;
+  cpmlamoe)
+    cpd=$tp tp=1
+    export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
+    par=(--context_parallel_size "$cpd")
+    keys=(--mtp_num_layers 0)
+    tol_grad=5e-5  # step 16's near-tie of the grouped sigmoid top-k, as in cpdeepseek (3.9e-5 measured)
+    ;;
+  cpmlatp)
+    export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
+    par=(--context_parallel_size 2)
+    keys=(--sequence_parallel true --num_experts null --mtp_num_layers 0)
     ;;
   cprecompute)
     cpd=$tp tp=1
