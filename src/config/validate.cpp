@@ -106,21 +106,33 @@ void validate_config(ResolvedConfig& rc) {
           "or enable_packed_sequences: false (one sample per row)");
   }
 
-  // LoRA adapters (model/lora_adapter.h) sit on the dense decoder's four projections; the MoE experts and
-  // router, MLA's projections, the MTP modules, the pipeline's stage split of the adapter store and the FP8
-  // projections do not take them yet.
+  // LoRA adapters (model/lora_adapter.h) sit on the decoder's packed-QKV attention and dense MLP projections;
+  // in MoE models on the attention only (the experts, router and shared expert stay frozen without adapters:
+  // PEFT's gate/up/down targets would adapt every expert, which is not built). MLA's projections, the MTP
+  // modules, the pipeline's stage split of the adapter store, expert parallelism and the FP8 projections do
+  // not take them yet.
+  const bool lora_mlp = t.lora.targets_projection("gate_up_proj") || t.lora.targets_projection("down_proj");
   if (t.lora.enabled && !rc.planning) {
-    const char* what = t.model.moe.enabled()                ? "mixture-of-experts models"
+    const char* what = t.model.moe.enabled() && lora_mlp
+                           ? "the MLP projections of a mixture-of-experts model (adapters on every expert)"
+                       : p.expert_model_parallel_size > 1   ? "expert parallelism"
                        : t.model.mla.enabled                ? "multi-latent attention"
                        : t.model.mtp_num_layers > 0         ? "multi-token prediction"
                        : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
-                       : p.context_parallel_size > 1        ? "context parallelism"
-                       : t.fp8.enabled                      ? "FP8 training"
-                                                            : nullptr;
+                       // (under CP a rank's rows are chunks of other places: the dropout masks keyed by
+                       // an element's place would repeat across the cp ranks)
+                       : p.context_parallel_size > 1 && t.lora.dropout > 0
+                           ? "dropout (lora.dropout > 0) under context parallelism"
+                       : t.fp8.enabled ? "FP8 training"
+                                       : nullptr;
     if (what)
-      throw NotSupportedError(fmt::format("{}: not supported yet: LoRA (lora.enabled) with {}",
-                                          rc.keys.origin("lora.enabled").str(), what),
-                              "full SFT (lora.enabled: false) runs with it");
+      throw NotSupportedError(
+          fmt::format("{}: not supported yet: LoRA (lora.enabled) with {}",
+                      rc.keys.origin("lora.enabled").str(), what),
+          t.model.moe.enabled() && lora_mlp
+              ? "target the attention projections only (lora target modules linear_qkv and linear_proj; "
+                "q_proj, k_proj, v_proj, o_proj), or full SFT (lora.enabled: false)"
+              : "full SFT (lora.enabled: false) runs with it");
   }
 
   // Learning-rate schedule.

@@ -146,8 +146,17 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
     // The expert bias is read from the f32 master: its updates (1e-3) would vanish in a bf16 copy. With
     // masters in remainders that is a join of E floats.
     Tensor bias;
-    if (bias_ >= 0)
+    if (bias_ >= 0 && params_.frozen()) {
+      // A frozen base (LoRA) keeps weights only, in the compute dtype; the bias stays as loaded.
+      bias = params_.param(bias_);
+      if (bias.dtype() != st) {
+        Tensor f = ctx.empty({E}, st);
+        ops::cast(bias, f, s);
+        bias = f;
+      }
+    } else if (bias_ >= 0) {
       bias = params_.master_in_remainders() ? params_.master_f32(bias_, s) : params_.master(bias_);
+    }
     ops::moe_router_forward(a.logits, bias_ >= 0 ? &bias : nullptr, router_cfg_, a.ids, a.probs, s);
   }
   if (force_ == ForceBalance::kEven) {
@@ -391,6 +400,7 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   // The experts' weight gradients, at once or queued for a zero-bubble weight-gradient pass
   // (model/weight_grad.h).
   auto expert_wgrad = [&](const Tensor& d_out, const Tensor& x, Tensor g, bool accumulate) {
+    if (!g.defined()) return;  // frozen experts (LoRA's base model)
     if (!ctx.deferred_wgrad) {
       ops::grouped_gemm_backward_weight(d_out, x, a.rows, g, s, accumulate);
       return;
@@ -454,6 +464,12 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
 
 void MoeMlp::end_step(const Stream& s) {
   if (bias_ < 0 || !step_load_.defined()) return;
+  // A frozen base (LoRA): the bias is part of the base, which the exported adapter does not carry, so it
+  // stays as loaded (the loads are dropped).
+  if (params_.frozen()) {
+    step_load_.zero_(s);
+    return;
+  }
   if (params_.master_dtype() != DType::kF32) return;  // f64 gradient-check models take no update steps
   // The master's view, or a joined copy in remainders; set_master writes it back with its compute copy.
   Tensor master = params_.master_f32(bias_, s);

@@ -126,9 +126,11 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
         if (lo.targets_projection("qkv_proj"))
           column_adapter(p + "self_attn.qkv_proj", r, spec.qkv_dim(), qkv_parts(), true);
         if (lo.targets_projection("o_proj")) row_adapter(p + "self_attn.o_proj", r, spec.q_dim());
-        if (lo.targets_projection("gate_up_proj"))
+        // (MoE layers: no MLP adapters; config validation refuses MLP targets on MoE models.)
+        if (lo.targets_projection("gate_up_proj") && !spec.is_moe_layer(l))
           column_adapter(p + "mlp.gate_up_proj", r, 2 * spec.ffn, {{spec.ffn, 1}, {spec.ffn, 1}}, false);
-        if (lo.targets_projection("down_proj")) row_adapter(p + "mlp.down_proj", r, spec.ffn);
+        if (lo.targets_projection("down_proj") && !spec.is_moe_layer(l))
+          row_adapter(p + "mlp.down_proj", r, spec.ffn);
       }
       end_decay(r);
       end_region(r);

@@ -12,6 +12,13 @@
 #   tpfsdp NP TP     TP x FSDP
 #   resume NP TP     save at iteration 10 with NP ranks / TP, continue in one process: the joined curve is the
 #                    single process's
+#   moe NP           a micro MoE (4 experts top-2, aux + z losses) with adapters on the attention projections
+#                    only: the experts, router and their balancing losses run on the frozen base, DDP
+#   moetp NP TP      the same under TP with SP (experts split by columns) x NP/TP data-parallel ranks
+#   cp NP CP         CP ranks (x NP/CP data-parallel ranks): the adapters see this rank's chunks of every
+#                    sequence (packed rows without isolation: the chunked attention does not take sample
+#                    boundaries)
+#   bad              refusals naming the key: dropout under CP, LoRA with expert parallelism
 #   dropout NP TP    lora.dropout 0.1 (position pre) under TP with SP x DP: each micro-batch's mask is keyed by
 #                    its first sample and every element's place, so the ranks drop what one process drops
 # Usage: lora_train_test.sh MODE MPIRUN PRIMUS NP [TP]
@@ -35,6 +42,15 @@ common=(--config "$src/tests/e2e/configs/sft_lora_micro_llama.yaml" --train_iter
         --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
         --clip_grad 0.5)
 
+if [ "$mode" = bad ]; then
+  refuse cpdropout "not supported yet: LoRA (lora.enabled) with dropout (lora.dropout > 0) under context parallelism" \
+    2 -- --context_parallel_size 2 --use_packed_attention false --lora.dropout 0.1
+  refuse ep "not supported yet: LoRA (lora.enabled) with expert parallelism" 2 -- --num_experts 4 \
+    --moe_router_topk 2 --moe_ffn_hidden_size 96 --lora.target_modules "['linear_qkv','linear_proj']" \
+    --expert_model_parallel_size 2
+  echo "lora_train_test: bad passed"
+  exit 0
+fi
 par=()
 case "$mode" in
   ddp) ;;
@@ -43,6 +59,15 @@ case "$mode" in
   tp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
   tpfsdp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true --use_torch_fsdp2 true) ;;
   resume) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
+  moe | moetp)
+    common+=(--num_experts 4 --moe_router_topk 2 --moe_ffn_hidden_size 96 --moe_aux_loss_coeff 0.01
+             --moe_z_loss_coeff 0.001 --lora.target_modules "['linear_qkv','linear_proj']")
+    [ "$mode" = moetp ] && par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
+    ;;
+  cp)
+    par=(--context_parallel_size "$tp")
+    common+=(--use_packed_attention false)
+    ;;
   dropout)
     par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
     common+=(--lora.dropout 0.1)
