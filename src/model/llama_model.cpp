@@ -79,9 +79,12 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
   const std::vector<RecomputeMode> plan = recompute_plan(recompute, spec_.layers + spec_.mtp_layers);
   recompute_.assign(plan.begin(), plan.begin() + spec_.layers);
   mtp_recompute_.assign(plan.begin() + spec_.layers, plan.end());
-  for (int k = 0; k < spec_.mtp_layers; ++k) mtp_.push_back(std::make_unique<MtpDepth>(spec_, params, k));
-  // (The head's stage of a tied model holds the embedding only as its output layer's weight.)
-  if (spec_.pp.embedding) embed_ = params.find("embed_tokens.weight");
+  // The depths are the head's stage's under pipeline parallelism (they run between its forward and backward).
+  for (int k = 0; k < spec_.local_mtp_layers(); ++k)
+    mtp_.push_back(std::make_unique<MtpDepth>(spec_, params, k));
+  // The head's stage of a tied model holds the embedding only as its output layer's weight; with MTP it also
+  // looks up the shifted tokens in its copy (ModelSpec::holds_tied_copy).
+  if (spec_.pp.embedding || !mtp_.empty()) embed_ = params.find("embed_tokens.weight");
 }
 
 void LlamaModel::enable_fp8(const Fp8Recipe& recipe) {
@@ -135,18 +138,19 @@ void LlamaModel::set_tensor_parallel(const parallel::TensorParallel* tp) {
   tp_ = tp;
 }
 
-Tensor LlamaModel::lookup_tokens(const StepContext& ctx, const Tensor& tokens) const {
+Tensor LlamaModel::lookup_tokens(const StepContext& ctx, const Tensor& tokens, bool with_inputs) const {
   const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, D = spec_.mtp_layers;
   Tensor flat = tokens.view({n});
   if (D == 0) return flat;
-  Tensor all = ctx.empty({(1 + D) * n}, DType::kI32);
-  all.slice(0, n).copy_from(flat, ctx.stream);
+  const int64_t first = with_inputs ? 1 : 0;  // rows of the input tokens before the shifted ones
+  Tensor all = ctx.empty({(first + D) * n}, DType::kI32);
+  if (with_inputs) all.slice(0, n).copy_from(flat, ctx.stream);
   for (int64_t k = 1; k <= D; ++k) {
     // Rolled left by k within each sequence, as Megatron's roll_tensor: the last k positions wrap around to
     // valid ids whose predictions do not count (their shifted targets are -1).
     const int64_t s = k % T;
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t dst = k * n + b * T, src = b * T;
+      const int64_t dst = (k - 1 + first) * n + b * T, src = b * T;
       all.slice(dst, dst + T - s).copy_from(flat.slice(src + s, src + T), ctx.stream);
       if (s > 0) all.slice(dst + T - s, dst + T).copy_from(flat.slice(src, src + s), ctx.stream);
     }
@@ -164,7 +168,7 @@ Tensor LlamaModel::shifted_targets(const StepContext& ctx, const Tensor& targets
   return out;
 }
 
-Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_all,
+Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_mtp,
                              const Tensor& targets, float grad_scale, const Tensor* host_targets,
                              Tensor& losses, Tensor& de) {
   const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, D = spec_.mtp_layers, d = spec_.hidden;
@@ -179,7 +183,7 @@ Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tens
   head_->norm_forward(ctx, x, head_->norm_entry(), h0, rstd0);
   std::vector<MtpActivations> acts(static_cast<size_t>(D));
   for (int64_t k = 0; k < D; ++k)
-    mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), k == 0 ? h0 : acts[k - 1].h, acts[k],
+    mtp_[k]->forward(ctx, e_mtp.slice(k * n, (k + 1) * n), k == 0 ? h0 : acts[k - 1].h, acts[k],
                      mtp_recompute_[k], /*record_stats=*/true);
 
   // Deepest first: depth k's gradient reaches h_{k-1}, which depth k - 1's head adds to.
@@ -212,7 +216,7 @@ Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tens
 
 Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& input, const Tensor& tokens,
                                  const Tensor& targets, float grad_scale, float aux_grad_scale,
-                                 const BatchOrigin& origin) {
+                                 const BatchOrigin& origin, const Tensor* host_targets) {
   st.ctx = context(tokens);
   StepContext& ctx = st.ctx;
   ctx.aux_grad_scale = aux_grad_scale;
@@ -248,7 +252,24 @@ Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& i
   const int head_region = static_cast<int>(layers_.size()) + 1;
   st.losses = ctx.empty({n}, ctx.stat_dtype());
   hook(&ParamHooks::before_forward, head_region);
-  head_->run(ctx, x, targets.view({n}), grad_scale, st.losses, st.train ? &st.dx : nullptr);
+  if (st.train && !mtp_.empty()) {
+    // Multi-token prediction on the head's stage (pipeline parallelism): the depths embed the shifted tokens
+    // with this stage's embedding (the first stage's copy unless it is this stage), and the gradient of
+    // those rows accumulates into it here, inside the head's hooks, which gather and reduce the copy with
+    // the head's region; the embedding group sums it with the first stage's afterwards.
+    PRIMUS_CHECK(embed_ >= 0, "chunk_forward: the MTP depths need the embedding on the head's stage");
+    const int64_t D = spec_.mtp_layers;
+    const Tensor lookup = lookup_tokens(ctx, tokens, /*with_inputs=*/false);
+    const Tensor e = embed(ctx, lookup);
+    Tensor de = ctx.act({D * n, spec_.hidden});
+    st.dx = mtp_heads(ctx, x, e, targets, grad_scale, host_targets, st.losses, de);
+    st.mtp_losses = mtp_losses_;
+    st.mtp_counts = mtp_counts_;
+    Tensor g_embed = params_.grad(embed_);
+    ops::embedding_backward(lookup, de, g_embed, ctx.stream);
+  } else {
+    head_->run(ctx, x, targets.view({n}), grad_scale, st.losses, st.train ? &st.dx : nullptr);
+  }
   hook(st.train ? &ParamHooks::after_backward : &ParamHooks::after_forward, head_region);
   return Tensor();
 }
@@ -329,7 +350,7 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
     losses = ctx.empty({n}, ctx.stat_dtype());
     hook(&ParamHooks::before_forward, head_region);
     de = ctx.act({D * n, spec_.hidden});
-    dx = mtp_heads(ctx, x, e_all, targets, grad_scale, host_targets, losses, de);
+    dx = mtp_heads(ctx, x, e_all.slice(n, (1 + D) * n), targets, grad_scale, host_targets, losses, de);
     hook(&ParamHooks::after_backward, head_region);
   }
   x = Tensor();

@@ -71,15 +71,21 @@ class LlamaModel {
     std::vector<LayerActivations> slots;       // per layer of the chunk
     Tensor dx;                                 // loss chunks: dL/d(the last layer's output), until backward
     Tensor losses;                             // loss chunks: per-token losses [B*T] on the device
+    std::vector<Tensor> mtp_losses;            // loss chunks with MTP: mtp_losses() of this micro-batch
+    std::vector<int64_t> mtp_counts;           // ... and mtp_counts()
     std::vector<std::function<void()>> wgrad;  // zero-bubble: the weight-gradient GEMMs backward deferred
   };
   // Forward of chunk c for the micro-batch `tokens` / `targets` (i32 [B, T] on the model's device; every
   // chunk takes them: the shape sets the micro-batch, the loss reads the targets). `input` is the previous
   // chunk's output (ignored by an embedding chunk). Returns the chunk's output activation; a loss chunk
-  // returns an empty tensor and, when training, has already run the head's backward (st.dx).
+  // returns an empty tensor and, when training, has already run the head's backward (st.dx). With
+  // multi-token prediction a training loss chunk also runs the depths (reading the embedding on this stage,
+  // ModelSpec::holds_tied_copy) and keeps their losses in st.mtp_losses / st.mtp_counts; host_targets is a
+  // host copy of `targets` for their counts (null: copied from the device, which waits for it). Evaluation
+  // runs the main loss only.
   Tensor chunk_forward(const Chunk& c, ChunkState& st, const Tensor& input, const Tensor& tokens,
                        const Tensor& targets, float grad_scale, float aux_grad_scale = 0.0f,
-                       const BatchOrigin& origin = {});
+                       const BatchOrigin& origin = {}, const Tensor* host_targets = nullptr);
   // The activation passed between chunks for a micro-batch of `tokens` ([B, T]): [tokens this rank holds
   // of the residual stream (1/tp of them under sequence parallelism), d].
   Shape chunk_io_shape(const Tensor& tokens) const;
@@ -128,11 +134,12 @@ class LlamaModel {
   // The token embeddings of `lookup` (this rank's tokens' rows under sequence parallelism).
   Tensor embed(const StepContext& ctx, const Tensor& lookup);
   std::vector<MoeMlp*> moe_layers();  // the main layers' MoE MLPs, then the MTP depths'
-  // The rows one embedding lookup serves: the tokens, then (MTP) the tokens rolled left by 1..D per sequence.
-  Tensor lookup_tokens(const StepContext& ctx, const Tensor& tokens) const;
-  // Heads of the main model and every MTP depth, forward and backward: dL/dx_L (the last layer's output)
-  // and de (overwritten) = dL/d(the depths' embedding rows).
-  Tensor mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_all, const Tensor& targets,
+  // The rows one embedding lookup serves: the tokens (unless !with_inputs), then (MTP) the tokens rolled left
+  // by 1..D per sequence.
+  Tensor lookup_tokens(const StepContext& ctx, const Tensor& tokens, bool with_inputs = true) const;
+  // Heads of the main model and every MTP depth, forward and backward, from the depths' embedding rows e_mtp
+  // [D*n, d]: dL/dx_L (the last layer's output) and de (overwritten) = dL/de_mtp.
+  Tensor mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_mtp, const Tensor& targets,
                    float grad_scale, const Tensor* host_targets, Tensor& losses, Tensor& de);
   // Targets shifted left by `shift` within each sequence, -1 where nothing is left ([B*T], device).
   Tensor shifted_targets(const StepContext& ctx, const Tensor& targets, int64_t shift) const;

@@ -116,9 +116,6 @@ ModelSpec ModelSpec::with_pipeline_share(bool embedding, std::vector<char> held,
   PRIMUS_CHECK(static_cast<int64_t>(held.size()) == layers, "pipeline share: {} layer flags for {} layers",
                held.size(), layers);
   PRIMUS_CHECK(!pp.split, "with_pipeline_share: the spec is already split");
-  if (mtp_layers > 0)
-    throw config::NotSupportedError(
-        "not supported yet: pipeline parallelism of multi-token-prediction models (mtp_num_layers)");
   ModelSpec s = *this;
   s.pp.split = true;
   s.pp.embedding = embedding;
@@ -143,7 +140,12 @@ std::string ModelSpec::pipeline_modules() const {
     l = e + 1;
   }
   if (!runs.empty()) parts.push_back(runs);
-  if (pp.head) parts.push_back(holds_tied_copy() ? "head (a copy of the tied embedding)" : "head");
+  if (pp.head)
+    parts.push_back(holds_tied_copy() ? (tied_embeddings ? "head (a copy of the tied embedding)"
+                                                         : "head (+ a copy of the embedding)")
+                                      : "head");
+  if (pp.head && mtp_layers > 0)
+    parts.push_back(fmt::format("{} MTP layer{}", mtp_layers, mtp_layers == 1 ? "" : "s"));
   return parts.empty() ? std::string("(nothing)") : fmt::format("{}", fmt::join(parts, " + "));
 }
 

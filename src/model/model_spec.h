@@ -74,15 +74,22 @@ struct ModelSpec {
   PipelineShare pp;
   bool holds_layer(int64_t l) const { return !pp.split || pp.layers[static_cast<size_t>(l)] != 0; }
   // This spec restricted to the embedding (or not), `layers` (one flag per decoder layer) and the head (or
-  // not). Refuses what the pipeline runtime does not cover yet: multi-token prediction.
+  // not). The multi-token-prediction depths go with the head (Megatron builds them on the loss's stage).
   ModelSpec with_pipeline_share(bool embedding, std::vector<char> layers, bool head) const;
-  // Tied embeddings with the embedding and the output layer on different pipeline stages (Megatron's
-  // "embedding group"): the head's stage holds a copy of embed_tokens.weight as its output projection, and
-  // the two stages sum their gradients of it after the backward, so that both copies take the same updates.
-  bool tied_across_stages() const { return tied_embeddings && pp.split && pp.embedding != pp.head; }
+  // The head's stage reads the input embedding: as its output projection (tied embeddings) or to embed the
+  // shifted tokens of the multi-token-prediction depths (model/mtp.h; tied or not).
+  bool head_reads_embedding() const { return tied_embeddings || mtp_layers > 0; }
+  // That embedding with the embedding and the output layer on different pipeline stages (Megatron's
+  // "embedding group"): the head's stage holds a copy of embed_tokens.weight, and the two stages sum their
+  // gradients of it after the backward, so that both copies take the same updates. ("Tied" across stages:
+  // an untied MTP model's copy is tied to the embedding the same way, as in Megatron-LM, whose embedding
+  // group sums the word embeddings' gradient for tied and MTP models alike.)
+  bool tied_across_stages() const { return head_reads_embedding() && pp.split && pp.embedding != pp.head; }
   // This stage holds that copy (the head without the embedding): left out of the gradient norm and of
   // checkpoints, which count and store the weight once, as the input embedding.
   bool holds_tied_copy() const { return tied_across_stages() && pp.head; }
+  // The MTP depths this rank builds: all of them on the head's stage, none elsewhere.
+  int64_t local_mtp_layers() const { return pp.head ? mtp_layers : 0; }
   std::string pipeline_modules() const;  // "embedding + layers 0-1, 4-5 + head"
 
   // LoRA (model/lora_adapter.h): a ParamStore laid out from a spec with adapters.enabled holds only the

@@ -139,10 +139,11 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   }
 
   // Pipeline parallelism: a module this rank does not hold leaves its region empty, so that regions keep
-  // their numbers (the model's hook regions) on every stage. The head's stage of a tied model holds its copy
-  // of the embedding in region 0 too: laid out, padded and sharded exactly as on the embedding's stage, so
-  // that the two stages' gradient chunks line up element for element (ZeRO-1 and FSDP sum shards), and
-  // named alike, so that it initialises and loads as the embedding.
+  // their numbers (the model's hook regions) on every stage. The head's stage of a tied or a
+  // multi-token-prediction model (ModelSpec::holds_tied_copy) holds its copy of the embedding in region 0
+  // too: laid out, padded and sharded exactly as on the embedding's stage, so that the two stages' gradient
+  // chunks line up element for element (ZeRO-1 and FSDP sum shards), and named alike, so that it initialises
+  // and loads as the embedding.
   begin_region(0);
   if (spec.pp.embedding || spec.holds_tied_copy())
     add("embed_tokens.weight", {spec.vocab, d}, 0, true, InitKind::kNormal, std,
@@ -265,13 +266,15 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
 
   // The head region also holds the multi-token-prediction modules (model/mtp.h): they run between the head's
   // forward and backward hooks. Each depth's layer has the kind of the last main layer (DeepSeek-V3: MoE).
+  // Under pipeline parallelism they are the head's stage's (ModelSpec::local_mtp_layers).
   const int rf = L + 1;
+  const int64_t mtp_layers = spec.local_mtp_layers();
   const bool mtp_moe = L > 0 && spec.is_moe_layer(L - 1);
   begin_region(rf);
   if (!spec.tied_embeddings && spec.pp.head)
     add("lm_head.weight", {spec.vocab, d}, rf, true, InitKind::kNormal, std,
         column_parallel({{spec.vocab, 1}}, d));
-  for (int k = 0; k < spec.mtp_layers; ++k) {
+  for (int k = 0; k < mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "eh_proj.weight", {spec.hidden, 2 * spec.hidden}, rf, true, InitKind::kNormal, std);
     layer_matrices(p + "layer.", rf, mtp_moe);
@@ -281,7 +284,7 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     add("norm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
     sum_whole(sp);
   }
-  for (int k = 0; k < spec.mtp_layers; ++k) {
+  for (int k = 0; k < mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     add(p + "enorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
     add(p + "hnorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);

@@ -18,7 +18,10 @@ std::vector<LlamaModel::Chunk> rank_chunks(const PipelineLayout& layout, int ran
   std::vector<LlamaModel::Chunk> out;
   for (int c = 0; c < layout.vpp(); ++c) {
     const StageModules& m = layout.at(rank, c);
-    PRIMUS_CHECK(m.num_mtp == 0, "pipeline stage {} chunk {} holds MTP layers (not supported yet)", rank, c);
+    // The loss chunk runs the MTP depths between the head's forward and backward (LlamaModel::chunk_forward);
+    // the trainer refuses a layout that puts them elsewhere, naming the key (Trainer::init_pipeline).
+    PRIMUS_CHECK(m.num_mtp == 0 || m.loss, "pipeline stage {} chunk {} holds MTP layers without the loss",
+                 rank, c);
     out.push_back(LlamaModel::Chunk{m.embedding, m.first_layer, m.num_layers, m.loss});
   }
   return out;
@@ -75,6 +78,8 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
   std::map<Key, Tensor> outbox;         // outputs / input gradients waiting for their send
   std::vector<Tensor> losses(static_cast<size_t>(M));
   executed_.clear();
+  mtp_losses_.clear();
+  if (model_.spec().local_mtp_layers() > 0) mtp_losses_.resize(static_cast<size_t>(M));
 
   // The tensor waiting under `key` in `m` (an input, an output gradient, a send), taken out of it.
   auto take = [&](std::map<Key, Tensor>& m, const Key& key, const Action& a, const char* what) {
@@ -93,10 +98,13 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
       const Tensor in = c.embedding ? Tensor() : take(inputs, key, a, "input");
       LlamaModel::ChunkState& st = states[key];
       held = std::max(held, static_cast<int>(states.size()));
-      Tensor out =
-          model_.chunk_forward(c, st, in, mb.tokens, mb.targets, mb.grad_scale, mb.aux_grad_scale, mb.origin);
+      Tensor out = model_.chunk_forward(c, st, in, mb.tokens, mb.targets, mb.grad_scale, mb.aux_grad_scale,
+                                        mb.origin, mb.host_targets.defined() ? &mb.host_targets : nullptr);
       if (c.loss) {
         losses[static_cast<size_t>(a.microbatch)] = st.losses;
+        if (!mtp_losses_.empty())
+          mtp_losses_[static_cast<size_t>(a.microbatch)] = {std::move(st.mtp_losses),
+                                                            std::move(st.mtp_counts)};
       } else {
         const auto [r, next] = neighbour(a.chunk, +1);
         if (r == me)

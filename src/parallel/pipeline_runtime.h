@@ -40,6 +40,9 @@ class PipelineRuntime {
     Tensor tokens, targets;  // i32 [B, T] on the model's device
     float grad_scale = 1.0f, aux_grad_scale = 0.0f;
     BatchOrigin origin;
+    // A host copy of targets (optional): the loss stage of a multi-token-prediction model counts each
+    // depth's shifted targets from it instead of waiting for the device.
+    Tensor host_targets;
   };
   // One training step: runs this rank's list; fetch(m) gives micro-batch m (called once per micro-batch, in
   // increasing m). Returns each micro-batch's per-token losses on the rank holding the loss, undefined
@@ -48,6 +51,10 @@ class PipelineRuntime {
   // Forward only (evaluation), stage after stage: the per-token losses on the loss rank, undefined
   // elsewhere.
   Tensor evaluate(const MicroBatch& mb);
+  // Multi-token prediction: after run_step, on the loss rank, each micro-batch's per-depth per-token losses
+  // and counted tokens (LlamaModel::mtp_losses / mtp_counts), in micro-batch order; empty elsewhere.
+  using MtpLosses = std::pair<std::vector<Tensor>, std::vector<int64_t>>;
+  const std::vector<MtpLosses>& mtp_losses() const { return mtp_losses_; }
 
   int loss_rank() const { return loss_rank_; }
   bool holds_loss() const { return pp_.rank() == loss_rank_; }
@@ -93,6 +100,7 @@ class PipelineRuntime {
   std::vector<LlamaModel::Chunk> chunks_;
   int loss_rank_ = 0;
   std::vector<Action> executed_;
+  std::vector<MtpLosses> mtp_losses_;
   bool order_checked_ = false;
   std::unique_ptr<PipelineChannels> channels_;
   bool measure_ = false;

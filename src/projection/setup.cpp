@@ -90,14 +90,21 @@ RankParams rank_parameters(const Setup& s, const RankPlan& r) {
     p.largest_layer = std::max(p.largest_layer, dense / tp + expert / (ep * tp));
   };
   for (int layer : r.layers) add_layer(m.moe.enabled() && m.moe.is_moe_layer(layer));
+  // An MTP depth: eh_proj and its norms, and a decoder layer of the last main layer's kind (model/mtp.h),
+  // whose experts split over ep like the main layers'.
+  const bool mtp_moe = m.moe.enabled() && m.num_layers > 0 && m.moe.is_moe_layer(m.num_layers - 1);
   for (int i = 0; i < r.mtp_layers; ++i) {
-    p.dense += static_cast<double>(c.per_mtp_depth) / tp;  // its MLP kind counted as dense: approximation
+    const double expert =
+        mtp_moe ? static_cast<double>(m.moe.num_experts) * static_cast<double>(c.moe_expert) : 0.0;
+    p.dense += (static_cast<double>(c.per_mtp_depth) - expert) / tp;
+    p.expert += expert / (ep * tp);
   }
   if (r.embedding) p.dense += static_cast<double>(c.embedding) / tp;
   if (r.loss) p.dense += static_cast<double>(c.lm_head + c.final_norm) / tp;
-  // Tied embeddings split over the stages: the loss's stage holds a copy of the embedding as its output
-  // weight (ModelSpec::holds_tied_copy; its gradient summed with the first stage's).
-  if (r.loss && !r.embedding && !m.untie_embeddings_and_output_weights)
+  // The embedding split from the loss's stage: that stage holds a copy of it as its output weight (tied
+  // embeddings) or for the MTP depths' lookups of the shifted tokens (tied or not) (ModelSpec::
+  // holds_tied_copy; its gradient summed with the first stage's).
+  if (r.loss && !r.embedding && (!m.untie_embeddings_and_output_weights || m.mtp_num_layers > 0))
     p.dense += static_cast<double>(c.embedding) / tp;
   return p;
 }

@@ -135,10 +135,13 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     PRIMUS_MEMORY_OWNER("forward + backward");
     std::vector<Tensor> l = pipeline_->run_step([&](int a) {
       Prepared p = prepare(a, dp_rank_);
-      return parallel::PipelineRuntime::MicroBatch{p.tokens, p.targets, p.scale,
-                                                   1.0f / static_cast<float>(A * D), origin(p.b)};
+      return parallel::PipelineRuntime::MicroBatch{
+          p.tokens, p.targets, p.scale, 1.0f / static_cast<float>(A * D), origin(p.b), p.b.targets};
     });
     for (int64_t a = 0; a < A; ++a) loss_t[a * D + dp_rank_] = l[static_cast<size_t>(a)];
+    // Multi-token prediction: the loss stage's depth losses of each micro-batch, noted as run_micro notes
+    // them (empty on the other stages).
+    for (const auto& m : pipeline_->mtp_losses()) mtp_micro_.push_back(m);
   };
   auto micro_loss = [&](int64_t k) {
     PRIMUS_MEMORY_OWNER("loss");
@@ -252,6 +255,16 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   for (double m : micro) o.loss += m;
   o.loss /= static_cast<double>(micro.size());
   o.mtp_losses = take_mtp_losses();
+  if (pipeline_ && cfg_.model.mtp_num_layers > 0) {
+    // Only the loss stage ran the depths: the others add zeros, so that every stage (world rank 0, which
+    // logs, is the first) has them, as the micro-batch losses above.
+    PRIMUS_MEMORY_OWNER("loss");
+    if (o.mtp_losses.empty()) o.mtp_losses.assign(static_cast<size_t>(cfg_.model.mtp_num_layers), 0.0);
+    Tensor t = Tensor::from_vector(o.mtp_losses, {static_cast<int64_t>(o.mtp_losses.size())});
+    if (stream_.device.is_cuda()) t = t.to(stream_);
+    groups_->get("pp").all_reduce(t, comm::ReduceOp::kSum, stream_, "mtp losses (pp)");
+    o.mtp_losses = t.to_vector<double>();
+  }
   if (ranks && !o.mtp_losses.empty()) {
     // Each rank averaged its own micro-batches (as many on every rank): the global batch's is their mean.
     Tensor t = Tensor::from_vector(o.mtp_losses, {static_cast<int64_t>(o.mtp_losses.size())});

@@ -223,8 +223,13 @@ void Trainer::gather_stage_moe_stats(std::vector<MoeLayerStats>& layers) {
   // One slot per MoE layer of the whole model, filled by the stage that holds it and summed over pp (the
   // others add zeros): every stage ends with every layer's statistics, in layer order.
   std::vector<int> moe_layers;
-  for (int64_t l = 0; l < cfg_.model.num_layers; ++l)
+  const int64_t L = cfg_.model.num_layers;
+  for (int64_t l = 0; l < L; ++l)
     if (cfg_.model.moe.is_moe_layer(l)) moe_layers.push_back(static_cast<int>(l));
+  // The MTP depths' MoE layers (the kind of the last main layer; labelled L + depth, model/mtp.h), on the
+  // loss stage.
+  if (L > 0 && cfg_.model.moe.is_moe_layer(L - 1))
+    for (int64_t k = 0; k < cfg_.model.mtp_num_layers; ++k) moe_layers.push_back(static_cast<int>(L + k));
   const int64_t n = static_cast<int64_t>(moe_layers.size()), w = 8;
   std::vector<double> slots(static_cast<size_t>(n * w), 0.0);
   for (const MoeLayerStats& s : layers) {

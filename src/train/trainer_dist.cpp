@@ -117,6 +117,18 @@ void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
         fmt::format("FSDP and the {} schedule (its deferred weight gradients need the layer's gradient "
                     "after FSDP has reduce-scattered it; 1F1B and interleaved compose with FSDP)",
                     parallel::schedule_name(pp_plan_->kind)));
+  // Multi-token prediction runs in the loss's chunk, between the head's forward and backward (Megatron
+  // requires the MTP block on the last stage too); a layout that gives the depths a chunk of their own
+  // (Megatron's mtp_standalone) is not run.
+  const parallel::PipelineLayout& split = pp_plan_->layout;
+  for (int r = 0; r < split.pp(); ++r)
+    for (int c = 0; c < split.vpp(); ++c)
+      if (split.at(r, c).num_mtp > 0 && !split.at(r, c).loss)
+        refuse(fmt::format(
+            "multi-token-prediction layers in a chunk without the loss (pipeline_model_parallel_layout "
+            "places the m's in chunk {} of rank {}, the L elsewhere; put them in the loss's chunk, as in "
+            "\"...|t*4,mL\")",
+            c, r));
   const int64_t micro = config::batch_layout(cfg_, dp_cfg_->dp).micro_batches;
   PRIMUS_CHECK(pp_plan_->schedule.microbatches == micro,
                "the pipeline schedule has {} micro-batches, the batch layout {}",

@@ -42,6 +42,13 @@
 #                    embedding, the two stages sum their gradients of it, the norm counts it once (zbv: rank
 #                    0 holds both, no copy). tiedresume also resumes a one-process checkpoint with PP, and its
 #                    PP save checks that the copy equals the embedding bitwise after 10 steps
+#   mtp[dense][MODE] NP PP  multi-token prediction (--mtp_num_layers 1) with MODE (none: 1f1b; vpp, zbh1, zbv,
+#                    layout, resume, zero1, fsdp, ...): the DeepSeek-style MoE model (micro_deepseek_moe, 2 dense
+#                    then 6 MoE layers; the MTP depth's layer is MoE, its routing statistics logged), or with
+#                    "dense" micro Llama (untied; tiedmtpdense: tied). The depth sits with the loss; the loss's
+#                    stage holds a copy of the embedding for the shifted tokens, summed with the first stage's
+#                    as the tied copy is; mtp_loss is compared with one process's too. mtplayout places the
+#                    depth with the explicit layout "E|t*4|t*4|mL"
 #   bad              refusals, each a clear error naming the key before training
 # Usage: pp_train_test.sh MODE MPIRUN PRIMUS NP PP
 set -u
@@ -56,8 +63,9 @@ if [ "$mode" = bad ]; then
   refuse layers "num_layers=8 (command line (--num_layers 8)) is not divisible by pipeline_model_parallel_size=3" 3 -- --pipeline_model_parallel_size 3
   refuse fsdpzb "not supported yet: pipeline parallelism with FSDP and the zb-h1 schedule" 4 -- \
     --pipeline_model_parallel_size 2 --use_torch_fsdp2 true --patch_zero_bubble true
-  refuse mtp "not supported yet: pipeline parallelism of multi-token-prediction models" 2 \
-    PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml -- --pipeline_model_parallel_size 2 --moe_layer_freq "([0]*2+[1]*6)"
+  # Multi-token prediction runs in the loss's chunk; a layout that gives it a chunk of its own is refused.
+  refuse mtpchunk "not supported yet: pipeline parallelism with multi-token-prediction layers in a chunk without the loss" 2 \
+    -- --pipeline_model_parallel_size 2 --mtp_num_layers 1 --pipeline_model_parallel_layout "E|t*4|t*4m|L"
   refuse vppmicro "micro-batches" 4 -- --pipeline_model_parallel_size 4 --virtual_pipeline_model_parallel_size 2 \
     --global_batch_size 4
   refuse oneFoneBv "not supported yet: the pipeline schedule" 2 -- --pipeline_model_parallel_size 2 \
@@ -80,6 +88,18 @@ if [[ $mode == tied* ]]; then
   tied=(--untie_embeddings_and_output_weights false --lr 5e-4 --min_lr 5e-5)
   mode=${mode#tied}
 fi
+mtp=()
+if [[ $mode == mtp* ]]; then
+  mode=${mode#mtp}
+  if [[ $mode == dense* ]]; then
+    mode=${mode#dense}
+  else
+    export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
+    mtp=(--moe_layer_freq "([0]*2+[1]*6)")
+  fi
+  mtp+=(--mtp_num_layers 1)
+  [ -z "$mode" ] && mode=1f1b
+fi
 case "$mode" in
   1f1b) ;;
   gpipe) par=(--pipeline_schedule gpipe) ;;
@@ -87,7 +107,10 @@ case "$mode" in
   zbh1) par=(--patch_zero_bubble true --enable_zero_bubble true) ;;
   zbv) par=(--patch_zero_bubble true --zero_bubble_v_schedule true --zero_bubble_v_schedule_mem_setup zb) ;;
   uneven) par=(--decoder_first_pipeline_num_layers 3) ;;
-  layout) par=(--pipeline_model_parallel_layout "E|t*4|t*4|L") ;;
+  layout)
+    par=(--pipeline_model_parallel_layout "E|t*4|t*4|L")
+    [ ${#mtp[@]} -gt 0 ] && par=(--pipeline_model_parallel_layout "E|t*4|t*4|mL")
+    ;;
   recompute) keys=(--recompute_granularity full --recompute_method uniform) ;;
   eval) keys=(--eval_interval 10 --eval_iters 2) ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_param_gather true) ;;
@@ -128,7 +151,7 @@ case "$mode" in
 esac
 
 read -ra extra <<<"${PP_EXTRA:-}"  # more overrides for every run of the case (debugging)
-keys+=("${tied[@]}" "${extra[@]}")
+keys+=("${tied[@]}" "${mtp[@]}" "${extra[@]}")
 if [ "$mode" = resumesame ] || [ "$mode" = resumefp8 ]; then
   save=(--save "$work/ckpt" --save_interval 10)
   run dist "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}" "${save[@]}" --exit_interval 10

@@ -6,7 +6,10 @@
 #include "config/load_config.h"
 #include "config/not_supported.h"
 #include "config_test_util.h"
+#include "model/param_store.h"
 #include "parallel/pipeline_projection.h"
+#include "parallel/pipeline_runtime.h"
+#include "projection/setup.h"
 #include "report/pipeline_page.h"
 
 namespace primus::parallel {
@@ -212,6 +215,34 @@ TEST(PipelineProjection, PrimusCostKeysSetTheDurations) {
                    f.input("      pipeline_model_parallel_size: 2\n      pp_cost_f: [1, 2, 3]\n"), {});
              }),
              "pp_cost_f lists 3 values; expected one, or one per pipeline rank (2)");
+}
+
+// The memory projection's parameters per pipeline rank are the trainer's: the loss's stage of a
+// multi-token-prediction model counts the MTP depth (its MoE experts split over ep) and the copy of the
+// embedding it reads the shifted tokens from (ModelSpec::holds_tied_copy), untied or tied.
+TEST(PipelineProjection, RankParametersCountTheMtpDepthAndTheEmbeddingCopy) {
+  Fixture f;
+  for (const std::string moe : {"",
+                                "      num_experts: 4\n      moe_router_topk: 2\n      moe_ffn_hidden_size: "
+                                "1024\n      moe_layer_freq: 1\n"}) {
+    for (const bool tied : {false, true}) {
+      const config::ResolvedConfig rc =
+          f.load("      num_layers: 4\n      pipeline_model_parallel_size: 2\n      mtp_num_layers: 1\n" +
+                 std::string(tied ? "      untie_embeddings_and_output_weights: false\n" : "") + moe);
+      const projection::Setup s = projection::make_setup(rc, 2, 2, /*gpu=*/false);
+      ASSERT_EQ(s.ranks.size(), 2u);
+      EXPECT_EQ(s.ranks[0].mtp_layers, 0);
+      EXPECT_EQ(s.ranks[1].mtp_layers, 1);
+      const ModelSpec whole = ModelSpec::from_config(rc.train.model);
+      for (int r = 0; r < 2; ++r) {
+        const projection::RankParams p = projection::rank_parameters(s, s.ranks[static_cast<size_t>(r)]);
+        const ParamStore store(stage_spec(whole, s.plan->layout, r));
+        EXPECT_EQ(p.expert > 0, !moe.empty());
+        EXPECT_EQ(p.dense + p.expert, static_cast<double>(store.parameter_count()))
+            << "rank " << r << (tied ? " tied" : " untied") << (moe.empty() ? "" : " moe");
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -222,6 +222,66 @@ TEST(PipelineRuntime, TiedEmbeddingsSplitOverStagesHoldAnEqualCopy) {
             all.grad("layers.2.mlp.down_proj.weight").to_vector<float>());
 }
 
+// Multi-token prediction split over stages (untied, as DeepSeek-V3): the depth goes with the head, whose
+// stage also holds a copy of the embedding for the shifted tokens (ModelSpec::holds_tied_copy, the tied
+// copy's mechanism). The stages chained by hand give the whole model's main and MTP losses and the depth's
+// gradients bitwise, and their two gradients of the embedding add up to the whole model's.
+TEST(PipelineRuntime, MtpDepthsGoWithTheHeadAndReadACopyOfTheEmbedding) {
+  ModelConfig cfg = grad_test::tiny_model(false, false, /*tied=*/false);
+  cfg.num_layers = 3;
+  cfg.mtp_num_layers = 1;
+  cfg.mtp_loss_scaling_factor = 0.3;
+  const ModelSpec whole = ModelSpec::from_config(cfg);
+  const ModelSpec first = whole.with_pipeline_share(true, {1, 1, 0}, false);
+  const ModelSpec last = whole.with_pipeline_share(false, {0, 0, 1}, true);
+  EXPECT_TRUE(first.tied_across_stages() && !first.holds_tied_copy());
+  EXPECT_TRUE(last.holds_tied_copy());
+  EXPECT_EQ(first.local_mtp_layers(), 0);
+  EXPECT_EQ(last.local_mtp_layers(), 1);
+  EXPECT_EQ(last.pipeline_modules(), "layers 2 + head (+ a copy of the embedding) + 1 MTP layer");
+  ParamStore p0(first), p1(last), all(whole);
+  for (ParamStore* p : {&p0, &p1, &all}) TwinModels::ready(*p, 13);
+  EXPECT_LT(p0.find("mtp.0.eh_proj.weight"), 0);
+  EXPECT_GE(p1.find("mtp.0.eh_proj.weight"), 0);
+  EXPECT_GE(p1.find("lm_head.weight"), 0);
+  const int e0 = p0.find("embed_tokens.weight"), e1 = p1.find("embed_tokens.weight");
+  ASSERT_GE(e1, 0);
+  EXPECT_EQ(p1.entry(e1).region, 0);
+  // Every parameter on one stage, the embedding on both.
+  EXPECT_EQ(p0.parameter_count() + p1.parameter_count(), all.parameter_count() + p0.param(e0).numel());
+  EXPECT_EQ(p1.param(e1).to_vector<float>(), all.param("embed_tokens.weight").to_vector<float>());
+
+  LlamaModel ref(cfg, RecomputeConfig{}, all, Stream::cpu(), 16);
+  LlamaModel m0(cfg, RecomputeConfig{}, p0, Stream::cpu(), 16),
+      m1(cfg, RecomputeConfig{}, p1, Stream::cpu(), 16);
+  const Tensor tokens = random_ids(32, cfg.vocab_size, 7), targets = random_ids(32, cfg.vocab_size, 8);
+  const Tensor la = ref.forward_backward(tokens, targets, 0.01f);
+  const LlamaModel::Chunk c0{true, 0, 2, false}, c1{false, 2, 1, true};
+  LlamaModel::ChunkState s0, s1;
+  const Tensor x = m0.chunk_forward(c0, s0, Tensor(), tokens, targets, 0.01f);
+  m1.chunk_forward(c1, s1, copy_of(x), tokens, targets, 0.01f);
+  m0.chunk_backward(c0, s0, copy_of(m1.chunk_backward(c1, s1, Tensor())));
+  EXPECT_EQ(la.to_vector<float>(), s1.losses.to_vector<float>());
+  ASSERT_EQ(s1.mtp_losses.size(), 1u);
+  EXPECT_EQ(s1.mtp_losses[0].to_vector<float>(), ref.mtp_losses()[0].to_vector<float>());
+  EXPECT_EQ(s1.mtp_counts, ref.mtp_counts());
+  EXPECT_TRUE(s0.mtp_losses.empty());
+  for (const char* n : {"mtp.0.eh_proj.weight", "mtp.0.enorm.weight", "mtp.0.layer.mlp.down_proj.weight",
+                        "lm_head.weight", "layers.2.self_attn.qkv_proj.weight"})
+    EXPECT_EQ(p1.grad(n).to_vector<float>(), all.grad(n).to_vector<float>()) << n;
+  const std::vector<float> g0 = p0.grad(e0).to_vector<float>(), g1 = p1.grad(e1).to_vector<float>();
+  const std::vector<float> g = all.grad("embed_tokens.weight").to_vector<float>();
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(g0[i]) + g1[i] - g[i]));
+    largest = std::max(largest, std::abs(static_cast<double>(g[i])));
+  }
+  EXPECT_GT(largest, 0.0);
+  EXPECT_LE(worst, 1e-6 * largest);                    // the same terms, added in another order
+  EXPECT_NE(g1, std::vector<float>(g1.size(), 0.0f));  // the shifted tokens' rows are the copy's
+  EXPECT_NE(g0, g);
+}
+
 // Two chunks of one process chained by hand (what two stages do through send / recv) against the whole
 // model's forward_backward: the same losses and gradients, bitwise (the same kernels in the same order).
 TEST(PipelineRuntime, ChunksChainedGiveTheWholeModelsStepBitwise) {
