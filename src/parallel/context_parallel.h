@@ -10,11 +10,17 @@
 // before c without a mask, chunk c causally) with the ordinary attention kernels, and the partial results are
 // folded together by their log-sum-exp (ops::attention_merge), in f32. Backward runs each block's attention
 // backward against the merged output and log-sum-exp (the exact gradient of the whole softmax), accumulates
-// dQ locally and dK/dV for every chunk, and reduce-scatters dK/dV back to the chunks' owners. The blocks run
-// one after another, without communication overlap (a ring with overlapped transfers is not implemented).
+// dQ locally and dK/dV for every chunk, and reduce-scatters dK/dV back to the chunks' owners. On a GPU the
+// all-gather (the forward's and the backward's re-gather) runs on a stream of its own while the blocks whose
+// keys are this rank's own chunks compute (its two diagonals, and its late query chunk against its early
+// key chunk); the other blocks follow once the keys are there. (A ring with every transfer under a block is
+// not implemented.)
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "comm/communicator.h"
+#include "core/stream_events.h"
 #include "core/tensor.h"
 #include "ops/attention.h"
 
@@ -41,11 +47,22 @@ class ContextParallel {
                           const ops::AttentionShape& shape, Tensor& d_qkv, const Stream& s) const;
 
  private:
-  // The key/value columns of every rank's rows, [CP · 2B·C, kv width]: chunk c's rows are block
-  // (owner(c) · 2 + half(c)) of B·C rows.
-  Tensor gather_kv(const Tensor& kv, const Stream& s) const;
+  // The key/value columns of every rank's rows into `all`, [CP · 2B·C, kv width]: chunk c's rows are block
+  // (owner(c) · 2 + half(c)) of B·C rows. On a GPU the gather runs on a side stream: the returned event
+  // marks its end (null: done on `s`).
+  std::shared_ptr<StreamEvent> gather_kv_async(const Tensor& kv, Tensor& all, const Stream& s) const;
   int64_t block_of_chunk(int64_t c) const;
+  // The (query half, key chunk) blocks of this rank in the order they run: own key chunks first. own: the
+  // local half holding the key chunk (-1: another rank's).
+  struct Block {
+    int half;
+    int64_t key;
+    int own;
+  };
+  std::vector<Block> blocks() const;
   comm::Communicator& cp_;
+  mutable Stream side_;  // the gathers' stream (made on first use)
+  mutable bool side_made_ = false;
 };
 
 }  // namespace primus::parallel

@@ -81,6 +81,12 @@ if [ "$mode" = bad ]; then
   echo "tp_train_test: bad passed"
   exit 0
 fi
+# MoE models split over tp or cp: top-k routing is discrete, and at steps 16-17 the micro models hold near-ties
+# that the split sums' f32 rounding can tip for a token or two. The losses stay within 2e-8 at every step and
+# the curves rejoin the next step, but that step's gradient norm moves by 1e-5 to 7e-5 (measured: moenosp
+# 1.2e-5, cpdeepseek 2.2e-5, cpmlamoe 3.9e-5 / 7.1e-5 with the gather overlapped): the gradient norm is held
+# to 2e-4 there, the loss to 1e-5.
+moe_grad_tol=2e-4
 keys=()  # every run (the single process too)
 par=()   # the layout: the distributed runs only
 case "$mode" in
@@ -126,9 +132,7 @@ case "$mode" in
     ;;
   moenosp)
     export PRIMUS_E2E_MODEL=micro_mixtral.yaml
-    # Losses within 4e-9 at every step; at step 17 the grad norm differs by 1.2e-5 (the curves rejoin at step
-    # 18): the f32 rounding of the column-split experts moves a near-tie of the top-k in one micro-batch.
-    tol_grad=5e-5
+    tol_grad=$moe_grad_tol
     ;;
   moedeepseek)
     export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
@@ -160,15 +164,13 @@ case "$mode" in
     export PRIMUS_E2E_MODEL=micro_mixtral.yaml
     par=(--context_parallel_size "$cpd")
     keys=(--eval_interval 10 --eval_iters 2)
+    tol_grad=$moe_grad_tol
     ;;
   cpdeepseek)
     cpd=$tp tp=1
     export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
     par=(--context_parallel_size "$cpd")
-    # Losses within 2e-8 at every step; at step 16 the grad norm differs by 2.2e-5 (the loss by 1.8e-8, the
-    # curves rejoin at step 17): the f32 rounding of the split attention moves a near-tie of the grouped
-    # sigmoid top-k in one micro-batch.
-    tol_grad=5e-5
+    tol_grad=$moe_grad_tol
     ;;
   cpmla)
     cpd=$tp tp=1
@@ -181,7 +183,7 @@ case "$mode" in
     export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
     par=(--context_parallel_size "$cpd")
     keys=(--mtp_num_layers 0)
-    tol_grad=5e-5  # step 16's near-tie of the grouped sigmoid top-k, as in cpdeepseek (3.9e-5 measured)
+    tol_grad=$moe_grad_tol
     ;;
   cpmlatp)
     export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml

@@ -103,7 +103,17 @@ if [[ " $parts " == *" cpperf "* ]] && [ "$ngpu" -ge 2 ]; then
      --seq_length 32768 --max_position_embeddings 32768 --recompute_granularity full --recompute_method uniform)
   run l8_32k_1gpu 1 300 CUDA_VISIBLE_DEVICES=0 -- "${c[@]}"
   run l8_32k_cp2 2 300 -- "${c[@]}" --context_parallel_size 2 --cp_comm_type all_gather
-  python3 - "$out" l8_32k_1gpu l8_32k_cp2 <<'PY'
+  names="l8_32k_1gpu l8_32k_cp2"
+  # CP_VARIANTS=1: the K/V gather on the compute stream (PRIMUS_CP_OVERLAP=0), the gradient reduction
+  # overlapped with the backward, and that with the distributed optimizer.
+  if [ "${CP_VARIANTS:-0}" = 1 ]; then
+    run l8_32k_cp2_serialgather 2 300 PRIMUS_CP_OVERLAP=0 -- "${c[@]}" --context_parallel_size 2
+    run l8_32k_cp2_ogr 2 300 -- "${c[@]}" --context_parallel_size 2 --overlap_grad_reduce true
+    run l8_32k_cp2_zero1 2 300 -- "${c[@]}" --context_parallel_size 2 --overlap_grad_reduce true \
+      --use_distributed_optimizer true --overlap_param_gather true
+    names="$names l8_32k_cp2_serialgather l8_32k_cp2_ogr l8_32k_cp2_zero1"
+  fi
+  python3 - "$out" $names <<'PY'
 import json, statistics, sys, os
 out = sys.argv[1]
 def med(n):
