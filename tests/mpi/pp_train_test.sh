@@ -43,7 +43,7 @@
 #                    0 holds both, no copy). tiedresume also resumes a one-process checkpoint with PP, and its
 #                    PP save checks that the copy equals the embedding bitwise after 10 steps
 #   mtp[dense][MODE] NP PP  multi-token prediction (--mtp_num_layers 1) with MODE (none: 1f1b; vpp, zbh1, zbv,
-#                    layout, resume, zero1, fsdp, ...): the DeepSeek-style MoE model (micro_deepseek_moe, 2 dense
+#                    layout, resume, ep, zero1, fsdp, ...): the DeepSeek-style MoE model (micro_deepseek_moe, 2 dense
 #                    then 6 MoE layers; the MTP depth's layer is MoE, its routing statistics logged), or with
 #                    "dense" micro Llama (untied; tiedmtpdense: tied). The depth sits with the loss; the loss's
 #                    stage holds a copy of the embedding for the shifted tokens, summed with the first stage's
@@ -136,7 +136,7 @@ case "$mode" in
     ;;
   moe) export PRIMUS_E2E_MODEL=micro_mixtral.yaml ;;
   ep)
-    export PRIMUS_E2E_MODEL=micro_mixtral.yaml
+    [ ${#mtp[@]} -eq 0 ] && export PRIMUS_E2E_MODEL=micro_mixtral.yaml  # mtpep: the DeepSeek-style model
     keys=(--expert_model_parallel_size 2)
     ;;
   deepseek)
