@@ -311,6 +311,25 @@ TEST(TensorParallelStore, RefusesWhatDoesNotSplit) {
   moe.moe.topk = 2;
   moe.moe.ffn_hidden_size = 8;
   moe.moe.layer_is_moe = {1, 1};
+  // MoE: every expert's hidden columns split (expert TP = TP): rank 1 of 2 holds rows [4, 8) of each expert's
+  // gate and up halves and columns [4, 8) of its down projection.
+  const ModelSpec moe_split = ModelSpec::from_config(moe).with_tensor_shard(2, 1, true);
+  EXPECT_EQ(moe_split.moe.ffn_hidden_size, 4);
+  ParamStore experts(moe_split);
+  const ParamEntry& gu = experts.entry(experts.find("layers.0.mlp.experts.gate_up_proj.weight"));
+  EXPECT_EQ(gu.shape, (Shape{4, 8, moe.hidden_size}));
+  ASSERT_EQ(gu.slice.row_blocks.size(), 8u);  // a gate and an up block per expert
+  EXPECT_EQ(gu.slice.row_blocks[0], (std::pair<int64_t, int64_t>{4, 4}));
+  EXPECT_EQ(gu.slice.row_blocks[1], (std::pair<int64_t, int64_t>{12, 4}));
+  EXPECT_EQ(gu.slice.row_blocks[2], (std::pair<int64_t, int64_t>{20, 4}));  // expert 1's gate rows
+  const ParamEntry& down = experts.entry(experts.find("layers.0.mlp.experts.down_proj.weight"));
+  EXPECT_EQ(down.slice.col_begin, 4);
+  EXPECT_EQ(down.slice.whole_cols, 8);
+  EXPECT_TRUE(experts.entry(experts.find("layers.0.mlp.router.weight")).slice.whole());
+  moe.moe.ffn_hidden_size = 6;  // not divisible by 4
+  EXPECT_THROW(ModelSpec::from_config(moe).with_tensor_shard(4, 0, false), Error);
+  moe.moe.ffn_hidden_size = 8;
+  moe.mtp_num_layers = 1;
   EXPECT_THROW(ModelSpec::from_config(moe).with_tensor_shard(2, 0, false), config::NotSupportedError);
   // A model refuses a tensor-parallel group that does not match its store's split.
   ParamStore share(spec.with_tensor_shard(2, 1, false));
