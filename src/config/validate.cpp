@@ -92,11 +92,10 @@ void validate_config(ResolvedConfig& rc) {
   // attention; the context-parallel chunking, the pipeline's micro-batch hand-over, MLA's fused RoPE and the
   // MTP's shifted tokens do not carry them yet.
   if (t.sft.isolated_rows() && !rc.planning) {
-    const char* what = p.context_parallel_size > 1          ? "context parallelism"
-                       : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
-                       : t.model.mla.enabled                ? "multi-latent attention"
-                       : t.model.mtp_num_layers > 0         ? "multi-token prediction"
-                                                            : nullptr;
+    const char* what = p.context_parallel_size > 1  ? "context parallelism"
+                       : t.model.mla.enabled        ? "multi-latent attention"
+                       : t.model.mtp_num_layers > 0 ? "multi-token prediction"
+                                                    : nullptr;
     if (what)
       throw NotSupportedError(
           fmt::format("{}: not supported yet: packed attention (use_packed_attention) with {}",
@@ -115,10 +114,9 @@ void validate_config(ResolvedConfig& rc) {
   if (t.lora.enabled && !rc.planning) {
     const char* what = t.model.moe.enabled() && lora_mlp
                            ? "the MLP projections of a mixture-of-experts model (adapters on every expert)"
-                       : p.expert_model_parallel_size > 1   ? "expert parallelism"
-                       : t.model.mla.enabled                ? "multi-latent attention"
-                       : t.model.mtp_num_layers > 0         ? "multi-token prediction"
-                       : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
+                       : p.expert_model_parallel_size > 1 ? "expert parallelism"
+                       : t.model.mla.enabled              ? "multi-latent attention"
+                       : t.model.mtp_num_layers > 0       ? "multi-token prediction"
                        // (under CP a rank's rows are chunks of other places: the dropout masks keyed by
                        // an element's place would repeat across the cp ranks)
                        : p.context_parallel_size > 1 && t.lora.dropout > 0

@@ -18,6 +18,9 @@
 #   cp NP CP         CP ranks (x NP/CP data-parallel ranks): the adapters see this rank's chunks of every
 #                    sequence (packed rows without isolation: the chunked attention does not take sample
 #                    boundaries)
+#   pp NP PP         PP stages (x NP/PP data-parallel ranks) of a 4-layer micro Llama: each stage's adapters
+#                    in its own store, the PEFT export gathered from every stage; ppzbh1 / ppvpp: zero-bubble
+#                    (the adapters' weight gradients deferred) and interleaved schedules
 #   bad              refusals naming the key: dropout under CP, LoRA with expert parallelism
 #   dropout NP TP    lora.dropout 0.1 (position pre) under TP with SP x DP: each micro-batch's mask is keyed by
 #                    its first sample and every element's place, so the ranks drop what one process drops
@@ -67,6 +70,14 @@ case "$mode" in
   cp)
     par=(--context_parallel_size "$tp")
     common+=(--use_packed_attention false)
+    ;;
+  pp | ppzbh1 | ppvpp)
+    # The micro Llama's 2 layers made 4 (two per stage; interleaved: one per chunk); packed rows without
+    # isolation (the pipeline's micro-batch hand-over does not carry sample boundaries).
+    common+=(--num_layers 4 --use_packed_attention false)
+    par=(--pipeline_model_parallel_size "$tp")
+    [ "$mode" = ppzbh1 ] && par+=(--patch_zero_bubble true --enable_zero_bubble true)
+    [ "$mode" = ppvpp ] && par+=(--num_layers_per_virtual_pipeline_stage 1)
     ;;
   dropout)
     par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
