@@ -121,8 +121,7 @@ void validate_config(ResolvedConfig& rc) {
                        // an element's place would repeat across the cp ranks)
                        : p.context_parallel_size > 1 && t.lora.dropout > 0
                            ? "dropout (lora.dropout > 0) under context parallelism"
-                       : t.fp8.enabled ? "FP8 training"
-                                       : nullptr;
+                           : nullptr;
     if (what)
       throw NotSupportedError(
           fmt::format("{}: not supported yet: LoRA (lora.enabled) with {}",

@@ -461,17 +461,20 @@ void project_backward(const StepContext& ctx, int slot, const Tensor& dy, const 
   const int64_t n = dy.size(0), out = dy.size(1);
   // dy once, for both GEMMs: grouped along its features (dgrad's K) and, transposed, along the tokens
   // (wgrad's K).
+  // A frozen weight (LoRA's base model: g undefined) takes no weight gradient, so dy is not cast for one.
+  const bool wgrad = g.defined();
   Fp8Tensor dyq = Fp8Tensor::empty(n, out, r.grad, r.activation_granularity(), s);
   Fp8Tensor dyt;
-  if (r.wgrad_fp8) dyt = Fp8Tensor::empty(out, n, r.grad, r.activation_granularity(), s);
+  if (r.wgrad_fp8 && wgrad) dyt = Fp8Tensor::empty(out, n, r.grad, r.activation_granularity(), s);
   ops::QuantizeArgs args;
   args.scale = st.scale(slot, Fp8State::kDy);
   args.amax_out = st.amax_out(slot, Fp8State::kDy);
-  ops::quantize(dy, &dyq, r.wgrad_fp8 ? &dyt : nullptr, args, s, "fp8 projection output gradient");
+  ops::quantize(dy, &dyq, r.wgrad_fp8 && wgrad ? &dyt : nullptr, args, s, "fp8 projection output gradient");
   // The forward recorded the amaxes of x and W; their scales do not change within a step.
   const Fp8Tensor wt = cast(w, r.fwd, r.weight_granularity(), true, st.scale(slot, Fp8State::kW), nullptr, s,
                             "fp8 projection weight (transposed)");
   ops::fp8_gemm(dyq, wt, dx, 1.0f, accumulate_dx ? 1.0f : 0.0f, /*fast_accum=*/false, s);
+  if (!wgrad) return;
   if (!r.wgrad_fp8) {
     weight_grad(ctx, dy, x, std::move(g), std::move(g_bias), accumulate_w, residual_grad);
     return;

@@ -154,6 +154,27 @@ TEST_F(Lora, SplitRunResumesBitExact) {
   }
 }
 
+// FP8 (delayed scaling, the CPU's exact emulation): the frozen projections run in FP8 without weight
+// gradients, the adapters in BF16 / f32; the curve tracks the BF16 LoRA run within FP8's rounding, and the
+// adapters still learn.
+TEST_F(Lora, Fp8BaseProjectionsTrainTheAdaptersLikeBf16) {
+  CliResult bf16 = lora("bf16", {"--train_iters", "20"});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err << bf16.out;
+  CliResult fp8 = lora("fp8", {"--train_iters", "20", "--fp8", "hybrid"});
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.err << fp8.out;
+  const auto a = steps_of(run_dir("fp8") + "/metrics.jsonl"), b = steps_of(run_dir("bf16") + "/metrics.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  EXPECT_EQ(a.back()["fp8_recipe"].get<std::string>().rfind("delayed", 0), 0u) << a.back().dump();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(a[i]["loss"].get<double>() - b[i]["loss"].get<double>()) /
+                                b[i]["loss"].get<double>());
+  EXPECT_LT(worst, 2e-2);
+  EXPECT_GT(worst, 0.0) << "the FP8 run computed exactly the BF16 one: FP8 did not apply";
+  EXPECT_LT(a.back()["loss"].get<double>(), a.front()["loss"].get<double>() - 0.05);
+}
+
 TEST_F(Lora, WrongBaseOrSettingsAreRefusedNamingTheKey) {
   // Adapters saved on one base do not continue on another.
   ASSERT_EQ(lora("a", {"--train_iters", "3", "--save", s.dir + "/ad", "--save_interval", "3"}).exit_code, 0);
