@@ -226,25 +226,7 @@ if [ "$mode" = resume ] || [ "$mode" = cpresume ] || [ "$mode" = moeresume ]; th
   # The checkpoint of the split model is the whole model: its Hugging Face export has the whole shapes.
   "$primus" convert primus-to-hf --input "$work/ckpt" --output "$work/hf" >"$work/convert.log" 2>&1 ||
     { tail -20 "$work/convert.log"; fail "primus-to-hf of the TP $tp checkpoint failed"; }
-  if [ "$mode" = moeresume ]; then
-    python3 - "$work/hf" <<'PY' || fail "the Hugging Face export does not have the whole experts"
-import glob, json, struct, sys
-shapes = {}
-for f in glob.glob(sys.argv[1] + "/*.safetensors"):
-    with open(f, "rb") as h:
-        n = struct.unpack("<Q", h.read(8))[0]
-        shapes.update({k: v["shape"] for k, v in json.loads(h.read(n)).items() if k != "__metadata__"})
-cfg = json.load(open(sys.argv[1] + "/config.json"))
-d, f, e = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_local_experts"]
-experts = {k: v for k, v in shapes.items() if ".experts." in k}
-print(f"Hugging Face export: {len(shapes)} tensors, {len(experts)} expert tensors")
-want = e * 3 * cfg["num_hidden_layers"]  # w1, w2, w3 of every expert of every layer
-bad = {k: v for k, v in experts.items() if sorted(v) != sorted([f, d])}
-if len(experts) != want or bad:
-    sys.exit(f"{len(experts)} expert tensors (want {want}); not [F, d] / [d, F] whole: {bad}")
-PY
-  else
-    python3 - "$work/hf" <<'PY' || fail "the Hugging Face export does not have the whole model's shapes"
+  python3 - "$work/hf" <<'PY' || fail "the Hugging Face export does not have the whole model's shapes"
 import glob, json, struct, sys
 shapes = {}
 for f in glob.glob(sys.argv[1] + "/*.safetensors"):
@@ -256,14 +238,20 @@ d, f, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["hidden_size"] // c
 want = {"model.layers.0.self_attn.q_proj.weight": [cfg["num_attention_heads"] * hd, d],
         "model.layers.0.self_attn.k_proj.weight": [cfg["num_key_value_heads"] * hd, d],
         "model.layers.1.self_attn.o_proj.weight": [d, cfg["num_attention_heads"] * hd],
-        "model.layers.1.mlp.gate_proj.weight": [f, d], "model.layers.1.mlp.down_proj.weight": [d, f],
         "model.embed_tokens.weight": [cfg["vocab_size"], d]}
+if "num_local_experts" in cfg:  # Mixtral: every expert of every layer whole (w1, w3 [F, d], w2 [d, F])
+    experts = {k: v for k, v in shapes.items() if ".experts." in k}
+    count = cfg["num_local_experts"] * 3 * cfg["num_hidden_layers"]
+    if len(experts) != count:
+        sys.exit(f"{len(experts)} expert tensors, want {count}")
+    want.update({k: ([d, f] if ".w2." in k else [f, d]) for k in experts})
+else:
+    want.update({"model.layers.1.mlp.gate_proj.weight": [f, d], "model.layers.1.mlp.down_proj.weight": [d, f]})
 bad = {k: (shapes.get(k), v) for k, v in want.items() if shapes.get(k) != v}
 print(f"Hugging Face export: {len(shapes)} tensors; checked {len(want)} shapes")
 if bad:
     sys.exit(f"wrong shapes (have, want): {bad}")
 PY
-  fi
   run dist "$np2" -- --tensor_model_parallel_size "$tp2" "${keys[@]}" "${save[@]}" --auto_continue_train true
   grep -q "resuming from" "$work/dist.log" || fail "the $np2-rank run did not resume"
 else
