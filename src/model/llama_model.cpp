@@ -295,8 +295,18 @@ Tensor LlamaModel::chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_ou
     const int l = c.first_layer + i;
     PRIMUS_MEMORY_OWNER(owner_backward_[l]);
     hook(&ParamHooks::before_backward, l + 1);
+    const size_t queued = st.wgrad.size();
     dx = layers_[l]->backward(ctx, dx, st.slots[i]);
-    hook(&ParamHooks::after_backward, l + 1);
+    if (st.wgrad.size() > queued) {
+      // The layer's gradient is complete only once the BW pass has run its queued GEMMs: the hooks hear
+      // after_backward then (FSDP reduce-scatters the region there), in the queue right after them.
+      hook(&ParamHooks::backward_deferred, l + 1);
+      st.wgrad.push_back([this, region = l + 1] {
+        if (hooks_) hooks_->after_backward(region);
+      });
+    } else {
+      hook(&ParamHooks::after_backward, l + 1);
+    }
   }
   st.slots.clear();
   if (!c.embedding) return dx;

@@ -94,6 +94,8 @@ class LlamaModel {
   // defer_weight_grads (zero-bubble schedules' input-gradient pass, BI): the decoder layers' projection
   // weight gradients are queued in st.wgrad instead, for chunk_weight_grad (the BW pass); the other
   // parameters' gradients (norms, embedding, output layer, MLA and MoE projections) are computed at once.
+  // A layer that queued GEMMs gets ParamHooks::backward_deferred where after_backward would be, and its
+  // after_backward from chunk_weight_grad, after its GEMMs.
   Tensor chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_out, bool defer_weight_grads = false);
   void chunk_weight_grad(ChunkState& st);
 

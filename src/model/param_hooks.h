@@ -22,6 +22,13 @@ class ParamHooks {
   // MLP's (or MoE's) matrices, before the attention's backward starts. Lets the gradient norm of the bulk of
   // a layer start while the rest of the layer's backward runs; after_backward(region) still follows.
   virtual void grads_final(std::span<const int> entries) {}
+  // A zero-bubble pipeline schedule's input-gradient pass (BI) has run the region's backward with its
+  // projections' weight-gradient GEMMs queued (model/weight_grad.h): they write into the region's gradient
+  // buffer and read activations and output gradients, not the weights. Called where after_backward(region)
+  // would be; after_backward(region) follows once the weight-gradient pass (BW) has run the region's queue,
+  // so "after_backward" keeps meaning "this micro-batch's gradient of the region is complete". FSDP releases
+  // the gathered weights here and keeps the gradient buffer until then.
+  virtual void backward_deferred(int region) {}
   // May compute the input embedding's lookup itself (out [N, D]) and return true: the overlapped update looks
   // rows up as its pending update will leave them (ops::embedding_forward_updated). Called after
   // before_forward(0).
@@ -51,6 +58,9 @@ class ParamHookChain : public ParamHooks {
   }
   void grads_final(std::span<const int> entries) override {
     for (ParamHooks* h : hooks_) h->grads_final(entries);
+  }
+  void backward_deferred(int region) override {
+    for (ParamHooks* h : hooks_) h->backward_deferred(region);
   }
   bool embedding_forward(const Tensor& tokens, Tensor& out) override {
     for (ParamHooks* h : hooks_)

@@ -2,8 +2,10 @@
 // A projection's weight gradient dW (+ db) = dy^T x, run at once or, in a zero-bubble pipeline schedule's
 // input-gradient pass (StepContext::deferred_wgrad), queued for its weight-gradient pass. The queued GEMM
 // keeps its operands alive; dy is copied when it is `residual_grad`, the residual stream's gradient that the
-// rest of the backward keeps accumulating into. `g` / `g_bias` are views of the gradient buffer (stable while
-// queued: the pipeline does not run under FSDP's attach / release with zero-bubble schedules) and
+// rest of the backward keeps accumulating into. `g` / `g_bias` are views of the gradient buffer, stable while
+// queued: under FSDP the region's whole gradient buffer stays allocated until the BW pass has run the
+// region's queue (LlamaModel::chunk_backward calls ParamHooks::backward_deferred at the region's end and
+// queues its after_backward behind the GEMMs; DataParallel reduce-scatters and frees the buffer there).
 // `accumulate` is the write mode decided now, in the order the backward reaches the projection. An
 // undefined `g` is a frozen weight: no gradient (its bias's either).
 #include <utility>

@@ -169,6 +169,14 @@ void DataParallel::compute_waits_for(const std::shared_ptr<StreamEvent>& e) {
 void DataParallel::set_pipeline(comm::Communicator* pp, comm::Communicator* embedding) {
   pp_ = pp;
   embedding_ = nullptr;
+  // The V shape (ZB-V) puts the embedding and the head on one rank, and a tied or MTP head reads the
+  // embedding itself there, in the loss chunk's forward, while the schedule may have run another
+  // micro-batch's embedding backward (which reduce-scatters and releases region 0) since that micro-batch's
+  // embedding forward: the head gathers, reduces and releases region 0 with its own region too.
+  const ModelSpec& spec = params_.spec();
+  if (spec.pp.split && spec.pp.embedding && spec.pp.head && spec.head_reads_embedding() &&
+      params_.find("embed_tokens.weight") >= 0)
+    owned_[last_region()].push_back(0);
   // (A LoRA adapters' store has no embedding: nothing tied to sum.)
   if (!params_.spec().tied_across_stages() || params_.find("embed_tokens.weight") < 0) return;
   PRIMUS_CHECK(embedding != nullptr && embedding->size() == 2,
@@ -202,7 +210,16 @@ void DataParallel::finish_grads() {
     // Buckets not launched during backward (overlap off, or a region never reached), in backward order;
     // the expert regions (no hook names them) first.
     for (int r = all_regions() - 1; r >= 0; --r) reduce_region(r);
-  } else if (cfg_.dp_replicate > 1) {
+  } else {
+    // Every region's gradient must have been reduce-scattered into the shards by now: a buffer still held
+    // is a micro-batch's gradient the optimizer would never see (a weight-gradient pass that did not run).
+    for (int r = 0; r < all_regions(); ++r)
+      PRIMUS_CHECK(!gathered_[r].grads.defined() && gathered_[r].open == 0,
+                   "fsdp: region {} still holds an unreduced gradient buffer ({} backward(s) open) at the "
+                   "step's end",
+                   r, gathered_[r].open);
+  }
+  if (cfg_.fsdp() && cfg_.dp_replicate > 1) {
     group("dp_replicate").all_reduce(params_.grad_flat(), ReduceOp::kSum, comm_, "hsdp grad shards");
   }
   compute_waits_for(StreamEvent::record(comm_));
@@ -454,12 +471,26 @@ void DataParallel::use(int r, bool with_grad) {
 
 void DataParallel::release(int r) {
   Gathered& g = gathered_[r];
-  if (!g.params.defined()) return;
+  if (g.open > 0) {  // a forward between a zero-bubble BI and its BW: the queued GEMMs still write grads
+    release_params(r);
+    return;
+  }
+  if (!g.params.defined() && !g.grads.defined()) return;
   // The buffers were allocated on the communication stream: make it wait for their last use on the compute
   // stream, so that freeing them (stream-ordered) cannot hand the memory out early.
   stream_wait(comm_, StreamEvent::record(compute_));
   params_.detach_region(r);
   g = Gathered();
+}
+
+void DataParallel::release_params(int r) {
+  Gathered& g = gathered_[r];
+  if (!g.params.defined()) return;
+  stream_wait(comm_, StreamEvent::record(compute_));  // as in release: the weights' last use first
+  g.params = Tensor();
+  g.ready = nullptr;
+  g.attached = false;  // the next use waits for a new gather
+  params_.attach_region(r, Tensor(), g.grads);
 }
 
 void DataParallel::reduce_scatter_fsdp(int r) {
@@ -507,15 +538,35 @@ void DataParallel::after_forward(int r) {
 
 void DataParallel::before_backward(int r) {
   if (!cfg_.fsdp() || cfg_.emulate) return;
-  for (int x : with_owned(r)) use(x, true);
+  for (int x : with_owned(r)) {
+    use(x, true);
+    ++gathered_[x].open;
+  }
   if (r > 1)
     for (int x : with_owned(r - 1)) gather(x);
+}
+
+void DataParallel::backward_deferred(int r) {
+  // Zero-bubble BI: the weight-gradient GEMMs need activations and output gradients, not the weights, so the
+  // gathered weights go now (as after a whole backward); the gradient buffer stays until after_backward,
+  // which the BW pass calls behind the region's GEMMs.
+  if (!cfg_.fsdp() || cfg_.emulate) return;
+  for (int x : with_owned(r)) release_params(x);
 }
 
 void DataParallel::after_backward(int r) {
   if (cfg_.emulate) return;
   if (cfg_.fsdp()) {
     for (int x : with_owned(r)) {
+      Gathered& g = gathered_[x];
+      // (The head's region runs forward and backward in one call: no before_backward, nothing open.)
+      if (g.open > 0) --g.open;
+      if (g.open > 0) {
+        // Another micro-batch's weight gradients are still queued (zero-bubble): they accumulate into the
+        // same buffer, reduce-scattered once the last of them has run.
+        release_params(x);
+        continue;
+      }
       params_.end_region_grads(x, compute_);
       reduce_scatter_fsdp(x);
       release(x);

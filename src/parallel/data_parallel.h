@@ -110,6 +110,7 @@ class DataParallel : public ParamHooks {
   void after_forward(int region) override;
   void before_backward(int region) override;
   void after_backward(int region) override;
+  void backward_deferred(int region) override;
 
  private:
   comm::Communicator& group(const char* name) const;
@@ -124,6 +125,9 @@ class DataParallel : public ParamHooks {
   void gather(int r);
   void use(int r, bool with_grad);
   void release(int r);
+  // The gathered weights only: a region whose weight gradients are still queued (zero-bubble BI before its
+  // BW) keeps its gradient buffer attached.
+  void release_params(int r);
   // Region r with the expert regions it owns (expert parallelism: a layer's experts are a region of their
   // own, gathered, used, reduced and released with the layer).
   std::vector<int> with_owned(int r) const;
@@ -156,6 +160,9 @@ class DataParallel : public ParamHooks {
     Tensor params, grads;
     std::shared_ptr<StreamEvent> ready;
     bool attached = false;
+    // Micro-batches whose backward of the region has begun and whose gradient is not complete yet: more
+    // than one while zero-bubble BW passes are pending. They share `grads`; the reduce-scatter waits for 0.
+    int open = 0;
   };
   std::vector<Gathered> gathered_;       // FSDP, per region
   std::vector<std::vector<int>> owned_;  // per hook region: its expert regions (ParamRegion::owner)

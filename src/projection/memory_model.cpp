@@ -274,9 +274,15 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
 
     if (fsdp) {
       // the layer in use and the next one prefetched, in bf16, and one layer's full-size gradient before its
-      // reduce-scatter
-      rm.items.push_back({"FSDP gathered layers", p.largest_layer * (2 * w_bytes + g_bytes),
-                          "two layers' weights gathered (current + prefetch) and one layer's gradient"});
+      // reduce-scatter; under a zero-bubble schedule the gradients of the layers whose weight-gradient pass
+      // is queued too (their weights are released after the input-gradient pass: the GEMMs do not read them)
+      const int gl = std::max(1, r.grad_layers);
+      rm.items.push_back(
+          {"FSDP gathered layers", p.largest_layer * (2 * w_bytes + gl * g_bytes),
+           gl == 1 ? std::string("two layers' weights gathered (current + prefetch) and one layer's gradient")
+                   : fmt::format("two layers' weights gathered (current + prefetch) and {} layers' gradients "
+                                 "(held from the input-gradient pass to the deferred weight-gradient pass)",
+                                 gl)});
     }
     if (s.pp() > 1)
       rm.items.push_back(

@@ -64,6 +64,25 @@ void fill_pipeline(Setup& s, const parallel::PipelinePlanInput& in) {
     }
     rp.holds = holds;
     rp.inflight = sim.peak_microbatches.at(r);
+    // Walk the rank's list: a BI leaves its chunk's layers' gradients held until the matching BW.
+    std::vector<int> pending(static_cast<size_t>(l.vpp()), 0);
+    auto pending_layers = [&] {
+      int n = 0;
+      for (int c = 0; c < l.vpp(); ++c)
+        if (pending[static_cast<size_t>(c)] > 0) n += l.at(r, c).num_layers;
+      return n;
+    };
+    for (const parallel::Action& a : held->schedule.ranks.at(static_cast<size_t>(r))) {
+      const size_t c = static_cast<size_t>(a.chunk);
+      if (a.kind == parallel::ActionKind::kB || a.kind == parallel::ActionKind::kBI) {
+        // the layer whose backward runs now, unless its chunk's buffers are already held
+        rp.grad_layers = std::max(rp.grad_layers, pending_layers() + (pending[c] > 0 ? 0 : 1));
+        if (a.kind == parallel::ActionKind::kBI) ++pending[c];
+        rp.grad_layers = std::max(rp.grad_layers, pending_layers());
+      } else if (a.kind == parallel::ActionKind::kBW) {
+        --pending[c];
+      }
+    }
     s.ranks.push_back(std::move(rp));
   }
 }

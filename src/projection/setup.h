@@ -24,7 +24,11 @@ struct RankPlan {
   int mtp_layers = 0;
   bool embedding = false, loss = false;
   double inflight = 1;  // micro-batches of this rank's whole layer set (the simulator's peak_microbatches)
-  std::string holds;    // "embedding + layers 0-3"
+  // The most decoder layers whose whole gradient a backward keeps at once: 1, or under a zero-bubble schedule
+  // every layer of the chunks whose weight-gradient pass (BW) is still queued, plus the layer of a backward
+  // of another chunk running meanwhile. FSDP holds each such layer's full f32 gradient until its BW has run.
+  int grad_layers = 1;
+  std::string holds;  // "embedding + layers 0-3"
 };
 
 struct Setup {

@@ -110,13 +110,8 @@ void Trainer::init_pipeline(const parallel::ParallelLayout& layout) {
   if (!cfg_.pipeline)
     refuse("a TorchTitan config (parallelism.pipeline_parallel_* are not mapped; use the Megatron dialect)");
   pp_plan_ = std::make_unique<parallel::PipelinePlan>(parallel::training_plan(*cfg_.pipeline));
-  // FSDP reduce-scatters a region's gradient as its backward ends and releases the region; a zero-bubble
-  // weight-gradient pass would come after that.
-  if (dp_cfg_->fsdp() && parallel::splits_backward(pp_plan_->kind))
-    refuse(
-        fmt::format("FSDP and the {} schedule (its deferred weight gradients need the layer's gradient "
-                    "after FSDP has reduce-scattered it; 1F1B and interleaved compose with FSDP)",
-                    parallel::schedule_name(pp_plan_->kind)));
+  // FSDP composes with every schedule: under the zero-bubble ones a region's reduce-scatter waits for its
+  // deferred weight gradients (ParamHooks::backward_deferred, DataParallel::after_backward).
   // Multi-token prediction runs in the loss's chunk, between the head's forward and backward (Megatron
   // requires the MTP block on the last stage too); a layout that gives the depths a chunk of their own
   // (Megatron's mtp_standalone) is not run.

@@ -24,6 +24,10 @@
 #   tpasync NP PP    PP (ZB-H1) x TP 2 with async TP: the weight gradients deferred from under the sliced
 #                    reduce-scatters (NP = 2 PP)
 #   fsdp NP PP       PP x FSDP over the data-parallel ranks of each stage (interleaved: 2 chunks per rank)
+#   zbh1fsdp NP PP   PP (ZB-H1) x FSDP: each layer's reduce-scatter waits for its deferred weight gradients
+#                    (the BW passes; later stages hold several micro-batches' BW at once)
+#   zbvfsdp NP PP    PP (ZB-V) x FSDP, the embedding and the loss on rank 0
+#   zbh1hsdp NP PP   PP (ZB-H1) x HSDP: 2 replicas of FSDP (NP = 4 PP), against HSDP without PP
 #   cp NP PP         PP x CP 2 under ZB-V, with evaluation (NP = 2 PP)
 #   qwen3 NP PP      micro Qwen3 (q/k-norm, q/k/v biases), untied embeddings
 #   moe NP PP        micro Mixtral (8 MoE layers, aux and z losses): the routing statistics of every stage's
@@ -37,7 +41,7 @@
 #   resumefp8 NP PP  FP8 delayed scaling (hybrid): save at iteration 10 with PP (1F1B), resume with the same
 #                    layout: bitwise the uninterrupted PP run (every stage's amax histories are in the
 #                    checkpoint and each stage takes its own); the same checkpoint also resumes in one process
-#   tied<MODE> NP PP  MODE (1f1b, vpp, zbh1, zbv, zero1, fsdp, tp, resume) with tied embeddings
+#   tied<MODE> NP PP  MODE (1f1b, vpp, zbh1, zbv, zero1, fsdp, zbvfsdp, tp, resume) with tied embeddings
 #                    (untie_embeddings_and_output_weights false): the head's stage holds a copy of the
 #                    embedding, the two stages sum their gradients of it, the norm counts it once (zbv: rank
 #                    0 holds both, no copy). tiedresume also resumes a one-process checkpoint with PP, and its
@@ -61,8 +65,6 @@ common+=(--num_layers 8 --lr 1e-3 --min_lr 1e-4)
 export PRIMUS_E2E_MODEL=micro_llama.yaml
 if [ "$mode" = bad ]; then
   refuse layers "num_layers=8 (command line (--num_layers 8)) is not divisible by pipeline_model_parallel_size=3" 3 -- --pipeline_model_parallel_size 3
-  refuse fsdpzb "not supported yet: pipeline parallelism with FSDP and the zb-h1 schedule" 4 -- \
-    --pipeline_model_parallel_size 2 --use_torch_fsdp2 true --patch_zero_bubble true
   # Multi-token prediction runs in the loss's chunk; a layout that gives it a chunk of its own is refused.
   refuse mtpchunk "not supported yet: pipeline parallelism with multi-token-prediction layers in a chunk without the loss" 2 \
     -- --pipeline_model_parallel_size 2 --mtp_num_layers 1 --pipeline_model_parallel_layout "E|t*4|t*4m|L"
@@ -117,6 +119,18 @@ case "$mode" in
   fsdp)
     keys=(--use_torch_fsdp2 true)
     par=(--virtual_pipeline_model_parallel_size 2)
+    ;;
+  zbh1fsdp)
+    keys=(--use_torch_fsdp2 true)
+    par=(--patch_zero_bubble true --enable_zero_bubble true)
+    ;;
+  zbh1hsdp)
+    keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2)
+    par=(--patch_zero_bubble true --enable_zero_bubble true)
+    ;;
+  zbvfsdp)
+    keys=(--use_torch_fsdp2 true)
+    par=(--patch_zero_bubble true --zero_bubble_v_schedule true --zero_bubble_v_schedule_mem_setup zb)
     ;;
   cp)
     keys=(--context_parallel_size 2 --eval_interval 10 --eval_iters 2)

@@ -3,6 +3,7 @@
 // message it expects, deliberately broken lists are caught, stage specs hold exactly their chunks' modules,
 // and the model run as chunks (the runtime's building block) gives one process's losses and gradients
 // bitwise.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -329,6 +330,56 @@ TEST(PipelineRuntime, DeferredWeightGradientsEqualTheOnePassBackward) {
     EXPECT_GT(sum_abs(o), 0.0);
     EXPECT_EQ(a.grad_flat().to_vector<float>(), b.grad_flat().to_vector<float>()) << b.spec().describe();
   }
+}
+
+// The region hooks under the split backward (what FSDP's reduce-scatter relies on): the input-gradient pass
+// tells each decoder layer's region backward_deferred instead of after_backward, and the weight-gradient pass
+// calls after_backward(region) once that region's queued GEMMs have run, so that at that call the region's
+// gradient is already the one-pass backward's, bitwise. The embedding (not deferred) hears after_backward in
+// the input-gradient pass.
+TEST(PipelineRuntime, DeferredRegionsHearAfterBackwardOnceTheirWeightGradientsRan) {
+  const ModelConfig cfg = grad_test::tiny_model(true, true, false);
+  TwinModels m(cfg, 13);
+  const Tensor tokens = random_ids(32, cfg.vocab_size, 7), targets = random_ids(32, cfg.vocab_size, 8);
+  m.reference.forward_backward(tokens, targets, 0.01f);
+  struct Recorder : ParamHooks {
+    ParamStore *whole = nullptr, *split = nullptr;
+    std::vector<std::string> events;
+    int incomplete = 0;  // after_backward calls that found a gradient of the region not yet final
+    void before_forward(int r) override {}
+    void after_forward(int r) override {}
+    void before_backward(int r) override {}
+    void backward_deferred(int r) override { events.push_back(fmt::format("deferred {}", r)); }
+    void after_backward(int r) override {
+      events.push_back(fmt::format("after {}", r));
+      for (int i = 0; i < static_cast<int>(split->entries().size()); ++i)
+        if (split->region_of_entry(i) == r && split->grad(i).defined() &&
+            split->grad(i).to_vector<float>() != whole->grad(i).to_vector<float>())
+          ++incomplete;
+    }
+  } rec;
+  rec.whole = &m.a;
+  rec.split = &m.b;
+  m.piecewise.set_hooks(&rec);
+  LlamaModel::ChunkState st;
+  const LlamaModel::Chunk all = m.piecewise.whole_model();
+  m.piecewise.chunk_forward(all, st, Tensor(), tokens, targets, 0.01f);
+  const int L = static_cast<int>(cfg.num_layers), head = L + 1;
+  EXPECT_EQ(rec.events, std::vector<std::string>{fmt::format("after {}", head)}) << "the head runs in F";
+  rec.events.clear();
+  m.piecewise.chunk_backward(all, st, Tensor(), /*defer_weight_grads=*/true);
+  std::vector<std::string> bi, bw;
+  for (int r = L; r >= 1; --r) {
+    bi.push_back(fmt::format("deferred {}", r));
+    bw.push_back(fmt::format("after {}", r));
+  }
+  bi.push_back("after 0");
+  EXPECT_EQ(joined(rec.events), joined(bi));
+  rec.events.clear();
+  m.piecewise.chunk_weight_grad(st);
+  EXPECT_EQ(joined(rec.events), joined(bw));
+  EXPECT_EQ(rec.incomplete, 0) << "a region heard after_backward before its weight gradients were written";
+  m.piecewise.set_hooks(nullptr);
 }
 
 }  // namespace
