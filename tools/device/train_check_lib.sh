@@ -7,7 +7,7 @@
 #   medians SKIP BASE TOKENS NAME...           each run's median step (after SKIP steps), tokens/s, peak memory
 #                                              and ratio to BASE; TOKENS: tokens per step
 # The caller sets check (the name), show (a grep -E pattern) and PARTS' default; DEVICE (default cuda) lets the
-# parts that need no GPU run on the CPU.
+# parts that need no GPU run on the CPU; STAGE (default pretrain) is the `train` subcommand (posttrain: SFT).
 out=/tmp/$check-out
 rm -rf "$out" && mkdir -p "$out"
 bin=/tmp/$check-bin
@@ -29,11 +29,11 @@ run() {
   local ws=/tmp/$check-ws/$name
   rm -rf "$ws"
   if [ "$n" -eq 1 ]; then
-    env "${envs[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$name timeout "$limit" "$bin/primus" train pretrain \
+    env "${envs[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$name timeout "$limit" "$bin/primus" train "${STAGE:-pretrain}" \
       --device "${DEVICE:-cuda}" "$@" >"$out/$name.log" 2>&1
   else
     env "${envs[@]}" PRIMUS_WORKSPACE=$ws PRIMUS_EXP_NAME=$name timeout "$limit" "$bin/primus" launch \
-      --nproc-per-node "$n" --master-port 0 -- train pretrain --device "${DEVICE:-cuda}" "$@" >"$out/$name.log" 2>&1
+      --nproc-per-node "$n" --master-port 0 -- train "${STAGE:-pretrain}" --device "${DEVICE:-cuda}" "$@" >"$out/$name.log" 2>&1
   fi
   local rc=$?
   cp "$(find "$ws" -name metrics.jsonl | head -1)" "$out/$name.jsonl" 2>/dev/null
