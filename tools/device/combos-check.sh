@@ -54,6 +54,35 @@ if [[ " $parts " == *" mtp "* ]] && [ "$ngpu" -ge 2 ]; then
   curves mtp_pp2_zbh1 mtp_1gpu 2e-2
 fi
 
+# zbdiag: the same 4-rank layout twice (bitwise equal unless something races), and with 1F1B x FSDP and ZB-H1 x
+# DDP beside it, to place a difference.
+if [[ " $parts " == *" zbdiag "* ]] && [ "$ngpu" -ge 2 ]; then
+  zb=("${micro[@]}" --num_layers 8)
+  four=(PRIMUS_COMM_BACKEND=tcp PRIMUS_E2E_MODEL=micro_llama.yaml)
+  run zb_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_llama.yaml -- "${zb[@]}"
+  for v in a b; do
+    run "zbfsdp_$v" 4 180 "${four[@]}" -- "${zb[@]}" --pipeline_model_parallel_size 2 --patch_zero_bubble true \
+      --enable_zero_bubble true --use_torch_fsdp2 true
+  done
+  bitwise zbfsdp_a zbfsdp_b
+  run f1b_fsdp 4 180 "${four[@]}" -- "${zb[@]}" --pipeline_model_parallel_size 2 --use_torch_fsdp2 true
+  run zb_ddp 4 180 "${four[@]}" -- "${zb[@]}" --pipeline_model_parallel_size 2 --patch_zero_bubble true \
+    --enable_zero_bubble true
+  run dp_fsdp 4 180 "${four[@]}" -- "${zb[@]}" --use_torch_fsdp2 true
+  for n in zbfsdp_a f1b_fsdp zb_ddp dp_fsdp; do curves "$n" zb_1gpu 2e-2; done
+  python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+def g(n):
+    try:
+        return [round(json.loads(l)["grad_norm"], 4) for l in open(f"{out}/{n}.jsonl") if '"loss"' in l]
+    except OSError:
+        return []
+for n in ("zb_1gpu", "zbfsdp_a", "zbfsdp_b", "f1b_fsdp", "zb_ddp", "dp_fsdp"):
+    print(f"   {n:10s} grad norms {g(n)}")
+PY
+fi
+
 if [[ " $parts " == *" zbfsdp "* ]] && [ "$ngpu" -ge 2 ]; then
   zb=("${micro[@]}" --num_layers 8)
   run zb_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_llama.yaml -- "${zb[@]}"
