@@ -162,7 +162,8 @@ TEST_F(Lora, Fp8BaseProjectionsTrainTheAdaptersLikeBf16) {
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err << bf16.out;
   CliResult fp8 = lora("fp8", {"--train_iters", "20", "--fp8", "hybrid"});
   ASSERT_EQ(fp8.exit_code, 0) << fp8.err << fp8.out;
-  const auto a = steps_of(run_dir("fp8") + "/metrics.jsonl"), b = steps_of(run_dir("bf16") + "/metrics.jsonl");
+  const auto a = steps_of(run_dir("fp8") + "/metrics.jsonl"),
+             b = steps_of(run_dir("bf16") + "/metrics.jsonl");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
   EXPECT_EQ(a.back()["fp8_recipe"].get<std::string>().rfind("delayed", 0), 0u) << a.back().dump();
