@@ -15,13 +15,15 @@
 #   moe NP           a micro MoE (4 experts top-2, aux + z losses) with adapters on the attention projections
 #                    only: the experts, router and their balancing losses run on the frozen base, DDP
 #   moetp NP TP      the same under TP with SP (experts split by columns) x NP/TP data-parallel ranks
+#   moeep NP EP      the same from a trained base checkpoint, its frozen experts split over EP ranks (each
+#                    rank's base store loads its experts)
 #   cp NP CP         CP ranks (x NP/CP data-parallel ranks): the adapters see this rank's chunks of every
 #                    sequence (packed rows without isolation: the chunked attention does not take sample
 #                    boundaries)
 #   pp NP PP         PP stages (x NP/PP data-parallel ranks) of a 4-layer micro Llama: each stage's adapters
 #                    in its own store, the PEFT export gathered from every stage; ppzbh1 / ppvpp: zero-bubble
 #                    (the adapters' weight gradients deferred) and interleaved schedules
-#   bad              refusals naming the key: dropout under CP, LoRA with expert parallelism
+#   bad              refusals naming the key: dropout under CP, MLP targets on an MoE model
 #   dropout NP TP    lora.dropout 0.1 (position pre) under TP with SP x DP: each micro-batch's mask is keyed by
 #                    its first sample and every element's place, so the ranks drop what one process drops
 # Usage: lora_train_test.sh MODE MPIRUN PRIMUS NP [TP]
@@ -48,9 +50,8 @@ common=(--config "$src/tests/e2e/configs/sft_lora_micro_llama.yaml" --train_iter
 if [ "$mode" = bad ]; then
   refuse cpdropout "not supported yet: LoRA (lora.enabled) with dropout (lora.dropout > 0) under context parallelism" \
     2 -- --context_parallel_size 2 --use_packed_attention false --lora.dropout 0.1
-  refuse ep "not supported yet: LoRA (lora.enabled) with expert parallelism" 2 -- --num_experts 4 \
-    --moe_router_topk 2 --moe_ffn_hidden_size 96 --lora.target_modules "['linear_qkv','linear_proj']" \
-    --expert_model_parallel_size 2
+  refuse moemlp "not supported yet: LoRA (lora.enabled) with the MLP projections of a mixture-of-experts" 2 \
+    -- --num_experts 4 --moe_router_topk 2 --moe_ffn_hidden_size 96 --expert_model_parallel_size 2
   echo "lora_train_test: bad passed"
   exit 0
 fi
@@ -62,10 +63,11 @@ case "$mode" in
   tp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
   tpfsdp) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true --use_torch_fsdp2 true) ;;
   resume) par=(--tensor_model_parallel_size "$tp" --sequence_parallel true) ;;
-  moe | moetp)
+  moe | moetp | moeep)
     common+=(--num_experts 4 --moe_router_topk 2 --moe_ffn_hidden_size 96 --moe_aux_loss_coeff 0.01
              --moe_z_loss_coeff 0.001 --lora.target_modules "['linear_qkv','linear_proj']")
     [ "$mode" = moetp ] && par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
+    [ "$mode" = moeep ] && par=(--expert_model_parallel_size "$tp")
     ;;
   cp)
     par=(--context_parallel_size "$tp")
@@ -86,6 +88,11 @@ case "$mode" in
   *) fail "unknown mode $mode" ;;
 esac
 
+if [ "$mode" = moeep ]; then
+  # A trained base (4 steps of full SFT by one process) that every rank loads: under EP each keeps its experts.
+  run base 0 -- --lora.enabled false --train_iters 4 --lr_warmup_iters 1 --save "$work/base" --save_interval 4
+  common+=(--load "$work/base")
+fi
 if [ "$mode" = resume ]; then
   run dist "$np" -- "${par[@]}" --save "$work/ckpt" --save_interval 10 --exit_interval 10
   run dist 0 -- --save "$work/ckpt" --save_interval 10 --auto_continue_train true
