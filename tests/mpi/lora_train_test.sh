@@ -35,14 +35,7 @@ init_runs lora
 STAGE=posttrain
 export PRIMUS_SFT_DATA="$work/sft.jsonl"
 flags+=(-x PRIMUS_SFT_DATA)
-python3 - "$PRIMUS_SFT_DATA" <<'PY'
-import json, random, sys
-rng = random.Random(1)
-with open(sys.argv[1], "w") as f:
-    for i in range(300):
-        w = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8)))
-        f.write(json.dumps({"instruction": "Spell backwards: " + w, "output": w[::-1]}) + "\n")
-PY
+python3 "$src/tests/mpi/spell_backwards_sft.py" "$PRIMUS_SFT_DATA"
 common=(--config "$src/tests/e2e/configs/sft_lora_micro_llama.yaml" --train_iters 20 --seq_length 96
         --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
         --clip_grad 0.5)

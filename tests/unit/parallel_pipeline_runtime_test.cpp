@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -173,6 +174,46 @@ TEST(PipelineRuntime, StageSpecsHoldTheirChunksModules) {
   EXPECT_TRUE(p0.split() && p1.split());
 }
 
+// The whole model's step against two stages chained by hand (stage 0: embedding + layers 0-1, stage 1: layer
+// 2
+// + head; what send / recv do between ranks), each model on its own store, on one batch of 32 random tokens.
+struct TwoStages {
+  std::unique_ptr<LlamaModel> whole, m0, m1;
+  Tensor whole_losses;
+  LlamaModel::ChunkState s0, s1;
+};
+TwoStages chain_two_stages(const ModelConfig& cfg, ParamStore& all, ParamStore& p0, ParamStore& p1,
+                           uint64_t seed) {
+  TwoStages t;
+  t.whole = std::make_unique<LlamaModel>(cfg, RecomputeConfig{}, all, Stream::cpu(), 16);
+  t.m0 = std::make_unique<LlamaModel>(cfg, RecomputeConfig{}, p0, Stream::cpu(), 16);
+  t.m1 = std::make_unique<LlamaModel>(cfg, RecomputeConfig{}, p1, Stream::cpu(), 16);
+  const Tensor tokens = random_ids(32, cfg.vocab_size, seed),
+               targets = random_ids(32, cfg.vocab_size, seed + 1);
+  t.whole_losses = t.whole->forward_backward(tokens, targets, 0.01f);
+  const LlamaModel::Chunk c0{true, 0, 2, false}, c1{false, 2, 1, true};
+  const Tensor x = t.m0->chunk_forward(c0, t.s0, Tensor(), tokens, targets, 0.01f);
+  t.m1->chunk_forward(c1, t.s1, copy_of(x), tokens, targets, 0.01f);
+  t.m0->chunk_backward(c0, t.s0, copy_of(t.m1->chunk_backward(c1, t.s1, Tensor())));
+  return t;
+}
+
+// The two stages' gradients of the shared embedding add up to the whole model's (the same terms in another
+// order), and neither alone is it.
+void expect_stage_gradients_sum(const Tensor& g0_t, const Tensor& g1_t, const Tensor& whole_t) {
+  const std::vector<float> g0 = g0_t.to_vector<float>(), g1 = g1_t.to_vector<float>();
+  const std::vector<float> g = whole_t.to_vector<float>();
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(g0[i]) + g1[i] - g[i]));
+    largest = std::max(largest, std::abs(static_cast<double>(g[i])));
+  }
+  EXPECT_GT(largest, 0.0);
+  EXPECT_LE(worst, 1e-6 * largest);
+  EXPECT_NE(g0, g);
+  EXPECT_NE(g1, g);
+}
+
 // Tied embeddings with the embedding and the head on different stages (Megatron's embedding group): the
 // head's stage holds a copy of embed_tokens.weight in region 0, laid out and initialised as the embedding;
 // the two stages chained by hand give the whole model's losses bitwise, and their two gradients of the weight
@@ -196,29 +237,9 @@ TEST(PipelineRuntime, TiedEmbeddingsSplitOverStagesHoldAnEqualCopy) {
   EXPECT_EQ(p0.param(e0).to_vector<float>(), p1.param(e1).to_vector<float>());
   EXPECT_EQ(p1.param(e1).to_vector<float>(), all.param("embed_tokens.weight").to_vector<float>());
 
-  LlamaModel ref(cfg, RecomputeConfig{}, all, Stream::cpu(), 16);
-  LlamaModel m0(cfg, RecomputeConfig{}, p0, Stream::cpu(), 16),
-      m1(cfg, RecomputeConfig{}, p1, Stream::cpu(), 16);
-  const Tensor tokens = random_ids(32, cfg.vocab_size, 5), targets = random_ids(32, cfg.vocab_size, 6);
-  const Tensor la = ref.forward_backward(tokens, targets, 0.01f);
-  const LlamaModel::Chunk c0{true, 0, 2, false}, c1{false, 2, 1, true};
-  LlamaModel::ChunkState s0, s1;
-  const Tensor x = m0.chunk_forward(c0, s0, Tensor(), tokens, targets, 0.01f);
-  m1.chunk_forward(c1, s1, copy_of(x), tokens, targets, 0.01f);
-  m0.chunk_backward(c0, s0, copy_of(m1.chunk_backward(c1, s1, Tensor())));
-  EXPECT_EQ(la.to_vector<float>(), s1.losses.to_vector<float>());
-  const std::vector<float> g0 = p0.grad(e0).to_vector<float>(), g1 = p1.grad(e1).to_vector<float>();
-  const std::vector<float> g = all.grad("embed_tokens.weight").to_vector<float>();
-  double worst = 0, largest = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(g0[i]) + g1[i] - g[i]));
-    largest = std::max(largest, std::abs(static_cast<double>(g[i])));
-  }
-  EXPECT_GT(largest, 0.0);
-  EXPECT_LE(worst, 1e-6 * largest);  // the same terms, added in another order
-  // Neither stage alone holds the whole gradient.
-  EXPECT_NE(g0, g);
-  EXPECT_NE(g1, g);
+  const TwoStages t = chain_two_stages(cfg, all, p0, p1, 5);
+  EXPECT_EQ(t.whole_losses.to_vector<float>(), t.s1.losses.to_vector<float>());
+  expect_stage_gradients_sum(p0.grad(e0), p1.grad(e1), all.grad("embed_tokens.weight"));
   EXPECT_EQ(p1.grad("layers.2.mlp.down_proj.weight").to_vector<float>(),
             all.grad("layers.2.mlp.down_proj.weight").to_vector<float>());
 }
@@ -252,35 +273,17 @@ TEST(PipelineRuntime, MtpDepthsGoWithTheHeadAndReadACopyOfTheEmbedding) {
   EXPECT_EQ(p0.parameter_count() + p1.parameter_count(), all.parameter_count() + p0.param(e0).numel());
   EXPECT_EQ(p1.param(e1).to_vector<float>(), all.param("embed_tokens.weight").to_vector<float>());
 
-  LlamaModel ref(cfg, RecomputeConfig{}, all, Stream::cpu(), 16);
-  LlamaModel m0(cfg, RecomputeConfig{}, p0, Stream::cpu(), 16),
-      m1(cfg, RecomputeConfig{}, p1, Stream::cpu(), 16);
-  const Tensor tokens = random_ids(32, cfg.vocab_size, 7), targets = random_ids(32, cfg.vocab_size, 8);
-  const Tensor la = ref.forward_backward(tokens, targets, 0.01f);
-  const LlamaModel::Chunk c0{true, 0, 2, false}, c1{false, 2, 1, true};
-  LlamaModel::ChunkState s0, s1;
-  const Tensor x = m0.chunk_forward(c0, s0, Tensor(), tokens, targets, 0.01f);
-  m1.chunk_forward(c1, s1, copy_of(x), tokens, targets, 0.01f);
-  m0.chunk_backward(c0, s0, copy_of(m1.chunk_backward(c1, s1, Tensor())));
-  EXPECT_EQ(la.to_vector<float>(), s1.losses.to_vector<float>());
-  ASSERT_EQ(s1.mtp_losses.size(), 1u);
-  EXPECT_EQ(s1.mtp_losses[0].to_vector<float>(), ref.mtp_losses()[0].to_vector<float>());
-  EXPECT_EQ(s1.mtp_counts, ref.mtp_counts());
-  EXPECT_TRUE(s0.mtp_losses.empty());
+  const TwoStages t = chain_two_stages(cfg, all, p0, p1, 7);
+  EXPECT_EQ(t.whole_losses.to_vector<float>(), t.s1.losses.to_vector<float>());
+  ASSERT_EQ(t.s1.mtp_losses.size(), 1u);
+  EXPECT_EQ(t.s1.mtp_losses[0].to_vector<float>(), t.whole->mtp_losses()[0].to_vector<float>());
+  EXPECT_EQ(t.s1.mtp_counts, t.whole->mtp_counts());
+  EXPECT_TRUE(t.s0.mtp_losses.empty());
   for (const char* n : {"mtp.0.eh_proj.weight", "mtp.0.enorm.weight", "mtp.0.layer.mlp.down_proj.weight",
                         "lm_head.weight", "layers.2.self_attn.qkv_proj.weight"})
     EXPECT_EQ(p1.grad(n).to_vector<float>(), all.grad(n).to_vector<float>()) << n;
-  const std::vector<float> g0 = p0.grad(e0).to_vector<float>(), g1 = p1.grad(e1).to_vector<float>();
-  const std::vector<float> g = all.grad("embed_tokens.weight").to_vector<float>();
-  double worst = 0, largest = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(g0[i]) + g1[i] - g[i]));
-    largest = std::max(largest, std::abs(static_cast<double>(g[i])));
-  }
-  EXPECT_GT(largest, 0.0);
-  EXPECT_LE(worst, 1e-6 * largest);                    // the same terms, added in another order
-  EXPECT_NE(g1, std::vector<float>(g1.size(), 0.0f));  // the shifted tokens' rows are the copy's
-  EXPECT_NE(g0, g);
+  // The shifted tokens' rows are the copy's; the two stages' gradients add up to the whole model's.
+  expect_stage_gradients_sum(p0.grad(e0), p1.grad(e1), all.grad("embed_tokens.weight"));
 }
 
 // Two chunks of one process chained by hand (what two stages do through send / recv) against the whole
