@@ -92,10 +92,11 @@ void validate_config(ResolvedConfig& rc) {
   // attention; the context-parallel chunking, the pipeline's micro-batch hand-over, MLA's fused RoPE and the
   // MTP's shifted tokens do not carry them yet.
   if (t.sft.isolated_rows() && !rc.planning) {
-    const char* what = p.context_parallel_size > 1  ? "context parallelism"
-                       : t.model.mla.enabled        ? "multi-latent attention"
-                       : t.model.mtp_num_layers > 0 ? "multi-token prediction"
-                                                    : nullptr;
+    const char* what = p.context_parallel_size > 1          ? "context parallelism"
+                       : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
+                       : t.model.mla.enabled                ? "multi-latent attention"
+                       : t.model.mtp_num_layers > 0         ? "multi-token prediction"
+                                                            : nullptr;
     if (what)
       throw NotSupportedError(
           fmt::format("{}: not supported yet: packed attention (use_packed_attention) with {}",

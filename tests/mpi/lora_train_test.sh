@@ -23,7 +23,8 @@
 #   pp NP PP         PP stages (x NP/PP data-parallel ranks) of a 4-layer micro Llama: each stage's adapters
 #                    in its own store, the PEFT export gathered from every stage; ppzbh1 / ppvpp: zero-bubble
 #                    (the adapters' weight gradients deferred) and interleaved schedules
-#   bad              refusals naming the key: dropout under CP, MLP targets on an MoE model
+#   bad              refusals naming the key: dropout under CP, MLP targets on an MoE model, packed attention
+#                    with isolated samples under PP
 #   dropout NP TP    lora.dropout 0.1 (position pre) under TP with SP x DP: each micro-batch's mask is keyed by
 #                    its first sample and every element's place, so the ranks drop what one process drops
 # Usage: lora_train_test.sh MODE MPIRUN PRIMUS NP [TP]
@@ -43,6 +44,9 @@ common=(--config "$src/tests/e2e/configs/sft_lora_micro_llama.yaml" --train_iter
 if [ "$mode" = bad ]; then
   refuse cpdropout "not supported yet: LoRA (lora.enabled) with dropout (lora.dropout > 0) under context parallelism" \
     2 -- --context_parallel_size 2 --use_packed_attention false --lora.dropout 0.1
+  # (95f2e7f had dropped this refusal with the LoRA one: the pipeline does not carry sample boundaries.)
+  refuse packedpp "not supported yet: packed attention (use_packed_attention) with pipeline parallelism" 2 -- \
+    --pipeline_model_parallel_size 2 --num_layers 4
   refuse moemlp "not supported yet: LoRA (lora.enabled) with the MLP projections of a mixture-of-experts" 2 \
     -- --num_experts 4 --moe_router_topk 2 --moe_ffn_hidden_size 96 --expert_model_parallel_size 2
   echo "lora_train_test: bad passed"
