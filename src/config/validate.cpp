@@ -72,22 +72,6 @@ void validate_config(ResolvedConfig& rc) {
         cite("global_batch_size", t.global_batch_size), cite("micro_batch_size", t.micro_batch_size),
         b.data_parallel, b.micro_batch * b.data_parallel));
 
-  // The expert bias follows the loads of the whole global batch: every MoE layer sums them over the data-
-  // parallel ranks before the update (MoeMlp::end_step). The forward reads the bias from the f32 master,
-  // which sharded optimizers (ZeRO / FSDP) hold only a chunk of.
-  // (TorchTitan's deepseek_v3 flavors always balance with the bias: the flavor is the key there.)
-  const char* bias_key =
-      rc.keys.get("moe_router_enable_expert_bias") ? "moe_router_enable_expert_bias" : "model.flavor";
-  const bool sharded_state =
-      p.use_distributed_optimizer || p.use_torch_fsdp2 || p.data_parallel_sharding_strategy != "no_shard";
-  if (t.model.moe.expert_bias && p.data_parallel_size > 1 && sharded_state && !rc.planning)
-    throw NotSupportedError(
-        fmt::format("{}: not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with sharded "
-                    "optimizer state (use_distributed_optimizer / FSDP) over {} data-parallel ranks",
-                    rc.keys.origin(bias_key).str(), p.data_parallel_size),
-        "use DDP (use_distributed_optimizer: false), or set moe_router_enable_expert_bias: false and balance "
-        "with moe_aux_loss_coeff");
-
   // Packed SFT rows with isolated samples: the positions and sample starts reach the decoder's RoPE and
   // attention; the context-parallel chunking, the pipeline's micro-batch hand-over, MLA's fused RoPE and the
   // MTP's shifted tokens do not carry them yet.

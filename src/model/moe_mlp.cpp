@@ -144,7 +144,8 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
     ops::moe_router_probs(a.logits, a.ids, router_cfg_, a.probs, s);
   } else {
     // The expert bias is read from the f32 master: its updates (1e-3) would vanish in a bf16 copy. With
-    // masters in remainders that is a join of E floats.
+    // masters in remainders that is a join of E floats; with sharded masters (ZeRO-1 / FSDP) the store's
+    // whole copy of this replicated entry (ParamEntry::replicated).
     Tensor bias;
     if (bias_ >= 0 && params_.frozen()) {
       // A frozen base (LoRA) keeps weights only, in the compute dtype; the bias stays as loaded.
@@ -155,7 +156,7 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
         bias = f;
       }
     } else if (bias_ >= 0) {
-      bias = params_.master_in_remainders() ? params_.master_f32(bias_, s) : params_.master(bias_);
+      bias = params_.master_dtype() == DType::kF32 ? params_.master_f32(bias_, s) : params_.master(bias_);
     }
     ops::moe_router_forward(a.logits, bias_ >= 0 ? &bias : nullptr, router_cfg_, a.ids, a.probs, s);
   }
@@ -471,10 +472,11 @@ void MoeMlp::end_step(const Stream& s) {
     return;
   }
   if (params_.master_dtype() != DType::kF32) return;  // f64 gradient-check models take no update steps
-  // The master's view, or a joined copy in remainders; set_master writes it back with its compute copy.
+  // The master's view, a joined copy in remainders, or the whole copy beside sharded masters; set_master
+  // writes it back with its compute copy (and, sharded, into this rank's master chunk).
   Tensor master = params_.master_f32(bias_, s);
   // The loads of the whole global batch (Megatron sums tokens_per_expert over tp x cp x dp): every rank then
-  // moves its copy of the bias the same way.
+  // moves its copy of the bias the same way, so it stays replicated whatever shards the optimizer state.
   if (loads_) loads_->all_reduce(step_load_, comm::ReduceOp::kSum, s, "moe expert loads");
   ops::moe_expert_bias_update(step_load_, static_cast<float>(spec_.moe.bias_update_rate), master, s);
   params_.set_master(bias_, master, s);

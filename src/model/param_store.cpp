@@ -223,10 +223,11 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     }
   };
   auto layer_rest = [&](const std::string& p, int r, bool moe_layer) {
-    // The expert bias is a zero-gradient entry (AdamW leaves it bitwise as it is) updated by the balancing
-    // rule.
-    if (moe_layer && spec.moe.expert_bias)
+    // The expert bias: a replicated buffer (ParamEntry::replicated) updated by the balancing rule.
+    if (moe_layer && spec.moe.expert_bias) {
       add(p + "mlp.router.expert_bias", {spec.moe.num_experts}, r, false, InitKind::kZeros, 0);
+      entries_.back().replicated = true;
+    }
     // Under sequence parallelism each tp rank normalises its own tokens: the weights' gradients are partial.
     add(p + "input_layernorm.weight", {spec.hidden}, r, false, InitKind::kOnes, 0);
     sum_whole(sp);
@@ -397,9 +398,16 @@ DType ParamStore::master_dtype() const {
   return remainders_ ? DType::kF32 : master_.dtype();
 }
 
+Tensor ParamStore::replicated_view(int i) const {
+  const int64_t at = replicated_at_.empty() ? -1 : replicated_at_[i];
+  PRIMUS_CHECK(at >= 0, "'{}' is not a replicated entry", entries_[i].name);
+  return replicated_.slice(at, at + entries_[i].numel).view(entries_[i].shape);
+}
+
 Tensor ParamStore::master_f32(int i, const Stream& s) const {
   const ParamEntry& e = entries_[i];
   if (gate_) gate_->before_read(i);
+  if (shard_mode_ != ShardMode::kNone && e.replicated) return replicated_view(i);
   PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
                "master_f32('{}'): master weights are sharded over {} data-parallel ranks", e.name,
                shard_ranks_);
@@ -422,7 +430,7 @@ Tensor ParamStore::master_f32(int i, const Stream& s) const {
 
 void ParamStore::set_master(int i, const Tensor& value, const Stream& s) {
   const ParamEntry& e = entries_[i];
-  PRIMUS_CHECK(shard_mode_ == ShardMode::kNone,
+  PRIMUS_CHECK(shard_mode_ == ShardMode::kNone || e.replicated,
                "set_master('{}'): master weights are sharded over {} data-parallel ranks", e.name,
                shard_ranks_);
   PRIMUS_CHECK(
@@ -441,6 +449,10 @@ void ParamStore::set_master(int i, const Tensor& value, const Stream& s) {
     ops::cast(v, out, s);
     return out;
   };
+  if (shard_mode_ != ShardMode::kNone) {
+    set_replicated(i, to_dtype(value, DType::kF32), s);
+    return;
+  }
   Tensor hi = view(compute_, i);
   if (frozen_) {  // no master: the weights take the value rounded to their dtype
     Tensor v = to_dtype(value, compute_.dtype());
@@ -463,6 +475,25 @@ void ParamStore::set_master(int i, const Tensor& value, const Stream& s) {
   ops::master_split(f32, h, &r, Stream::cpu());
   hi.copy_from(h, s);
   rem.copy_from(r, s);
+}
+
+void ParamStore::set_replicated(int i, const Tensor& value, const Stream& s) {
+  const ParamEntry& e = entries_[i];
+  Tensor whole = replicated_view(i);
+  if (value.data_ptr() != whole.data_ptr()) whole.copy_from(value, s);
+  // The entry's elements in this rank's chunk of its region (checkpoints gather the chunks).
+  const int r = e.region;
+  const int64_t cb = chunk_begin(r), ce = cb + chunk_len(r);
+  const int64_t b = std::max(cb, e.offset), end = std::min(ce, e.offset + e.numel);
+  if (b < end) {
+    const int64_t at = shard_offset(r) + (b - cb);
+    Tensor chunk = master_.slice(at, at + (end - b));
+    chunk.copy_from(whole.view({e.numel}).slice(b - e.offset, end - e.offset), s);
+  }
+  if (shard_mode_ == ShardMode::kOptimizer) {  // ZeRO-1's compute copy is whole
+    Tensor c = view(compute_, i);
+    compute_from_master(whole, c, s);
+  }
 }
 
 void ParamStore::compute_from_master(const Tensor& master, Tensor& compute, const Stream& s) {
@@ -598,6 +629,15 @@ void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMod
     attached_compute_.assign(regions_.size(), Tensor());
     attached_grad_.assign(regions_.size(), Tensor());
   }
+  // The replicated entries whole (a few floats per MoE layer), for the forward and their own update rule.
+  replicated_at_.assign(entries_.size(), -1);
+  int64_t n = 0;
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].replicated) {
+      replicated_at_[i] = n;
+      n += entries_[i].numel;
+    }
+  if (n > 0) replicated_ = zeros_owned_by(kParametersOwner, {n}, DType::kF32, s);
 }
 
 void ParamStore::initialize(uint64_t seed, const Stream& s) {
@@ -649,6 +689,12 @@ void ParamStore::initialize(uint64_t seed, const Stream& s) {
       compute_.copy_from(c, s);
     } else if (!compute_aliases_master_) {
       compute_from_master(master_, compute_, s);
+    }
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const ParamEntry& e = entries_[i];
+      if (!e.replicated) continue;
+      const int64_t at = replicated_at_[i];
+      replicated_.slice(at, at + e.numel).copy_from(host.slice(e.offset, e.offset + e.numel), s);
     }
     return;
   }

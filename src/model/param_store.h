@@ -98,6 +98,11 @@ struct ParamEntry {
     bool kv_group = false;
   };
   TpSum tp_sum;
+  // A buffer that no gradient trains and every rank holds alike (the MoE expert bias, which its layer moves
+  // by its own rule from loads summed over the global batch): a zero-gradient entry, so AdamW leaves it
+  // bitwise as it is and the gradient norm adds zeros. Under ZeRO-1 / FSDP the store keeps a whole f32 copy
+  // of it on every rank beside the master chunks (master_f32 / set_master below).
+  bool replicated = false;
   int64_t cols() const { return shape.size() <= 1 ? 1 : shape.back(); }  // as EntrySlice views it
 };
 
@@ -174,6 +179,11 @@ class ParamStore {
   // view, or in remainders a fresh tensor joined on `s` (throws for an f64 master: use master(i)).
   // set_master: writes entry i's master from `value` (any float dtype, `numel` elements, on the CPU or the
   // store's device) and its compute copy: cast + compute_from_master, or a split into compute + remainder.
+  // Sharded stores answer both for replicated entries only: master_f32 is the whole f32 copy (a view: the
+  // caller may update it in place and hand it back), set_master writes that copy, the entry's part of this
+  // rank's master chunk (which checkpoints gather) and, under ZeRO-1, its whole compute copy. FSDP's compute
+  // chunk is left to the next optimizer update, which rewrites it from the master chunk: nothing reads it
+  // (a gather of it may run on the communication stream meanwhile), the forward reads master_f32.
   Tensor master_f32(int i, const Stream& s) const;
   void set_master(int i, const Tensor& value, const Stream& s);
   bool master_in_remainders() const { return remainders_; }
@@ -241,6 +251,11 @@ class ParamStore {
   int64_t total_ = 0;
   Tensor master_, compute_, grad_, adam_m_, adam_v_;
   Tensor remainder_;  // i16, in remainders only (master_ is then undefined)
+  // Sharded stores: the replicated entries' whole f32 values, entry i at replicated_at_[i] (-1: none).
+  Tensor replicated_;
+  std::vector<int64_t> replicated_at_;
+  Tensor replicated_view(int i) const;
+  void set_replicated(int i, const Tensor& value, const Stream& s);  // value: f32, entry i's shape
   bool compute_aliases_master_ = false;
   bool remainders_ = false;
   bool frozen_ = false;  // allocate_frozen

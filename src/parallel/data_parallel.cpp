@@ -618,6 +618,9 @@ void DataParallel::load_from_full(ParamStore& full) {
   } else if (!params_.compute_aliases_master()) {
     ParamStore::compute_from_master(params_.master_flat(), compute, compute_);
   }
+  // Replicated entries (the MoE expert bias) also keep a whole copy on every rank (ParamEntry::replicated).
+  for (int i = 0; i < static_cast<int>(params_.entries().size()); ++i)
+    if (params_.entry(i).replicated) params_.set_master(i, full.master_f32(i, Stream::cpu()), compute_);
   stream_sync(compute_);
   params_ready_ = nullptr;
 }

@@ -7,6 +7,13 @@
 #        (sequential accumulation of all micro-batches; a different f32 summation order)
 #   ddp_fp8 / fsdp_fp8 NP: the same with FP8 projections (delayed hybrid: the amaxes reduced over dp make
 #        every rank cast with the single process's scales; rowwise under FSDP), bitwise against the emulation
+#   dszero1 NP: the micro DeepSeek-style MoE (expert bias, groups, shared expert, a dense first layer) with
+#        ZeRO-1, whose ranks hold chunks of the optimizer state but the whole expert bias: the curves as above
+#        (bitwise the emulation's but for the logged aux loss, 1e-5 of one process); the expert bias of every
+#        MoE layer in the runs' iteration-20 checkpoints bitwise equal (and moved); the run resumed from the
+#        distributed run's iteration-10 checkpoint at NP ranks continues it bitwise, bias included
+#   dsfsdp NP: the same with FSDP against the emulation (the one process and the resume go through the same
+#        code as under ZeRO-1: left to dszero1, for time)
 #   resume NP1 NP2: FSDP; save at iteration 10 at NP1 ranks, resume at NP2 ranks; bitwise equal to the
 #        emulated single process doing the same (10 steps as NP1, resume, 10 steps as NP2)
 #   kill NP: rank 2 SIGKILLs itself in the middle of iteration 3: the job exits non-zero within 30 s and the
@@ -37,7 +44,8 @@ case "$mode" in
   ddp_fp8) keys=(--overlap_grad_reduce true --fp8 hybrid) ;;
   fsdp_fp8) keys=(--use_torch_fsdp2 true --fp8 e4m3 --fp8_recipe rowwise) ;;
   zero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
-  fsdp | resume) keys=(--use_torch_fsdp2 true) ;;
+  fsdp | resume | dsfsdp) keys=(--use_torch_fsdp2 true) ;;
+  dszero1) keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true) ;;
   hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2) ;;
   kill | disagree) keys=() ;;
   sigterm) keys=(--overlap_grad_reduce true) ;;
@@ -67,6 +75,33 @@ whole, per = float(v["whole model:"]), float(v["master"]) + float(v["moments"]) 
 print(f"state per rank {per} vs whole {whole} / {k} shards")
 sys.exit(0 if abs(per * k - whole) <= 0.02 * whole else 1)' "$shards" || fail "per-rank state is not 1/$shards"
     fi
+    ;;
+  dszero1 | dsfsdp)
+    ds=PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
+    run dist "$np" "$ds" -- "${keys[@]}" --save "$work/ckpt_dist" --save_interval 10
+    run emulated 0 "$ds" PRIMUS_DP_EMULATE="$np" -- "${keys[@]}" --save "$work/ckpt_emulated"
+    # Bitwise but the logged aux loss: a sum over the ranks in the all-reduce's order (the emulation adds the
+    # virtual ranks' forwards in turn).
+    compare dist emulated 0 0 1e-7
+    if [ "$mode" = dsfsdp ]; then
+      compare_expert_bias "$work"/ckpt_{dist,emulated}/iter_0000020
+      echo "dp_train_test: $mode passed"
+      exit 0
+    fi
+    run single 0 "$ds" -- "${keys[@]}" --save "$work/ckpt_single"
+    compare dist single 1e-5
+    # Iterations 11-20 again, from the sharded run's checkpoint (its bias gathered from the chunks, then
+    # whole on every rank again), joined to the first 10 of the uninterrupted run.
+    run resumed "$np" "$ds" -- "${keys[@]}" --load "$work/ckpt_dist/iter_0000010" --save "$work/ckpt_resumed"
+    grep -q "resuming from" "$work/resumed.log" || fail "the resumed run did not load iteration 10"
+    python3 - "$work/dist.jsonl" "$work/resumed.jsonl" <<'PY'
+import json, sys
+first = [l for l in open(sys.argv[1]) if json.loads(l).get("step", 0) <= 10]
+rest = open(sys.argv[2]).read()
+open(sys.argv[2], "w").write("".join(first) + rest)
+PY
+    compare dist resumed 0
+    compare_expert_bias "$work"/ckpt_{dist,emulated,single,resumed}/iter_0000020
     ;;
   resume)
     save=(--save "$work/ckpt_dist" --save_interval 10 --exit_interval 10)

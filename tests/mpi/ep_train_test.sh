@@ -25,13 +25,15 @@
 #                        expert-dp)
 #   cpfsdp NP EP         the same with FSDP
 #   cpdeepseek NP EP     the DeepSeek-style model (per-sequence aux loss, expert bias) under CP 2 with EP
+#   dszero1 NP EP        the DeepSeek-style model with the distributed optimizer (the expert bias whole on every
+#                        rank beside the sharded state); the expert bias in both runs' last checkpoints bitwise
+#                        equal
 #   resume NP EP NP2 EP2 save at iteration 10 with NP ranks / EP, resume with NP2 ranks / EP2 (a changed
 #                        layout): the joined curve equals the uninterrupted single process's; the EP checkpoint
 #                        exports to Hugging Face with every expert of every layer
 #   launch               mixtral 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad                  refusals, each a clear error naming the key before training: EP with a dense model,
-#                        HSDP whose shard degree EP does not divide, one process emulating EP, the expert bias
-#                        with the distributed optimizer,
+#                        HSDP whose shard degree EP does not divide, one process emulating EP,
 #                        experts that the EP degree does not divide
 # Usage: ep_train_test.sh MODE MPIRUN PRIMUS NP EP [NP2 EP2]
 set -u
@@ -49,8 +51,6 @@ if [ "$mode" = bad ]; then
     --expert_model_parallel_size 4 --use_torch_fsdp2 true --data_parallel_replicate_degree 2
   refuse emulate "one process cannot emulate expert or tensor parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
     --expert_model_parallel_size 2
-  refuse bias "not supported yet: the MoE expert bias (moe_router_enable_expert_bias) with sharded optimizer" 2 \
-    PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- --use_distributed_optimizer true
   refuse experts "num_experts 6 is not divisible by the expert-parallel degree 4" 4 -- \
     --expert_model_parallel_size 4 --num_experts 6
   echo "ep_train_test: bad passed"
@@ -58,6 +58,7 @@ if [ "$mode" = bad ]; then
 fi
 keys=()
 par=()  # the distributed runs only
+single=()  # the single process only
 case "$mode" in
   launch) LAUNCH=1 ;;
   cp) par=(--context_parallel_size 2) ;;
@@ -78,6 +79,12 @@ case "$mode" in
   fsdp) keys=(--use_torch_fsdp2 true) ;;
   hsdp) keys=(--use_torch_fsdp2 true --data_parallel_replicate_degree 2) ;;
   deepseek) export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml ;;
+  dszero1)
+    export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
+    keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true)
+    par=(--save "$work/ckpt_dist")
+    single=(--save "$work/ckpt_single")
+    ;;
   qwen2) export PRIMUS_E2E_MODEL=micro_qwen2_moe.yaml ;;
   mtp)
     export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
@@ -113,7 +120,7 @@ fi
 grep -h "data parallel:" "$work/dist.log" | head -1
 [ "${EP_CHECK:-1}" = 0 ] || grep -q "experts split over ep" "$work/dist.log" || fail "the run did not split its experts"
 [ ${#par[@]} -eq 0 ] || grep -q "context parallel: 2 ranks" "$work/dist.log" || fail "the run did not split the sequences"
-run single 0 -- "${keys[@]}"
+run single 0 -- "${keys[@]}" "${single[@]}"
 tol=1e-5
 [ "$mode" = capacity ] && tol=1e-3
 # The micro Qwen2-MoE's gradient norm spikes to 34 at step 16 (its all-expert softmax, unrenormalised): a
@@ -123,4 +130,5 @@ tol=1e-5
 # rounding.)
 [ "$mode" = cpdeepseek ] && tol=5e-5
 compare dist single "$tol"
+if [ "$mode" = dszero1 ]; then compare_expert_bias "$work"/ckpt_{dist,single}/iter_0000020; fi
 echo "ep_train_test: $mode passed"

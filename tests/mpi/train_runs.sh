@@ -50,10 +50,12 @@ run() {
   cp "$(find "$work" -path "*/$name/metrics.jsonl" | head -1)" "$work/$name.jsonl" || fail "no metrics for $name"
 }
 
-# compare A B TOL: every step's loss and grad_norm (20 steps), the routing statistics and MTP loss where the
-# runs log them, and the validation losses; TOL 0 = bitwise. A resumed run appends: a step's last record wins.
+# compare A B TOL [TOL_GRAD [TOL_STATS]]: every step's loss and grad_norm (20 steps), the routing statistics and
+# MTP loss where the runs log them, and the validation losses; TOL 0 = bitwise. TOL_GRAD applies to the gradient
+# norm, TOL_STATS to the routing statistics (moe_*; both default to TOL). A resumed run appends: a step's last
+# record wins.
 compare() {
-  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" "${4:-$3}" <<'PY'
+  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" "${4:-$3}" "${5:-$3}" <<'PY'
 import json, sys
 def load(p):
     steps, vals = {}, {}
@@ -65,6 +67,7 @@ def load(p):
     return [steps[k] for k in sorted(steps)], vals
 (a, va), (b, vb), tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
 tol_grad = float(sys.argv[4])  # the gradient norm's tolerance (the 4th argument; default: the same)
+tol_stats = float(sys.argv[5])  # the routing statistics' (the 5th argument; default: the same)
 assert len(a) == len(b) == 20, f"step counts {len(a)} {len(b)}"
 worst = 0.0
 def check(what, x, y, tol=tol):
@@ -78,7 +81,8 @@ def check(what, x, y, tol=tol):
 for x, y in zip(a, b):
     for k in ("loss", "grad_norm", "moe_aux_loss", "moe_max_load_ratio", "moe_dropped_fraction", "mtp_loss"):
         if k in y:
-            check(f"step {x['step']}: {k}", x[k], y[k], tol_grad if k == "grad_norm" else tol)
+            check(f"step {x['step']}: {k}", x[k], y[k],
+                  tol_grad if k == "grad_norm" else tol_stats if k.startswith("moe_") else tol)
 if va.keys() != vb.keys():
     sys.exit(f"validation steps differ: {sorted(va)} vs {sorted(vb)}")
 for k in va:
@@ -89,6 +93,46 @@ print(f"{sys.argv[1].split('/')[-1]} vs {sys.argv[2].split('/')[-1]}: 20 steps, 
       f" (loss {a[0]['loss']:.5f} -> {a[-1]['loss']:.5f})")
 PY
   [ $? -eq 0 ] || fail "curves differ: $1 vs $2"
+}
+
+# compare_expert_bias DIR DIR...: the MoE expert bias of every layer in these checkpoint directories (the f32
+# master file, or the model file where that is the master) is bitwise the first one's, which has moved from its
+# initial zeros (else equality would prove nothing).
+compare_expert_bias() {
+  python3 - "$@" <<'PY'
+import json, os, struct, sys
+def biases(d):
+    f = d + "/master_rank0.safetensors"
+    if not os.path.exists(f):
+        f = d + "/model_rank0.safetensors"
+    out = {}
+    with open(f, "rb") as h:
+        n = struct.unpack("<Q", h.read(8))[0]
+        for k, v in json.loads(h.read(n)).items():
+            if not k.endswith("expert_bias"):
+                continue
+            if v["dtype"] != "F32":
+                sys.exit(f"{f}: {k} is {v['dtype']}, not F32")
+            b, e = v["data_offsets"]
+            h.seek(8 + n + b)
+            out[k] = struct.unpack(f"<{(e - b) // 4}f", h.read(e - b))
+    return out
+ref = biases(sys.argv[1])
+largest = max((abs(x) for t in ref.values() for x in t), default=0.0)
+if largest == 0:
+    sys.exit(f"{sys.argv[1]}: no expert bias, or it never moved")
+for d in sys.argv[2:]:
+    got = biases(d)
+    if got.keys() != ref.keys():
+        sys.exit(f"{d}: expert biases {sorted(got)}, {sys.argv[1]}: {sorted(ref)}")
+    for k in ref:
+        if got[k] != ref[k]:
+            worst = max(abs(a - b) for a, b in zip(got[k], ref[k]))
+            sys.exit(f"{d}: {k} differs from {sys.argv[1]}'s (largest difference {worst:.3g})")
+print(f"expert bias of {len(ref)} layers bitwise equal in {len(sys.argv) - 1} checkpoints "
+      f"(largest |bias| {largest:.3g})")
+PY
+  [ $? -eq 0 ] || fail "the expert bias differs between the checkpoints"
 }
 
 # refuse NAME EXPECTED NP [env...] -- [overrides...]: the run fails (every rank) with EXPECTED in its output,
