@@ -125,7 +125,27 @@ Tensor LlamaModel::embed(const StepContext& ctx, const Tensor& lookup) {
   // embedding (this rank's tokens of it under sequence parallelism).
   ops::embedding_forward(lookup, params_.param(embed_), e, ctx.stream, spec_.vocab_begin(),
                          spec_.whole_vocab());
-  return tp_sum_rows(ctx, e, "tp embedding");
+  const int64_t n = ctx.tokens(), blocks = lookup.size(0) / n;
+  if (!ctx.tp->sequence_parallel() || blocks == 1) return tp_sum_rows(ctx, e, "tp embedding");
+  // Several blocks of n ids (the inputs, the MTP depths' shifted tokens) under sequence parallelism: each
+  // block reduce-scatters on its own, so that this rank holds its own tokens' rows of every block.
+  const int64_t nl = local_tokens(ctx);
+  Tensor out = ctx.act({blocks * nl, spec_.hidden});
+  for (int64_t b = 0; b < blocks; ++b)
+    out.slice(b * nl, (b + 1) * nl)
+        .copy_from(tp_sum_rows(ctx, e.slice(b * n, (b + 1) * n), "tp embedding"), ctx.stream);
+  return out;
+}
+
+void LlamaModel::embed_backward(const StepContext& ctx, const Tensor& lookup, const Tensor& grad) {
+  Tensor g_embed = params_.grad(embed_);
+  if (!g_embed.defined()) return;  // (a frozen embedding has none)
+  const int64_t n = ctx.tokens(), nl = local_tokens(ctx);
+  for (int64_t b = 0; b < lookup.size(0) / n; ++b)
+    ops::embedding_backward(
+        lookup.slice(b * n, (b + 1) * n),
+        tp_gather_rows(ctx, grad.slice(b * nl, (b + 1) * nl), "sp gather embedding gradient"), g_embed,
+        ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
 }
 
 void LlamaModel::set_tensor_parallel(const parallel::TensorParallel* tp) {
@@ -138,85 +158,96 @@ void LlamaModel::set_tensor_parallel(const parallel::TensorParallel* tp) {
   tp_ = tp;
 }
 
-Tensor LlamaModel::lookup_tokens(const StepContext& ctx, const Tensor& tokens, bool with_inputs) const {
-  const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, D = spec_.mtp_layers;
-  Tensor flat = tokens.view({n});
-  if (D == 0) return flat;
-  const int64_t first = with_inputs ? 1 : 0;  // rows of the input tokens before the shifted ones
-  Tensor all = ctx.empty({(first + D) * n}, DType::kI32);
-  if (with_inputs) all.slice(0, n).copy_from(flat, ctx.stream);
-  for (int64_t k = 1; k <= D; ++k) {
-    // Rolled left by k within each sequence, as Megatron's roll_tensor: the last k positions wrap around to
-    // valid ids whose predictions do not count (their shifted targets are -1).
-    const int64_t s = k % T;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t dst = (k - 1 + first) * n + b * T, src = b * T;
-      all.slice(dst, dst + T - s).copy_from(flat.slice(src + s, src + T), ctx.stream);
-      if (s > 0) all.slice(dst + T - s, dst + T).copy_from(flat.slice(src, src + s), ctx.stream);
-    }
+const MtpBatch& LlamaModel::mtp_rows(const StepContext& ctx, const Tensor& tokens, const Tensor& targets,
+                                     const MtpBatch* given, MtpBatch& own) const {
+  const int64_t D = spec_.mtp_layers;
+  if (!given) {
+    // Without context parallelism the rows are whole sequences, whose shift the model can build itself.
+    PRIMUS_CHECK(
+        !cp_,
+        "multi-token prediction under context parallelism: the depths' ids and targets must be built "
+        "from the whole sequences before they are chunked (mtp_batch, then ContextParallel::"
+        "local_tokens of each depth's rows)");
+    stream_sync(ctx.stream);  // the tokens' and targets' device copies must be complete before they are read
+    own = mtp_batch(tokens.to(Stream::cpu()).view({ctx.batch, ctx.seq}),
+                    targets.to(Stream::cpu()).view({ctx.batch, ctx.seq}), D);
+    given = &own;
   }
+  PRIMUS_CHECK(static_cast<int64_t>(given->tokens.size()) == D &&
+                   static_cast<int64_t>(given->targets.size()) == D &&
+                   static_cast<int64_t>(given->counts.size()) == D,
+               "MTP batch of {} depths for a model of {}", given->tokens.size(), D);
+  for (int64_t k = 0; k < D; ++k)
+    PRIMUS_CHECK(given->tokens[k].shape() == tokens.shape() && given->targets[k].shape() == tokens.shape(),
+                 "MTP depth {}: ids {} and targets {} for tokens {}", k + 1, given->tokens[k].describe(),
+                 given->targets[k].describe(), tokens.describe());
+  return *given;
+}
+
+Tensor LlamaModel::depth_rows(const StepContext& ctx, const Tensor* inputs,
+                              const std::vector<Tensor>& depths) const {
+  const int64_t n = ctx.tokens(), D = static_cast<int64_t>(depths.size()), first = inputs ? 1 : 0;
+  Tensor host = Tensor::empty({D * n}, DType::kI32);
+  for (int64_t k = 0; k < D; ++k)
+    host.slice(k * n, (k + 1) * n).copy_from(depths[k].view({n}), Stream::cpu());
+  if (!inputs) return host.to(ctx.stream);
+  Tensor all = ctx.empty({(first + D) * n}, DType::kI32);
+  all.slice(0, n).copy_from(inputs->view({n}), ctx.stream);
+  all.slice(n, (first + D) * n).copy_from(host.to(ctx.stream), ctx.stream);
   return all;
 }
 
-Tensor LlamaModel::shifted_targets(const StepContext& ctx, const Tensor& targets, int64_t shift) const {
-  const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, keep = std::max<int64_t>(T - shift, 0);
-  Tensor flat = targets.view({n});
-  Tensor out = ctx.empty({n}, DType::kI32);
-  device_memset(out.data_ptr(), 0xff, out.nbytes(), ctx.stream);  // -1: no shifted target
-  for (int64_t b = 0; b < B && keep > 0; ++b)
-    out.slice(b * T, b * T + keep).copy_from(flat.slice(b * T + shift, b * T + T), ctx.stream);
-  return out;
-}
-
 Tensor LlamaModel::mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_mtp,
-                             const Tensor& targets, float grad_scale, const Tensor* host_targets,
-                             Tensor& losses, Tensor& de) {
-  const int64_t n = ctx.tokens(), B = ctx.batch, T = ctx.seq, D = spec_.mtp_layers, d = spec_.hidden;
+                             const Tensor& targets, const MtpBatch& mtp, float grad_scale, Tensor& losses,
+                             Tensor& de) {
+  const int64_t n = ctx.tokens(), nl = local_tokens(ctx), D = spec_.mtp_layers, d = spec_.hidden;
   const Stream& s = ctx.stream;
-  if (!host_targets) stream_sync(s);  // the device copy of the targets must be complete before it is read
-  const Tensor host = host_targets ? *host_targets : targets.to(Stream::cpu());
-  mtp_counts_ = mtp_counted_tokens(host.view({B, T}), D);
-  int64_t counted = 0;
-  for (int32_t t : host.view({n}).to_vector<int32_t>()) counted += t >= 0;
+  mtp_counts_ = mtp.counts;
+  const Tensor mtp_targets = depth_rows(ctx, nullptr, mtp.targets);
 
-  Tensor h0 = ctx.act({n, d}), rstd0 = ctx.empty({n}, ctx.stat_dtype());
+  Tensor h0 = ctx.act({nl, d}), rstd0 = ctx.empty({nl}, ctx.stat_dtype());
   head_->norm_forward(ctx, x, head_->norm_entry(), h0, rstd0);
   std::vector<MtpActivations> acts(static_cast<size_t>(D));
   for (int64_t k = 0; k < D; ++k)
-    mtp_[k]->forward(ctx, e_mtp.slice(k * n, (k + 1) * n), k == 0 ? h0 : acts[k - 1].h, acts[k],
+    mtp_[k]->forward(ctx, e_mtp.slice(k * nl, (k + 1) * nl), k == 0 ? h0 : acts[k - 1].h, acts[k],
                      mtp_recompute_[k], /*record_stats=*/true);
 
+  // The output projection of normed rows h (this rank's): it reads every token (gathered under sequence
+  // parallelism) and gives dL/dh of this rank's rows, summed over the tp ranks' vocabulary columns
+  // (LmHead::run).
+  auto project = [&](const Tensor& h, const Tensor& t, float scale, Tensor& l) {
+    const Tensor all = tp_gather_rows(ctx, h, "sp gather head input");
+    Tensor dh = ctx.act({n, d});
+    head_->project(ctx, all, t, scale, l, &dh);
+    return tp_sum_rows(ctx, dh, "tp head input gradient");
+  };
   // Deepest first: depth k's gradient reaches h_{k-1}, which depth k - 1's head adds to.
-  Tensor flat_targets = targets.view({n});
   mtp_losses_.assign(static_cast<size_t>(D), Tensor());
   Tensor dh_next;
   for (int64_t k = D - 1; k >= 0; --k) {
-    Tensor tk = shifted_targets(ctx, targets, k + 1);
     const double lambda = spec_.mtp_loss_scale / static_cast<double>(D);
-    const float scale = mtp_counts_[k] > 0
-                            ? static_cast<float>(lambda * grad_scale * static_cast<double>(counted) /
-                                                 static_cast<double>(mtp_counts_[k]))
+    const float scale = mtp.counts[k] > 0
+                            ? static_cast<float>(lambda * grad_scale * static_cast<double>(mtp.counted) /
+                                                 static_cast<double>(mtp.counts[k]))
                             : 0.0f;
     mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
-    Tensor dh = ctx.act({n, d});
-    head_->project(ctx, acts[k].h, tk, scale, mtp_losses_[k], &dh);
+    Tensor dh = project(acts[k].h, mtp_targets.slice(k * n, (k + 1) * n), scale, mtp_losses_[k]);
     if (dh_next.defined()) ops::add(dh, dh_next, dh, s);
-    Tensor dprev = ctx.act({n, d});
-    Tensor de_k = de.slice(k * n, (k + 1) * n);
+    Tensor dprev = ctx.act({nl, d});
+    Tensor de_k = de.slice(k * nl, (k + 1) * nl);
     mtp_[k]->backward(ctx, dh, k == 0 ? h0 : acts[k - 1].h, acts[k], de_k, dprev);
     dh_next = dprev;
   }
-  Tensor dh0 = ctx.act({n, d});
-  head_->project(ctx, h0, flat_targets, grad_scale, losses, &dh0);
+  Tensor dh0 = project(h0, targets.view({n}), grad_scale, losses);
   ops::add(dh0, dh_next, dh0, s);
-  Tensor dx = ctx.act({n, d});
+  Tensor dx = ctx.act({nl, d});
   head_->norm_backward(ctx, dh0, x, head_->norm_entry(), rstd0, dx);
   return dx;
 }
 
 Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& input, const Tensor& tokens,
                                  const Tensor& targets, float grad_scale, float aux_grad_scale,
-                                 const BatchOrigin& origin, const Tensor* host_targets) {
+                                 const BatchOrigin& origin, const MtpBatch* mtp) {
   st.ctx = context(tokens);
   StepContext& ctx = st.ctx;
   ctx.aux_grad_scale = aux_grad_scale;
@@ -259,14 +290,15 @@ Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& i
     // the head's region; the embedding group sums it with the first stage's afterwards.
     PRIMUS_CHECK(embed_ >= 0, "chunk_forward: the MTP depths need the embedding on the head's stage");
     const int64_t D = spec_.mtp_layers;
-    const Tensor lookup = lookup_tokens(ctx, tokens, /*with_inputs=*/false);
+    MtpBatch own;
+    const MtpBatch& rows = mtp_rows(ctx, tokens, targets, mtp, own);
+    const Tensor lookup = depth_rows(ctx, nullptr, rows.tokens);
     const Tensor e = embed(ctx, lookup);
-    Tensor de = ctx.act({D * n, spec_.hidden});
-    st.dx = mtp_heads(ctx, x, e, targets, grad_scale, host_targets, st.losses, de);
+    Tensor de = ctx.act({D * local_tokens(ctx), spec_.hidden});
+    st.dx = mtp_heads(ctx, x, e, targets, rows, grad_scale, st.losses, de);
     st.mtp_losses = mtp_losses_;
     st.mtp_counts = mtp_counts_;
-    Tensor g_embed = params_.grad(embed_);
-    ops::embedding_backward(lookup, de, g_embed, ctx.stream);
+    embed_backward(ctx, lookup, de);
   } else {
     head_->run(ctx, x, targets.view({n}), grad_scale, st.losses, st.train ? &st.dx : nullptr);
   }
@@ -320,8 +352,7 @@ Tensor LlamaModel::chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_ou
 }
 
 Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
-                                    float aux_grad_scale, const Tensor* host_targets,
-                                    const BatchOrigin& origin) {
+                                    float aux_grad_scale, const MtpBatch* mtp, const BatchOrigin& origin) {
   if (spec_.mtp_layers == 0) {
     ChunkState st;
     chunk_forward(whole_model(), st, Tensor(), tokens, targets, grad_scale, aux_grad_scale, origin);
@@ -333,18 +364,20 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   ctx.aux_grad_scale = aux_grad_scale;
   ctx.origin = origin;
   ctx.training = true;
-  const int64_t n = ctx.tokens(), D = spec_.mtp_layers;
+  const int64_t n = ctx.tokens(), nl = local_tokens(ctx), D = spec_.mtp_layers;
   const int head_region = static_cast<int>(layers_.size()) + 1;
   auto hook = [&](void (ParamHooks::*f)(int), int region) {
     if (hooks_) (hooks_->*f)(region);
   };
   // One lookup serves the input and every MTP depth: the overlapped update defers the table's update behind
   // the forward's (single) lookup.
-  Tensor lookup = lookup_tokens(ctx, tokens);
+  MtpBatch own;
+  const MtpBatch& rows = mtp_rows(ctx, tokens, targets, mtp, own);
+  Tensor lookup = depth_rows(ctx, &tokens, rows.tokens);
   hook(&ParamHooks::before_forward, 0);
-  Tensor e_all = embed(ctx, lookup);
+  Tensor e_all = embed(ctx, lookup);  // [(1 + D) * nl, d]: the inputs' rows, then each depth's
   hook(&ParamHooks::after_forward, 0);
-  Tensor x = e_all.slice(0, n);
+  Tensor x = e_all.slice(0, nl);
 
   std::vector<LayerActivations> slots(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -359,8 +392,8 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
     PRIMUS_MEMORY_OWNER("output layer + loss");  // the head only: the embedding's backward is the caller's
     losses = ctx.empty({n}, ctx.stat_dtype());
     hook(&ParamHooks::before_forward, head_region);
-    de = ctx.act({D * n, spec_.hidden});
-    dx = mtp_heads(ctx, x, e_all.slice(n, (1 + D) * n), targets, grad_scale, host_targets, losses, de);
+    de = ctx.act({D * nl, spec_.hidden});
+    dx = mtp_heads(ctx, x, e_all.slice(nl, (1 + D) * nl), targets, rows, grad_scale, losses, de);
     hook(&ParamHooks::after_backward, head_region);
   }
   x = Tensor();
@@ -372,10 +405,8 @@ Tensor LlamaModel::forward_backward(const Tensor& tokens, const Tensor& targets,
   }
 
   hook(&ParamHooks::before_backward, 0);
-  Tensor g_embed = params_.grad(embed_);
-  ops::embedding_backward(lookup.slice(0, n), tp_gather_rows(ctx, dx, "sp gather embedding gradient"),
-                          g_embed, ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
-  ops::embedding_backward(lookup.slice(n, (1 + D) * n), de, g_embed, ctx.stream);
+  embed_backward(ctx, lookup.slice(0, n), dx);
+  embed_backward(ctx, lookup.slice(n, (1 + D) * n), de);
   hook(&ParamHooks::after_backward, 0);
   return losses;
 }
@@ -430,7 +461,7 @@ std::vector<int> LlamaModel::gemm_written_grad_entries() const {
 }
 
 Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp,
-                                const BatchOrigin& origin) {
+                                const BatchOrigin& origin, const MtpBatch* mtp) {
   if (!with_mtp || spec_.mtp_layers == 0) {  // the whole model as one chunk, forward only
     ChunkState st;
     st.train = false;
@@ -440,13 +471,16 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, boo
   // Multi-token prediction: the depths read the embedding of the shifted tokens.
   StepContext ctx = context(tokens);
   ctx.origin = origin;
-  const int64_t n = ctx.tokens(), D = spec_.mtp_layers;
+  const int64_t n = ctx.tokens(), nl = local_tokens(ctx), D = spec_.mtp_layers;
   const int head_region = static_cast<int>(layers_.size()) + 1;
-  Tensor lookup = lookup_tokens(ctx, tokens);
+  MtpBatch own;
+  const MtpBatch& rows = mtp_rows(ctx, tokens, targets, mtp, own);
+  Tensor lookup = depth_rows(ctx, &tokens, rows.tokens);
+  const Tensor mtp_targets = depth_rows(ctx, nullptr, rows.targets);
   if (hooks_) hooks_->before_forward(0);
   Tensor e_all = embed(ctx, lookup);
   if (hooks_) hooks_->after_forward(0);
-  Tensor x = e_all.slice(0, n);
+  Tensor x = e_all.slice(0, nl);
   for (size_t l = 0; l < layers_.size(); ++l) {
     PRIMUS_MEMORY_OWNER(owner_forward_[l]);
     if (hooks_) hooks_->before_forward(static_cast<int>(l) + 1);
@@ -457,14 +491,15 @@ Tensor LlamaModel::forward_loss(const Tensor& tokens, const Tensor& targets, boo
   Tensor losses = ctx.empty({n}, ctx.stat_dtype());
   if (hooks_) hooks_->before_forward(head_region);
   head_->run(ctx, x, targets.view({n}), 1.0f, losses, nullptr);
-  Tensor h = ctx.act({n, spec_.hidden}), rstd = ctx.empty({n}, ctx.stat_dtype());
+  Tensor h = ctx.act({nl, spec_.hidden}), rstd = ctx.empty({nl}, ctx.stat_dtype());
   head_->norm_forward(ctx, x, head_->norm_entry(), h, rstd);
   mtp_losses_.assign(static_cast<size_t>(D), Tensor());
   for (int64_t k = 0; k < D; ++k) {
     MtpActivations a;
-    mtp_[k]->forward(ctx, e_all.slice((k + 1) * n, (k + 2) * n), h, a, RecomputeMode::kNone, false);
+    mtp_[k]->forward(ctx, e_all.slice((k + 1) * nl, (k + 2) * nl), h, a, RecomputeMode::kNone, false);
     mtp_losses_[k] = ctx.empty({n}, ctx.stat_dtype());
-    head_->project(ctx, a.h, shifted_targets(ctx, targets, k + 1), 1.0f, mtp_losses_[k], nullptr);
+    head_->project(ctx, tp_gather_rows(ctx, a.h, "sp gather head input"),
+                   mtp_targets.slice(k * n, (k + 1) * n), 1.0f, mtp_losses_[k], nullptr);
     h = a.h;
   }
   if (hooks_) hooks_->after_forward(head_region);

@@ -36,9 +36,10 @@ class LlamaModel {
   // aux_grad_scale: the weight of each MoE layer's balancing losses in the step's loss (1 / micro-batches,
   // as Megatron); unused by dense models.
   // Multi-token prediction (model/mtp.h) scales depth k's loss by (mtp_loss_scaling_factor / D) times the
-  // main loss's normalisation moved to the depth's own counted tokens: grad_scale * counted / counted_k, with
-  // the counts taken from host_targets (a host copy of `targets`; when null, `targets` is copied to the host,
-  // which waits for the device).
+  // main loss's normalisation moved to the depth's own counted tokens: grad_scale * counted / counted_k. mtp:
+  // the depths' ids, targets and counts, built on the host from the whole micro-batch (mtp_batch); required
+  // under context parallelism (each depth's rows chunked as the tokens are); when null, built from `tokens`
+  // and `targets`, which waits for the device.
   // origin: where the micro-batch comes from (keys data-dependent randomness: forced MoE balancing's random
   // router logits; step_context.h).
   // Packed SFT rows (data/sft_dataset.h): the positions and sample starts (i32 [B, T] on the model's device)
@@ -49,7 +50,7 @@ class LlamaModel {
     packed_seg_starts_ = std::move(seg_starts);
   }
   Tensor forward_backward(const Tensor& tokens, const Tensor& targets, float grad_scale,
-                          float aux_grad_scale = 0.0f, const Tensor* host_targets = nullptr,
+                          float aux_grad_scale = 0.0f, const MtpBatch* mtp = nullptr,
                           const BatchOrigin& origin = {});
   // Multi-token prediction, after forward_backward: per-token losses of each depth ([B*T] on the device,
   // positions without a shifted target hold 0) and each depth's counted tokens. Empty without MTP.
@@ -80,12 +81,11 @@ class LlamaModel {
   // chunk's output (ignored by an embedding chunk). Returns the chunk's output activation; a loss chunk
   // returns an empty tensor and, when training, has already run the head's backward (st.dx). With
   // multi-token prediction a training loss chunk also runs the depths (reading the embedding on this stage,
-  // ModelSpec::holds_tied_copy) and keeps their losses in st.mtp_losses / st.mtp_counts; host_targets is a
-  // host copy of `targets` for their counts (null: copied from the device, which waits for it). Evaluation
-  // runs the main loss only.
+  // ModelSpec::holds_tied_copy) and keeps their losses in st.mtp_losses / st.mtp_counts; mtp as for
+  // forward_backward. Evaluation runs the main loss only.
   Tensor chunk_forward(const Chunk& c, ChunkState& st, const Tensor& input, const Tensor& tokens,
                        const Tensor& targets, float grad_scale, float aux_grad_scale = 0.0f,
-                       const BatchOrigin& origin = {}, const Tensor* host_targets = nullptr);
+                       const BatchOrigin& origin = {}, const MtpBatch* mtp = nullptr);
   // The activation passed between chunks for a micro-batch of `tokens` ([B, T]): [tokens this rank holds
   // of the residual stream (1/tp of them under sequence parallelism), d].
   Shape chunk_io_shape(const Tensor& tokens) const;
@@ -100,9 +100,9 @@ class LlamaModel {
   void chunk_weight_grad(ChunkState& st);
 
   // Forward only (evaluation): per-token losses f32 [B*T]. with_mtp also runs the MTP depths and leaves their
-  // per-token losses in mtp_losses() (mtp_counts() is not updated).
+  // per-token losses in mtp_losses() (mtp_counts() is not updated); mtp as for forward_backward.
   Tensor forward_loss(const Tensor& tokens, const Tensor& targets, bool with_mtp = false,
-                      const BatchOrigin& origin = {});
+                      const BatchOrigin& origin = {}, const MtpBatch* mtp = nullptr);
   // MoE models: after a step's last micro-batch (the expert-bias update); the routing statistics since the
   // last call, one entry per MoE layer (synchronises); the sum of every MoE layer's balancing losses in the
   // latest forward (synchronises; tests). No-ops / empty for dense models.
@@ -133,18 +133,22 @@ class LlamaModel {
 
  private:
   StepContext context(const Tensor& tokens) const;
-  // The token embeddings of `lookup` (this rank's tokens' rows under sequence parallelism).
+  // The token embeddings of `lookup`: one block of rows per n = ctx.tokens() ids (the inputs, each MTP
+  // depth's shifted tokens), each block this rank's tokens' rows under sequence parallelism.
   Tensor embed(const StepContext& ctx, const Tensor& lookup);
+  // Accumulates the embedding's gradient from grad, the gradient of embed(ctx, lookup) (block by block).
+  void embed_backward(const StepContext& ctx, const Tensor& lookup, const Tensor& grad);
   std::vector<MoeMlp*> moe_layers();  // the main layers' MoE MLPs, then the MTP depths'
-  // The rows one embedding lookup serves: the tokens (unless !with_inputs), then (MTP) the tokens rolled left
-  // by 1..D per sequence.
-  Tensor lookup_tokens(const StepContext& ctx, const Tensor& tokens, bool with_inputs = true) const;
+  // The MTP depths' rows of the micro-batch: `given` after checking it against the model and the tokens, or
+  // (null, no context parallelism) mtp_batch of tokens and targets, built into `own`.
+  const MtpBatch& mtp_rows(const StepContext& ctx, const Tensor& tokens, const Tensor& targets,
+                           const MtpBatch* given, MtpBatch& own) const;
+  // Device i32 [(inputs ? 1 : 0) * n + D * n]: the inputs' ids (when given), then each depth's host rows.
+  Tensor depth_rows(const StepContext& ctx, const Tensor* inputs, const std::vector<Tensor>& depths) const;
   // Heads of the main model and every MTP depth, forward and backward, from the depths' embedding rows e_mtp
-  // [D*n, d]: dL/dx_L (the last layer's output) and de (overwritten) = dL/de_mtp.
+  // [D * local rows, d]: dL/dx_L (the last layer's output) and de (overwritten) = dL/de_mtp.
   Tensor mtp_heads(const StepContext& ctx, const Tensor& x, const Tensor& e_mtp, const Tensor& targets,
-                   float grad_scale, const Tensor* host_targets, Tensor& losses, Tensor& de);
-  // Targets shifted left by `shift` within each sequence, -1 where nothing is left ([B*T], device).
-  Tensor shifted_targets(const StepContext& ctx, const Tensor& targets, int64_t shift) const;
+                   const MtpBatch& mtp, float grad_scale, Tensor& losses, Tensor& de);
 
   ModelConfig cfg_;
   ModelSpec spec_;

@@ -1,5 +1,6 @@
 #include "model/mtp.h"
 
+#include "model/tp_boundary.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
@@ -29,9 +30,18 @@ std::vector<int> MtpDepth::gemm_weight_entries() const {
   return out;
 }
 
+// Tensor parallelism: the depth works on the residual stream's rows this rank holds (every token, or 1/tp
+// of them under sequence parallelism), as a decoder layer's norms do, and its layer splits like a main
+// layer. eh_proj (2d -> d) is replicated, not split: its output is the layer's residual input, which tp ranks
+// hold whole, so a column split would need an all-gather of the output columns (and under sequence
+// parallelism a scatter of the rows again) in the forward and the backward, while replicated it needs no
+// collective at all. Under sequence parallelism each rank projects its own rows (the FLOPs of a column
+// split); without it every rank projects every row (2d^2 per token, small next to the layer). Its gradient,
+// like the norms', is then partial under sequence parallelism and summed over tp after the backward
+// (ParamEntry::tp_sum).
 void MtpDepth::forward(const StepContext& ctx, const Tensor& e, const Tensor& h_prev, MtpActivations& a,
                        RecomputeMode mode, bool record_stats) {
-  const int64_t n = ctx.tokens(), d = spec_.hidden;
+  const int64_t n = local_tokens(ctx), d = spec_.hidden;
   const Stream& s = ctx.stream;
   const float eps = spec_.norm_eps;
   a.e = e;
@@ -55,7 +65,7 @@ void MtpDepth::forward(const StepContext& ctx, const Tensor& e, const Tensor& h_
 
 void MtpDepth::backward(const StepContext& ctx, Tensor dh_k, const Tensor& h_prev, MtpActivations& a,
                         Tensor& de, Tensor& dh_prev) {
-  const int64_t n = ctx.tokens(), d = spec_.hidden;
+  const int64_t n = local_tokens(ctx), d = spec_.hidden;
   const Stream& s = ctx.stream;
   Tensor dx = ctx.act({n, d});
   Tensor g_f = params_.grad(fnorm_);
@@ -78,17 +88,34 @@ void MtpDepth::backward(const StepContext& ctx, Tensor dh_k, const Tensor& h_pre
   a.clear();
 }
 
-std::vector<int64_t> mtp_counted_tokens(const Tensor& host_targets, int64_t depths) {
-  PRIMUS_CHECK(
-      host_targets.device().is_cpu() && host_targets.dtype() == DType::kI32 && host_targets.ndim() == 2,
-      "mtp_counted_tokens: targets must be host i32 [B, T], got {}", host_targets.describe());
-  const int64_t B = host_targets.size(0), T = host_targets.size(1);
-  const int32_t* t = host_targets.data<int32_t>();
-  std::vector<int64_t> out(static_cast<size_t>(depths), 0);
-  for (int64_t k = 1; k <= depths; ++k)
+MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths) {
+  auto host_i32 = [](const Tensor& t) {
+    return t.device().is_cpu() && t.dtype() == DType::kI32 && t.ndim() == 2;
+  };
+  PRIMUS_CHECK(host_i32(tokens) && host_i32(targets) && tokens.shape() == targets.shape(),
+               "mtp_batch: tokens and targets must be host i32 [B, T] alike, got {} and {}",
+               tokens.describe(), targets.describe());
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int32_t* x = tokens.data<int32_t>();
+  const int32_t* y = targets.data<int32_t>();
+  MtpBatch m;
+  for (int64_t i = 0; i < B * T; ++i) m.counted += y[i] >= 0;
+  for (int64_t k = 1; k <= depths; ++k) {
+    Tensor ids = Tensor::empty({B, T}, DType::kI32), tk = Tensor::empty({B, T}, DType::kI32);
+    int32_t* u = ids.data<int32_t>();
+    int32_t* v = tk.data<int32_t>();
+    int64_t counted = 0;
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = k; i < T; ++i) out[k - 1] += t[b * T + i] >= 0;
-  return out;
+      for (int64_t t = 0; t < T; ++t) {
+        u[b * T + t] = x[b * T + (t + k) % T];
+        v[b * T + t] = t + k < T ? y[b * T + t + k] : -1;
+        counted += v[b * T + t] >= 0;
+      }
+    m.tokens.push_back(std::move(ids));
+    m.targets.push_back(std::move(tk));
+    m.counts.push_back(counted);
+  }
+  return m;
 }
 
 }  // namespace primus

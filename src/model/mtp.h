@@ -35,7 +35,8 @@ class MtpDepth {
   // depth: 0-based (parameters "mtp.{depth}.*").
   MtpDepth(const ModelSpec& spec, ParamStore& params, int depth);
 
-  // h_k (a.h) from h_prev = h_{k-1} [n, d] and e = the embedding rows of the tokens shifted by k [n, d].
+  // h_k (a.h) from h_prev = h_{k-1} [n, d] and e = the embedding rows of the tokens shifted by k [n, d], n
+  // the residual stream's rows this rank holds (local_tokens: 1/tp of the tokens under sequence parallelism).
   void forward(const StepContext& ctx, const Tensor& e, const Tensor& h_prev, MtpActivations& a,
                RecomputeMode mode, bool record_stats);
   // From dh_k = dL/dh_k [n, d] (consumed): de (overwritten) = dL/de and dh_prev (overwritten) = this depth's
@@ -53,8 +54,21 @@ class MtpDepth {
   std::unique_ptr<DecoderLayer> layer_;
 };
 
-// Host-side bookkeeping of the shifted targets: for depth k (1-based), the tokens of targets [B, T] (host
-// i32) at positions t >= k, which are those the depth's shifted targets count.
-std::vector<int64_t> mtp_counted_tokens(const Tensor& host_targets, int64_t depths);
+// The depths' input ids and targets of one micro-batch, built on the host from its whole sequences. Depth k
+// (1-based) reads the tokens rolled left by k within each sequence (Megatron's roll_tensor: the last k
+// positions wrap around to ids whose predictions do not count) and predicts the targets shifted left by k (-1
+// where none is left). Context parallelism chunks each depth's rows after the shift, as it chunks the
+// micro-batch's tokens and targets (ContextParallel::local_tokens): at a chunk's last positions the shifted
+// ids and targets are then the next chunk's first ones, wherever that chunk is processed (another rank, or
+// this rank's other chunk), and the counts stay the whole micro-batch's, so that every rank scales its share
+// of a depth's loss by the one-process mean.
+struct MtpBatch {
+  // Per depth: host i32 ids and targets, shaped as the model's tokens ([B, T]; under CP this rank's [2B, C]).
+  std::vector<Tensor> tokens, targets;
+  std::vector<int64_t> counts;  // per depth: the targets it counts in the whole micro-batch
+  int64_t counted = 0;          // the main loss's counted targets in the whole micro-batch
+};
+// From the whole micro-batch's tokens and targets (host i32 [B, T]).
+MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths);
 
 }  // namespace primus

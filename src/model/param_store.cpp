@@ -277,7 +277,10 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
         column_parallel({{spec.vocab, 1}}, d));
   for (int k = 0; k < mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
+    // Whole on every tp rank (model/mtp.cpp says why): under sequence parallelism each projects its own
+    // tokens, so its gradient, like the depth's norms', is partial.
     add(p + "eh_proj.weight", {spec.hidden, 2 * spec.hidden}, rf, true, InitKind::kNormal, std);
+    sum_whole(sp);
     layer_matrices(p + "layer.", rf, mtp_moe);
   }
   end_decay(rf);
@@ -287,9 +290,10 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
   }
   for (int k = 0; k < mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
-    add(p + "enorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
-    add(p + "hnorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
-    add(p + "final_layernorm.weight", {spec.hidden}, rf, false, InitKind::kOnes, 0);
+    for (const char* norm : {"enorm.weight", "hnorm.weight", "final_layernorm.weight"}) {
+      add(p + norm, {spec.hidden}, rf, false, InitKind::kOnes, 0);
+      sum_whole(sp);
+    }
     layer_rest(p + "layer.", rf, mtp_moe);
   }
   end_region(rf);

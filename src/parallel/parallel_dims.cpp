@@ -221,14 +221,6 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                     m.moe.num_experts, ep(), kEp));
   if (const config::BatchLayout b = config::batch_layout(cfg, dp()); !b.fits) bad.push_back(b.problem());
   if (bad.empty()) {
-    // Valid, but not built yet: tensor and context parallelism cover dense, MLA and MoE models (expert TP =
-    // TP) but not the multi-token-prediction head.
-    if (tp() > 1 && m.mtp_num_layers > 0)
-      throw config::NotSupportedError(
-          fmt::format("not supported yet: tensor parallelism ({} = {}) of multi-token-prediction models "
-                      "(mtp_num_layers)",
-                      kTp, tp()),
-          "use data parallelism (FSDP) or expert parallelism for this model");
     // Expert TP = TP splits every expert over the tp ranks; with EP the tp ranks would also have to share out
     // the experts' tokens (Megatron's ETP x EP grid), which is not built.
     if (tp() > 1 && ep() > 1)
@@ -237,12 +229,6 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                       "{})",
                       kEp, ep(), kTp, tp()),
           "use expert parallelism with data / context parallelism, or tensor parallelism without it");
-    if (cp() > 1 && m.mtp_num_layers > 0)
-      throw config::NotSupportedError(
-          fmt::format("not supported yet: context parallelism ({} = {}) of multi-token-prediction models "
-                      "(mtp_num_layers)",
-                      kCp, cp()),
-          "use tensor or data parallelism for this model");
     return;
   }
   std::string msg = fmt::format("the parallel layout {} does not fit the run:", describe());

@@ -99,7 +99,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
       LlamaModel::ChunkState& st = states[key];
       held = std::max(held, static_cast<int>(states.size()));
       Tensor out = model_.chunk_forward(c, st, in, mb.tokens, mb.targets, mb.grad_scale, mb.aux_grad_scale,
-                                        mb.origin, mb.host_targets.defined() ? &mb.host_targets : nullptr);
+                                        mb.origin, mb.mtp.tokens.empty() ? nullptr : &mb.mtp);
       if (c.loss) {
         losses[static_cast<size_t>(a.microbatch)] = st.losses;
         if (!mtp_losses_.empty())

@@ -40,9 +40,10 @@ class PipelineRuntime {
     Tensor tokens, targets;  // i32 [B, T] on the model's device
     float grad_scale = 1.0f, aux_grad_scale = 0.0f;
     BatchOrigin origin;
-    // A host copy of targets (optional): the loss stage of a multi-token-prediction model counts each
-    // depth's shifted targets from it instead of waiting for the device.
-    Tensor host_targets;
+    // Multi-token prediction (optional; model/mtp.h): the depths' ids, targets and counts built on the host
+    // from the whole micro-batch, which the loss stage reads instead of waiting for the device (required
+    // under context parallelism; LlamaModel::forward_backward). No depths: the loss stage builds them.
+    MtpBatch mtp;
   };
   // One training step: runs this rank's list; fetch(m) gives micro-batch m (called once per micro-batch, in
   // increasing m). Returns each micro-batch's per-token losses on the rank holding the loss, undefined

@@ -70,6 +70,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     Batch b;
     Tensor tokens, targets;
     Tensor positions, seg_starts;  // packed SFT rows with isolated samples (undefined otherwise)
+    MtpBatch mtp;                  // multi-token prediction on this rank: the depths' ids and targets
     float scale = 1.0f;
   };
   auto prepare = [&](int64_t a, int d) {
@@ -94,9 +95,15 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     // Context parallelism: this rank trains its chunks of every sequence; the scale keeps the whole
     // micro-batch's token count, and the cp ranks' gradients add up to the micro-batch's.
     p.scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
+    // Multi-token prediction: the depths' shifted ids and targets come from the whole sequences, before
+    // context parallelism chunks them like the tokens (model/mtp.h).
+    if (model_->spec().local_mtp_layers() > 0)
+      p.mtp = mtp_batch(b.tokens, b.targets, cfg_.model.mtp_num_layers);
     if (cp_) {
       b.tokens = cp_->local_tokens(b.tokens);
       b.targets = cp_->local_tokens(b.targets);
+      for (Tensor& t : p.mtp.tokens) t = cp_->local_tokens(t);
+      for (Tensor& t : p.mtp.targets) t = cp_->local_tokens(t);
     }
     p.tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     p.targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
@@ -121,7 +128,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     if (overlap_ && !dp_ && a == A - 1) overlap_->arm_norm();
     model_->set_packing(p.positions, p.seg_starts);
     loss_t[k] = model_->forward_backward(p.tokens, p.targets, p.scale, 1.0f / static_cast<float>(A * D),
-                                         &p.b.targets, origin(p.b));
+                                         p.mtp.tokens.empty() ? nullptr : &p.mtp, origin(p.b));
     note_mtp();
     if (iter == kill.iter && world_rank_ == kill.rank && a == 0) {
       log::warn("PRIMUS_INJECT_KILL: rank {} kills itself in iteration {}", world_rank_, iter);
@@ -136,7 +143,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     std::vector<Tensor> l = pipeline_->run_step([&](int a) {
       Prepared p = prepare(a, dp_rank_);
       return parallel::PipelineRuntime::MicroBatch{
-          p.tokens, p.targets, p.scale, 1.0f / static_cast<float>(A * D), origin(p.b), p.b.targets};
+          p.tokens, p.targets, p.scale, 1.0f / static_cast<float>(A * D), origin(p.b), std::move(p.mtp)};
     });
     for (int64_t a = 0; a < A; ++a) loss_t[a * D + dp_rank_] = l[static_cast<size_t>(a)];
     // Multi-token prediction: the loss stage's depth losses of each micro-batch, noted as run_micro notes
@@ -263,6 +270,15 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     Tensor t = Tensor::from_vector(o.mtp_losses, {static_cast<int64_t>(o.mtp_losses.size())});
     if (stream_.device.is_cuda()) t = t.to(stream_);
     groups_->get("pp").all_reduce(t, comm::ReduceOp::kSum, stream_, "mtp losses (pp)");
+    o.mtp_losses = t.to_vector<double>();
+  }
+  if (cp_ && !o.mtp_losses.empty()) {
+    // Context parallelism: each cp rank's depth losses are its chunks' sums over the whole micro-batches'
+    // counts, so their sum is the micro-batches' mean.
+    PRIMUS_MEMORY_OWNER("loss");
+    Tensor t = Tensor::from_vector(o.mtp_losses, {static_cast<int64_t>(o.mtp_losses.size())});
+    if (stream_.device.is_cuda()) t = t.to(stream_);
+    cp_->group().all_reduce(t, comm::ReduceOp::kSum, stream_, "mtp losses (cp)");
     o.mtp_losses = t.to_vector<double>();
   }
   if (ranks && !o.mtp_losses.empty()) {

@@ -140,8 +140,9 @@ void model_case(Context& ctx, int64_t q_lora, int64_t mtp) {
   const float scale = 1.0f / static_cast<float>(B * T - 2);
   pc.grad_flat().zero_(Stream::cpu());
   pg.grad_flat().zero_(ctx.stream);
-  Tensor lc = cpu.forward_backward(tokens, targets, scale, 0.0f, &targets);
-  Tensor lg = gpu.forward_backward(tokens.to(ctx.stream), targets.to(ctx.stream), scale, 0.0f, &targets);
+  const MtpBatch shifted = mtp_batch(tokens, targets, mtp);  // the trainer's host-built depth rows
+  Tensor lc = cpu.forward_backward(tokens, targets, scale, 0.0f, &shifted);
+  Tensor lg = gpu.forward_backward(tokens.to(ctx.stream), targets.to(ctx.stream), scale, 0.0f, &shifted);
   stream_sync(ctx.stream);
   ctx.check("mla", "losses " + name, lg, lc, kTolBF16);
   for (int64_t k = 0; k < mtp; ++k)

@@ -47,6 +47,13 @@
 #                    chunked attention; the decoupled RoPE of each chunk at its place in the sequence)
 #   cpmlamoe NP CP   the MLA model with its MoE layers (MLA + MoE) under CP
 #   cpmlatp NP TP    CP 2 x TP (SP) of the MLA model over dense MLPs
+#   mtp NP TP        moedeepseek with one multi-token-prediction depth (an MoE layer, split like a main layer;
+#                    eh_proj whole, its gradient summed over tp; the shifted tokens' embedding and the depth's
+#                    head vocabulary-parallel), SP; mtp_loss compared too
+#   cpmtp NP CP      cpmlamoe with two MTP depths: each depth's shifted ids and targets built from the whole
+#                    sequences before the chunking (a chunk's last positions read the next chunk's tokens and
+#                    targets), the depths' MLA over every rank's chunks
+#   cptpmtp NP TP    CP 2 x TP (without SP) of micro Llama with one MTP depth
 #   launch           sp 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad              refusals, each a clear error naming the key before training
 # Usage: tp_train_test.sh MODE MPIRUN PRIMUS NP TP [NP2 TP2]
@@ -63,8 +70,6 @@ if [ "$mode" = bad ]; then
     --tensor_model_parallel_size 3
   refuse ffn "ffn_hidden_size 190 is not divisible by the tensor-parallel degree 4" 4 -- \
     --tensor_model_parallel_size 4 --num_query_groups 4 --ffn_hidden_size 190
-  refuse mtp "not supported yet: tensor parallelism (tensor_model_parallel_size / parallelism.tensor_parallel_degree = 2) of multi-token-prediction" 2 \
-    PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- --tensor_model_parallel_size 2 --mtp_num_layers 1
   refuse etp "not supported yet: expert_tensor_parallel_size=1" 2 \
     PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2 --expert_tensor_parallel_size 1
   refuse tpep "not supported yet: expert parallelism combined with tensor parallelism" 4 \
@@ -76,8 +81,6 @@ if [ "$mode" = bad ]; then
   refuse world "WORLD_SIZE=3 is not divisible by TP x PP x CP = 2" 3 -- --tensor_model_parallel_size 2
   refuse cpseq "seq_length 60 is not divisible by 2 x the context-parallel degree 4 = 8" 4 -- \
     --context_parallel_size 4 --seq_length 60
-  refuse cpmtp "not supported yet: context parallelism (context_parallel_size / parallelism.context_parallel_degree = 2) of multi-token-prediction" 2 \
-    PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml -- --context_parallel_size 2 --mtp_num_layers 1
   echo "tp_train_test: bad passed"
   exit 0
 fi
@@ -190,6 +193,21 @@ case "$mode" in
     par=(--context_parallel_size 2)
     keys=(--sequence_parallel true --num_experts null --mtp_num_layers 0)
     ;;
+  mtp)
+    export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
+    keys=(--sequence_parallel true --mtp_num_layers 1)
+    ;;
+  cpmtp)
+    cpd=$tp tp=1
+    export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
+    par=(--context_parallel_size "$cpd")
+    keys=(--mtp_num_layers 2)
+    tol_grad=$moe_grad_tol
+    ;;
+  cptpmtp)
+    par=(--context_parallel_size 2)  # CP 2 x TP (the degree argument)
+    keys=(--mtp_num_layers 1)
+    ;;
   cprecompute)
     cpd=$tp tp=1
     par=(--context_parallel_size "$cpd")
@@ -261,7 +279,7 @@ grep -h "tensor parallel:\|context parallel:" "$work/dist.log" | head -2
 if [ "$tp" -gt 1 ]; then
   grep -q "tensor parallel: $tp ranks\|tensor parallel: $tp2 ranks" "$work/dist.log" || fail "the run did not split the model"
 fi
-if [ -n "${cpd:-}" ] || [ "$mode" = cptp ]; then  # (cpresume: the resumed run has no CP)
+if [ -n "${cpd:-}" ] || [ "$mode" = cptp ] || [ "$mode" = cptpmtp ]; then  # (cpresume: the resumed run has no CP)
   grep -q "context parallel: ${cpd:-2} ranks" "$work/dist.log" || fail "the run did not split the sequences"
 fi
 run single 0 -- "${keys[@]}"

@@ -43,7 +43,7 @@ double full_loss(Fixture& f) {
   if (D > 0) {
     int64_t counted = 0;
     for (int32_t t : f.targets.to_vector<int32_t>()) counted += t >= 0;
-    const std::vector<int64_t> ck = mtp_counted_tokens(f.targets, D);
+    const std::vector<int64_t> ck = mtp_batch(f.tokens, f.targets, D).counts;
     for (int64_t k = 0; k < D; ++k) {
       double sk = 0;
       for (double v : f.model.mtp_losses()[k].to_vector<double>()) sk += v;
@@ -57,7 +57,7 @@ double full_loss(Fixture& f) {
 void check_full_gradients(const ModelConfig& c, const RecomputeConfig& rc = {}) {
   Fixture f(c, rc, 42);
   f.params.grad_flat().zero_(Stream::cpu());
-  Tensor losses = f.model.forward_backward(f.tokens, f.targets, 1.0f, /*aux_grad_scale=*/1.0f, &f.targets);
+  Tensor losses = f.model.forward_backward(f.tokens, f.targets, 1.0f, /*aux_grad_scale=*/1.0f);
   const double at_forward = full_loss(f);  // same weights: the forward-only path agrees on the loss
   double main = 0;
   for (double v : losses.to_vector<double>()) main += v;
@@ -84,7 +84,7 @@ std::vector<double> grads_with(const ModelConfig& c, const std::string& gran, co
   rc.num_layers = 1;
   Fixture f(c, rc, 5);
   f.params.grad_flat().zero_(Stream::cpu());
-  f.model.forward_backward(f.tokens, f.targets, 0.5f, 0.25f, &f.targets);
+  f.model.forward_backward(f.tokens, f.targets, 0.5f, 0.25f);
   return f.params.grad_flat().to_vector<double>();
 }
 
@@ -176,9 +176,20 @@ TEST(ModelMla, SoftmaxScaleCarriesYarnTemperature) {
   EXPECT_NEAR(ModelSpec::from_config(m).attn_scale, 1.0 / std::sqrt(7.0), 1e-7);
 }
 
-TEST(ModelMtp, CountedTokensSkipTheShiftedTail) {
-  Tensor t = Tensor::from_vector(std::vector<int32_t>{5, 6, -1, 7, 1, -1, 2, 3}, {2, 4});
-  EXPECT_EQ(mtp_counted_tokens(t, 3), (std::vector<int64_t>{4, 3, 2}));
+// Depth k reads the tokens rolled left by k within each sequence and predicts the targets shifted left by k
+// (-1 past the end); a target masked in the main loss stays masked at its shifted place, and the counts skip
+// the shifted tail.
+TEST(ModelMtp, ShiftedIdsAndTargetsOfWholeSequences) {
+  Tensor x = Tensor::from_vector(std::vector<int32_t>{10, 11, 12, 13, 20, 21, 22, 23}, {2, 4});
+  Tensor y = Tensor::from_vector(std::vector<int32_t>{5, 6, -1, 7, 1, -1, 2, 3}, {2, 4});
+  const MtpBatch m = mtp_batch(x, y, 3);
+  EXPECT_EQ(m.counted, 6);
+  EXPECT_EQ(m.counts, (std::vector<int64_t>{4, 3, 2}));
+  ASSERT_EQ(m.tokens.size(), 3u);
+  EXPECT_EQ(m.tokens[0].to_vector<int32_t>(), (std::vector<int32_t>{11, 12, 13, 10, 21, 22, 23, 20}));
+  EXPECT_EQ(m.targets[0].to_vector<int32_t>(), (std::vector<int32_t>{6, -1, 7, -1, -1, 2, 3, -1}));
+  EXPECT_EQ(m.tokens[2].to_vector<int32_t>(), (std::vector<int32_t>{13, 10, 11, 12, 23, 20, 21, 22}));
+  EXPECT_EQ(m.targets[2].to_vector<int32_t>(), (std::vector<int32_t>{7, -1, -1, -1, 3, -1, -1, -1}));
 }
 
 // TorchTitan's deepseek_v3 flavors, shrunk to toy widths but with their routing and MLA choices, build and
@@ -209,7 +220,7 @@ TEST(ModelMla, TorchTitanFlavorsBuildARunnableModel) {
     for (int i = 0; i < 16; ++i) t[i] = (i * 7) % 50;
     Tensor tokens = Tensor::from_vector(t, {2, 8});
     p.grad_flat().zero_(Stream::cpu());
-    Tensor losses = model.forward_backward(tokens, tokens, 1.0f / 16, 0.5f, &tokens);
+    Tensor losses = model.forward_backward(tokens, tokens, 1.0f / 16, 0.5f);
     for (double v : losses.to_vector<double>()) EXPECT_TRUE(std::isfinite(v));
   }
 }

@@ -329,8 +329,20 @@ TEST(TensorParallelStore, RefusesWhatDoesNotSplit) {
   moe.moe.ffn_hidden_size = 6;  // not divisible by 4
   EXPECT_THROW(ModelSpec::from_config(moe).with_tensor_shard(4, 0, false), Error);
   moe.moe.ffn_hidden_size = 8;
+  // Multi-token prediction: the depth's layer splits like a main layer; eh_proj (2d -> d) stays whole on
+  // every rank, and under sequence parallelism its gradient and the depth's norms' are partial (summed over
+  // tp).
   moe.mtp_num_layers = 1;
-  EXPECT_THROW(ModelSpec::from_config(moe).with_tensor_shard(2, 0, false), config::NotSupportedError);
+  for (const bool sp : {true, false}) {
+    ParamStore mtp(ModelSpec::from_config(moe).with_tensor_shard(2, 1, sp));
+    const ParamEntry& eh = mtp.entry(mtp.find("mtp.0.eh_proj.weight"));
+    EXPECT_TRUE(eh.slice.whole());
+    EXPECT_EQ(eh.shape, (Shape{moe.hidden_size, 2 * moe.hidden_size}));
+    for (const char* n : {"mtp.0.eh_proj.weight", "mtp.0.enorm.weight", "mtp.0.hnorm.weight",
+                          "mtp.0.final_layernorm.weight", "mtp.0.layer.input_layernorm.weight"})
+      EXPECT_EQ(mtp.entry(mtp.find(n)).tp_sum.count, sp ? mtp.entry(mtp.find(n)).numel : 0) << n;
+    EXPECT_EQ(mtp.entry(mtp.find("mtp.0.layer.mlp.experts.down_proj.weight")).slice.col_begin, 4);
+  }
   // A model refuses a tensor-parallel group that does not match its store's split.
   ParamStore share(spec.with_tensor_shard(2, 1, false));
   share.allocate(DType::kF32, Stream::cpu());
