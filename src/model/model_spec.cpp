@@ -77,7 +77,6 @@ ModelSpec ModelSpec::with_tensor_shard(int size, int rank, bool sequence_paralle
   s.tp = TensorShard{size, rank, sequence_parallel && size > 1};
   if (size == 1) return s;
   // The layout's validation (ParallelDims::validate_training) names the keys; these guard direct callers.
-  PRIMUS_CHECK(ep.size == 1, "tensor parallelism over {} ranks with expert parallelism: not supported", size);
   PRIMUS_CHECK(heads % size == 0 && ffn % size == 0 && vocab % size == 0,
                "tensor parallelism over {} ranks needs heads ({}), ffn ({}) and the padded vocabulary ({}) "
                "divisible by it",

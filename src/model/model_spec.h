@@ -37,7 +37,8 @@ struct ModelSpec {
   double mtp_loss_scale = 0.1;
 
   // Expert parallelism: this rank holds experts [first_local_expert(), + local_experts()) of every MoE layer
-  // (the router and everything else whole). The layout decides it (parallel/expert_parallel.h); size 1 = all.
+  // (the router and everything else whole); under tensor parallelism too, its tp share of each of their
+  // columns (expert TP = TP). The layout decides it (Trainer::local_spec); size 1 = all.
   struct ExpertShard {
     int size = 1, rank = 0;
   };

@@ -190,7 +190,10 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   ops::moe_permute(h, a.plan, a.x_perm, s);
   if (ep_) {
     // Each expert's block to its owner; this rank's experts get their rows from every peer. The exchange runs
-    // on a side stream while the shared expert computes (added to the output after the unpermute).
+    // on a side stream while the shared expert computes (added to the output after the unpermute). EP x TP:
+    // the tp ranks hold the same rows and send them alike, each to the peers of its own tp coordinate (the
+    // ep group), whose experts hold its columns: what comes back is its columns' partial output, summed
+    // over tp after the unpermute like the unsplit experts'.
     a.dispatch = parallel::expert_dispatch_plan(a.rows, *ep_, s);
     Tensor x_local = ctx.act({a.dispatch.recv_total, d});
     const Tensor x_src = a.x_perm;  // read by the exchange: alive until the compute stream waited for it

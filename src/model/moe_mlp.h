@@ -98,7 +98,8 @@ class MoeMlp {
   std::vector<int> gemm_weight_entries() const;
 
   // Expert parallelism (spec.ep.size > 1): `ep` is the group over which tokens travel to the ranks owning
-  // their experts (parallel/expert_dispatch.h); `loads` the group whose routing the expert bias follows
+  // their experts (parallel/expert_dispatch.h; under tensor parallelism the ranks of this tp coordinate,
+  // whose experts hold the same columns); `loads` the group whose routing the expert bias follows
   // (every rank of a step's global batch: dp x cp), its per-expert loads summed there before the update. Not
   // owned; nullptr = one rank.
   void set_groups(comm::Communicator* ep, comm::Communicator* loads);

@@ -306,19 +306,22 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
     regions_[r].owner = owner;
     const int64_t El = spec.local_experts(), e0 = spec.first_local_expert(), F = spec.moe.ffn_hidden_size;
     const int64_t E = spec.moe.num_experts;
-    // The stacked experts viewed as [E x 2F, d] and [E x d, F]: this rank's experts are one block of rows.
-    auto experts = [&](int64_t rows_per_expert, int64_t cols) {
-      EntrySlice sl;
-      sl.row_blocks = {{e0 * rows_per_expert, El * rows_per_expert}};
-      sl.whole_cols = cols;
-      sl.whole_numel = E * rows_per_expert * cols;
-      return sl;
-    };
+    // The stacked experts viewed as [E x 2 F T, d] and [E x d, F T] (F: this rank's columns of an expert, F T
+    // the whole): this rank's experts are one block of rows, of which tensor parallelism (expert TP = TP)
+    // keeps each expert's F gate rows and F up rows (column-parallel, as the unsplit experts above) and F
+    // columns of down (row-parallel).
+    EntrySlice gu, down;
+    for (int64_t e = e0; e < e0 + El; ++e)
+      for (int64_t part = 0; part < 2; ++part) gu.row_blocks.emplace_back((2 * e + part) * F * T + tr * F, F);
+    gu.whole_cols = d;
+    gu.whole_numel = E * 2 * F * T * d;
+    down.row_blocks = {{e0 * d, El * d}};
+    down.col_begin = tr * F;
+    down.whole_cols = F * T;
+    down.whole_numel = E * d * F * T;
     begin_region(r);
-    add(p + "mlp.experts.gate_up_proj.weight", {El, 2 * F, d}, r, true, InitKind::kNormal, std,
-        experts(2 * F, d));
-    add(p + "mlp.experts.down_proj.weight", {El, d, F}, r, true, InitKind::kScaledNormal, out_std,
-        experts(d, F));
+    add(p + "mlp.experts.gate_up_proj.weight", {El, 2 * F, d}, r, true, InitKind::kNormal, std, gu);
+    add(p + "mlp.experts.down_proj.weight", {El, d, F}, r, true, InitKind::kScaledNormal, out_std, down);
     end_decay(r);
     end_region(r);
   }

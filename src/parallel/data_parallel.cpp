@@ -43,9 +43,8 @@ DpConfig dp_config(const parallel::ParallelLayout& layout, const ParallelConfig&
         "set expert_model_parallel_size to a divisor of the FSDP shard degree");
   // (Context parallelism composes: the ep group's ranks hold other tokens of the same or other sequences,
   // which travel to their experts like any data-parallel rank's.)
-  // (ParallelDims::validate_training refuses EP x TP.)
-  PRIMUS_CHECK(c.ep == 1 || layout.dims.tp() == 1, "{}: expert and tensor parallelism together",
-               layout.describe());
+  // (Tensor parallelism composes too: the expert-dp ranks share the tp coordinate, so they hold the same
+  // columns of the same experts.)
   if (!c.fsdp()) {  // without parameter sharding every DP rank is a replica (layout_from_config)
     c.dp_replicate = c.dp;
     c.dp_shard = 1;
@@ -256,8 +255,21 @@ double DataParallel::stage_grad_norm() {
                "region 0 does not start the shard buffer");
   if (tp_) {
     // Split tensors count on every tp rank, whole ones once (the same on every tp rank), each dp shard once.
-    PRIMUS_CHECK(cfg_.ep == 1, "tensor and expert parallelism together are not supported");
-    double mine = tp_->norm_contribution(params_, grad_view(), compute_);
+    parallel::TensorParallel::GradView view = grad_view();
+    double experts = 0;
+    if (cfg_.ep > 1 && cfg_.shard_ranks() == 1) {
+      // EP x TP with whole buffers: the expert regions (split over tp too, so counted on every rank) hold
+      // other experts on each ep rank: their squares are summed over ep before the tp sum. Sharded, the
+      // shard group already spans the ep ranks (see below).
+      const int64_t split = params_.regions()[last_region() + 1].begin;
+      Tensor sq = Tensor::empty({1}, DType::kF32, compute_);
+      ops::sum_squares(view.grad.slice(split, view.grad.numel()), sq, false, compute_);
+      group("ep").all_reduce(sq, ReduceOp::kSum, compute_, "grad norm (experts)");
+      experts = sq.to_vector<double>()[0];
+      view.grad = view.grad.slice(0, split);
+      for (size_t r = static_cast<size_t>(last_region() + 1); r < view.len.size(); ++r) view.len[r] = 0;
+    }
+    double mine = tp_->norm_contribution(params_, view, compute_) + experts;
     if (skip_copy) {  // the embedding is split over tp: norm_contribution counted it whole
       Tensor copy = Tensor::empty({1}, DType::kF32, compute_);
       ops::sum_squares(region0_grads(), copy, false, compute_);

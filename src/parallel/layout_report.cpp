@@ -76,9 +76,15 @@ std::string layout_report(const config::ResolvedConfig& rc, int world_size, int 
       "batch          micro-batch {} x {} accumulation step(s) x data-parallel {} = global batch {}\n",
       cfg.micro_batch_size, accumulation, d.dp(), cfg.global_batch_size);
   if (!stages.empty()) out += "pipeline       " + stages + (stages.back() == '\n' ? "" : "\n");
-  if (d.ep() > 1)
-    out += fmt::format("experts        {} per expert-parallel rank ({} / ep {}); expert data-parallel {}\n",
+  if (d.ep() > 1) {
+    out += fmt::format("experts        {} per expert-parallel rank ({} / ep {}); expert data-parallel {}",
                        cfg.model.moe.num_experts / d.ep(), cfg.model.moe.num_experts, d.ep(), d.edp());
+    // EP x TP (expert TP = TP): each of those experts split by columns over the tp ranks.
+    if (d.tp() > 1)
+      out += fmt::format("; expert tensor-parallel {} (= tp): expert ffn {} of {} per tp rank", d.tp(),
+                         cfg.model.moe.ffn_hidden_size / d.tp(), cfg.model.moe.ffn_hidden_size);
+    out += "\n";
+  }
   if (d.tp() > 1) {
     // What each tensor-parallel rank holds (ModelSpec::with_tensor_shard's split, docs/parallelism.md).
     const ModelConfig& m = cfg.model;

@@ -84,12 +84,13 @@ ParallelDims ParallelDims::make(const ParallelDegrees& in, int world_size) {
             int64_t{in.tp} * in.ep * in.pp * in.cp, int64_t{in.tp} * in.ep * in.pp * in.cp));
   // On a sharded (FSDP) mesh, TorchTitan carves EP out of the shard dimensions; with replicas only
   // (Megatron's DDP / distributed optimizer: dp_shard 1) EP comes from the replicas and the rule above is
-  // all.
-  if (in.ep > 1 && d.d_.dp_shard > 1 && (int64_t{d.d_.dp_shard} * in.cp * in.tp) % in.ep != 0)
+  // all. Expert TP = TP keeps the tp ranks out of the ep group (TorchTitan's rule for etp = tp).
+  if (in.ep > 1 && d.d_.dp_shard > 1 && (int64_t{d.d_.dp_shard} * in.cp) % in.ep != 0)
     throw ConfigError(
         fmt::format("expert_model_parallel_size / parallelism.expert_parallel_degree = {} does not divide "
-                    "dp_shard {} x cp {} x tp {} (rule, TorchTitan: ep must divide dp_shard * cp * tp)",
-                    in.ep, d.d_.dp_shard, in.cp, in.tp));
+                    "dp_shard {} x cp {} (rule, TorchTitan with expert TP = TP: ep must divide dp_shard * "
+                    "cp)",
+                    in.ep, d.d_.dp_shard, in.cp));
   return d;
 }
 
@@ -124,9 +125,9 @@ std::string ParallelDims::describe_rank(int rank) const {
 }
 
 const std::vector<std::string>& ParallelDims::group_names() {
-  static const std::vector<std::string> kNames = {"world",        "tp",    "cp",          "dp", "dp_shard",
-                                                  "dp_replicate", "dp_cp", "dp_shard_cp", "pp", "embedding",
-                                                  "ep",           "edp",   "edp_shard"};
+  static const std::vector<std::string> kNames = {"world",        "tp",    "cp",          "dp",   "dp_shard",
+                                                  "dp_replicate", "dp_cp", "dp_shard_cp", "pp",   "embedding",
+                                                  "ep",           "edp",   "edp_shard",   "tp_ep"};
   return kNames;
 }
 
@@ -153,6 +154,9 @@ std::vector<int> ParallelDims::group_ranks(const std::string& name, int rank) co
     if (name == "edp") return o.tp == me.tp && o.pp == me.pp && o.ep == me.ep;
     if (name == "edp_shard")  // HSDP: the expert-dp ranks inside one replica
       return o.tp == me.tp && o.pp == me.pp && o.ep == me.ep && o.dp_replicate == me.dp_replicate;
+    // Megatron's expert tensor-and-model-parallel group: the ranks that together hold every expert column of
+    // one stage once (etp x ep), over which a checkpoint gathers the split experts.
+    if (name == "tp_ep") return o.pp == me.pp && o.edp == me.edp;
     std::string known;
     for (const auto& n : group_names()) known += (known.empty() ? "" : ", ") + n;
     throw ConfigError(fmt::format("unknown process group '{}' (groups: {})", name, known));
@@ -221,14 +225,6 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                     m.moe.num_experts, ep(), kEp));
   if (const config::BatchLayout b = config::batch_layout(cfg, dp()); !b.fits) bad.push_back(b.problem());
   if (bad.empty()) {
-    // Expert TP = TP splits every expert over the tp ranks; with EP the tp ranks would also have to share out
-    // the experts' tokens (Megatron's ETP x EP grid), which is not built.
-    if (tp() > 1 && ep() > 1)
-      throw config::NotSupportedError(
-          fmt::format("not supported yet: expert parallelism combined with tensor parallelism ({} = {}, {} = "
-                      "{})",
-                      kEp, ep(), kTp, tp()),
-          "use expert parallelism with data / context parallelism, or tensor parallelism without it");
     return;
   }
   std::string msg = fmt::format("the parallel layout {} does not fit the run:", describe());

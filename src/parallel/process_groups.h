@@ -11,6 +11,8 @@
 //   dp_shard_cp  dp_shard x cp: TorchTitan's FSDP mesh when CP > 1
 //   ep edp       expert-parallel group and expert data-parallel group (expert grid, parallel_dims.h)
 //   edp_shard    the expert data-parallel ranks inside one HSDP replica (FSDP's shard group of the experts)
+//   tp_ep        etp x ep: the ranks that hold one stage's experts between them (Megatron's expert
+//                tensor-and-model-parallel group; checkpoints gather a store split over both through it)
 // Groups whose membership is the same for the layout (e.g. dp and dp_shard when dp_replicate = 1, or every
 // group of size 1) share one communicator, named after all of them ("dp=dp_shard=dp_cp=dp_shard_cp").
 //

@@ -24,19 +24,22 @@ const ParamEntry& whole_entry(const char* op, const ParamEntry& e, const ParamSt
   return g;
 }
 
-// The layout of every rank of the group that splits `local` (the same spec, split for rank r).
+// The layout of every rank of the group that splits `local` (the same spec, split for rank r). The group is
+// ordered as ParallelDims builds it, tp fastest (tp, ep or tp_ep): rank r holds the tp share r % TP of the
+// experts r / TP (EP x TP: each expert's columns split over tp, the experts over ep).
 std::vector<std::unique_ptr<ParamStore>> peer_layouts(const ParamStore& local, const ParamStore& global,
-                                                      int size) {
-  const bool experts = local.expert_shard().size > 1, tensors = local.tensor_shard().size > 1;
-  PRIMUS_CHECK(!(experts && tensors), "a store split by both expert and tensor parallelism");
-  PRIMUS_CHECK((experts ? local.expert_shard().size : local.tensor_shard().size) == size,
-               "the store is split over {} ranks, the group has {}",
-               experts ? local.expert_shard().size : local.tensor_shard().size, size);
+                                                      const comm::Communicator& group) {
+  const ModelSpec::ExpertShard ep = local.expert_shard();
+  const ModelSpec::TensorShard tp = local.tensor_shard();
+  PRIMUS_CHECK(ep.size * tp.size == group.size() && group.rank() == tp.rank + tp.size * ep.rank,
+               "the store is split over ep {} x tp {} ranks (this rank's shares: experts {}, tp {}), the "
+               "group has {} (this rank {}, tp fastest)",
+               ep.size, tp.size, ep.rank, tp.rank, group.size(), group.rank());
   std::vector<std::unique_ptr<ParamStore>> out;
-  for (int r = 0; r < size; ++r) {
-    const ModelSpec spec =
-        experts ? global.spec().with_expert_shard(size, r)
-                : global.spec().with_tensor_shard(size, r, local.tensor_shard().sequence_parallel);
+  for (int r = 0; r < group.size(); ++r) {
+    ModelSpec spec = global.spec();
+    if (ep.size > 1) spec = spec.with_expert_shard(ep.size, r / tp.size);
+    if (tp.size > 1) spec = spec.with_tensor_shard(tp.size, r % tp.size, tp.sequence_parallel);
     out.push_back(std::make_unique<ParamStore>(spec));
   }
   return out;
@@ -50,7 +53,7 @@ void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& 
   PRIMUS_CHECK(global.master_dtype() == DType::kF32 && !global.master_in_remainders(),
                "gather_split_state: the whole-model store needs an f32 master buffer");
   const int size = group.size();
-  const auto peers = peer_layouts(local, global, size);
+  const auto peers = peer_layouts(local, global, group);
   // Where the gathers run: NCCL takes GPU tensors (a host-side `local` goes there first); host backends take
   // them where they are.
   const Stream cs = group.device_type() == DeviceType::kCUDA ? device : s;

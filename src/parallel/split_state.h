@@ -14,10 +14,10 @@ namespace primus::parallel {
 
 // `global` (a whole-model store of the unsplit spec, allocated on the CPU) from `local` (this rank's store of
 // the split spec, whole, on `s`'s device; masters may be in remainders): master weights, Adam moments, and
-// the compute copy made from the masters. Collective over `group` (the ep or tp group the store is split
-// over: split entries are all-gathered, whole ones copied); every rank of the group ends with the same
-// `global`. `device`: the GPU stream an NCCL group gathers on when `local` is on the host (the ZeRO-1 / FSDP
-// staging store).
+// the compute copy made from the masters. Collective over `group` (the tp, ep or, split over both, tp_ep
+// group, tp fastest as ParallelDims orders them: split entries are all-gathered, whole ones copied); every
+// rank of the group ends with the same `global`. `device`: the GPU stream an NCCL group gathers on when
+// `local` is on the host (the ZeRO-1 / FSDP staging store).
 void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& group, const Stream& device,
                         ParamStore& global);
 

@@ -321,7 +321,9 @@ bool Trainer::model_split() const {
 }
 
 comm::Communicator& Trainer::split_group() const {
-  return groups_->get(params_->expert_shard().size > 1 ? "ep" : "tp");
+  // The ranks whose shares make up this stage's model: the tp group, the ep group, or under EP x TP both
+  // (tp_ep is the one of them that the layout splits over).
+  return groups_->get("tp_ep");
 }
 
 void Trainer::fill_base(const std::function<void(ParamStore& whole, const Stream& s)>& fill) {

@@ -155,6 +155,25 @@ TEST(ConfigCliDryRun, PlansTheLayoutOfAWorldItIsNotIn) {
 
   EXPECT_NE(r.out.find("   15     1      7 |   1   0   7"), std::string::npos) << r.out;
 
+  // EP x TP (Megatron's etp x ep grid, expert TP = TP): TP 2 x DP 4 with EP 4 folded over dp; each tp rank
+  // holds its half of the columns of its 2 experts, and tp_ep is the 8 ranks that hold the stage's experts.
+  r = run_primus({"train", "pretrain", "--config",
+                  project_dir() + "/configs/examples/megatron/bench_mixtral-8x7B-2L.yaml", "--dry-run",
+                  "--nnodes", "1", "--nproc-per-node", "8", "--tensor_model_parallel_size", "2",
+                  "--expert_model_parallel_size", "4", "--global_batch_size", "4", "--sequence_parallel",
+                  "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("dp_replicate 4 x dp_shard 1 x cp 1 x tp 2 x pp 1 (ep 4) = 8 ranks"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("experts        2 per expert-parallel rank (8 / ep 4); expert data-parallel 1; expert "
+                       "tensor-parallel 2 (= tp): expert ffn 7168 of 14336 per tp rank"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" ep [0 2 4 6] (4) tp_ep [0 1 2 3 4 5 6 7] (8)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    7     0      7 |   1   0   3 (    3.0)       0 |   3    0"), std::string::npos)
+      << r.out;
+
   // Context parallelism: the chunks of a sequence, and the exchange the run will use.
   r = run_primus({"train", "pretrain", "--config",
                   project_dir() + "/configs/examples/megatron/llama3.1_8B-pretrain.yaml", "--dry-run",

@@ -2,16 +2,19 @@
 // rank's store holds its experts in regions after the head, initialised bitwise as that slice of the one-rank
 // model; the rest of the model is the same on every rank; a whole-model store split into shares and put back
 // together is the original; sharded (ZeRO-1, FSDP) allocation pads expert regions for expert-dp; the model
-// checks that the store matches the expert split; a split that does not divide the experts is refused.
+// checks that the store matches the expert split; a split that does not divide the experts is refused. EP x
+// TP: each rank holds its tp columns of its experts, and the shares gather back into the whole model.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "comm/communicator.h"
 #include "model/llama_model.h"
 #include "model/param_store.h"
 #include "parallel/split_state.h"
 #include "unit/model_grad_util.h"
+#include "unit/tcp_ranks.h"
 
 using namespace primus;
 
@@ -131,4 +134,94 @@ TEST(ExpertParallelStore, TheSplitMustDivideTheExpertsAndMatchTheStore) {
   EXPECT_EQ(model.spec().first_local_expert(), 2);
   // An expert-parallel group of the wrong size is refused by every MoE layer.
   EXPECT_THROW(model.set_expert_groups(nullptr, nullptr), Error);
+}
+
+// EP x TP (expert TP = TP; Megatron's etp x ep grid): rank (tp t, ep j) holds experts [j E / EP, (j + 1) E /
+// EP) and of each its F / TP gate rows, up rows and down columns of tp rank t, the rest as under TP alone.
+// Its store initialises bitwise as that part of the one-rank model (index arithmetic written out here, not
+// read from EntrySlice); the whole state split into the four shares and gathered back over the four ranks (tp
+// fastest, as ParallelDims' tp_ep group) is the original, moments included.
+TEST(ExpertParallelStore, EpTimesTpSharesHoldTheirColumnsOfTheirExpertsAndGatherBack) {
+  constexpr int EP = 2, T = 2;
+  ModelConfig cfg = micro_moe();
+  cfg.vocab_size = cfg.padded_vocab_size = 24;  // divisible by tp
+  const ModelSpec spec = ModelSpec::from_config(cfg);
+  const int64_t E = spec.moe.num_experts, Fw = spec.moe.ffn_hidden_size, d = spec.hidden;
+  const int64_t El = E / EP, F = Fw / T;
+  ParamStore whole(spec);
+  whole.allocate(DType::kF32, Stream::cpu());
+  whole.initialize(5, Stream::cpu());
+  std::vector<float> m(whole.total_numel()), v(whole.total_numel());
+  for (size_t i = 0; i < m.size(); ++i) {
+    m[i] = 0.001f * static_cast<float>(i);
+    v[i] = 2.0f + 0.001f * static_cast<float>(i);
+  }
+  whole.adam_m_flat().copy_from(Tensor::from_vector(m, {whole.total_numel()}), Stream::cpu());
+  whole.adam_v_flat().copy_from(Tensor::from_vector(v, {whole.total_numel()}), Stream::cpu());
+  std::mutex mu;
+  comm::run_ranks(EP * T, [&](comm::Communicator& c) {
+    const int t = c.rank() % T, j = c.rank() / T;
+    const ModelSpec local_spec =
+        spec.with_expert_shard(EP, j).with_tensor_shard(T, t, /*sequence_parallel=*/true);
+    ParamStore init(local_spec);
+    init.allocate(DType::kF32, Stream::cpu());
+    init.initialize(5, Stream::cpu());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const char* layer : {"layers.0.", "layers.2."}) {
+        const std::string gu = std::string(layer) + "mlp.experts.gate_up_proj.weight";
+        const std::string dn = std::string(layer) + "mlp.experts.down_proj.weight";
+        const std::vector<float> w_gu = values(whole, gu), w_dn = values(whole, dn);
+        std::vector<float> want_gu, want_dn;
+        for (int64_t e = j * El; e < (j + 1) * El; ++e) {
+          for (int64_t half = 0; half < 2; ++half)  // gate rows, then up rows: this rank's F of each
+            for (int64_t r = half * Fw + t * F; r < half * Fw + (t + 1) * F; ++r)
+              want_gu.insert(want_gu.end(), w_gu.begin() + (e * 2 * Fw + r) * d,
+                             w_gu.begin() + (e * 2 * Fw + r + 1) * d);
+          for (int64_t r = 0; r < d; ++r)  // every row of down, this rank's F columns
+            want_dn.insert(want_dn.end(), w_dn.begin() + (e * d + r) * Fw + t * F,
+                           w_dn.begin() + (e * d + r) * Fw + (t + 1) * F);
+        }
+        EXPECT_EQ(values(init, gu), want_gu) << "tp " << t << " ep " << j << " " << gu;
+        EXPECT_EQ(values(init, dn), want_dn) << "tp " << t << " ep " << j << " " << dn;
+        EXPECT_TRUE(init.regions()[init.entry(init.find(gu)).region].experts) << gu;
+      }
+      // The router stays whole; the dense projections are split as under TP alone.
+      EXPECT_EQ(values(init, "layers.0.mlp.router.weight"), values(whole, "layers.0.mlp.router.weight"));
+      EXPECT_EQ(init.param("layers.1.mlp.down_proj.weight").size(1), spec.ffn / T);
+    }
+    ParamStore share(local_spec);
+    share.allocate(DType::kF32, Stream::cpu());
+    parallel::take_split_share(whole, share);
+    for (int i = 0; i < static_cast<int>(share.entries().size()); ++i) {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(share.master(i).to_vector<float>(), init.master(i).to_vector<float>()) << share.entry(i).name;
+    }
+    ParamStore back(spec);
+    back.allocate(DType::kF32, Stream::cpu(), DType::kF32, MasterStorage::kF32);
+    parallel::gather_split_state(share, Stream::cpu(), c, Stream::cpu(), back);
+    std::lock_guard<std::mutex> lock(mu);
+    for (int i = 0; i < static_cast<int>(whole.entries().size()); ++i) {
+      const ParamEntry& e = whole.entry(i);
+      const int k = back.find(e.name);
+      EXPECT_EQ(back.master(k).to_vector<float>(), whole.master(i).to_vector<float>()) << e.name;
+      const ParamEntry& b = back.entry(k);
+      EXPECT_EQ(back.adam_m_flat().slice(b.offset, b.offset + b.numel).to_vector<float>(),
+                std::vector<float>(m.begin() + e.offset, m.begin() + e.offset + e.numel))
+          << e.name;
+      EXPECT_EQ(back.adam_v_flat().slice(b.offset, b.offset + b.numel).to_vector<float>(),
+                std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel))
+          << e.name;
+    }
+  });
+  // A group in another order than tp fastest is refused, not gathered into the wrong places.
+  comm::run_ranks(EP * T, [&](comm::Communicator& c) {
+    ParamStore share(spec.with_expert_shard(EP, c.rank() % EP).with_tensor_shard(T, c.rank() / EP, false));
+    share.allocate(DType::kF32, Stream::cpu());
+    ParamStore back(spec);
+    back.allocate(DType::kF32, Stream::cpu(), DType::kF32, MasterStorage::kF32);
+    const bool in_order = c.rank() % EP == c.rank() / EP;  // ranks 0 and 3 sit where tp-fastest puts them
+    if (in_order) return;
+    EXPECT_THROW(parallel::gather_split_state(share, Stream::cpu(), c, Stream::cpu(), back), Error);
+  });
 }

@@ -39,10 +39,19 @@ TEST(ParallelDims, InfersDpShardAndChecksTheProduct) {
   EXPECT_NO_THROW(ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 4}, 8));
   // Megatron's DDP / distributed optimizer: EP 8 out of 8 replicas (Primus's Mixtral experiment on 8 GPUs).
   EXPECT_NO_THROW(ParallelDims::make({.dp_replicate = 8, .dp_shard = 1, .ep = 8}, 8));
-  // A sharded mesh (TorchTitan): EP must also divide dp_shard x cp x tp.
+  // A sharded mesh (TorchTitan): EP must also divide dp_shard x cp (expert TP = TP: never the tp ranks).
   EXPECT_NE(error_of([] {
               ParallelDims::make({.dp_replicate = 4, .dp_shard = 2, .ep = 4}, 8);
-            }).find("ep must divide dp_shard * cp * tp"),
+            }).find("ep must divide dp_shard * cp"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              ParallelDims::make({.dp_replicate = 2, .dp_shard = 2, .tp = 2, .ep = 4}, 8);
+            }).find("= 4 does not divide dp_shard 2 x cp 1"),
+            std::string::npos);
+  // EP x TP: ep folds over dp x cp only, so TP 2 x EP 4 needs 8 ranks, not 4.
+  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 4}, 4); })
+                .find("expert_model_parallel_size / parallelism.expert_parallel_degree = 4 does not divide "
+                      "dp 2 x cp 1"),
             std::string::npos);
 }
 
@@ -97,6 +106,24 @@ TEST(ParallelDims, ExpertGrid) {
   EXPECT_EQ(d.edp(), 2);
   EXPECT_EQ(d.group_ranks("ep", 0), (std::vector<int>{0, 2}));
   EXPECT_EQ(d.group_ranks("edp", 0), (std::vector<int>{0, 4}));
+  // The ranks holding one stage's experts between them (each its tp columns of its ep experts), tp fastest.
+  EXPECT_EQ(d.group_ranks("tp_ep", 0), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(d.group_ranks("tp_ep", 6), (std::vector<int>{4, 5, 6, 7}));
+  for (int r = 0; r < 8; ++r) {  // position in tp_ep = etp + TP x ep (what checkpoint gathers assume)
+    const ParallelCoords c = d.coords(r);
+    const std::vector<int> g = d.group_ranks("tp_ep", r);
+    EXPECT_EQ(g[static_cast<size_t>(c.tp + 2 * c.ep)], r) << r;
+  }
+  // With CP: tp 2 x cp 2 x dp 2, ep 2 folds over cp first; the ep group keeps the tp coordinate.
+  ParallelDims cp = ParallelDims::make({.dp_shard = -1, .cp = 2, .tp = 2, .ep = 2}, 8);
+  EXPECT_EQ(cp.group_ranks("ep", 1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(cp.group_ranks("edp", 1), (std::vector<int>{1, 5}));
+  EXPECT_EQ(cp.group_ranks("tp_ep", 5), (std::vector<int>{4, 5, 6, 7}));
+  // Without TP, tp_ep is the ep group; without EP, the tp group (the same communicator, process_groups.h).
+  ParallelDims ep = ParallelDims::make({.dp_shard = -1, .ep = 2}, 4);
+  EXPECT_EQ(ep.group_ranks("tp_ep", 2), ep.group_ranks("ep", 2));
+  ParallelDims tp = ParallelDims::make({.dp_shard = -1, .tp = 2}, 4);
+  EXPECT_EQ(tp.group_ranks("tp_ep", 2), tp.group_ranks("tp", 2));
 }
 
 TEST(ParallelDims, TrainingRules) {
@@ -155,6 +182,11 @@ TEST(ParallelDims, ExpertParallelRules) {
   EXPECT_NE(e.find("num_experts 6 is not divisible by the expert-parallel degree 4"), std::string::npos) << e;
   cfg.model.moe.num_experts = 8;
   EXPECT_NO_THROW(d.validate_training(cfg));
+  // EP x TP (expert TP = TP) trains: TP 2 x DP 2 with EP 2 on 4 ranks.
+  cfg.global_batch_size = 4;
+  cfg.model.vocab_size = cfg.model.padded_vocab_size = 64;
+  cfg.model.ffn_hidden_size = 32;
+  EXPECT_NO_THROW(ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 2}, 4).validate_training(cfg));
 }
 
 TEST(ParallelLayout, FromMegatronAndTorchTitanKeys) {
