@@ -28,9 +28,17 @@
 #   dszero1 NP EP        the DeepSeek-style model with the distributed optimizer (the expert bias whole on every
 #                        rank beside the sharded state); the expert bias in both runs' last checkpoints bitwise
 #                        equal
+#   tp NP EP             micro Mixtral under TP 2 (sequence parallel) x EP (Megatron's etp x ep grid, expert
+#                        TP = TP): each tp rank routes its tp group's tokens alike and sends them over the ep
+#                        group of its tp coordinate to the experts' columns it pairs with; the partial outputs
+#                        summed over tp
+#   tpdeepseek NP EP     the DeepSeek-style model (shared expert computed during the exchange, expert bias,
+#                        groups) under TP 2 (SP) x EP
 #   resume NP EP NP2 EP2 save at iteration 10 with NP ranks / EP, resume with NP2 ranks / EP2 (a changed
 #                        layout): the joined curve equals the uninterrupted single process's; the EP checkpoint
 #                        exports to Hugging Face with every expert of every layer
+#   tpresume NP EP NP2 EP2  the same, saved under TP 2 (SP) x EP (the experts' columns gathered over tp x ep),
+#                        every run with the distributed optimizer (gathered over dp and expert-dp first)
 #   launch               mixtral 2 2 with ranks started by `primus launch` (tcp backend)
 #   bad                  refusals, each a clear error naming the key before training: EP with a dense model,
 #                        HSDP whose shard degree EP does not divide, one process emulating EP,
@@ -47,7 +55,7 @@ export PRIMUS_E2E_MODEL=micro_mixtral.yaml
 if [ "$mode" = bad ]; then
   refuse dense "the model has no experts (num_experts / moe settings unset) (rule: EP needs an MoE model)" 2 \
     PRIMUS_E2E_MODEL=micro_llama.yaml -- --expert_model_parallel_size 2
-  refuse hsdp "expert_parallel_degree = 4 does not divide dp_shard 2 x cp 1 x tp 1" 4 -- \
+  refuse hsdp "expert_parallel_degree = 4 does not divide dp_shard 2 x cp 1" 4 -- \
     --expert_model_parallel_size 4 --use_torch_fsdp2 true --data_parallel_replicate_degree 2
   refuse emulate "one process cannot emulate expert or tensor parallelism" 0 PRIMUS_DP_EMULATE=2 -- \
     --expert_model_parallel_size 2
@@ -62,6 +70,20 @@ single=()  # the single process only
 case "$mode" in
   launch) LAUNCH=1 ;;
   cp) par=(--context_parallel_size 2) ;;
+  tp)
+    par=(--tensor_model_parallel_size 2)
+    keys=(--sequence_parallel true)
+    ;;
+  tpresume)
+    par=(--tensor_model_parallel_size 2)
+    keys=(--sequence_parallel true --use_distributed_optimizer true --overlap_grad_reduce true
+          --overlap_param_gather true)
+    ;;
+  tpdeepseek)
+    export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
+    par=(--tensor_model_parallel_size 2)
+    keys=(--sequence_parallel true)
+    ;;
   cpzero1)
     par=(--context_parallel_size 2)
     keys=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true)
@@ -94,9 +116,9 @@ case "$mode" in
   *) fail "unknown mode $mode" ;;
 esac
 
-if [ "$mode" = resume ]; then
+if [ "$mode" = resume ] || [ "$mode" = tpresume ]; then
   save=(--save "$work/ckpt" --save_interval 10 --exit_interval 10)
-  run dist "$np" -- --expert_model_parallel_size "$ep" "${save[@]}"
+  run dist "$np" -- --expert_model_parallel_size "$ep" "${par[@]}" "${keys[@]}" "${save[@]}"
   # The checkpoint of the split experts is the whole model: it converts to Hugging Face with every expert.
   "$primus" convert primus-to-hf --input "$work/ckpt" --output "$work/hf" >"$work/convert.log" 2>&1 ||
     { tail -20 "$work/convert.log"; fail "primus-to-hf of the EP $ep checkpoint failed"; }
@@ -112,14 +134,18 @@ per_layer = {l: sorted(int(e) for ll, e in experts if ll == l) for l, _ in exper
 print(f"Hugging Face export: {len(names)} tensors, experts per layer {per_layer}")
 sys.exit(0 if per_layer and all(v == [0, 1, 2, 3] for v in per_layer.values()) else 1)
 PY
-  run dist "$np2" -- --expert_model_parallel_size "$ep2" "${save[@]}" --auto_continue_train true
+  run dist "$np2" -- --expert_model_parallel_size "$ep2" "${keys[@]}" "${save[@]}" --auto_continue_train true
   grep -q "resuming from" "$work/dist.log" || fail "the $np2-rank run did not resume"
+  par=()  # the resumed run's layout is EP alone
 else
   run dist "$np" -- --expert_model_parallel_size "$ep" "${par[@]}" "${keys[@]}"
 fi
 grep -h "data parallel:" "$work/dist.log" | head -1
 [ "${EP_CHECK:-1}" = 0 ] || grep -q "experts split over ep" "$work/dist.log" || fail "the run did not split its experts"
-[ ${#par[@]} -eq 0 ] || grep -q "context parallel: 2 ranks" "$work/dist.log" || fail "the run did not split the sequences"
+case "${par[*]}" in
+  *context_parallel_size*) grep -q "context parallel: 2 ranks" "$work/dist.log" || fail "the run did not split the sequences" ;;
+  *tensor_model_parallel_size*) grep -q "tensor parallel: 2 ranks" "$work/dist.log" || fail "the run did not split the experts' columns" ;;
+esac
 run single 0 -- "${keys[@]}" "${single[@]}"
 tol=1e-5
 [ "$mode" = capacity ] && tol=1e-3
@@ -129,6 +155,11 @@ tol=1e-5
 # (cpdeepseek: as MpiCp.cpdeepseek, a near-tie of the grouped sigmoid top-k moves under the split attention's
 # rounding.)
 [ "$mode" = cpdeepseek ] && tol=5e-5
-compare dist single "$tol"
+# EP x TP: as for MoE under TP alone (MpiTp.moe*), a near-tie of the top-k at step 17 that the split sums'
+# rounding can tip moves that step's gradient norm by ~1e-5 (measured 7.9e-6 for tp 4 2): the gradient norm is
+# held to 2e-4 there, the loss to 1e-5.
+tol_grad=$tol
+case "$mode" in tp*) tol_grad=2e-4 ;; esac
+compare dist single "$tol" "$tol_grad"
 if [ "$mode" = dszero1 ]; then compare_expert_bias "$work"/ckpt_{dist,single}/iter_0000020; fi
 echo "ep_train_test: $mode passed"

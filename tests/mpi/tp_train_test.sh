@@ -72,8 +72,9 @@ if [ "$mode" = bad ]; then
     --tensor_model_parallel_size 4 --num_query_groups 4 --ffn_hidden_size 190
   refuse etp "not supported yet: expert_tensor_parallel_size=1" 2 \
     PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2 --expert_tensor_parallel_size 1
-  refuse tpep "not supported yet: expert parallelism combined with tensor parallelism" 4 \
-    PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2 --expert_model_parallel_size 2
+  # EP x TP trains (MpiEp.tp*); EP folds over dp x cp only (expert TP = TP), so TP 2 x EP 4 needs 8 ranks.
+  refuse tpep "expert_model_parallel_size / parallelism.expert_parallel_degree = 4 does not divide dp 2 x cp 1" 4 \
+    PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2 --expert_model_parallel_size 4
   refuse overlap "tp_comm_overlap needs sequence_parallel: true" 2 -- --tensor_model_parallel_size 2 \
     --tp_comm_overlap true
   refuse emulate "WORLD_SIZE=1 is not divisible by TP x PP x CP = 2" 0 PRIMUS_DP_EMULATE=2 -- \
