@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "config/not_supported.h"
 #include "config/plan.h"
 #include "core/error.h"
 
@@ -224,9 +223,7 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
                     "every EP rank owns num_experts / EP experts)",
                     m.moe.num_experts, ep(), kEp));
   if (const config::BatchLayout b = config::batch_layout(cfg, dp()); !b.fits) bad.push_back(b.problem());
-  if (bad.empty()) {
-    return;
-  }
+  if (bad.empty()) return;
   std::string msg = fmt::format("the parallel layout {} does not fit the run:", describe());
   for (const auto& b : bad) msg += "\n  - " + b;
   throw ConfigError(msg);
