@@ -101,7 +101,7 @@ static std::string fp8_report(const TrainConfig& t) {
   if (!r) return {};
   check_fp8_runnable(*r, t, Stream::cpu());
   return fmt::format("fp8            {} ({}); {:.1f}% of the step's GEMM FLOPs in FP8\n", r->describe(),
-                     t.fp8.source, 100.0 * fp8_gemm_flop_share(*r, t.model));
+                     t.fp8.source, 100.0 * fp8_gemm_flop_share(*r, t));
 }
 
 // The memory projection of the run (projection/memory_model.h): per-rank peak and headroom on the GPU a run

@@ -60,6 +60,7 @@ void DecoderLayer::enable_fp8(Fp8State& state, int64_t layer) {
     if (!state.recipe().covers(layer, spec_.layers, full)) continue;
     for (const auto& [name, slot] : slots)
       if (std::string_view(name) == p.name) *slot = state.add(full);
+    if (int* moe_slot = moe_ ? moe_->fp8_slot(p.name) : nullptr) *moe_slot = state.add(full);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "config/plan.h"
 #include "core/cuda_runtime_bridge.h"
 #include "core/error.h"
+#include "model/fp8_experts.h"
 #include "model/model_spec.h"
 #include "model/weight_grad.h"
 #include "ops/gemm.h"
@@ -122,6 +123,14 @@ std::vector<Fp8Projection> fp8_projections(const ModelSpec& s, int64_t layer) {
   if (!s.is_moe_layer(layer)) {
     p.push_back({"mlp.gate_up_proj", 2 * s.ffn, s.hidden});
     p.push_back({"mlp.down_proj", s.hidden, s.ffn});
+    return p;
+  }
+  const int64_t F = s.moe.ffn_hidden_size, Fs = s.moe.shared_ffn_hidden_size, k = s.moe.topk;
+  p.push_back({"mlp.experts.gate_up_proj", 2 * F, s.hidden, k, /*routed=*/true});
+  p.push_back({"mlp.experts.down_proj", s.hidden, F, k, /*routed=*/true});
+  if (Fs > 0) {
+    p.push_back({"mlp.shared_expert.gate_up_proj", 2 * Fs, s.hidden});
+    p.push_back({"mlp.shared_expert.down_proj", s.hidden, Fs});
   }
   return p;
 }
@@ -172,22 +181,27 @@ void check_fp8_runnable(const Fp8Recipe& r, const TrainConfig& cfg, const Stream
   }
 }
 
-double fp8_gemm_flop_share(const Fp8Recipe& r, const ModelConfig& m) {
+double fp8_gemm_flop_share(const Fp8Recipe& r, const TrainConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  const int64_t tokens =
+      cfg.micro_batch_size * cfg.data.seq_length / std::max<int64_t>(1, cfg.parallel.context_parallel_size);
   // Every GEMM runs 6 FLOPs per token per weight (forward, dgrad, wgrad): the share is one of weights, those
   // a token passes through (config::count_parameters: routed experts it is not sent to excluded), plus a tied
   // output layer, which N' leaves out but which is a GEMM all the same.
   const config::ParamCounts c = config::count_parameters(m);
   const double all = static_cast<double>(c.active_non_embedding + (c.lm_head == 0 ? c.embedding : 0));
   const ModelSpec spec = ModelSpec::from_config(m);
-  // The weight gradient's third is BF16 when wgrad_fp8 is off.
-  const double fp8_part = r.wgrad_fp8 ? 1.0 : 2.0 / 3.0;
+  // The weight gradient's third is BF16 when wgrad_fp8 is off, and for the routed experts.
+  auto part = [&](bool routed) { return r.wgrad_fp8 && !routed ? 1.0 : 2.0 / 3.0; };
   double fp8 = 0;
   for (int64_t l = 0; l < spec.layers; ++l)
     for (const Fp8Projection& p : fp8_projections(spec, l))
-      if (r.covers(l, spec.layers, fmt::format("layers.{}.{}", l, p.name)))
-        fp8 += static_cast<double>(p.out * p.in);
-  if (r.output_layer && r.covers(0, 1, "output")) fp8 += static_cast<double>(spec.hidden * spec.vocab);
-  return all > 0 ? fp8_part * fp8 / all : 0.0;
+      if (r.covers(l, spec.layers, fmt::format("layers.{}.{}", l, p.name)) &&
+          (!p.routed || fp8_experts_worthwhile(tokens * spec.moe.topk, spec.moe.num_experts)))
+        fp8 += part(p.routed) * static_cast<double>(p.out * p.in * p.per_token);
+  if (r.output_layer && r.covers(0, 1, "output"))
+    fp8 += part(false) * static_cast<double>(spec.hidden * spec.vocab);
+  return all > 0 ? fp8 / all : 0.0;
 }
 
 // ---- Fp8State -------------------------------------------------------------------------------------------
@@ -413,10 +427,8 @@ Fp8State::Saved gather_fp8_saved(const Fp8State::Saved& mine, comm::Communicator
 
 // ---- the projections ------------------------------------------------------------------------------------
 
-namespace {
-
-Fp8Tensor cast(const Tensor& x, Fp8Format f, Fp8Granularity g, bool transposed, const Tensor* scale,
-               Tensor* amax, const Stream& s, const char* what) {
+Fp8Tensor fp8_cast(const Tensor& x, Fp8Format f, Fp8Granularity g, bool transposed, const Tensor* scale,
+                   Tensor* amax, const Stream& s, const char* what) {
   const int64_t r = x.size(0), c = x.size(1);
   Fp8Tensor out = transposed ? Fp8Tensor::empty(c, r, f, g, s) : Fp8Tensor::empty(r, c, f, g, s);
   ops::QuantizeArgs args;
@@ -425,8 +437,6 @@ Fp8Tensor cast(const Tensor& x, Fp8Format f, Fp8Granularity g, bool transposed, 
   ops::quantize(x, transposed ? nullptr : &out, transposed ? &out : nullptr, args, s, what);
   return out;
 }
-
-}  // namespace
 
 void project(const StepContext& ctx, int slot, const Tensor& x, const Tensor& w, const Tensor* bias,
              Tensor& y, const Tensor* residual) {
@@ -439,10 +449,10 @@ void project(const StepContext& ctx, int slot, const Tensor& x, const Tensor& w,
   Fp8State& st = *ctx.fp8;
   const Fp8Recipe& r = st.recipe();
   const Stream& s = ctx.stream;
-  const Fp8Tensor xq = cast(x, r.fwd, r.activation_granularity(), false, st.scale(slot, Fp8State::kX),
-                            st.amax_out(slot, Fp8State::kX), s, "fp8 projection input");
-  const Fp8Tensor wq = cast(w, r.fwd, r.weight_granularity(), false, st.scale(slot, Fp8State::kW),
-                            st.amax_out(slot, Fp8State::kW), s, "fp8 projection weight");
+  const Fp8Tensor xq = fp8_cast(x, r.fwd, r.activation_granularity(), false, st.scale(slot, Fp8State::kX),
+                                st.amax_out(slot, Fp8State::kX), s, "fp8 projection input");
+  const Fp8Tensor wq = fp8_cast(w, r.fwd, r.weight_granularity(), false, st.scale(slot, Fp8State::kW),
+                                st.amax_out(slot, Fp8State::kW), s, "fp8 projection weight");
   // Transformer Engine's choice: Hopper's fast FP8 accumulation in the forward, the exact one for gradients.
   ops::fp8_gemm(xq, wq, y, 1.0f, residual ? 1.0f : 0.0f, /*fast_accum=*/true, s, residual);
 }
@@ -471,16 +481,16 @@ void project_backward(const StepContext& ctx, int slot, const Tensor& dy, const 
   args.amax_out = st.amax_out(slot, Fp8State::kDy);
   ops::quantize(dy, &dyq, r.wgrad_fp8 && wgrad ? &dyt : nullptr, args, s, "fp8 projection output gradient");
   // The forward recorded the amaxes of x and W; their scales do not change within a step.
-  const Fp8Tensor wt = cast(w, r.fwd, r.weight_granularity(), true, st.scale(slot, Fp8State::kW), nullptr, s,
-                            "fp8 projection weight (transposed)");
+  const Fp8Tensor wt = fp8_cast(w, r.fwd, r.weight_granularity(), true, st.scale(slot, Fp8State::kW), nullptr,
+                                s, "fp8 projection weight (transposed)");
   ops::fp8_gemm(dyq, wt, dx, 1.0f, accumulate_dx ? 1.0f : 0.0f, /*fast_accum=*/false, s);
   if (!wgrad) return;
   if (!r.wgrad_fp8) {
     weight_grad(ctx, dy, x, std::move(g), std::move(g_bias), accumulate_w, residual_grad);
     return;
   }
-  Fp8Tensor xt = cast(x, r.fwd, r.activation_granularity(), true, st.scale(slot, Fp8State::kX), nullptr, s,
-                      "fp8 projection input (transposed)");
+  Fp8Tensor xt = fp8_cast(x, r.fwd, r.activation_granularity(), true, st.scale(slot, Fp8State::kX), nullptr,
+                          s, "fp8 projection input (transposed)");
   auto run = [s, accumulate_w, dyt = std::move(dyt), xt = std::move(xt), g = std::move(g)]() mutable {
     ops::fp8_gemm(dyt, xt, g, 1.0f, accumulate_w ? 1.0f : 0.0f, /*fast_accum=*/false, s);
   };

@@ -21,7 +21,8 @@
 //   kRowwise    a scale per row of each operand (torchao's rowwise recipe).
 //   kBlockwise  DeepSeek-V3's: 1x128 tiles for activations and gradients, 128x128 blocks for weights.
 // The projections of layers named BF16 (first_last_layers_bf16, TorchTitan's filter_fqns) and projections
-// with a bias stay BF16; MLA, MoE and the output layer are BF16 (docs/fp8.md lists what is covered).
+// with a bias stay BF16; MLA's projections and the MoE router are BF16, the output layer unless the recipe
+// names it, and the routed experts' weight gradients (docs/fp8.md lists what is covered).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -66,12 +67,18 @@ struct Fp8Recipe {
 };
 
 // The projections of decoder layer `layer` that may run in FP8, named as their parameters are
-// ("self_attn.qkv_proj", ...), with their out and in features under `spec`'s tensor shard. MLA's and MoE's
-// projections and a biased QKV stay BF16; the recipe's covers() then decides per name. The one list the
-// decoder, the size check and the FLOP share read.
+// ("self_attn.qkv_proj", "mlp.experts.gate_up_proj", ...), with their out and in features under `spec`'s
+// tensor shard. MLA's projections, the MoE router and a biased QKV stay BF16; the recipe's covers() then
+// decides per name. The one list the decoder, the MoE layer, the size check and the FLOP share read.
 struct Fp8Projection {
   const char* name;
   int64_t out, in;
+  // Weight matrices of out x in a token passes through: the router's top-k for the routed experts (their
+  // FLOP share), 1 for the rest.
+  int64_t per_token = 1;
+  // The routed experts (model/fp8_experts.h): their weight gradient stays BF16, and they run FP8 only with
+  // enough rows per expert.
+  bool routed = false;
 };
 std::vector<Fp8Projection> fp8_projections(const ModelSpec& spec, int64_t layer);
 
@@ -147,7 +154,14 @@ Fp8State::Saved gather_fp8_saved(const Fp8State::Saved& mine, comm::Communicator
 
 // The share of a training step's GEMM FLOPs (projections, experts, output layer; not attention's
 // score/value products) that run in FP8 under the recipe: the log line and the report show it.
-double fp8_gemm_flop_share(const Fp8Recipe& r, const ModelConfig& m);
+// The routed experts count as FP8 when `cfg`'s tokens per micro-batch give them enough rows
+// (model/fp8_experts.h: fp8_experts_worthwhile; one rank's routing, the estimate for every layout).
+double fp8_gemm_flop_share(const Fp8Recipe& r, const TrainConfig& cfg);
+
+// x [R, C] cast to FP8 (transposed: its [C, R] transpose) with format f and granularity g; `scale`: delayed
+// scaling's multiplier (nullptr: current scaling), `amax`: where the cast records max |x| (may be nullptr).
+ops::Fp8Tensor fp8_cast(const Tensor& x, ops::Fp8Format f, ops::Fp8Granularity g, bool transposed,
+                        const Tensor* scale, Tensor* amax, const Stream& s, const char* what);
 
 // The projections' entry points: `slot` < 0 (or no FP8 in ctx) runs the BF16 path of ops/gemm.h.
 //

@@ -6,6 +6,8 @@
 #include "core/env.h"
 #include "core/philox.h"
 #include "core/stream_events.h"
+#include "model/fp8_experts.h"
+#include "model/fp8_linear.h"
 #include "model/weight_grad.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
@@ -72,6 +74,14 @@ MoeMlp::MoeMlp(const ModelSpec& spec, ParamStore& params, const std::string& p, 
                params.entry(w_gu_).name, gu[0], spec.ep.rank, spec.ep.size, spec.local_experts());
 }
 
+int* MoeMlp::fp8_slot(std::string_view projection) {
+  if (projection == "mlp.experts.gate_up_proj") return &fp8_gu_;
+  if (projection == "mlp.experts.down_proj") return &fp8_down_;
+  if (projection == "mlp.shared_expert.gate_up_proj") return sh_gu_ >= 0 ? &fp8_sh_gu_ : nullptr;
+  if (projection == "mlp.shared_expert.down_proj") return sh_down_ >= 0 ? &fp8_sh_down_ : nullptr;
+  return nullptr;
+}
+
 void MoeMlp::set_groups(comm::Communicator* ep, comm::Communicator* loads) {
   PRIMUS_CHECK((ep ? ep->size() : 1) == spec_.ep.size,
                "MoE layer {}: an expert-parallel group of {} ranks for experts split over {}", layer_,
@@ -91,7 +101,7 @@ void MoeMlp::expert_mlp_forward(const StepContext& ctx, MoeActivations& a) {
   const Stream& s = ctx.stream;
   const int64_t rows = a.x_perm.size(0), F = spec_.moe.ffn_hidden_size;
   a.gu_perm = ctx.act({rows, 2 * F});
-  ops::grouped_gemm_forward(a.x_perm, params_.param(w_gu_), a.rows, a.gu_perm, s);
+  expert_project(ctx, fp8_gu_, a.x_perm, params_.param(w_gu_), a.rows, a.gu_perm);
   a.act_perm = ctx.act({rows, F});
   ops::swiglu_forward(a.gu_perm, a.act_perm, s);
 }
@@ -208,7 +218,7 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   }
   expert_mlp_forward(ctx, a);
   Tensor y_exp = ctx.act({a.x_perm.size(0), d});
-  ops::grouped_gemm_forward(a.act_perm, params_.param(w_down_), a.rows, y_exp, s);
+  expert_project(ctx, fp8_down_, a.act_perm, params_.param(w_down_), a.rows, y_exp);
   if (ep_) {
     // Rows past the sent ones (dropped entries' slack) are never read by the unpermute.
     a.y_perm = ctx.act({a.plan.num_rows, d});
@@ -292,17 +302,17 @@ void MoeMlp::shared_forward(const StepContext& ctx, const Tensor& h, MoeActivati
   const int64_t n = ctx.tokens(), d = spec_.hidden, Fs = spec_.moe.shared_ffn_hidden_size;
   const Stream& s = ctx.stream;
   a.sh_gu = ctx.act({n, 2 * Fs});
-  ops::linear_forward(h, params_.param(sh_gu_), nullptr, a.sh_gu, s);
+  project(ctx, fp8_sh_gu_, h, params_.param(sh_gu_), nullptr, a.sh_gu);
   a.sh_act = ctx.act({n, Fs});
   ops::swiglu_forward(a.sh_gu, a.sh_act, s);
   if (sh_gate_ < 0 && y) {
-    ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, *y, s, y);  // y += shared expert
+    project(ctx, fp8_sh_down_, a.sh_act, params_.param(sh_down_), nullptr, *y, y);  // y += shared expert
     return;
   }
   // The shared output kept apart: for the gate (sigmoid(h w_g^T) * shared, with the f32 logits, both kept for
   // backward), or until add_shared (expert parallelism computes it before the routed output exists).
   a.sh_out = ctx.act({n, d});
-  ops::linear_forward(a.sh_act, params_.param(sh_down_), nullptr, a.sh_out, s);
+  project(ctx, fp8_sh_down_, a.sh_act, params_.param(sh_down_), nullptr, a.sh_out);
   if (sh_gate_ >= 0) {
     a.gate_logit = ctx.empty({n, 1}, ctx.stat_dtype());
     ops::gemm(h, false, params_.param(sh_gate_), true, a.gate_logit, 1.0f, 0.0f, s);
@@ -349,14 +359,13 @@ void MoeMlp::shared_backward(const StepContext& ctx, const Tensor& dy, const Ten
     weight_grad(ctx, dg, h, params_.grad(sh_gate_), Tensor(), params_.grad_accumulate(sh_gate_));
   }
   Tensor d_sh_act = ctx.act({n, Fs});
-  ops::linear_backward_input(d_sh_out, params_.param(sh_down_), d_sh_act, false, s);
   // d_sh_out may be dy, the decoder's residual-stream gradient buffer (a queued GEMM copies it).
-  weight_grad(ctx, d_sh_out, a.sh_act, params_.grad(sh_down_), Tensor(), params_.grad_accumulate(sh_down_),
-              dy);
+  project_backward(ctx, fp8_sh_down_, d_sh_out, a.sh_act, params_.param(sh_down_), d_sh_act, false,
+                   params_.grad(sh_down_), Tensor(), params_.grad_accumulate(sh_down_), dy);
   Tensor d_sh_gu = ctx.act({n, 2 * Fs});
   ops::swiglu_backward(d_sh_act, a.sh_gu, d_sh_gu, s);
-  ops::linear_backward_input(d_sh_gu, params_.param(sh_gu_), dh, accumulate, s);
-  weight_grad(ctx, d_sh_gu, h, params_.grad(sh_gu_), Tensor(), params_.grad_accumulate(sh_gu_));
+  project_backward(ctx, fp8_sh_gu_, d_sh_gu, h, params_.param(sh_gu_), dh, accumulate, params_.grad(sh_gu_),
+                   Tensor(), params_.grad_accumulate(sh_gu_));
 }
 
 void MoeMlp::recompute_selective(const StepContext& ctx, MoeActivations& a) {
@@ -414,7 +423,7 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
     });
   };
   Tensor d_act = ctx.act({rows, F});
-  ops::grouped_gemm_backward_input(dy_perm, params_.param(w_down_), a.rows, d_act, s);
+  expert_project_backward_input(ctx, fp8_down_, dy_perm, params_.param(w_down_), a.rows, d_act);
   expert_wgrad(dy_perm, a.act_perm, params_.grad(w_down_), params_.grad_accumulate(w_down_));
   dy_perm = Tensor();
   a.act_perm = Tensor();
@@ -423,7 +432,7 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   d_act = Tensor();
   a.gu_perm = Tensor();
   Tensor dx_perm = ctx.act({rows, d});
-  ops::grouped_gemm_backward_input(d_gu, params_.param(w_gu_), a.rows, dx_perm, s);
+  expert_project_backward_input(ctx, fp8_gu_, d_gu, params_.param(w_gu_), a.rows, dx_perm);
   expert_wgrad(d_gu, a.x_perm, params_.grad(w_gu_), params_.grad_accumulate(w_gu_));
   d_gu = Tensor();
   a.x_perm = Tensor();

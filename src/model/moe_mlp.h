@@ -22,6 +22,7 @@
 // round-robin and weighs each slot with the router's probability of its expert.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -97,6 +98,11 @@ class MoeMlp {
 
   std::vector<int> gemm_weight_entries() const;
 
+  // FP8 (model/fp8_experts.h, fp8_linear.h): the scaling slot of one of this layer's projections, named as
+  // fp8_projections() names them ("mlp.experts.gate_up_proj", "mlp.shared_expert.down_proj", ...), for the
+  // decoder layer to register; nullptr for a name this layer does not have. Unregistered slots run BF16.
+  int* fp8_slot(std::string_view projection);
+
   // Expert parallelism (spec.ep.size > 1): `ep` is the group over which tokens travel to the ranks owning
   // their experts (parallel/expert_dispatch.h; under tensor parallelism the ranks of this tp coordinate,
   // whose experts hold the same columns); `loads` the group whose routing the expert bias follows
@@ -124,6 +130,7 @@ class MoeMlp {
   ParamStore& params_;
   int layer_;
   int router_, bias_ = -1, w_gu_, w_down_, sh_gu_ = -1, sh_down_ = -1, sh_gate_ = -1;
+  int fp8_gu_ = -1, fp8_down_ = -1, fp8_sh_gu_ = -1, fp8_sh_down_ = -1;
   ops::MoeRouterConfig router_cfg_;
   enum class ForceBalance { kNone, kEven, kUniform, kRoundRobin } force_ = ForceBalance::kNone;
   uint64_t name_hash_ = 0;  // of the parameter prefix: keys this layer's random logits

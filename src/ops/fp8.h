@@ -88,8 +88,8 @@ void amax(const Tensor& x, Tensor& amax, const Stream& s);
 // c [M, N] = alpha * deq(a) [M, K] @ deq(b) [N, K]^T + beta * c_in (c_in defaults to c). a is the left
 // operand with K = a.cols(), b the right one stored [N, K] (a weight [out, in] as it is). Scaling pairs:
 // tensorwise x tensorwise, rowwise x rowwise, 1x128 x 128x128, 1x128 x 1x128, 128x128 x 1x128. At least one
-// of a, b must be E4M3 (Hopper has no E5M2 x E5M2). K must be a multiple of 16 (of 128 for blockwise), M and
-// N of 16. c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum: Hopper's faster FP8 accumulation
+// of a, b must be E4M3 (Hopper has no E5M2 x E5M2). K must be a multiple of 16 (of 128 for blockwise), N
+// of 16, M any (a multiple of 16 for a 1x128 a). c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum: Hopper's faster FP8 accumulation
 // (tensorwise only; ignored elsewhere and on the CPU). CPU: an f64 c is computed exactly per element (raw
 // FP8 products summed per K-group in f64, times the group's multipliers) -- the reference the GPU is checked
 // against; an f32 c (CPU training) multiplies the raw FP8 values with OpenBLAS per K-group and sums in f32,

@@ -76,8 +76,15 @@ void check_fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, const char* what) {
   const int64_t k_mult = block ? 128 : 16;
   PRIMUS_CHECK(k > 0 && k % k_mult == 0, "{}: K = {} must be a positive multiple of {}{} (a {}, b {})", what,
                k, k_mult, block ? " for blockwise scaling" : "", a.describe(), b.describe());
-  PRIMUS_CHECK(m > 0 && m % 16 == 0, "{}: M = a's rows = {} must be a positive multiple of 16 (a {})", what,
-               m, a.describe());
+  // M (a's rows, the tokens) may be any count -- only leading dimensions and pointers need 16-byte alignment
+  // (a's rows are K bytes apart), which is how the MoE experts run their routed rows (model/fp8_experts.h) --
+  // except for a 1x128-scaled a: cuBLASLt (13.1, H100) has no kernel for one whose rows are not a multiple of
+  // 16 (measured 2026-11-28: 1, 31, 33, 127, 270, 967 rows; tests/gpu/fp8_gemm_gpu_test.cpp "odd rows").
+  PRIMUS_CHECK(m > 0, "{}: M = a's rows = {} must be positive (a {})", what, m, a.describe());
+  PRIMUS_CHECK(a.granularity != Fp8Granularity::kBlock1x128 || m % 16 == 0,
+               "{}: M = a's rows = {} must be a multiple of 16 for a 1x128-scaled a (cuBLASLt has no kernel "
+               "otherwise; a {})",
+               what, m, a.describe());
   PRIMUS_CHECK(n > 0 && n % 16 == 0, "{}: N = b's rows = {} must be a positive multiple of 16 (b {})", what,
                n, b.describe());
 }

@@ -78,7 +78,7 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   if (auto r = Fp8Recipe::from_config(cfg.fp8)) {
     check_fp8_runnable(*r, cfg, stream_);
     fp8_recipe_ = *r;
-    fp8_share_ = fp8_gemm_flop_share(*r, cfg.model);
+    fp8_share_ = fp8_gemm_flop_share(*r, cfg);
   }
   data_ = build_data_sources(cfg);
   const config::BatchLayout layout = config::batch_layout(cfg);

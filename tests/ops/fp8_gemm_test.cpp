@@ -258,9 +258,16 @@ TEST(Fp8GemmCheck, BlockwiseKMustBeAMultipleOf128) {
                       "multiple of 128 for blockwise");
 }
 
-TEST(Fp8GemmCheck, MAndNMustBeMultiplesOf16) {
-  EXPECT_PRIMUS_ERROR(ops::check_fp8_gemm(operand(24, 32), operand(16, 32), "o_proj"),
-                      "o_proj: M = a's rows = 24 must be a positive multiple of 16");
+TEST(Fp8GemmCheck, NMustBeAMultipleOf16AndMAnyCount) {
+  // M is the token rows (an MoE expert's routed count): any positive number.
+  EXPECT_NO_THROW(ops::check_fp8_gemm(operand(24, 32), operand(16, 32), "o_proj"));
+  EXPECT_NO_THROW(ops::check_fp8_gemm(operand(1, 32), operand(16, 32), "o_proj"));
+  // ... but cuBLASLt needs a 1x128-scaled a's rows in multiples of 16.
+  EXPECT_PRIMUS_ERROR(ops::check_fp8_gemm(operand(24, 128, F::kE4M3, G::kBlock1x128),
+                                          operand(16, 128, F::kE4M3, G::kBlock128x128), "experts"),
+                      "experts: M = a's rows = 24 must be a multiple of 16 for a 1x128-scaled a");
+  EXPECT_NO_THROW(ops::check_fp8_gemm(operand(32, 128, F::kE4M3, G::kBlock1x128),
+                                      operand(16, 128, F::kE4M3, G::kBlock128x128), "experts"));
   EXPECT_PRIMUS_ERROR(ops::check_fp8_gemm(operand(16, 32), operand(40, 32), "o_proj"),
                       "o_proj: N = b's rows = 40 must be a positive multiple of 16");
 }

@@ -292,8 +292,15 @@ bool run_cublas_grouped(const GroupedLaunch& L, std::vector<Active> act, const S
 // empty (77.8 ms median, steps up to 109 ms). From 512 rows up the per-expert cuBLASLt GEMMs (650-750
 // TFLOP/s) win by 2-2.7x: on one stream for a few experts (Mixtral's 8: 73.8 ms per 2L step vs 75.5 with
 // side streams), spread over side streams for more (DeepSeek-V3's 32 per EP rank, measured per call only).
+// Equal counts on a few experts with many rows (Mixtral's 8 x 4096) also take the loop: there the per-expert
+// Hopper GEMMs beat cuBLAS's strided-batched kernel in the forward and input gradient (683 vs 669, 733 vs
+// 686, 732 vs 648 TFLOP/s), while with more experts (DeepSeek-V3's 32 x 1024) strided-batched wins (753 vs
+// 718).
 GroupedGemmPath auto_path(const std::vector<Active>& act, std::span<const int64_t> counts, bool equal) {
-  if (equal) return GroupedGemmPath::kStridedBatched;
+  if (equal) {
+    const bool few_large = act.size() <= 8 && act.front().count >= 2048;
+    return few_large ? GroupedGemmPath::kLtLoop : GroupedGemmPath::kStridedBatched;
+  }
   int64_t rows = 0;
   for (const Active& a : act) rows += a.count;
   const int64_t mean = rows / static_cast<int64_t>(counts.size());

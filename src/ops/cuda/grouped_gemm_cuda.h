@@ -22,11 +22,11 @@ void grouped_gemm_backward_weight(const Tensor& dy, const Tensor& x, std::span<c
 //   count; kLtLoop          one cuBLASLt call per expert through ops/cuda/gemm_lt.h (cached plans, tuning
 //   table); kLtStreams       the same calls spread over 4 side streams (joined back into the caller's
 //   stream).
-// kAuto picks strided-batched for equal counts; otherwise, by the mean rows over all experts, cuBLAS grouped
-// below 512 (its f32-output wgrad falls back to the loop), else the loop for <= 8 active experts and the side
-// streams for more; measurements in grouped_gemm_cuda.cpp. Env PRIMUS_GROUPED_GEMM=auto|
-// grouped|batched|loop|streams sets the default; set_grouped_gemm_path overrides it (tests, benchmarks). A
-// forced kStridedBatched on unequal counts throws.
+// kAuto picks strided-batched for equal counts (the loop for <= 8 experts of >= 2048 rows); otherwise, by the
+// mean rows over all experts, cuBLAS grouped below 512 (its f32-output wgrad falls back to the loop), else
+// the loop for <= 8 active experts and the side streams for more; measurements in grouped_gemm_cuda.cpp. Env
+// PRIMUS_GROUPED_GEMM=auto| grouped|batched|loop|streams sets the default; set_grouped_gemm_path overrides it
+// (tests, benchmarks). A forced kStridedBatched on unequal counts throws.
 enum class GroupedGemmPath { kAuto, kCublasGrouped, kStridedBatched, kLtLoop, kLtStreams };
 void set_grouped_gemm_path(GroupedGemmPath p);
 // The path the last grouped GEMM with at least one non-empty expert ran (kAuto before any).
