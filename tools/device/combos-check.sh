@@ -8,6 +8,10 @@
 #  zbfsdp a micro Llama of 8 layers under ZB-H1 x FSDP 2 on 4 ranks... on two GPUs: PP 2 x FSDP 1 is not FSDP, so
 #         this part runs PP 2 ZB-H1 with FSDP over 2 ranks sharing each GPU through the host-staged
 #         communicator (4 ranks on 2 GPUs).
+#  bias   the DeepSeek-style micro MoE (expert bias, aux-loss-free balancing) with sharded optimizer state:
+#         DP 2 with the distributed optimizer and FSDP 2 over NCCL;
+#  mtptp  the DeepSeek-style micro MoE with one MTP depth under TP 2 (+ SP) and CP 2 over NCCL;
+#  eptp   the micro Mixtral under EP 2 x TP 2 (x DP 2 folded): 4 ranks on 2 GPUs, host-staged communicator.
 # Carry .device (combo.tgz: stripped primus). Usage: PARTS="lora mtp zbfsdp" tools/device/combos-check.sh
 set -uo pipefail
 check=combo show='LoRA: rank|pipeline parallel:|data parallel:'
@@ -83,4 +87,30 @@ if [[ " $parts " == *" zbfsdp "* ]] && [ "$ngpu" -ge 2 ]; then
   run zb_pp2_fsdp2 4 180 PRIMUS_COMM_BACKEND=tcp PRIMUS_E2E_MODEL=micro_llama.yaml -- "${zb[@]}" \
     --pipeline_model_parallel_size 2 --patch_zero_bubble true --enable_zero_bubble true --use_torch_fsdp2 true
   curves zb_pp2_fsdp2 zb_1gpu 2e-2
+fi
+
+if [[ " $parts " == *" bias "* ]] && [ "$ngpu" -ge 2 ]; then
+  ds=("${micro[@]}" --num_layers 3)
+  run bias_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- "${ds[@]}"
+  run bias_zero1 2 120 PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- "${ds[@]}" --use_distributed_optimizer true
+  curves bias_zero1 bias_1gpu 2e-2
+  run bias_fsdp 2 120 PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- "${ds[@]}" --use_torch_fsdp2 true
+  curves bias_fsdp bias_1gpu 2e-2
+fi
+
+if [[ " $parts " == *" mtptp "* ]] && [ "$ngpu" -ge 2 ]; then
+  mt=("${micro[@]}" --num_layers 3 --mtp_num_layers 1)
+  run mtptp_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- "${mt[@]}"
+  run mtptp_tp2 2 120 PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- "${mt[@]}" --tensor_model_parallel_size 2 \
+    --sequence_parallel true
+  curves mtptp_tp2 mtptp_1gpu 2e-2
+  run mtptp_cp2 2 120 PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml -- "${mt[@]}" --context_parallel_size 2
+  curves mtptp_cp2 mtptp_1gpu 2e-2
+fi
+
+if [[ " $parts " == *" eptp "* ]] && [ "$ngpu" -ge 2 ]; then
+  run eptp_1gpu 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}"
+  run eptp_4 4 180 PRIMUS_COMM_BACKEND=tcp PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}" \
+    --tensor_model_parallel_size 2 --sequence_parallel true --expert_model_parallel_size 2
+  curves eptp_4 eptp_1gpu 2e-2
 fi

@@ -12,7 +12,8 @@
 #  cpperf Llama-3-8B dims 4L at T 32768 (full recomputation): one GPU vs CP 2;
 #  tpprof profiled TP 2 + SP runs of Llama-3-8B dims 4L without and with async TP (traces to $OUT);
 #  ncclenv TP 2 + SP with and without async TP under NCCL bandwidth settings (NCCL_ENVS);
-#  dpperf the llama3.2-1B shape, global batch 16: one GPU (2 micro-batches accumulated) vs DDP on 2 GPUs;
+#  dpperf the llama3.2-1B shape, global batch 16: one GPU (2 micro-batches accumulated) vs DDP on 2 GPUs
+#         (DP_VARIANTS=1: and with the distributed optimizer);
 #  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, TP 2 + SP + async TP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
 #         all-reduce / all-gather / reduce-scatter bandwidth at the TP message size for the floor.
@@ -138,7 +139,16 @@ if [[ " $parts " == *" dpperf "* ]] && [ "$ngpu" -ge 2 ]; then
      --global_batch_size 16)
   run b1_1gpu_b16 1 300 CUDA_VISIBLE_DEVICES=0 -- "${d[@]}"
   run b1_dp2_b16 2 300 -- "${d[@]}" --overlap_grad_reduce true
-  medians 10 b1_1gpu_b16 $((16 * 2048)) b1_1gpu_b16 b1_dp2_b16
+  dnames="b1_1gpu_b16 b1_dp2_b16"
+  # DP_VARIANTS=1: the distributed optimizer (reduce-scatter, each rank updates half, the bf16 weights
+  # all-gathered under the next forward).
+  if [ "${DP_VARIANTS:-0}" = 1 ]; then
+    run b1_dp2_b16_zero1 2 300 -- "${d[@]}" --overlap_grad_reduce true --use_distributed_optimizer true \
+      --overlap_param_gather true
+    dnames="$dnames b1_dp2_b16_zero1"
+  fi
+  # shellcheck disable=SC2086
+  medians 10 b1_1gpu_b16 $((16 * 2048)) $dnames
 fi
 
 if [[ " $parts " == *" tpprof "* ]] && [ "$ngpu" -ge 2 ]; then
