@@ -13,6 +13,11 @@
 #         bitwise equal curves;
 #  prof   a profiled EP 2 run (steps 9-10, rank 0's CUPTI kernels) and `primus report timeline` of it
 #         (EP_ARGS: extra arguments).
+#  tp     EP 2 x TP 2 (SP) over NCCL on 4 GPUs (Megatron's etp x ep grid, expert TP = TP): micro Mixtral,
+#         the micro DeepSeek-style model and micro Qwen2-MoE (its gated shared expert's tp all-reduce runs on the
+#         compute stream while the tokens travel over ep on the side stream) vs one GPU (2e-2); then EP 2 x TP 2
+#         with ZeRO-1 saves micro Mixtral at iteration 10 and one GPU resumes to 20 (joined curve, 2e-2).
+#         Needs nvidia-h100-x4 / h200-x4.
 # Carry .device (ep.tgz: stripped primus). Usage: PARTS="stage nccl perf" tools/device/ep-check.sh
 set -uo pipefail
 check=ep show='data parallel:|done:'
@@ -35,6 +40,35 @@ for part in stage nccl; do
     curves "${model}_ep2_$part" "${model}_1gpu" 2e-2
   done
 done
+
+# tp: EP 2 x TP 2 with sequence parallelism over NCCL (4 GPUs) against one GPU, and a checkpoint of that layout
+# resumed by one GPU.
+if [[ " $parts " == *" tp "* ]]; then
+  if [ "$ngpu" -lt 4 ]; then
+    echo "== tp: skipped ($ngpu GPUs; EP 2 x TP 2 needs 4)"
+  else
+    eptp=(--expert_model_parallel_size 2 --tensor_model_parallel_size 2)
+    for model in micro_mixtral micro_deepseek_moe micro_qwen2_moe; do
+      run "${model}_1gpu_sp" 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" \
+        --sequence_parallel true
+      run "${model}_ep2tp2" 4 180 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" --sequence_parallel true "${eptp[@]}"
+      curves "${model}_ep2tp2" "${model}_1gpu_sp" 2e-2
+    done
+    ck=/tmp/ep-ck/eptp
+    rm -rf "$ck"
+    z1=(--sequence_parallel true --use_distributed_optimizer true)
+    run micro_mixtral_1gpu_z1 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}" \
+      "${z1[@]}"
+    run micro_mixtral_ep2tp2_save 4 180 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- "${micro[@]}" "${z1[@]}" \
+      "${eptp[@]}" --save "$ck" --save_interval 10 --exit_interval 10
+    run micro_mixtral_ep2tp2_resume 1 120 CUDA_VISIBLE_DEVICES=0 PRIMUS_E2E_MODEL=micro_mixtral.yaml -- \
+      "${micro[@]}" "${z1[@]}" --save "$ck" --auto_continue_train true
+    grep -h "resuming from" "$out/micro_mixtral_ep2tp2_resume.log" | head -1 | cut -c1-160
+    cat "$out/micro_mixtral_ep2tp2_save.jsonl" "$out/micro_mixtral_ep2tp2_resume.jsonl" \
+      >"$out/micro_mixtral_ep2tp2_joined.jsonl" 2>/dev/null
+    curves micro_mixtral_ep2tp2_joined micro_mixtral_1gpu_z1 2e-2
+  fi
+fi
 
 # fsdp: EP 2 with FSDP and with ZeRO-1 over NCCL against one GPU (the micro Mixtral).
 if [[ " $parts " == *" fsdp "* ]] && [ "$ngpu" -ge 2 ]; then
