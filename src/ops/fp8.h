@@ -89,11 +89,12 @@ void amax(const Tensor& x, Tensor& amax, const Stream& s);
 // operand with K = a.cols(), b the right one stored [N, K] (a weight [out, in] as it is). Scaling pairs:
 // tensorwise x tensorwise, rowwise x rowwise, 1x128 x 128x128, 1x128 x 1x128, 128x128 x 1x128. At least one
 // of a, b must be E4M3 (Hopper has no E5M2 x E5M2). K must be a multiple of 16 (of 128 for blockwise), N
-// of 16, M any (a multiple of 16 for a 1x128 a). c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum: Hopper's faster FP8 accumulation
-// (tensorwise only; ignored elsewhere and on the CPU). CPU: an f64 c is computed exactly per element (raw
-// FP8 products summed per K-group in f64, times the group's multipliers) -- the reference the GPU is checked
-// against; an f32 c (CPU training) multiplies the raw FP8 values with OpenBLAS per K-group and sums in f32,
-// as the GPU does. The GPU's FP8 accumulation is not f32-exact (~2e-4 relative, docs/kernels/fp8.md).
+// of 16, M any (a multiple of 16 for a 1x128 a). c is bf16 or f32 (CUDA), f32 or f64 (CPU). fast_accum:
+// Hopper's faster FP8 accumulation (tensorwise only; ignored elsewhere and on the CPU). CPU: an f64 c is
+// computed exactly per element (raw FP8 products summed per K-group in f64, times the group's multipliers) --
+// the reference the GPU is checked against; an f32 c (CPU training) multiplies the raw FP8 values with
+// OpenBLAS per K-group and sums in f32, as the GPU does. The GPU's FP8 accumulation is not f32-exact (~2e-4
+// relative, docs/kernels/fp8.md).
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, float alpha, float beta, bool fast_accum,
               const Stream& s, const Tensor* c_in = nullptr);
 

@@ -6,6 +6,7 @@
 // back with bitwise the same logits; forced balancing (even, uniform) trains and resumes bit-exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -186,6 +187,14 @@ TEST(TrainMoeE2E, MicroQwen2MoeTrainsAndRoundTripsThroughHuggingFace) {
     fr.read_at(h.data_start() + e->begin, bytes.data(), bytes.size());
     logits.push_back(std::move(bytes));
   }
-  EXPECT_EQ(logits[0], logits[1]);
-  EXPECT_EQ(logits[0], logits[2]);
+  // The HF export and its re-import: the same model to the bit.
+  EXPECT_EQ(logits[1], logits[2]);
+  // The trained checkpoint keeps its vocabulary padded (264 rows) where the HF model has 257: the output GEMM
+  // has another N, and OpenBLAS's edge kernels may round the last real column differently (measured
+  // 2026-11-28: 5 of 2570 logits, all in column 256, 1 ulp apart). Equal within f32 rounding.
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  const auto* a = reinterpret_cast<const float*>(logits[0].data());
+  const auto* b = reinterpret_cast<const float*>(logits[1].data());
+  for (size_t i = 0; i < logits[0].size() / sizeof(float); ++i)
+    ASSERT_NEAR(a[i], b[i], 1e-6 * std::max(1.0f, std::fabs(b[i]))) << "logit " << i;
 }

@@ -220,14 +220,14 @@ if [ "$ref" -gt 1 ]; then
 else
   run single 0 -- "${keys[@]}"
 fi
-# MoE under expert parallelism: the micro models' top-k near-ties at steps 17-18 move that step's gradient norm
-# and that step's routing statistics by 1e-5 - 2e-5 under the split sums' rounding (ep: 1.6e-5, mtpep: 1.3e-5
-# since 2026-11-28), as in tp_train_test.sh (moe_grad_tol): they are held to 2e-4 there, the loss to 1e-5.
-# With an MTP depth (mtpep) the flipped routing at step 18 carries into the next steps' losses (1.06e-5 at step
-# 20): its loss is held to 5e-5.
+# MoE models: the micro models' top-k near-ties at steps 17-18 move that step's gradient norm and routing
+# statistics by 1e-5 - 2e-5 under the stages' last-bit differences (2026-11-28, this session's machine, not
+# bisected: ep 1.6e-5, mtp / mtpzbv / mtpep 1.29e-5), as in tp_train_test.sh (moe_grad_tol): they are held
+# to 2e-4 there, the loss to 1e-5. With an MTP depth on the MoE model (mtp, mtpzbv, mtpep) the flipped routing
+# at step 18 carries into the next steps' losses (1.06e-5 at step 20): their loss is held to 5e-5.
 tol=1e-5 tol_grad=1e-5
-[ "$mode" = ep ] && tol_grad=2e-4
-[ "$mode" = ep ] && [ ${#mtp[@]} -gt 0 ] && tol=5e-5
+case "${PRIMUS_E2E_MODEL:-}" in *mixtral* | *moe* | *deepseek*) tol_grad=2e-4 ;; esac
+[ ${#mtp[@]} -gt 0 ] && [[ ${PRIMUS_E2E_MODEL:-} == *moe* ]] && tol=5e-5
 compare dist single "$tol" "$tol_grad" "$tol_grad"
 if [ "$mode" = resume ] && [ ${#tied[@]} -gt 0 ]; then compare back single 1e-5; fi
 echo "pp_train_test: $name passed"
