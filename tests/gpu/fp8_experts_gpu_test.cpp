@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "fp8_test_util.h"
 #include "gpu/fused_test_util.h"
 #include "model/fp8_experts.h"
 #include "model/fp8_linear.h"
@@ -17,14 +18,7 @@ namespace primus::gputest {
 namespace {
 
 constexpr const char* kFam = "fp8_experts";
-
-Fp8Recipe recipe(const char* name, const char* format) {
-  Fp8Config c;
-  c.enabled = true;
-  c.recipe = name;
-  c.format = format;
-  return *Fp8Recipe::from_config(c);
-}
+using fp8test::recipe;
 
 StepContext step_ctx(const Stream& s, Fp8State* st, DType act) {
   StepContext ctx;

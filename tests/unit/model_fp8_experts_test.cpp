@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "fp8_test_util.h"
 #include "model/fp8_experts.h"
 #include "model/fp8_linear.h"
 #include "ops/fp8.h"
@@ -18,13 +19,8 @@
 namespace primus {
 namespace {
 
-Tensor randn(std::mt19937& rng, const Shape& shape, float scale) {
-  std::normal_distribution<float> d(0.0f, scale);
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
-  return t;
-}
+using fp8test::randn;
+using fp8test::recipe;
 
 Tensor filled(const Shape& shape, float v) {
   Tensor t = Tensor::empty(shape, DType::kF32);
@@ -42,14 +38,6 @@ double rel_err_rows(const Tensor& a, const Tensor& b, int64_t begin, int64_t end
     den += static_cast<double>(y[i]) * y[i];
   }
   return std::sqrt(num / den);
-}
-
-Fp8Recipe recipe(const char* name, const char* format) {
-  Fp8Config c;
-  c.enabled = true;
-  c.recipe = name;
-  c.format = format;
-  return *Fp8Recipe::from_config(c);
 }
 
 StepContext cpu_ctx(Fp8State* st) {

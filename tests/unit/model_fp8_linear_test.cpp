@@ -10,19 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "fp8_test_util.h"
 #include "model/fp8_linear.h"
 #include "ops/gemm.h"
 
 namespace primus {
 namespace {
 
-Tensor randn(std::mt19937& rng, const Shape& shape, float scale) {
-  std::normal_distribution<float> d(0.0f, scale);
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
-  return t;
-}
+using fp8test::randn;
+using fp8test::recipe;
 
 double rel_err(const Tensor& a, const Tensor& b) {
   const float *x = a.data<float>(), *y = b.data<float>();
@@ -32,14 +28,6 @@ double rel_err(const Tensor& a, const Tensor& b) {
     den += static_cast<double>(y[i]) * y[i];
   }
   return std::sqrt(num / den);
-}
-
-Fp8Recipe recipe(const char* name, const char* format) {
-  Fp8Config c;
-  c.enabled = true;
-  c.recipe = name;
-  c.format = format;
-  return *Fp8Recipe::from_config(c);
 }
 
 struct Grads {
