@@ -8,20 +8,15 @@
 #include "checkpoint/snapshot.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "model/model_spec.h"
 
 namespace fs = std::filesystem;
 
 namespace primus::ckpt {
 
-namespace {
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 ConvertReport convert_hf_to_primus(const std::string& hf_dir, const std::string& out_root) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   HfCheckpoint hf(hf_dir);
   const ModelConfig& m = hf.info().model;
   std::error_code ec;
@@ -72,7 +67,7 @@ ConvertReport convert_hf_to_primus(const std::string& hf_dir, const std::string&
   r.dtype = dtype;
   r.tensors = static_cast<int64_t>(snap.model.size());
   r.bytes = ps.bytes;
-  r.seconds = since(t0);
+  r.seconds = t0.seconds();
   return r;
 }
 
@@ -87,7 +82,7 @@ std::map<std::string, Tensor> read_checkpoint_params(const Verification& v) {
 
 ConvertReport convert_primus_to_hf(const std::string& checkpoint, const std::string& out_dir,
                                    const PrimusToHfOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   const PathKind kind = classify_path(checkpoint);
   if (kind != PathKind::kCheckpoint && kind != PathKind::kSaveRoot)
     throw ConfigError(fmt::format(
@@ -139,7 +134,7 @@ ConvertReport convert_primus_to_hf(const std::string& checkpoint, const std::str
   r.dtype = dtype_to_torch(dt);
   r.tensors = static_cast<int64_t>(tensors.size());
   r.bytes = ws.bytes;
-  r.seconds = since(t0);
+  r.seconds = t0.seconds();
   return r;
 }
 

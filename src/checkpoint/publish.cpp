@@ -13,16 +13,13 @@
 #include "checkpoint/file_io.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 namespace fs = std::filesystem;
 
 namespace primus::ckpt {
 
 namespace {
-
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // ".tmp-iter_0000050-1234" / ".trash-iter_0000050-1234" / ".latest.tmp-1234" -> 1234
 std::optional<pid_t> owner_pid(const std::string& name) {
@@ -106,7 +103,7 @@ void clean_stale_entries(const std::string& root) {
 }
 
 PublishStats publish_checkpoint(const Snapshot& snap, const std::string& root, int64_t keep_latest_k) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   PublishStats st;
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -126,7 +123,7 @@ PublishStats publish_checkpoint(const Snapshot& snap, const std::string& root, i
     write_snapshot(snap, tmp, &ws);
     fsync_dir(tmp);
     st.bytes = ws.bytes;
-    st.write_seconds = since(t0);
+    st.write_seconds = t0.seconds();
   } catch (...) {
     remove_tree(tmp);  // e.g. ENOSPC: the previous checkpoints are untouched
     throw;
@@ -178,7 +175,7 @@ PublishStats publish_checkpoint(const Snapshot& snap, const std::string& root, i
     }
     if (!st.deleted.empty()) fsync_dir(root);
   }
-  st.total_seconds = since(t0);
+  st.total_seconds = t0.seconds();
   return st;
 }
 

@@ -5,14 +5,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 namespace primus::ckpt {
-
-namespace {
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string root, int64_t keep_latest_k, bool async)
     : root_(std::move(root)), keep_(keep_latest_k), async_(async) {
@@ -89,17 +84,17 @@ std::optional<PublishStats> CheckpointWriter::last_published() const {
 
 SaveReport CheckpointWriter::save(const ParamStore& params, const Stream& s, const TrainingState& state,
                                   const std::string& config_yaml, bool save_optim) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   SaveReport r;
   r.iteration = state.iteration;
   wait();  // the staging buffers are reused: the previous write must be done
-  const auto t1 = std::chrono::steady_clock::now();
+  const Stopwatch t1;
   Snapshot snap = stager_.stage(params, s, state, config_yaml, save_optim);
-  r.stage_seconds = since(t1);
+  r.stage_seconds = t1.seconds();
   r.staged_bytes = stager_.staged_bytes();
   if (!async_) {
     publish_and_log(snap);
-    r.blocked_seconds = since(t0);
+    r.blocked_seconds = t0.seconds();
     return r;
   }
   {
@@ -109,7 +104,7 @@ SaveReport CheckpointWriter::save(const ParamStore& params, const Stream& s, con
     busy_ = true;
   }
   cv_.notify_all();
-  r.blocked_seconds = since(t0);
+  r.blocked_seconds = t0.seconds();
   const double mb = static_cast<double>(r.staged_bytes) / 1e6;
   log::info(
       "checkpoint: iteration {} staged ({:.1f} MB in {:.1f} ms, {:.2f} GB/s); training blocked {:.1f} ms, "

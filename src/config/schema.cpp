@@ -6,6 +6,7 @@
 
 #include "config/did_you_mean.h"
 #include "config/not_supported.h"
+#include "config/problems.h"
 #include "config/yaml_scalar.h"
 #include "core/error.h"
 
@@ -142,19 +143,6 @@ bool coerce_to_type(Value& v, KeyType type, bool nullable, std::string* problem)
 }
 
 namespace {
-
-struct Problems {
-  std::vector<std::string> lines;
-  void add(std::string s) { lines.push_back(std::move(s)); }
-  template <class ErrorType = ConfigError>
-  void throw_if_any(const std::string& what, const std::string& hint) const {
-    if (lines.empty()) return;
-    if (lines.size() == 1) throw ErrorType(lines[0], hint);
-    std::string msg = fmt::format("{} problems in {}:", lines.size(), what);
-    for (const auto& l : lines) msg += "\n  - " + l;
-    throw ErrorType(msg, hint);
-  }
-};
 
 void flatten(const Value& map, const std::string& prefix, const KeyTable& table, const std::string& what,
              std::vector<std::pair<const KeyDecl*, Value>>& out, Problems& problems,

@@ -8,17 +8,10 @@
 #include "config/load_config.h"
 #include "config/not_supported.h"
 #include "config/plan.h"
+#include "config/problems.h"
 #include "core/error.h"
 
 namespace primus::config {
-namespace {
-
-struct Problems {
-  std::vector<std::string> lines;
-  void add(std::string s) { lines.push_back(std::move(s)); }
-};
-
-}  // namespace
 
 void validate_config(ResolvedConfig& rc) {
   TrainConfig& t = rc.train;
@@ -166,12 +159,7 @@ void validate_config(ResolvedConfig& rc) {
         fmt::format("text_data_path '{}' does not exist (yet); the run stops when it opens its data",
                     t.data.text_data_path));
 
-  if (bad.lines.size() == 1) throw ConfigError(bad.lines[0]);
-  if (!bad.lines.empty()) {
-    std::string msg = fmt::format("{} problems in the configuration:", bad.lines.size());
-    for (const auto& l : bad.lines) msg += "\n  - " + l;
-    throw ConfigError(msg);
-  }
+  bad.throw_if_any("the configuration");
 }
 
 }  // namespace primus::config

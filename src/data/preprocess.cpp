@@ -25,7 +25,7 @@ struct DocResult {
   std::vector<std::vector<std::vector<int32_t>>> per_key;  // key -> sequences -> ids
 };
 
-struct Batch {
+struct RecordBatch {
   int64_t seq = 0;
   std::vector<Record> records;
   std::vector<DocResult> docs;
@@ -36,7 +36,7 @@ struct Batch {
 constexpr size_t kBatchRecords = 256;
 constexpr size_t kBatchBytes = 1 << 20;
 
-void process(const Tokenizer& tok, const PreprocessOptions& opt, bool jsonl, Batch* b) {
+void process(const Tokenizer& tok, const PreprocessOptions& opt, bool jsonl, RecordBatch* b) {
   b->docs.resize(b->records.size());
   std::string fixed;
   for (size_t i = 0; i < b->records.size(); ++i) {
@@ -90,8 +90,8 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
 
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Batch> todo;
-  std::map<int64_t, Batch> done;
+  std::deque<RecordBatch> todo;
+  std::map<int64_t, RecordBatch> done;
   int64_t batches_read = 0, in_flight = 0;
   bool reader_done = false, stop = false;
   std::exception_ptr error;
@@ -105,7 +105,7 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
 
   std::thread read_thread([&] {
     try {
-      Batch b;
+      RecordBatch b;
       size_t bytes = 0;
       Record r;
       auto push = [&] {
@@ -116,7 +116,7 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
         b.bytes_after = reader.bytes_read();
         ++in_flight;
         todo.push_back(std::move(b));
-        b = Batch();
+        b = RecordBatch();
         bytes = 0;
         cv.notify_all();
         return true;
@@ -139,7 +139,7 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
     workers.emplace_back([&] {
       try {
         while (true) {
-          Batch b;
+          RecordBatch b;
           {
             std::unique_lock<std::mutex> lock(mu);
             cv.wait(lock, [&] { return stop || !todo.empty() || reader_done; });
@@ -163,7 +163,7 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
   int64_t next = 0;
   try {
     while (true) {
-      Batch b;
+      RecordBatch b;
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stop || done.count(next) > 0 || (reader_done && next == batches_read); });

@@ -28,7 +28,6 @@ using namespace primus;
 
 namespace {
 
-const char* kFortunes = "/usr/share/games/fortunes";
 const char* kExperiment = "tests/e2e/configs/fortunes_micro_llama.yaml";
 
 std::string new_scratch(const std::string& tag) {

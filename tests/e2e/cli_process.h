@@ -17,6 +17,9 @@
 
 namespace primus::cli_test {
 
+// The Debian fortunes corpus the end-to-end runs train on (package fortunes-min; tests skip without it).
+inline constexpr const char* kFortunes = "/usr/share/games/fortunes";
+
 struct CliResult {
   int exit_code = -1;
   std::string out;

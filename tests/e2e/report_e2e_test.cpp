@@ -13,15 +13,13 @@ using namespace primus::cli_test;
 
 namespace {
 
-const char* kFortunes = "/usr/share/games/fortunes";
-
 std::string run_dir_of(const std::string& workspace, const std::string& exp) {
   return workspace + "/e2e/ci/" + exp;
 }
 
-CliResult train(const std::string& workspace, const std::string& exp,
-                const std::vector<std::string>& overrides,
-                std::map<std::string, std::optional<std::string>> env = {}) {
+CliResult train_micro(const std::string& workspace, const std::string& exp,
+                      const std::vector<std::string>& overrides,
+                      std::map<std::string, std::optional<std::string>> env = {}) {
   env["PRIMUS_WORKSPACE"] = workspace;
   env["PRIMUS_EXP_NAME"] = exp;
   env["PRIMUS_USER"] = "ci";
@@ -40,10 +38,10 @@ TEST(ReportE2E, ProfiledRunToHtmlReport) {
                              .string();
   std::filesystem::remove_all(ws);
   CliResult r =
-      train(ws, "profiled",
-            {"train_iters=12", "lr_warmup_iters=2", "eval_interval=6", "log_interval=4", "profile=true",
-             "profile_step_start=3", "profile_step_end=4", "check_for_spiky_loss=true"},
-            {{"PRIMUS_INJECT_LOSS_SPIKE", "9:100"}});
+      train_micro(ws, "profiled",
+                  {"train_iters=12", "lr_warmup_iters=2", "eval_interval=6", "log_interval=4", "profile=true",
+                   "profile_step_start=3", "profile_step_end=4", "check_for_spiky_loss=true"},
+                  {{"PRIMUS_INJECT_LOSS_SPIKE", "9:100"}});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string dir = run_dir_of(ws, "profiled");
   // The trace: valid JSON, CPU ranges of steps 3 and 4, and the timeline printed after the profiled steps.
@@ -91,8 +89,8 @@ TEST(ReportE2E, WatchdogEndsAStalledRunNamingTheRank) {
       (std::filesystem::temp_directory_path() / (std::string("primus-e2e-stall-") + std::to_string(getpid())))
           .string();
   std::filesystem::remove_all(ws);
-  CliResult r = train(ws, "stalled", {"train_iters=50", "lr_warmup_iters=2", "hang_timeout_s=2"},
-                      {{"PRIMUS_INJECT_STALL", "0:4"}});
+  CliResult r = train_micro(ws, "stalled", {"train_iters=50", "lr_warmup_iters=2", "hang_timeout_s=2"},
+                            {{"PRIMUS_INJECT_STALL", "0:4"}});
   EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
   EXPECT_NE(r.err.find("stuck rank(s): 0"), std::string::npos) << r.err;
   EXPECT_LT(r.seconds, 30);

@@ -17,8 +17,6 @@ using namespace primus::cli_test;
 
 namespace {
 
-const char* kFortunes = "/usr/share/games/fortunes";
-
 class TrainDataE2E : public ::testing::Test {
  protected:
   // One tokenizer and one dataset for the whole suite (preprocessing takes a few seconds).

@@ -14,8 +14,6 @@ using namespace primus::cli_test;
 
 namespace {
 
-const char* kFortunes = "/usr/share/games/fortunes";
-
 struct RunOutput {
   CliResult cli;
   std::vector<nlohmann::json> steps;  // metrics.jsonl records with a "loss"

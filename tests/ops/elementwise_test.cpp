@@ -9,7 +9,6 @@ namespace primus::test {
 namespace {
 
 const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 TEST(Elementwise, AddScaleFill) {
   Rng rng;

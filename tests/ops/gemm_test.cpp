@@ -44,13 +44,13 @@ struct Mnk {
   int64_t m, n, k;
 };
 // The last three are large enough to be split over threads (by rows, and by columns when n > m).
-const Mnk kSizes[] = {{1, 1, 1},    {3, 1, 5},     {1, 7, 3},     {31, 33, 127}, {33, 31, 1},
-                      {64, 32, 16}, {128, 64, 96}, {40, 300, 64}, {300, 40, 33}};
+const Mnk kGemmSizes[] = {{1, 1, 1},    {3, 1, 5},     {1, 7, 3},     {31, 33, 127}, {33, 31, 1},
+                          {64, 32, 16}, {128, 64, 96}, {40, 300, 64}, {300, 40, 33}};
 
 TEST(Gemm, AllTransposeCombosMatchNaive) {
   Rng rng;
   for (DType dt : float_types()) {
-    for (const Mnk& z : kSizes) {
+    for (const Mnk& z : kGemmSizes) {
       for (int combo = 0; combo < 4; ++combo) {
         const bool ta = combo & 1, tb = combo & 2;
         SCOPED_TRACE(fmt::format("{} m={} n={} k={} ta={} tb={}", dtype_name(dt), z.m, z.n, z.k, ta, tb));

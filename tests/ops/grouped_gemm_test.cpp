@@ -15,8 +15,6 @@
 namespace primus::test {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 struct Case {
   std::vector<int64_t> counts;
   int64_t padding = 0;  // rows past the experts' rows

@@ -12,6 +12,7 @@
 
 #include "core/philox.h"
 #include "core/portable_normal.h"
+#include "moe_test_util.h"
 #include "op_test_util.h"
 #include "ops/moe_router.h"
 
@@ -21,15 +22,6 @@ namespace {
 using ops::MoeRandomLogitsKey;
 using ops::MoeRouterConfig;
 using ops::MoeScoreFunction;
-
-MoeRouterConfig make_cfg(int64_t k, MoeScoreFunction score, bool pre = false, bool normalize = true) {
-  MoeRouterConfig c;
-  c.topk = k;
-  c.score = score;
-  c.pre_softmax = pre;
-  c.normalize = normalize;
-  return c;
-}
 
 std::vector<int32_t> round_robin(int64_t t, int64_t k, int64_t e, int64_t seqs) {
   Tensor ids = Tensor::empty({t, k}, DType::kI32);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "moe_test_util.h"
 #include "op_test_util.h"
 
 namespace primus::test {
@@ -23,15 +24,6 @@ Routed route(const Tensor& logits, const Tensor* bias, const MoeRouterConfig& cf
   Tensor probs = filled({t, cfg.topk}, logits.dtype(), NAN);
   ops::moe_router_forward(logits, bias, cfg, ids, probs, Stream::cpu());
   return {ids.to_vector<int32_t>(), host(probs)};
-}
-
-MoeRouterConfig make_cfg(int64_t k, MoeScoreFunction score, bool pre = false, bool normalize = true) {
-  MoeRouterConfig c;
-  c.topk = k;
-  c.score = score;
-  c.pre_softmax = pre;
-  c.normalize = normalize;
-  return c;
 }
 
 double sig(double x) {

@@ -8,8 +8,6 @@
 namespace primus::test {
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // RMSNorm of segments of length d starting at column `col0` of each row of x [rows, cols]; other columns keep
 // `keep`'s values.
 struct NaiveNorm {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@
 #include "core/tensor.h"
 
 namespace primus::test {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 inline uint64_t base_seed() {
   static const uint64_t seed = []() -> uint64_t {

@@ -269,8 +269,8 @@ std::vector<float> as_f32(const Tensor& x) {
   return out;
 }
 
-const std::pair<int64_t, int64_t> kSizes[] = {{1, 1},     {31, 33},   {33, 31},   {127, 129},
-                                              {128, 256}, {129, 128}, {256, 384}, {300, 260}};
+const std::pair<int64_t, int64_t> kQuantSizes[] = {{1, 1},     {31, 33},   {33, 31},   {127, 129},
+                                                   {128, 256}, {129, 128}, {256, 384}, {300, 260}};
 
 void expect_matches_naive(const Tensor& x, const Fp8Tensor* out, const Fp8Tensor* out_t, const float* given) {
   const std::vector<float> xf = as_f32(x);
@@ -288,7 +288,7 @@ void expect_matches_naive(const Tensor& x, const Fp8Tensor* out, const Fp8Tensor
 TEST(Quantize, MatchesNaiveEveryGranularity) {
   Rng rng;
   for (DType dt : float_types()) {
-    for (auto [rows, cols] : kSizes) {
+    for (auto [rows, cols] : kQuantSizes) {
       const Tensor x = varied_input(rng, rows, cols, dt);
       for (Fp8Granularity g : kGrans) {
         for (Fp8Format f : kFormats) {
@@ -341,7 +341,7 @@ TEST(Quantize, MixedGranularitiesInOneCall) {
 TEST(Quantize, DequantizeWithinHalfUlp) {
   Rng rng;
   for (DType dt : float_types()) {
-    for (auto [rows, cols] : kSizes) {
+    for (auto [rows, cols] : kQuantSizes) {
       const Tensor x = varied_input(rng, rows, cols, dt);
       const std::vector<float> xf = as_f32(x);
       for (Fp8Granularity g : kGrans) {

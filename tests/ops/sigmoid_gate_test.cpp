@@ -18,12 +18,12 @@ std::vector<double> naive(const std::vector<double>& g, const std::vector<double
   return y;
 }
 
-const std::pair<int64_t, int64_t> kSizes[] = {{1, 1}, {3, 5}, {31, 33}, {7, 127}, {300, 64}};
+const std::pair<int64_t, int64_t> kGateSizes[] = {{1, 1}, {3, 5}, {31, 33}, {7, 127}, {300, 64}};
 
 TEST(SigmoidGate, ForwardAddsTheGatedRows) {
   Rng rng;
   for (DType dt : float_types()) {
-    for (auto [n, d] : kSizes) {
+    for (auto [n, d] : kGateSizes) {
       SCOPED_TRACE(fmt::format("{} n={} d={}", dtype_name(dt), n, d));
       Tensor g = rand_tensor(rng, {n}, dt, -6, 6), x = rand_tensor(rng, {n, d}, dt);
       Tensor y = rand_tensor(rng, {n, d}, dt);

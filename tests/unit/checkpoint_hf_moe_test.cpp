@@ -30,7 +30,7 @@ using primus::ckpt_test::scratch_dir;
 
 namespace {
 
-constexpr int64_t kD = 48, kHeads = 4, kKv = 2, kV = 97, kE = 4, kF = 40;
+constexpr int64_t kMoeD = 48, kMoeHeads = 4, kMoeKv = 2, kMoeV = 97, kMoeE = 4, kMoeF = 40;
 
 struct MoeCase {
   std::string type;  // mixtral | qwen2_moe | qwen3_moe
@@ -45,7 +45,7 @@ void PrintTo(const MoeCase& c, std::ostream* os) {
 }
 
 int64_t head_dim(const MoeCase& c) {
-  return c.type == "qwen3_moe" ? 16 : kD / kHeads;  // qwen3: explicit head_dim != d / heads
+  return c.type == "qwen3_moe" ? 16 : kMoeD / kMoeHeads;  // qwen3: explicit head_dim != d / heads
 }
 int64_t layers(const MoeCase& c) {
   return c.type == "mixtral" ? 2 : 3;
@@ -65,14 +65,14 @@ json make_config(const MoeCase& c) {
                                                    {"qwen3_moe", "Qwen3MoeForCausalLM"}};
   j["architectures"] = {arch.at(c.type)};
   j["model_type"] = c.type;
-  j["hidden_size"] = kD;
+  j["hidden_size"] = kMoeD;
   j["num_hidden_layers"] = layers(c);
-  j["num_attention_heads"] = kHeads;
-  j["num_key_value_heads"] = kKv;
+  j["num_attention_heads"] = kMoeHeads;
+  j["num_key_value_heads"] = kMoeKv;
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = 256;
   j["rms_norm_eps"] = 1e-6;
-  j["vocab_size"] = kV;
+  j["vocab_size"] = kMoeV;
   j["tie_word_embeddings"] = c.type == "qwen3_moe";
   j["num_experts_per_tok"] = 2;
   j["router_aux_loss_coef"] = 0.02;
@@ -81,14 +81,14 @@ json make_config(const MoeCase& c) {
   j["eos_token_id"] = json::array({2, 3});
   j["transformers_version"] = "4.99.0";
   if (c.type == "mixtral") {
-    j["intermediate_size"] = kF;
-    j["num_local_experts"] = kE;
+    j["intermediate_size"] = kMoeF;
+    j["num_local_experts"] = kMoeE;
     j["sliding_window"] = nullptr;
     j["router_jitter_noise"] = 0.0;
   } else {
     j["intermediate_size"] = 56;  // dense layers
-    j["num_experts"] = kE;
-    j["moe_intermediate_size"] = kF;
+    j["num_experts"] = kMoeE;
+    j["moe_intermediate_size"] = kMoeF;
     j["use_sliding_window"] = false;
   }
   if (c.type == "qwen2_moe") {
@@ -118,54 +118,54 @@ json make_config(const MoeCase& c) {
 HfTensors make_tensors(const MoeCase& c, uint32_t seed) {
   HfTensors t(ckpt::torch_dtype_to_dtype(c.dtype), seed);
   const int64_t hd = head_dim(c);
-  t.add("model.embed_tokens.weight", {kV, kD});
+  t.add("model.embed_tokens.weight", {kMoeV, kMoeD});
   for (int l = 0; l < layers(c); ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.add(p + "input_layernorm.weight", {kD});
-    t.add(p + "self_attn.q_proj.weight", {kHeads * hd, kD});
-    t.add(p + "self_attn.k_proj.weight", {kKv * hd, kD});
-    t.add(p + "self_attn.v_proj.weight", {kKv * hd, kD});
+    t.add(p + "input_layernorm.weight", {kMoeD});
+    t.add(p + "self_attn.q_proj.weight", {kMoeHeads * hd, kMoeD});
+    t.add(p + "self_attn.k_proj.weight", {kMoeKv * hd, kMoeD});
+    t.add(p + "self_attn.v_proj.weight", {kMoeKv * hd, kMoeD});
     if (c.type == "qwen2_moe") {
-      t.add(p + "self_attn.q_proj.bias", {kHeads * hd});
-      t.add(p + "self_attn.k_proj.bias", {kKv * hd});
-      t.add(p + "self_attn.v_proj.bias", {kKv * hd});
+      t.add(p + "self_attn.q_proj.bias", {kMoeHeads * hd});
+      t.add(p + "self_attn.k_proj.bias", {kMoeKv * hd});
+      t.add(p + "self_attn.v_proj.bias", {kMoeKv * hd});
     }
-    t.add(p + "self_attn.o_proj.weight", {kD, kHeads * hd});
+    t.add(p + "self_attn.o_proj.weight", {kMoeD, kMoeHeads * hd});
     if (c.type == "qwen3_moe") {
       t.add(p + "self_attn.q_norm.weight", {hd});
       t.add(p + "self_attn.k_norm.weight", {hd});
     }
-    t.add(p + "post_attention_layernorm.weight", {kD});
+    t.add(p + "post_attention_layernorm.weight", {kMoeD});
     if (!is_moe(c, l)) {
-      t.add(p + "mlp.gate_proj.weight", {56, kD});
-      t.add(p + "mlp.up_proj.weight", {56, kD});
-      t.add(p + "mlp.down_proj.weight", {kD, 56});
+      t.add(p + "mlp.gate_proj.weight", {56, kMoeD});
+      t.add(p + "mlp.up_proj.weight", {56, kMoeD});
+      t.add(p + "mlp.down_proj.weight", {kMoeD, 56});
       continue;
     }
     const bool legacy_mixtral = c.type == "mixtral" && !c.fused;
     const std::string m = p + (legacy_mixtral ? "block_sparse_moe." : "mlp.");
-    t.add(m + "gate.weight", {kE, kD});
+    t.add(m + "gate.weight", {kMoeE, kMoeD});
     if (c.fused) {
-      t.add(m + "experts.gate_up_proj", {kE, 2 * kF, kD});
-      t.add(m + "experts.down_proj", {kE, kD, kF});
+      t.add(m + "experts.gate_up_proj", {kMoeE, 2 * kMoeF, kMoeD});
+      t.add(m + "experts.down_proj", {kMoeE, kMoeD, kMoeF});
     } else {
-      for (int e = 0; e < kE; ++e) {
+      for (int e = 0; e < kMoeE; ++e) {
         const std::string x = m + "experts." + std::to_string(e) + ".";
         const bool w = c.type == "mixtral";
-        t.add(x + (w ? "w1.weight" : "gate_proj.weight"), {kF, kD});
-        t.add(x + (w ? "w3.weight" : "up_proj.weight"), {kF, kD});
-        t.add(x + (w ? "w2.weight" : "down_proj.weight"), {kD, kF});
+        t.add(x + (w ? "w1.weight" : "gate_proj.weight"), {kMoeF, kMoeD});
+        t.add(x + (w ? "w3.weight" : "up_proj.weight"), {kMoeF, kMoeD});
+        t.add(x + (w ? "w2.weight" : "down_proj.weight"), {kMoeD, kMoeF});
       }
     }
     if (c.type == "qwen2_moe") {
-      t.add(m + "shared_expert.gate_proj.weight", {24, kD});
-      t.add(m + "shared_expert.up_proj.weight", {24, kD});
-      t.add(m + "shared_expert.down_proj.weight", {kD, 24});
-      t.add(m + "shared_expert_gate.weight", {1, kD});
+      t.add(m + "shared_expert.gate_proj.weight", {24, kMoeD});
+      t.add(m + "shared_expert.up_proj.weight", {24, kMoeD});
+      t.add(m + "shared_expert.down_proj.weight", {kMoeD, 24});
+      t.add(m + "shared_expert_gate.weight", {1, kMoeD});
     }
   }
-  t.add("model.norm.weight", {kD});
-  if (c.type != "qwen3_moe") t.add("lm_head.weight", {kV, kD});
+  t.add("model.norm.weight", {kMoeD});
+  if (c.type != "qwen3_moe") t.add("lm_head.weight", {kMoeV, kMoeD});
   return t;
 }
 
@@ -236,15 +236,15 @@ TEST_P(CheckpointHfMoe, ConvertsNameByNameAndBackByteIdentical) {
     EXPECT_EQ(bytes_of(ck.at(ours + "mlp.router.weight")), bytes_of(src.get(m + "gate.weight")));
     const Tensor& gu = ck.at(ours + "mlp.experts.gate_up_proj.weight");
     const Tensor& dn = ck.at(ours + "mlp.experts.down_proj.weight");
-    EXPECT_EQ(gu.shape(), (Shape{kE, 2 * kF, kD}));
-    EXPECT_EQ(dn.shape(), (Shape{kE, kD, kF}));
+    EXPECT_EQ(gu.shape(), (Shape{kMoeE, 2 * kMoeF, kMoeD}));
+    EXPECT_EQ(dn.shape(), (Shape{kMoeE, kMoeD, kMoeF}));
     if (c.fused) {
       EXPECT_EQ(bytes_of(gu), bytes_of(src.get(m + "experts.gate_up_proj")));
       EXPECT_EQ(bytes_of(dn), bytes_of(src.get(m + "experts.down_proj")));
     } else {
       // Expert e's block of the stacked tensors: gate rows, then up rows; then its down projection.
-      const size_t gbytes = static_cast<size_t>(kF * kD) * dtype_size(gu.dtype());
-      for (int e = 0; e < kE; ++e) {
+      const size_t gbytes = static_cast<size_t>(kMoeF * kMoeD) * dtype_size(gu.dtype());
+      for (int e = 0; e < kMoeE; ++e) {
         const std::string x = m + "experts." + std::to_string(e) + ".";
         const bool w = c.type == "mixtral";
         const auto g = bytes_of(src.get(x + (w ? "w1.weight" : "gate_proj.weight")));
@@ -273,9 +273,9 @@ TEST_P(CheckpointHfMoe, ConvertsNameByNameAndBackByteIdentical) {
   // The model configuration survives in state.json.
   const ckpt::Selection sel = ckpt::select_explicit(work + "/primus");
   const MoeConfig& e = sel.verification.state.model.moe;
-  EXPECT_EQ(e.num_experts, kE);
+  EXPECT_EQ(e.num_experts, kMoeE);
   EXPECT_EQ(e.topk, 2);
-  EXPECT_EQ(e.ffn_hidden_size, kF);
+  EXPECT_EQ(e.ffn_hidden_size, kMoeF);
   EXPECT_EQ(e.shared_expert_gate, c.type == "qwen2_moe");
   for (int l = 0; l < layers(c); ++l) EXPECT_EQ(e.is_moe_layer(l), is_moe(c, l)) << l;
   EXPECT_EQ(e.pre_softmax,
@@ -299,7 +299,7 @@ TEST_P(CheckpointHfMoe, DirectLoadGivesTheLogitsOfTheConversion) {
   InferenceModel from_hf = load_inference_model(hf, "cpu");
   InferenceModel from_ckpt = load_inference_model(work + "/primus", "cpu");
   Tensor x = compute_logits(from_hf, tokens), y = compute_logits(from_ckpt, tokens);
-  ASSERT_EQ(x.shape(), (Shape{2, 6, kV}));
+  ASSERT_EQ(x.shape(), (Shape{2, 6, kMoeV}));
   EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0);
   bool finite = true, varied = false;
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -447,7 +447,7 @@ TEST(CheckpointHfMoeConfig, WeightsThatDoNotMatchAreRefusedNamingTheTensor) {
   };
   // An extra tensor.
   HfTensors extra = make_tensors(c, 3);
-  extra.add("model.layers.0.mlp.experts.4.gate_proj.weight", {kF, kD});
+  extra.add("model.layers.0.mlp.experts.4.gate_proj.weight", {kMoeF, kMoeD});
   std::string e = convert_error(extra, make_config(c), "extra");
   EXPECT_NE(e.find("do not belong"), std::string::npos) << e;
   EXPECT_NE(e.find("model.layers.0.mlp.experts.4.gate_proj.weight"), std::string::npos) << e;
@@ -462,7 +462,7 @@ TEST(CheckpointHfMoeConfig, WeightsThatDoNotMatchAreRefusedNamingTheTensor) {
   EXPECT_NE(e.find("missing"), std::string::npos) << e;
   // A wrong shape (config.json's moe_intermediate_size disagrees with the experts).
   json wider = make_config(c);
-  wider["moe_intermediate_size"] = kF + 8;
+  wider["moe_intermediate_size"] = kMoeF + 8;
   e = convert_error(make_tensors(c, 3), wider, "shape");
   EXPECT_NE(e.find("mlp.experts.0.gate_proj.weight has shape [40, 48]"), std::string::npos) << e;
   // A non-zero tensor where the function has zeros is not dropped silently: a llama-style o_proj bias.
@@ -470,10 +470,10 @@ TEST(CheckpointHfMoeConfig, WeightsThatDoNotMatchAreRefusedNamingTheTensor) {
   HfTensors bias = make_tensors(q3, 3);
   for (int l = 0; l < 3; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-    bias.add(p + "q_proj.bias", {kHeads * 16});
-    bias.add(p + "k_proj.bias", {kKv * 16});
-    bias.add(p + "v_proj.bias", {kKv * 16});
-    bias.add(p + "o_proj.bias", {kD});
+    bias.add(p + "q_proj.bias", {kMoeHeads * 16});
+    bias.add(p + "k_proj.bias", {kMoeKv * 16});
+    bias.add(p + "v_proj.bias", {kMoeKv * 16});
+    bias.add(p + "o_proj.bias", {kMoeD});
   }
   json with_bias = make_config(q3);
   with_bias["attention_bias"] = true;

@@ -16,12 +16,15 @@
 #include "checkpoint_test_util.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "hf_test_util.h"
 #include "train/logits.h"
 
 namespace fs = std::filesystem;
 using namespace primus;
 using nlohmann::json;
 using primus::ckpt_test::scratch_dir;
+using primus::hf_test::read_all;
+using primus::hf_test::read_json;
 
 namespace {
 
@@ -40,7 +43,7 @@ void PrintTo(const HfCase& c, std::ostream* os) {
       << c.dtype;
 }
 
-int64_t kHidden = 64, kHeads = 4, kKv = 2, kFfn = 96, kLayers = 2, kVocab = 200;
+int64_t kHfHidden = 64, kHfHeads = 4, kHfKv = 2, kHfFfn = 96, kHfLayers = 2, kHfVocab = 200;
 
 json make_config(const HfCase& c) {
   json j;
@@ -48,16 +51,16 @@ json make_config(const HfCase& c) {
                         : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
                                                   : "Qwen3ForCausalLM"};
   j["model_type"] = c.model_type;
-  j["hidden_size"] = kHidden;
-  j["intermediate_size"] = kFfn;
-  j["num_hidden_layers"] = kLayers;
-  j["num_attention_heads"] = kHeads;
-  j["num_key_value_heads"] = kKv;
+  j["hidden_size"] = kHfHidden;
+  j["intermediate_size"] = kHfFfn;
+  j["num_hidden_layers"] = kHfLayers;
+  j["num_attention_heads"] = kHfHeads;
+  j["num_key_value_heads"] = kHfKv;
   if (c.model_type == "qwen3") j["head_dim"] = 24;  // not hidden / heads
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = 512;
   j["rms_norm_eps"] = c.model_type == "llama" ? 1e-5 : 1e-6;
-  j["vocab_size"] = kVocab;
+  j["vocab_size"] = kHfVocab;
   j["tie_word_embeddings"] = c.tied;
   j["bos_token_id"] = 1;
   j["eos_token_id"] = json::array({2, 3});
@@ -85,31 +88,31 @@ json make_config(const HfCase& c) {
 
 // HF tensors (names, shapes) of a case, with random values in the case's dtype.
 std::vector<std::pair<std::string, Tensor>> make_tensors(const HfCase& c, uint32_t seed) {
-  const int64_t hd = c.model_type == "qwen3" ? 24 : kHidden / kHeads;
-  std::vector<std::pair<std::string, Shape>> shapes = {{"model.embed_tokens.weight", {kVocab, kHidden}}};
-  for (int l = 0; l < kLayers; ++l) {
+  const int64_t hd = c.model_type == "qwen3" ? 24 : kHfHidden / kHfHeads;
+  std::vector<std::pair<std::string, Shape>> shapes = {{"model.embed_tokens.weight", {kHfVocab, kHfHidden}}};
+  for (int l = 0; l < kHfLayers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    shapes.push_back({p + "input_layernorm.weight", {kHidden}});
-    shapes.push_back({p + "self_attn.q_proj.weight", {kHeads * hd, kHidden}});
-    shapes.push_back({p + "self_attn.k_proj.weight", {kKv * hd, kHidden}});
-    shapes.push_back({p + "self_attn.v_proj.weight", {kKv * hd, kHidden}});
+    shapes.push_back({p + "input_layernorm.weight", {kHfHidden}});
+    shapes.push_back({p + "self_attn.q_proj.weight", {kHfHeads * hd, kHfHidden}});
+    shapes.push_back({p + "self_attn.k_proj.weight", {kHfKv * hd, kHfHidden}});
+    shapes.push_back({p + "self_attn.v_proj.weight", {kHfKv * hd, kHfHidden}});
     if (c.model_type == "qwen2") {
-      shapes.push_back({p + "self_attn.q_proj.bias", {kHeads * hd}});
-      shapes.push_back({p + "self_attn.k_proj.bias", {kKv * hd}});
-      shapes.push_back({p + "self_attn.v_proj.bias", {kKv * hd}});
+      shapes.push_back({p + "self_attn.q_proj.bias", {kHfHeads * hd}});
+      shapes.push_back({p + "self_attn.k_proj.bias", {kHfKv * hd}});
+      shapes.push_back({p + "self_attn.v_proj.bias", {kHfKv * hd}});
     }
-    shapes.push_back({p + "self_attn.o_proj.weight", {kHidden, kHeads * hd}});
+    shapes.push_back({p + "self_attn.o_proj.weight", {kHfHidden, kHfHeads * hd}});
     if (c.model_type == "qwen3") {
       shapes.push_back({p + "self_attn.q_norm.weight", {hd}});
       shapes.push_back({p + "self_attn.k_norm.weight", {hd}});
     }
-    shapes.push_back({p + "post_attention_layernorm.weight", {kHidden}});
-    shapes.push_back({p + "mlp.gate_proj.weight", {kFfn, kHidden}});
-    shapes.push_back({p + "mlp.up_proj.weight", {kFfn, kHidden}});
-    shapes.push_back({p + "mlp.down_proj.weight", {kHidden, kFfn}});
+    shapes.push_back({p + "post_attention_layernorm.weight", {kHfHidden}});
+    shapes.push_back({p + "mlp.gate_proj.weight", {kHfFfn, kHfHidden}});
+    shapes.push_back({p + "mlp.up_proj.weight", {kHfFfn, kHfHidden}});
+    shapes.push_back({p + "mlp.down_proj.weight", {kHfHidden, kHfFfn}});
   }
-  shapes.push_back({"model.norm.weight", {kHidden}});
-  if (!c.tied) shapes.push_back({"lm_head.weight", {kVocab, kHidden}});
+  shapes.push_back({"model.norm.weight", {kHfHidden}});
+  if (!c.tied) shapes.push_back({"lm_head.weight", {kHfVocab, kHfHidden}});
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 0.2f);
   std::vector<std::pair<std::string, Tensor>> out;
@@ -128,26 +131,6 @@ std::string write_hf(const HfCase& c, const std::string& dir, uint32_t seed = 5)
   // The writer shards greedily: a small limit gives several files and an index.
   ckpt::write_hf_dir(dir, tensors, cfg, c.sharded_input ? 40'000 : 0);
   return dir;
-}
-
-std::map<std::string, std::pair<ckpt::StEntry, std::vector<char>>> read_all(const std::string& dir) {
-  std::map<std::string, std::pair<ckpt::StEntry, std::vector<char>>> out;
-  for (const auto& f : fs::directory_iterator(dir)) {
-    if (f.path().extension() != ".safetensors") continue;
-    ckpt::FileReader r(f.path().string());
-    ckpt::StHeader h = ckpt::read_safetensors_header(r);
-    for (const ckpt::StEntry& e : h.entries) {
-      std::vector<char> bytes(e.bytes());
-      if (!bytes.empty()) r.read_at(h.data_start() + e.begin, bytes.data(), bytes.size());
-      out[e.name] = {e, std::move(bytes)};
-    }
-  }
-  return out;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return json::parse(in);
 }
 
 class CheckpointHf : public ::testing::TestWithParam<HfCase> {
@@ -212,7 +195,7 @@ TEST_P(CheckpointHf, DirectLoadGivesTheLogitsOfTheConversion) {
   InferenceModel from_hf = load_inference_model(hf, "cpu");
   InferenceModel from_ckpt = load_inference_model(work + "/primus", "cpu");
   Tensor a = compute_logits(from_hf, tokens), b = compute_logits(from_ckpt, tokens);
-  ASSERT_EQ(a.shape(), (Shape{2, 5, kVocab}));
+  ASSERT_EQ(a.shape(), (Shape{2, 5, kHfVocab}));
   EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
   bool finite = true, varied = false;
   for (int64_t i = 0; i < a.numel(); ++i) {
@@ -276,7 +259,7 @@ TEST(CheckpointHfConfig, WeightsThatDoNotMatchTheConfigAreRefused) {
   HfCase c{"llama"};
   auto tensors = make_tensors(c, 3);
   nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(make_config(c).dump());
-  cfg["intermediate_size"] = kFfn + 8;
+  cfg["intermediate_size"] = kHfFfn + 8;
   ckpt::write_hf_dir(work + "/hf", tensors, cfg, 0);
   try {
     ckpt::convert_hf_to_primus(work + "/hf", work + "/out");

@@ -10,14 +10,7 @@
 namespace primus::config {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using primus::config::testing::config_error_of;
 
 ResolvedConfig load(const std::string& exp, std::map<std::string, std::string> env = {}) {
   ResolveOptions o;
@@ -43,29 +36,30 @@ TEST(ConfigRunNames, NamesAreSingleDirectoryNames) {
        {Bad{"", "is empty"}, Bad{".", "relative directory"}, Bad{"..", "relative directory"},
         Bad{"a/b", "path separator"}, Bad{"../../etc", "path separator"}, Bad{"a\\b", "path separator"},
         Bad{"run\n2", "control character"}, Bad{"x\x7f", "control character"}}) {
-    const std::string e = error_of([&] { check_run_name("user_name", b.value, "exp.yaml:3"); });
+    const std::string e = config_error_of([&] { check_run_name("user_name", b.value, "exp.yaml:3"); });
     EXPECT_NE(e.find("exp.yaml:3: user_name:"), std::string::npos) << b.value << ": " << e;
     EXPECT_NE(e.find(b.why), std::string::npos) << b.value << ": " << e;
   }
   // The message shows control characters escaped.
-  EXPECT_NE(error_of([] { check_run_name("exp_name", "a\nb", ""); }).find("'a\\x0ab'"), std::string::npos);
+  EXPECT_NE(config_error_of([] { check_run_name("exp_name", "a\nb", ""); }).find("'a\\x0ab'"),
+            std::string::npos);
   EXPECT_NO_THROW(check_workspace("/abs/../ws", ""));
   EXPECT_NO_THROW(check_workspace("./output", ""));
-  EXPECT_NE(error_of([] { check_workspace("", "f:1"); }).find("f:1: workspace: '' is empty"),
+  EXPECT_NE(config_error_of([] { check_workspace("", "f:1"); }).find("f:1: workspace: '' is empty"),
             std::string::npos);
   RunInfo run;
   run.exp_name = "../escape";
-  EXPECT_NE(error_of([&] { check_run_names(run); }).find("exp_name: '../escape'"), std::string::npos);
+  EXPECT_NE(config_error_of([&] { check_run_names(run); }).find("exp_name: '../escape'"), std::string::npos);
 }
 
 TEST(ConfigRunNames, LoadingRefusesANameFromTheEnvironmentNamingTheKey) {
   testing::TempDir dir;
   const std::string exp = dir.write("exp.yaml", kMegatron);
   EXPECT_EQ(load(exp, {{"PRIMUS_EXP_NAME", "fine"}}).train.run.exp_name, "fine");
-  const std::string e = error_of([&] { load(exp, {{"PRIMUS_EXP_NAME", "../../other/run"}}); });
+  const std::string e = config_error_of([&] { load(exp, {{"PRIMUS_EXP_NAME", "../../other/run"}}); });
   EXPECT_NE(e.find("exp.yaml:3"), std::string::npos) << e;
   EXPECT_NE(e.find("exp_name: '../../other/run' holds a path separator"), std::string::npos) << e;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(config_error_of([&] {
               load(exp, {{"PRIMUS_EXP_NAME", ".."}});
             }).find("exp_name: '..'"),
             std::string::npos);
@@ -100,7 +94,7 @@ TEST(ConfigTensorBoardKeys, MegatronKeysReachTheConfig) {
           .train.logging.tensorboard;
   EXPECT_TRUE(dir_only.enabled);
   EXPECT_EQ(dir_only.dir, "/tmp/tbx");
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(config_error_of([&] {
               load(dir.write("bad.yaml", std::string(kMegatron) + "      tensorboard_log_interval: 0\n"));
             }).find("tensorboard_log_interval"),
             std::string::npos);
@@ -120,7 +114,7 @@ TEST(ConfigTensorBoardKeys, TorchTitanKeysReachTheConfig) {
   EXPECT_EQ(tb.tags, "torchtitan");
   EXPECT_EQ(tb.log_interval, 4);
   EXPECT_NE(
-      error_of([&] {
+      config_error_of([&] {
         load(dir.write("up.yaml", base + "        enable_tensorboard: true\n        save_tb_folder: ../x\n"));
       }).find("metrics.save_tb_folder '../x' leaves the run directory"),
       std::string::npos);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <string>
 
@@ -68,6 +69,12 @@ class TempDir {
 };
 
 // The message of the ConfigError `fn` throws (the test fails when it throws nothing or something else).
+// Every one of `parts` appears in `text` (an error message, a dry-run listing).
+inline void expect_has(const std::string& text, std::initializer_list<const char*> parts) {
+  for (const char* p : parts)
+    EXPECT_NE(text.find(p), std::string::npos) << "missing '" << p << "' in: " << text;
+}
+
 inline std::string config_error_of(const std::function<void()>& fn) {
   try {
     fn();

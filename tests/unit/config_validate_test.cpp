@@ -37,10 +37,7 @@ struct Fixture {
   }
 };
 
-void expect_has(const std::string& text, std::initializer_list<const char*> parts) {
-  for (const char* p : parts)
-    EXPECT_NE(text.find(p), std::string::npos) << "missing '" << p << "' in: " << text;
-}
+using testing::expect_has;
 
 TEST(ConfigValidate, TinyLlamaLoadsWithDerivedValues) {
   Fixture f;

@@ -3,36 +3,32 @@
 #include <gtest/gtest.h>
 
 #include "comm/rank_names.h"
+#include "config_test_util.h"
 #include "core/error.h"
 #include "parallel/parallel_dims.h"
 
 namespace primus::parallel {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using primus::config::testing::config_error_of;
 
 TEST(ParallelDims, InfersDpShardAndChecksTheProduct) {
   ParallelDims d = ParallelDims::make({.dp_replicate = 2, .dp_shard = -1, .tp = 2}, 8);
   EXPECT_EQ(d.dp_shard(), 2);
   EXPECT_EQ(d.dp(), 4);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(config_error_of([] {
               ParallelDims::make({.dp_shard = 3, .tp = 2}, 8);
             }).find("multiply to 6 (dp_replicate 1 x dp_shard 3 x cp 1 x tp 2 x pp 1) but WORLD_SIZE is 8"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 3}, 8); }).find("cannot infer dp_shard"),
+  EXPECT_NE(
+      config_error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 3}, 8); }).find("cannot infer dp_shard"),
+      std::string::npos);
+  EXPECT_NE(
+      config_error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 0}, 8); }).find("tp = 0 must be >= 1"),
+      std::string::npos);
+  EXPECT_NE(config_error_of([] { ParallelDims::make({.dp_shard = -2}, 8); }).find("dp_shard = -2"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 0}, 8); }).find("tp = 0 must be >= 1"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -2}, 8); }).find("dp_shard = -2"),
-            std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(config_error_of([] {
               ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 3}, 8);
             }).find("expert_parallel_degree = 3 does not divide"),
             std::string::npos);
@@ -40,16 +36,16 @@ TEST(ParallelDims, InfersDpShardAndChecksTheProduct) {
   // Megatron's DDP / distributed optimizer: EP 8 out of 8 replicas (Primus's Mixtral experiment on 8 GPUs).
   EXPECT_NO_THROW(ParallelDims::make({.dp_replicate = 8, .dp_shard = 1, .ep = 8}, 8));
   // A sharded mesh (TorchTitan): EP must also divide dp_shard x cp (expert TP = TP: never the tp ranks).
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(config_error_of([] {
               ParallelDims::make({.dp_replicate = 4, .dp_shard = 2, .ep = 4}, 8);
             }).find("ep must divide dp_shard * cp"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(config_error_of([] {
               ParallelDims::make({.dp_replicate = 2, .dp_shard = 2, .tp = 2, .ep = 4}, 8);
             }).find("= 4 does not divide dp_shard 2 x cp 1"),
             std::string::npos);
   // EP x TP: ep folds over dp x cp only, so TP 2 x EP 4 needs 8 ranks, not 4.
-  EXPECT_NE(error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 4}, 4); })
+  EXPECT_NE(config_error_of([] { ParallelDims::make({.dp_shard = -1, .tp = 2, .ep = 4}, 4); })
                 .find("expert_model_parallel_size / parallelism.expert_parallel_degree = 4 does not divide "
                       "dp 2 x cp 1"),
             std::string::npos);
@@ -97,7 +93,8 @@ TEST(ParallelDims, HsdpGroups) {
   EXPECT_EQ(cp.group_ranks("cp", 0), (std::vector<int>{0, 2}));
   EXPECT_EQ(cp.group_ranks("dp", 0), (std::vector<int>{0, 4}));
   EXPECT_EQ(cp.group_ranks("dp_cp", 0), (std::vector<int>{0, 2, 4, 6}));
-  EXPECT_NE(error_of([&] { cp.group_ranks("dq", 0); }).find("unknown process group 'dq'"), std::string::npos);
+  EXPECT_NE(config_error_of([&] { cp.group_ranks("dq", 0); }).find("unknown process group 'dq'"),
+            std::string::npos);
 }
 
 TEST(ParallelDims, ExpertGrid) {
@@ -135,7 +132,7 @@ TEST(ParallelDims, TrainingRules) {
   cfg.micro_batch_size = 2;
   cfg.global_batch_size = 10;
   ParallelDims d = ParallelDims::make({.dp_shard = -1, .cp = 2, .tp = 4, .pp = 2}, 32);
-  std::string e = error_of([&] { d.validate_training(cfg); });
+  std::string e = config_error_of([&] { d.validate_training(cfg); });
   EXPECT_NE(e.find("num_attention_heads 6 is not divisible by the tensor-parallel degree 4 "
                    "(tensor_model_parallel_size / parallelism.tensor_parallel_degree)"),
             std::string::npos)
@@ -169,7 +166,7 @@ TEST(ParallelDims, ExpertParallelRules) {
   cfg.micro_batch_size = 1;
   cfg.global_batch_size = 8;
   ParallelDims d = ParallelDims::make({.dp_shard = -1, .ep = 4}, 8);
-  std::string e = error_of([&] { d.validate_training(cfg); });
+  std::string e = config_error_of([&] { d.validate_training(cfg); });
   EXPECT_NE(e.find("the expert-parallel degree is 4 (expert_model_parallel_size / "
                    "parallelism.expert_parallel_degree) but the model has no experts"),
             std::string::npos)
@@ -178,7 +175,7 @@ TEST(ParallelDims, ExpertParallelRules) {
   cfg.model.moe.topk = 2;
   cfg.model.moe.ffn_hidden_size = 16;
   cfg.model.moe.layer_is_moe = {1, 1};
-  e = error_of([&] { d.validate_training(cfg); });
+  e = config_error_of([&] { d.validate_training(cfg); });
   EXPECT_NE(e.find("num_experts 6 is not divisible by the expert-parallel degree 4"), std::string::npos) << e;
   cfg.model.moe.num_experts = 8;
   EXPECT_NO_THROW(d.validate_training(cfg));
@@ -210,15 +207,19 @@ TEST(ParallelLayout, FromMegatronAndTorchTitanKeys) {
   EXPECT_EQ(hsdp.dims.dp_replicate(), 2);
   EXPECT_EQ(hsdp.dims.dp_shard(), 4);
   p.data_parallel_shard_degree = 2;  // TorchTitan explicit degrees that do not fill the world
-  EXPECT_NE(error_of([&] { layout_from_config(p, 8); }).find("multiply to 4"), std::string::npos);
+  EXPECT_NE(config_error_of([&] { layout_from_config(p, 8); }).find("multiply to 4"), std::string::npos);
   ParallelConfig q;
   q.data_parallel_replicate_degree = 2;  // replicas without sharding: only the whole DP works
-  EXPECT_NE(error_of([&] { layout_from_config(q, 4); }).find("needs sharded parameters"), std::string::npos);
+  EXPECT_NE(config_error_of([&] { layout_from_config(q, 4); }).find("needs sharded parameters"),
+            std::string::npos);
   q.data_parallel_sharding_strategy = "zero3";
-  EXPECT_NE(error_of([&] { layout_from_config(q, 4); }).find("'zero3' is not one of"), std::string::npos);
+  EXPECT_NE(config_error_of([&] { layout_from_config(q, 4); }).find("'zero3' is not one of"),
+            std::string::npos);
   ParallelConfig t;
   t.tensor_model_parallel_size = 3;
-  EXPECT_NE(error_of([&] { layout_from_config(t, 4); }).find("not divisible by tensor_model_parallel_size 3"),
+  EXPECT_NE(config_error_of([&] {
+              layout_from_config(t, 4);
+            }).find("not divisible by tensor_model_parallel_size 3"),
             std::string::npos);
 }
 

@@ -4,20 +4,14 @@
 
 #include <functional>
 
+#include "config_test_util.h"
 #include "core/error.h"
 #include "parallel/pipeline_layout.h"
 
 namespace primus::parallel {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using primus::config::testing::config_error_of;
 
 #define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
@@ -56,14 +50,14 @@ TEST(PipelineLayout, VirtualStagesFollowMegatronsDocstring) {
   EXPECT_EQ(l.vpp(), 4);
   EXPECT_TRUE(l.at(1, 3).loss);
   EXPECT_TRUE(l.at(0, 0).embedding);
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout({.num_layers = 8, .pp = 2, .vpp = 2, .layers_per_virtual_stage = 1});
              }),
              "gives 4 chunks per rank but virtual_pipeline_model_parallel_size=2");
-  EXPECT_HAS(
-      error_of([] { make_pipeline_layout({.num_layers = 12, .pp = 2, .layers_per_virtual_stage = 4}); }),
-      "not a multiple of 4");
-  EXPECT_HAS(error_of([] { make_pipeline_layout({.num_layers = 12, .pp = 2, .vpp = 4}); }),
+  EXPECT_HAS(config_error_of(
+                 [] { make_pipeline_layout({.num_layers = 12, .pp = 2, .layers_per_virtual_stage = 4}); }),
+             "not a multiple of 4");
+  EXPECT_HAS(config_error_of([] { make_pipeline_layout({.num_layers = 12, .pp = 2, .vpp = 4}); }),
              "rank 0 holds 6 layers, which is not divisible by 4 chunks per rank");
 }
 
@@ -82,7 +76,7 @@ TEST(PipelineLayout, UnevenFirstAndLastStages) {
             (Ranges{{{0, 2}, {14, 16}}, {{2, 7}, {16, 21}}, {{7, 12}, {21, 26}}, {{12, 14}, {26, 28}}}));
   EXPECT_TRUE(v.at(3, 1).loss);
   EXPECT_HAS(
-      error_of([] {
+      config_error_of([] {
         make_pipeline_layout({.num_layers = 30,
                               .pp = 4,
                               .first_stage_layers = 5,
@@ -92,11 +86,11 @@ TEST(PipelineLayout, UnevenFirstAndLastStages) {
       "decoder_first_pipeline_num_layers=5 (exp.yaml:7:3), decoder_last_pipeline_num_layers=6 leave 19 "
       "layers of num_layers=30 for 2 middle ranks");
   EXPECT_HAS(
-      error_of([] {
+      config_error_of([] {
         make_pipeline_layout({.num_layers = 8, .pp = 2, .first_stage_layers = 6, .last_stage_layers = 6});
       }),
       "leave -4 of num_layers=8");
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout(
                    {.num_layers = 8, .pp = 2, .layers_per_virtual_stage = 2, .first_stage_layers = 2});
              }),
@@ -114,13 +108,14 @@ TEST(PipelineLayout, AccountingForEmbeddingAndLoss) {
   EXPECT_EQ(v.at(1, 0).num_layers, 4);
   EXPECT_EQ(v.at(3, 1).num_layers, 3);
   EXPECT_EQ(v.at(3, 1).first_layer, 27);
-  EXPECT_HAS(error_of([] { make_pipeline_layout({.num_layers = 30, .pp = 4, .account_for_loss = true}); }),
-             "num_layers=30 + 1 for the embedding/loss (account_for_*_in_pipeline_split) is not divisible by "
-             "pipeline_model_parallel_size=4");
+  EXPECT_HAS(
+      config_error_of([] { make_pipeline_layout({.num_layers = 30, .pp = 4, .account_for_loss = true}); }),
+      "num_layers=30 + 1 for the embedding/loss (account_for_*_in_pipeline_split) is not divisible by "
+      "pipeline_model_parallel_size=4");
 }
 
 TEST(PipelineLayout, LayersThatDoNotDivideNameTheKeys) {
-  const std::string e = error_of([] {
+  const std::string e = config_error_of([] {
     make_pipeline_layout(
         {.num_layers = 30,
          .pp = 4,
@@ -154,19 +149,19 @@ TEST(PipelineLayout, PrimusManualSplit) {
   EXPECT_EQ(layer_ranges(v),
             (Ranges{{{0, 3}, {15, 16}}, {{3, 5}, {13, 15}}, {{5, 7}, {11, 13}}, {{7, 9}, {9, 11}}}));
   EXPECT_TRUE(v.at(0, 1).loss);
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout({.num_layers = 16, .pp = 4, .manual_split = {4, 4, 4}});
              }),
              "has 3 entries; expected 4 (one per rank)");
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout({.num_layers = 16, .pp = 4, .manual_split = {4, 4, 4, 5}});
              }),
              "sums to 17 but num_layers=16");
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout({.num_layers = 16, .pp = 4, .manual_split = {8, 0, 4, 4}});
              }),
              "every entry must be > 0, got 0");
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout(
                    {.num_layers = 16, .pp = 4, .last_stage_layers = 4, .manual_split = {4, 4, 4, 4}});
              }),
@@ -182,8 +177,9 @@ TEST(PipelineLayout, VShapePutsTheLossOnRankZero) {
   EXPECT_TRUE(l.at(0, 1).loss);
   EXPECT_EQ(l.topology().stage_of(3, 1), 4);
   EXPECT_EQ(l.topology().rank_chunk_of(7), (std::pair<int, int>{0, 1}));
-  EXPECT_HAS(error_of([] { make_pipeline_layout({.num_layers = 24, .pp = 4, .vpp = 3, .v_shape = true}); }),
-             "runs exactly 2 chunks per rank");
+  EXPECT_HAS(
+      config_error_of([] { make_pipeline_layout({.num_layers = 24, .pp = 4, .vpp = 3, .v_shape = true}); }),
+      "runs exactly 2 chunks per rank");
 }
 
 TEST(PipelineLayout, LayoutGrammarExpandsLikeMegatron) {
@@ -198,16 +194,18 @@ TEST(PipelineLayout, LayoutGrammarExpandsLikeMegatron) {
 }
 
 TEST(PipelineLayout, LayoutGrammarErrorsNameThePosition) {
-  EXPECT_HAS(error_of([] { expand_layout_string("Et*3|x|L"); }), "unknown layer 'x' at position 5");
-  EXPECT_HAS(error_of([] { expand_layout_string("Et*3|x|L"); }), "expected E (embedding), t (decoder layer)");
-  EXPECT_HAS(error_of([] { expand_layout_string("E(tt|*2L"); }), "'(' is not closed at position 1");
-  EXPECT_HAS(error_of([] { expand_layout_string("E(tt|)L"); }), "a group (...) must be followed by *N");
-  EXPECT_HAS(error_of([] { expand_layout_string("E((t)*2|)*2L"); }), "nested parentheses");
-  EXPECT_HAS(error_of([] { expand_layout_string("Et*|L"); }), "'*' is not followed by a repeat count");
-  EXPECT_HAS(error_of([] { expand_layout_string("*3t"); }), "'*' repeats nothing");
-  EXPECT_HAS(error_of([] { expand_layout_string("Ett)L"); }), "')' without '('");
-  EXPECT_HAS(error_of([] { expand_layout_string(",,"); }), "empty layout");
-  EXPECT_HAS(error_of([] { expand_layout_string("E t|L"); }), "unknown layer ' '");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("Et*3|x|L"); }), "unknown layer 'x' at position 5");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("Et*3|x|L"); }),
+             "expected E (embedding), t (decoder layer)");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("E(tt|*2L"); }), "'(' is not closed at position 1");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("E(tt|)L"); }),
+             "a group (...) must be followed by *N");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("E((t)*2|)*2L"); }), "nested parentheses");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("Et*|L"); }), "'*' is not followed by a repeat count");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("*3t"); }), "'*' repeats nothing");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("Ett)L"); }), "')' without '('");
+  EXPECT_HAS(config_error_of([] { expand_layout_string(",,"); }), "empty layout");
+  EXPECT_HAS(config_error_of([] { expand_layout_string("E t|L"); }), "unknown layer ' '");
 }
 
 TEST(PipelineLayout, MegatronsDeepSeekV3Layout) {
@@ -228,7 +226,7 @@ TEST(PipelineLayout, MegatronsDeepSeekV3Layout) {
 
 TEST(PipelineLayout, LayoutErrorsNameTheKeyAndWhatWasExpected) {
   auto with_layout = [](std::string layout, int64_t layers, int64_t pp, int64_t mtp = 0) {
-    return error_of([=] {
+    return config_error_of([=] {
       make_pipeline_layout({.num_layers = layers,
                             .mtp_num_layers = mtp,
                             .pp = pp,
@@ -252,14 +250,14 @@ TEST(PipelineLayout, LayoutErrorsNameTheKeyAndWhatWasExpected) {
              "last chunk (1)");
   EXPECT_HAS(with_layout("Et|t|m|mL", 2, 2, 2), "MTP layers are spread over 2 chunks");
   EXPECT_HAS(with_layout("Et|q|L", 1, 3), "unknown layer 'q' at position 3");
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout({.num_layers = 4, .pp = 2, .first_stage_layers = 2, .layout = "Ett|ttL"});
              }),
              "decoder_first_pipeline_num_layers cannot be combined with pipeline_model_parallel_layout");
-  EXPECT_HAS(
-      error_of([] { make_pipeline_layout({.num_layers = 4, .pp = 2, .vpp = 2, .layout = "Ett|ttL"}); }),
-      "gives 1 chunks per rank (2 chunks / pp 2), but virtual_pipeline_model_parallel_size=2");
-  EXPECT_HAS(error_of([] {
+  EXPECT_HAS(config_error_of(
+                 [] { make_pipeline_layout({.num_layers = 4, .pp = 2, .vpp = 2, .layout = "Ett|ttL"}); }),
+             "gives 1 chunks per rank (2 chunks / pp 2), but virtual_pipeline_model_parallel_size=2");
+  EXPECT_HAS(config_error_of([] {
                make_pipeline_layout({.num_layers = 4, .pp = 2, .layout = "Ett|ttL", .v_shape = true});
              }),
              "the V-shape schedule (ZB-V) needs exactly 2");

@@ -16,6 +16,7 @@
 #include "model_grad_util.h"
 #include "parallel/pipeline_channels.h"
 #include "parallel/pipeline_runtime.h"
+#include "pipeline_test_util.h"
 #include "unit/tcp_ranks.h"
 
 namespace primus::parallel {
@@ -54,11 +55,7 @@ struct TwinModels {
         piecewise(cfg, RecomputeConfig{}, ready(b, seed), Stream::cpu(), 16) {}
 };
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += x + "\n";
-  return s;
-}
+using testing::joined;
 
 TEST(PipelineRuntime, ChannelsSeparateSendersReceiversAndKinds) {
   // Interleaved over 2 ranks: activations 0 -> 1 and (the wrap to chunk 1) 1 -> 0, gradients the reverse.

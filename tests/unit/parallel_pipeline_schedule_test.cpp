@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
+#include "pipeline_test_util.h"
 
 namespace primus::parallel {
 namespace {
@@ -22,11 +23,7 @@ std::string config_error(const std::function<void()>& f) {
   return "(no error)";
 }
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += x + "\n";
-  return s;
-}
+using testing::joined;
 
 TEST(PipelineSchedule, OneFOneBFollowsMegatron) {
   Schedule s = make_schedule(ScheduleKind::k1F1B, {.pp = 4, .microbatches = 6});

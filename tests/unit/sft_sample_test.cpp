@@ -1,6 +1,7 @@
 // Tests of SFT samples (src/data/sft_sample.h): the JSONL formats and their errors, and the loss spans of
 // samples rendered through the real chat templates in tests/data/chat_templates.
 #include "data/sft_sample.h"
+#include "config_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -28,14 +29,7 @@ ChatTemplate real_template(const std::string& name) {
   return ChatTemplate::parse(read_template(name), name);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using primus::config::testing::config_error_of;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Formats.
@@ -84,23 +78,23 @@ TEST(SftSample, MessagesAndPromptResponse) {
 }
 
 TEST(SftSample, BadLinesNameFileLineAndKeys) {
-  EXPECT_EQ(error_of([] { parse_sft_line(R"({"text": "x", "id": 3})", "data/train.jsonl", 7); }),
+  EXPECT_EQ(config_error_of([] { parse_sft_line(R"({"text": "x", "id": 3})", "data/train.jsonl", 7); }),
             "data/train.jsonl:7: cannot tell the SFT format of this record (keys found: text, id)");
-  EXPECT_EQ(error_of([] { parse_sft_line(R"({"instruction": "x", "input": "y"})", "d.jsonl", 2); }),
+  EXPECT_EQ(config_error_of([] { parse_sft_line(R"({"instruction": "x", "input": "y"})", "d.jsonl", 2); }),
             "d.jsonl:2: alpaca record without 'output' (keys found: instruction, input)");
-  EXPECT_EQ(error_of([] { parse_sft_line(R"({"prompt": "x", "answer": "y"})", "d.jsonl", 3); }),
+  EXPECT_EQ(config_error_of([] { parse_sft_line(R"({"prompt": "x", "answer": "y"})", "d.jsonl", 3); }),
             "d.jsonl:3: prompt record without 'response' or 'completion' (keys found: prompt, answer)");
-  EXPECT_EQ(
-      error_of([] { parse_sft_line(R"({"messages": [{"role": "user", "content": "x"}]})", "d.jsonl", 4); }),
-      "d.jsonl:4: no assistant message: nothing to train on (keys found: messages)");
-  EXPECT_EQ(
-      error_of([] { parse_sft_line(R"({"messages": [{"role": "user", "content": 5}]})", "d.jsonl", 5); }),
-      "d.jsonl:5: messages[0].content must be a string, not number (keys found: messages)");
-  EXPECT_EQ(error_of([] { parse_sft_line(R"({"instruction": ["x"], "output": "y"})", "d.jsonl", 6); }),
+  EXPECT_EQ(config_error_of(
+                [] { parse_sft_line(R"({"messages": [{"role": "user", "content": "x"}]})", "d.jsonl", 4); }),
+            "d.jsonl:4: no assistant message: nothing to train on (keys found: messages)");
+  EXPECT_EQ(config_error_of(
+                [] { parse_sft_line(R"({"messages": [{"role": "user", "content": 5}]})", "d.jsonl", 5); }),
+            "d.jsonl:5: messages[0].content must be a string, not number (keys found: messages)");
+  EXPECT_EQ(config_error_of([] { parse_sft_line(R"({"instruction": ["x"], "output": "y"})", "d.jsonl", 6); }),
             "d.jsonl:6: 'instruction' must be a string, not array (keys found: instruction, output)");
-  EXPECT_EQ(error_of([] { parse_sft_line("[1, 2]", "d.jsonl", 8); }),
+  EXPECT_EQ(config_error_of([] { parse_sft_line("[1, 2]", "d.jsonl", 8); }),
             "d.jsonl:8: an SFT record must be a JSON object, not array");
-  std::string bad_json = error_of([] { parse_sft_line(R"({"prompt": )", "d.jsonl", 9); });
+  std::string bad_json = config_error_of([] { parse_sft_line(R"({"prompt": )", "d.jsonl", 9); });
   EXPECT_EQ(bad_json.rfind("d.jsonl:9: not valid JSON: ", 0), 0u) << bad_json;
 }
 
@@ -126,7 +120,7 @@ TEST(SftSample, ReadsJsonlSkippingBlankLinesAndCountingThem) {
     out << R"({"question": "g"})"
         << "\n";
   }
-  EXPECT_EQ(error_of([&] { read_sft_jsonl(path); }),
+  EXPECT_EQ(config_error_of([&] { read_sft_jsonl(path); }),
             path + ":5: cannot tell the SFT format of this record (keys found: question)");
   EXPECT_THROW(read_sft_jsonl(dir.path("missing.jsonl")), ConfigError);
 }
@@ -223,8 +217,8 @@ TEST(SftSample, Qwen3SingleTurnKeepsTheEmptyThinkBlockOutOfTheLoss) {
 TEST(SftSample, TemplatesThatAreNotPrefixStableAreRefused) {
   // Qwen 3 prints an empty think block only on assistant turns after the last user message, so an earlier
   // turn renders differently once the conversation goes on.
-  std::string qwen3 =
-      error_of([] { render_sft_spans(real_template("Qwen-Qwen3-0.6B"), two_turns(), "", "<|im_end|>"); });
+  std::string qwen3 = config_error_of(
+      [] { render_sft_spans(real_template("Qwen-Qwen3-0.6B"), two_turns(), "", "<|im_end|>"); });
   EXPECT_NE(qwen3.find(
                 "Qwen-Qwen3-0.6B: chat template is not prefix-stable at message 2 (assistant): the render of "
                 "messages[:3] is not the start of the whole conversation's render"),
@@ -235,7 +229,9 @@ TEST(SftSample, TemplatesThatAreNotPrefixStableAreRefused) {
       "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<bot>{% "
       "endif %}",
       "odd.jinja");
-  std::string gen = error_of([&] { render_sft_spans(odd, {{"user", "a"}, {"assistant", "b"}}, "", ""); });
+  std::string gen = config_error_of([&] {
+    render_sft_spans(odd, {{"user", "a"}, {"assistant", "b"}}, "", "");
+  });
   EXPECT_NE(
       gen.find("odd.jinja: chat template is not prefix-stable at message 1 (assistant): the generation "
                "prompt render differs from the render with the assistant turn at character 8: \"bot>\" vs "
