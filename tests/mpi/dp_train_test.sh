@@ -55,11 +55,11 @@ esac
 case "$mode" in
   ddp | ddp_bf16 | ddp_fp8 | zero1 | fsdp | fsdp_fp8 | hsdp)
     run dist "$np" -- "${keys[@]}"
-    run emulated 0 PRIMUS_DP_EMULATE="$np" -- "${keys[@]}"
+    run_reference emulated 0 PRIMUS_DP_EMULATE="$np" -- "${keys[@]}"
     compare dist emulated 0
     # bf16 reductions and FP8 casts turn the single process's other f32 summation order into more than 1e-5.
     if [ "$mode" != ddp_bf16 ] && [ "$mode" != ddp_fp8 ] && [ "$mode" != fsdp_fp8 ]; then
-      run single 0 -- "${keys[@]}"
+      run_reference single 0 -- "${keys[@]}"
       compare dist single 1e-5
     fi
     grep -h "data parallel:" "$work/dist.log" | head -1
@@ -112,7 +112,7 @@ PY
     run emulated 0 PRIMUS_DP_EMULATE="$np" -- "${keys[@]}" "${esave[@]}"
     run emulated 0 PRIMUS_DP_EMULATE="$np2" -- "${keys[@]}" "${esave[@]}" --auto_continue_train true
     compare dist emulated 0
-    run single 0 -- "${keys[@]}"
+    run_reference single 0 -- "${keys[@]}"
     compare dist single 1e-5
     ;;
   sigterm)

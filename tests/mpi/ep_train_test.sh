@@ -146,7 +146,7 @@ case "${par[*]}" in
   *context_parallel_size*) grep -q "context parallel: 2 ranks" "$work/dist.log" || fail "the run did not split the sequences" ;;
   *tensor_model_parallel_size*) grep -q "tensor parallel: 2 ranks" "$work/dist.log" || fail "the run did not split the experts' columns" ;;
 esac
-run single 0 -- "${keys[@]}" "${single[@]}"
+run_reference single 0 -- "${keys[@]}" "${single[@]}"
 tol=1e-5
 [ "$mode" = capacity ] && tol=1e-3
 # The micro Qwen2-MoE's gradient norm spikes to 34 at step 16 (its all-expert softmax, unrenormalised): a

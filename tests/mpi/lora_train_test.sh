@@ -99,6 +99,6 @@ else
 fi
 grep -h "LoRA: rank\|tensor parallel:\|data parallel:" "$work/dist.log" | head -3
 grep -q "LoRA: rank 4" "$work/dist.log" || fail "the run did not train adapters"
-run single 0 --
+run_reference single 0 --
 compare dist single 1e-5
 echo "lora_train_test: $mode passed"

@@ -216,9 +216,9 @@ ref=$((np / pp))
 if [ "$ref" -gt 1 ]; then
   reference=("${keys[@]}")
   [ "$mode" = tp ] && reference+=(--tensor_model_parallel_size 2)
-  run single "$ref" -- "${reference[@]}"
+  run_reference single "$ref" -- "${reference[@]}"
 else
-  run single 0 -- "${keys[@]}"
+  run_reference single 0 -- "${keys[@]}"
 fi
 # MoE models: the micro models' top-k near-ties at steps 17-18 move that step's gradient norm and routing
 # statistics by 1e-5 - 2e-5 under the stages' last-bit differences (2026-11-28, this session's machine, not

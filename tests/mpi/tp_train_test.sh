@@ -283,7 +283,7 @@ fi
 if [ -n "${cpd:-}" ] || [ "$mode" = cptp ] || [ "$mode" = cptpmtp ]; then  # (cpresume: the resumed run has no CP)
   grep -q "context parallel: ${cpd:-2} ranks" "$work/dist.log" || fail "the run did not split the sequences"
 fi
-run single 0 -- "${keys[@]}"
+run_reference single 0 -- "${keys[@]}"
 # Every MoE case without a tolerance of its own takes the MoE gradient-norm tolerance: the step-17 near-tie
 # above tipped for moe (tp 4) and moeresume after this session's changes (2026-11-28: 1.6e-5 and 1.0e-5, where
 # 7.9e-6 was measured before), the losses within 1e-5 throughout.

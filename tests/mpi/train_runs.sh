@@ -50,6 +50,40 @@ run() {
   cp "$(find "$work" -path "*/$name/metrics.jsonl" | head -1)" "$work/$name.jsonl" || fail "no metrics for $name"
 }
 
+# run_reference NAME NP [env...] -- [overrides...]: run, for the reference runs many cases share (the single
+# process, the emulated layouts): a run with the same binary, configuration files, environment and arguments
+# finished earlier (by this or another case; ctest runs them in any order, two at a time) is not trained again,
+# its metrics and log are copied (the runs are deterministic: bitwise equal on a repeat, which
+# TrainE2E.SameSeedGivesBitwiseIdenticalLosses checks). A run that saves or loads a checkpoint always trains.
+# The cache lives beside the binary (build/Testing/reference-runs); REFERENCE_CACHE=0 turns it off.
+run_reference() {
+  local name=$1 n=$2 a
+  for a in "$@"; do
+    case "$a" in --save | --load | --auto_continue_train | --pretrained_checkpoint | --finetune) run "$@"; return ;; esac
+  done
+  if [ "${REFERENCE_CACHE:-1}" = 0 ]; then run "$@"; return; fi
+  local cache
+  cache="$(dirname "$primus")/Testing/reference-runs"
+  mkdir -p "$cache" || { run "$@"; return; }
+  local key
+  key=$({
+    stat -c '%i %s %Y' "$primus"
+    printf '%s\n' "n=$n" "stage=${STAGE:-pretrain}" "launch=${LAUNCH:-}" "${common[@]}" "--" "${@:3}"
+    env | grep '^PRIMUS_' | grep -v '^PRIMUS_WORKSPACE=\|^PRIMUS_EXP_NAME=' | sort
+    find "$src/configs" "$src/tests/e2e/configs" -type f | sort | xargs cat
+  } | sha256sum | cut -c1-32)
+  if [ -f "$cache/$key.jsonl" ] && [ -f "$cache/$key.log" ]; then
+    cp "$cache/$key.jsonl" "$work/$name.jsonl" && cp "$cache/$key.log" "$work/$name.log" && {
+      echo "reference run $name: the same run's results from $cache/$key.jsonl"
+      return
+    }
+  fi
+  run "$@"
+  # Another case may be writing the same key: each writes its own temporary file and renames it in place.
+  cp "$work/$name.log" "$cache/$key.log.$$" && mv -f "$cache/$key.log.$$" "$cache/$key.log"
+  cp "$work/$name.jsonl" "$cache/$key.jsonl.$$" && mv -f "$cache/$key.jsonl.$$" "$cache/$key.jsonl"
+}
+
 # compare A B TOL [TOL_GRAD [TOL_STATS]]: every step's loss and grad_norm (20 steps), the routing statistics and
 # MTP loss where the runs log them, and the validation losses; TOL 0 = bitwise. TOL_GRAD applies to the gradient
 # norm, TOL_STATS to the routing statistics (moe_*; both default to TOL). A resumed run appends: a step's last
