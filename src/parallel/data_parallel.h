@@ -5,7 +5,8 @@
 //                                 (overlap_grad_reduce) on a communication stream; f32 or bf16 reduction
 //   ZeRO-1  (optim, optim_grads)  gradients reduce-scattered over `dp` per region; master weights and Adam
 //                                 moments hold only this rank's chunk; updated parameters all-gathered
-//                                 (overlap_param_gather: the next forward waits per region)
+//                                 region by region behind each region's update (overlap_param_gather: the
+//                                 update and the gathers run under the next forward, which waits per region)
 //   FSDP    (optim_grads_params)  everything sharded over `dp_shard`; each region all-gathered before use,
 //                                 the next one prefetched on the communication stream, released after use;
 //                                 gradients reduce-scattered per micro-batch into the f32 shard
@@ -133,12 +134,16 @@ class DataParallel : public ParamHooks {
   std::vector<int> with_owned(int r) const;
   void reduce_scatter_fsdp(int r);
   Tensor shard_grad() const;
-  std::vector<AdamSpan> shard_spans();
+  // This rank's AdamW spans of region r (-1: of every region).
+  std::vector<AdamSpan> shard_spans(int region = -1);
 
   DpConfig cfg_;
   ParamStore& params_;
   const parallel::ProcessGroups* groups_;
   Stream compute_, comm_;
+  // ZeRO-1 with overlap_param_gather: the stream the shard update runs on, under the next forward (step()).
+  // The compute stream itself otherwise.
+  Stream update_;
   CudaStepMarks* marks_ = nullptr;
   const parallel::TensorParallel* tp_ = nullptr;
   comm::Communicator* pp_ = nullptr;

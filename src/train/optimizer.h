@@ -37,6 +37,11 @@ class AdamW {
   ops::AdamWParams kernel_params(double lr, float grad_scale, bool decay) const;
   // The same update over explicit spans (data-parallel shards: src/parallel/data_parallel.cpp).
   void step_spans(double lr, float grad_scale, const std::vector<AdamSpan>& spans, const Stream& s);
+  // step_spans in pieces (ZeRO-1's update region by region, each followed by its gather): begin_step() once,
+  // then launch_spans for every piece.
+  void launch_spans(const std::vector<AdamSpan>& spans, double lr, float grad_scale, const Stream& s) const {
+    launch(spans, lr, grad_scale, s);
+  }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t n) { step_ = n; }
 

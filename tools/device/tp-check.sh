@@ -13,7 +13,8 @@
 #  tpprof profiled TP 2 + SP runs of Llama-3-8B dims 4L without and with async TP (traces to $OUT);
 #  ncclenv TP 2 + SP with and without async TP under NCCL bandwidth settings (NCCL_ENVS);
 #  dpperf the llama3.2-1B shape, global batch 16: one GPU (2 micro-batches accumulated) vs DDP on 2 GPUs
-#         (DP_VARIANTS=1: and with the distributed optimizer);
+#         (DP_VARIANTS=1: and with the distributed optimizer; 2: that also with its update serial);
+#  zero1eq ZeRO-1's shard update under the next forward vs serial: bitwise equal curves over NCCL;
 #  perf   the PyTorch anchor (.perf/torch_baseline.py, this shape only), then Llama-3-8B dims 4L (T 8192), global batch 1 and 2: one GPU, then 2 GPUs with TP 2, TP 2 + SP, TP 2 + SP + async TP, and
 #         (batch 2) DP 2; median of steps 11-30, tokens/s and the ratio to one GPU; the comm benchmark's
 #         all-reduce / all-gather / reduce-scatter bandwidth at the TP message size for the floor.
@@ -142,13 +143,33 @@ if [[ " $parts " == *" dpperf "* ]] && [ "$ngpu" -ge 2 ]; then
   dnames="b1_1gpu_b16 b1_dp2_b16"
   # DP_VARIANTS=1: the distributed optimizer (reduce-scatter, each rank updates half, the bf16 weights
   # all-gathered under the next forward).
-  if [ "${DP_VARIANTS:-0}" = 1 ]; then
+  if [ "${DP_VARIANTS:-0}" -ge 1 ]; then
     run b1_dp2_b16_zero1 2 300 -- "${d[@]}" --overlap_grad_reduce true --use_distributed_optimizer true \
       --overlap_param_gather true
     dnames="$dnames b1_dp2_b16_zero1"
   fi
+  # DP_VARIANTS=2: also ZeRO-1 with its shard update on the compute stream (PRIMUS_ZERO1_UPDATE_STREAM=0: the
+  # update before the next forward instead of under it).
+  if [ "${DP_VARIANTS:-0}" -ge 2 ]; then
+    run b1_dp2_b16_zero1_serial 2 300 PRIMUS_ZERO1_UPDATE_STREAM=0 -- "${d[@]}" --overlap_grad_reduce true \
+      --use_distributed_optimizer true --overlap_param_gather true
+    dnames="$dnames b1_dp2_b16_zero1_serial"
+  fi
   # shellcheck disable=SC2086
   medians 10 b1_1gpu_b16 $((16 * 2048)) $dnames
+fi
+
+# zero1eq: ZeRO-1 (overlap_param_gather) over NCCL with the shard update on its own stream under the next
+# forward vs on the compute stream (PRIMUS_ZERO1_UPDATE_STREAM=0): the same kernels on the same data, so the
+# 20-step curves must be bitwise equal; micro Llama and micro Mixtral (expert regions updated with their layer).
+if [[ " $parts " == *" zero1eq "* ]] && [ "$ngpu" -ge 2 ]; then
+  for model in micro_llama micro_mixtral; do
+    z=(--use_distributed_optimizer true --overlap_grad_reduce true --overlap_param_gather true)
+    run "${model}_zero1_stream" 2 180 PRIMUS_E2E_MODEL=$model.yaml -- "${micro[@]}" "${z[@]}"
+    run "${model}_zero1_serial" 2 180 PRIMUS_E2E_MODEL=$model.yaml PRIMUS_ZERO1_UPDATE_STREAM=0 -- "${micro[@]}" \
+      "${z[@]}"
+    bitwise "${model}_zero1_stream" "${model}_zero1_serial"
+  done
 fi
 
 if [[ " $parts " == *" tpprof "* ]] && [ "$ngpu" -ge 2 ]; then
