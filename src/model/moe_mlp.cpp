@@ -261,7 +261,9 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
 
   if (!record_stats) return;
   ops::add(sum_losses_, last_losses_, sum_losses_, s);
-  if (bias_ >= 0) {
+  // A frozen base (LoRA) keeps its bias as loaded: the bias is part of the base, which the exported adapter
+  // does not carry, so its loads are not counted at all.
+  if (bias_ >= 0 && !params_.frozen()) {
     if (!step_load_.defined()) {
       step_load_ = Tensor::empty({E}, DType::kI32, s);
       step_load_.zero_(s);
@@ -476,13 +478,7 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
 }
 
 void MoeMlp::end_step(const Stream& s) {
-  if (bias_ < 0 || !step_load_.defined()) return;
-  // A frozen base (LoRA): the bias is part of the base, which the exported adapter does not carry, so it
-  // stays as loaded (the loads are dropped).
-  if (params_.frozen()) {
-    step_load_.zero_(s);
-    return;
-  }
+  if (bias_ < 0 || !step_load_.defined()) return;     // no bias, or a frozen base (no loads counted)
   if (params_.master_dtype() != DType::kF32) return;  // f64 gradient-check models take no update steps
   // The master's view, a joined copy in remainders, or the whole copy beside sharded masters; set_master
   // writes it back with its compute copy (and, sharded, into this rank's master chunk).
