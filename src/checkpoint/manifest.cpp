@@ -12,7 +12,7 @@ namespace {
 constexpr const char* kHashKey = "\"manifest_xxh3\": \"";
 constexpr const char* kZeroHash = "0000000000000000";
 
-[[noreturn]] void bad(const std::string& what, const std::string& msg) {
+[[noreturn]] void bad_manifest(const std::string& what, const std::string& msg) {
   throw Error(ErrorKind::kRuntime, fmt::format("{}: {}", what, msg));
 }
 
@@ -22,15 +22,15 @@ constexpr const char* kZeroHash = "0000000000000000";
 constexpr uint64_t kMaxElements = uint64_t(1) << 61;
 
 Shape shape_of(const nlohmann::json& j, const std::string& what, const std::string& field) {
-  if (!j.is_array()) bad(what, field + " is not a list");
+  if (!j.is_array()) bad_manifest(what, field + " is not a list");
   Shape s;
   uint64_t product = 1;
   for (const auto& d : j) {
-    if (!d.is_number_unsigned()) bad(what, field + " holds a non-integer");
+    if (!d.is_number_unsigned()) bad_manifest(what, field + " holds a non-integer");
     const uint64_t v = d.get<uint64_t>();
     if (v > kMaxElements || (v > 0 && __builtin_mul_overflow(product, v, &product)) ||
         (v > 0 && product > kMaxElements))
-      bad(what, fmt::format("{} holds {}: more elements than any tensor can have", field, d.dump()));
+      bad_manifest(what, fmt::format("{} holds {}: more elements than any tensor can have", field, d.dump()));
     s.push_back(static_cast<int64_t>(v));
   }
   return s;
@@ -40,7 +40,7 @@ Shape shape_of(const nlohmann::json& j, const std::string& what, const std::stri
 // out of range (fuzzing found `"bytes": 1.3e63`): every integer field must be a JSON integer within range.
 uint64_t unsigned_field(const nlohmann::json& j, const char* key, const std::string& what) {
   const nlohmann::json& v = j.at(key);
-  if (!v.is_number_unsigned()) bad(what, fmt::format("{} is {}, not a non-negative integer", key, v.dump()));
+  if (!v.is_number_unsigned()) bad_manifest(what, fmt::format("{} is {}, not a non-negative integer", key, v.dump()));
   return v.get<uint64_t>();
 }
 
@@ -50,7 +50,7 @@ int64_t signed_field(const nlohmann::json& j, const char* key, int64_t lo, int64
   const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
                         : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
                                                 : false;
-  if (!in_range) bad(what, fmt::format("{} is {}, not an integer in [{}, {}]", key, v.dump(), lo, hi));
+  if (!in_range) bad_manifest(what, fmt::format("{} is {}, not an integer in [{}, {}]", key, v.dump(), lo, hi));
   return v.get<int64_t>();
 }
 
@@ -122,48 +122,48 @@ std::string manifest_to_text(const Manifest& m) {
 Manifest parse_manifest(const std::string& text_in, const std::string& what) {
   std::string text = text_in;
   const size_t pos = hash_position(text);
-  if (pos == std::string::npos) bad(what, "no manifest_xxh3 field (truncated or damaged manifest)");
+  if (pos == std::string::npos) bad_manifest(what, "no manifest_xxh3 field (truncated or damaged manifest)");
   uint64_t stored = 0;
   if (!parse_hex64(text.substr(pos, 16), &stored))
-    bad(what, fmt::format("manifest_xxh3 '{}' is not 16 hex digits", text.substr(pos, 16)));
+    bad_manifest(what, fmt::format("manifest_xxh3 '{}' is not 16 hex digits", text.substr(pos, 16)));
   text.replace(pos, 16, kZeroHash);
   const uint64_t actual = xxh3_bytes(text.data(), text.size());
   if (actual != stored)
-    bad(what, fmt::format("manifest checksum mismatch over bytes [0, {}): expected xxh3 {}, actual {}",
+    bad_manifest(what, fmt::format("manifest checksum mismatch over bytes [0, {}): expected xxh3 {}, actual {}",
                           text.size(), hex64(stored), hex64(actual)));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text_in);
   } catch (const nlohmann::json::exception& e) {
-    bad(what, fmt::format("manifest is not valid JSON ({})", e.what()));
+    bad_manifest(what, fmt::format("manifest is not valid JSON ({})", e.what()));
   }
   try {
-    if (j.value("format", "") != kCheckpointFormat) bad(what, "not a primus-cpp-checkpoint manifest");
+    if (j.value("format", "") != kCheckpointFormat) bad_manifest(what, "not a primus-cpp-checkpoint manifest");
     Manifest m;
     m.version = static_cast<int>(signed_field(j, "version", 0, INT32_MAX, what));
     if (m.version != kCheckpointVersion)
-      bad(what,
+      bad_manifest(what,
           fmt::format("checkpoint format version {} (this primus reads {})", m.version, kCheckpointVersion));
     m.iteration = signed_field(j, "iteration", 0, INT64_MAX, what);
     m.world_size = static_cast<int>(signed_field(j, "world_size", 1, INT32_MAX, what));
     m.created = j.value("created", "");
     m.chunk_bytes = unsigned_field(j, "chunk_bytes", what);
-    if (m.chunk_bytes == 0) bad(what, "chunk_bytes is 0");
+    if (m.chunk_bytes == 0) bad_manifest(what, "chunk_bytes is 0");
     for (const auto& f : j.at("files")) {
       FileRecord r;
       r.name = f.at("name").get<std::string>();
       if (r.name.empty() || r.name.find('/') != std::string::npos || r.name[0] == '.')
-        bad(what, fmt::format("file name '{}' is not a plain file name", r.name));
+        bad_manifest(what, fmt::format("file name '{}' is not a plain file name", r.name));
       r.bytes = unsigned_field(f, "bytes", what);
-      if (!parse_hex64(f.at("xxh3").get<std::string>(), &r.xxh3)) bad(what, "bad xxh3 of " + r.name);
+      if (!parse_hex64(f.at("xxh3").get<std::string>(), &r.xxh3)) bad_manifest(what, "bad xxh3 of " + r.name);
       for (const auto& c : f.at("chunks")) {
         uint64_t v = 0;
-        if (!parse_hex64(c.get<std::string>(), &v)) bad(what, "bad chunk hash of " + r.name);
+        if (!parse_hex64(c.get<std::string>(), &v)) bad_manifest(what, "bad chunk hash of " + r.name);
         r.chunks.push_back(v);
       }
       const uint64_t want_chunks = r.bytes == 0 ? 1 : (r.bytes + m.chunk_bytes - 1) / m.chunk_bytes;
       if (r.chunks.size() != want_chunks)
-        bad(what, fmt::format("{} lists {} chunk hashes for {} bytes (expected {})", r.name, r.chunks.size(),
+        bad_manifest(what, fmt::format("{} lists {} chunk hashes for {} bytes (expected {})", r.name, r.chunks.size(),
                               r.bytes, want_chunks));
       m.files.push_back(std::move(r));
     }
@@ -179,7 +179,7 @@ Manifest parse_manifest(const std::string& text_in, const std::string& what) {
           r.offset = shape_of(s.at("offset"), what, t.key() + ".offset");
           r.shape = shape_of(s.at("shape"), what, t.key() + ".shape");
           if (m.file(r.file) == nullptr)
-            bad(what,
+            bad_manifest(what,
                 fmt::format("tensor {} refers to {}, which the manifest does not list", t.key(), r.file));
           e.shards.push_back(std::move(r));
         }
@@ -188,7 +188,7 @@ Manifest parse_manifest(const std::string& text_in, const std::string& what) {
     }
     return m;
   } catch (const nlohmann::json::exception& e) {
-    bad(what, fmt::format("manifest is malformed ({})", e.what()));
+    bad_manifest(what, fmt::format("manifest is malformed ({})", e.what()));
   }
 }
 

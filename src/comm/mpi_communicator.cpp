@@ -1,11 +1,14 @@
 #include "comm/mpi_communicator.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "comm/rank_names.h"
@@ -44,6 +47,7 @@ struct MpiApi {
   int (*Isend)(const void*, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request*) = nullptr;
   int (*Irecv)(void*, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request*) = nullptr;
   int (*Waitall)(int, MPI_Request*, void*) = nullptr;
+  int (*Testall)(int, MPI_Request*, int*, void*) = nullptr;
   int (*Error_string)(int, char*, int*) = nullptr;
   MPI_Comm comm_world = nullptr;
   MPI_Comm comm_null = nullptr;
@@ -89,6 +93,7 @@ MpiApi load_mpi() {
   load_fn(api, api.Isend, "MPI_Isend");
   load_fn(api, api.Irecv, "MPI_Irecv");
   load_fn(api, api.Waitall, "MPI_Waitall");
+  load_fn(api, api.Testall, "MPI_Testall");
   load_fn(api, api.Error_string, "MPI_Error_string");
   // Predefined handles are the addresses of OpenMPI's global objects.
   api.comm_world = dlsym(api.lib, "ompi_mpi_comm_world");
@@ -168,9 +173,29 @@ class MpiCommunicator : public HostCommunicator {
         send_left = so < send_bytes;
       }
     }
-    if (!reqs.empty())
-      check(api.Waitall(static_cast<int>(reqs.size()), reqs.data(), nullptr), "MPI_Waitall",
-            recv_peer >= 0 ? recv_peer : send_peer);
+    if (!reqs.empty()) wait_all(reqs, recv_peer >= 0 ? recv_peer : send_peer);
+  }
+
+  // MPI_Waitall spins (yielding, when oversubscribed) until the peer answers, so a rank waiting long for a
+  // slower one takes CPU time from the ranks doing the work: the CPU tests run 2 to 8 ranks on 2 cores, and a
+  // pipeline stage waits out the other stages' micro-batches. For the first 2 ms this tests and yields as
+  // MPI_Waitall does (short waits -- tensor parallelism's collectives -- keep their latency), then sleeps
+  // between tests, the nap growing to 100 us.
+  void wait_all(std::vector<MPI_Request>& reqs, int peer) {
+    const MpiApi& api = rt_->api;
+    const auto start = std::chrono::steady_clock::now();
+    std::chrono::microseconds nap{0};
+    for (;;) {
+      int done = 0;
+      check(api.Testall(static_cast<int>(reqs.size()), reqs.data(), &done, nullptr), "MPI_Testall", peer);
+      if (done) return;
+      if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2)) {
+        sched_yield();
+        continue;
+      }
+      nap = std::min(std::chrono::microseconds(100), std::max(std::chrono::microseconds(10), nap * 2));
+      std::this_thread::sleep_for(nap);
+    }
   }
 
   std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
