@@ -2,7 +2,10 @@
 // and Fp8Tensor's helpers (ops/fp8.h).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "ops/fp8.h"
@@ -44,7 +47,7 @@ const char* fp8_granularity_name(Fp8Granularity g) {
 // Round to nearest even on the format's grid, computed in f64 where every step is exact: |x| / quantum is a
 // power-of-two scaling and rint rounds ties to even. Values past the largest finite one (infinities
 // included) saturate to it, as cvt.rn.satfinite does; NaN becomes the canonical 0x7f.
-uint8_t float_to_fp8(float x, Fp8Format f) {
+uint8_t float_to_fp8_reference(float x, Fp8Format f) {
   if (std::isnan(x)) return 0x7f;
   const FormatBits b = bits_of(f);
   const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;

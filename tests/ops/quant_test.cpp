@@ -4,6 +4,7 @@
 // sizes.
 #include <fmt/format.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -81,6 +82,32 @@ TEST(Fp8Format, TiesToEvenAtMidpoints) {
         EXPECT_EQ(ops::float_to_fp8(std::nextafter(mid, c), f), hi);
       }
     }
+  }
+}
+
+// float_to_fp8 (bit arithmetic) against float_to_fp8_reference (f64 arithmetic, the stated rounding): every
+// 997th of the 2^32 float patterns (every exponent, both signs, NaNs, infinities, float subnormals), and at
+// each pair of neighbouring FP8 values the midpoint and the floats next to it and to both values.
+TEST(Fp8Format, FastCastEqualsTheReferenceEverywhere) {
+  for (Fp8Format f : kFormats) {
+    SCOPED_TRACE(ops::fp8_format_name(f));
+    int64_t wrong = 0;
+    auto check = [&](float x) {
+      const uint8_t fast = ops::float_to_fp8(x, f), ref = ops::float_to_fp8_reference(x, f);
+      if (fast != ref && ++wrong <= 5)
+        ADD_FAILURE() << fmt::format("{:a} (bits {:#010x}): {:#04x}, reference {:#04x}", x,
+                                     std::bit_cast<uint32_t>(x), fast, ref);
+    };
+    for (uint64_t u = 0; u <= 0xffffffffu; u += 997) check(std::bit_cast<float>(static_cast<uint32_t>(u)));
+    for (int b = 0; b < max_byte(f); ++b)
+      for (uint8_t sign : {uint8_t{0x00}, uint8_t{0x80}}) {
+        const float a = ops::fp8_to_float(sign | static_cast<uint8_t>(b), f);
+        const float c = ops::fp8_to_float(sign | static_cast<uint8_t>(b + 1), f);
+        const float mid = (a + c) / 2;
+        for (float x : {a, c, mid})
+          for (float y : {x, std::nextafter(x, -kInf), std::nextafter(x, kInf)}) check(y);
+      }
+    EXPECT_EQ(wrong, 0);
   }
 }
 
