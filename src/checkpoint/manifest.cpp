@@ -40,7 +40,8 @@ Shape shape_of(const nlohmann::json& j, const std::string& what, const std::stri
 // out of range (fuzzing found `"bytes": 1.3e63`): every integer field must be a JSON integer within range.
 uint64_t unsigned_field(const nlohmann::json& j, const char* key, const std::string& what) {
   const nlohmann::json& v = j.at(key);
-  if (!v.is_number_unsigned()) bad_manifest(what, fmt::format("{} is {}, not a non-negative integer", key, v.dump()));
+  if (!v.is_number_unsigned())
+    bad_manifest(what, fmt::format("{} is {}, not a non-negative integer", key, v.dump()));
   return v.get<uint64_t>();
 }
 
@@ -50,7 +51,8 @@ int64_t signed_field(const nlohmann::json& j, const char* key, int64_t lo, int64
   const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
                         : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
                                                 : false;
-  if (!in_range) bad_manifest(what, fmt::format("{} is {}, not an integer in [{}, {}]", key, v.dump(), lo, hi));
+  if (!in_range)
+    bad_manifest(what, fmt::format("{} is {}, not an integer in [{}, {}]", key, v.dump(), lo, hi));
   return v.get<int64_t>();
 }
 
@@ -129,8 +131,9 @@ Manifest parse_manifest(const std::string& text_in, const std::string& what) {
   text.replace(pos, 16, kZeroHash);
   const uint64_t actual = xxh3_bytes(text.data(), text.size());
   if (actual != stored)
-    bad_manifest(what, fmt::format("manifest checksum mismatch over bytes [0, {}): expected xxh3 {}, actual {}",
-                          text.size(), hex64(stored), hex64(actual)));
+    bad_manifest(what,
+                 fmt::format("manifest checksum mismatch over bytes [0, {}): expected xxh3 {}, actual {}",
+                             text.size(), hex64(stored), hex64(actual)));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text_in);
@@ -138,12 +141,13 @@ Manifest parse_manifest(const std::string& text_in, const std::string& what) {
     bad_manifest(what, fmt::format("manifest is not valid JSON ({})", e.what()));
   }
   try {
-    if (j.value("format", "") != kCheckpointFormat) bad_manifest(what, "not a primus-cpp-checkpoint manifest");
+    if (j.value("format", "") != kCheckpointFormat)
+      bad_manifest(what, "not a primus-cpp-checkpoint manifest");
     Manifest m;
     m.version = static_cast<int>(signed_field(j, "version", 0, INT32_MAX, what));
     if (m.version != kCheckpointVersion)
-      bad_manifest(what,
-          fmt::format("checkpoint format version {} (this primus reads {})", m.version, kCheckpointVersion));
+      bad_manifest(what, fmt::format("checkpoint format version {} (this primus reads {})", m.version,
+                                     kCheckpointVersion));
     m.iteration = signed_field(j, "iteration", 0, INT64_MAX, what);
     m.world_size = static_cast<int>(signed_field(j, "world_size", 1, INT32_MAX, what));
     m.created = j.value("created", "");
@@ -163,8 +167,8 @@ Manifest parse_manifest(const std::string& text_in, const std::string& what) {
       }
       const uint64_t want_chunks = r.bytes == 0 ? 1 : (r.bytes + m.chunk_bytes - 1) / m.chunk_bytes;
       if (r.chunks.size() != want_chunks)
-        bad_manifest(what, fmt::format("{} lists {} chunk hashes for {} bytes (expected {})", r.name, r.chunks.size(),
-                              r.bytes, want_chunks));
+        bad_manifest(what, fmt::format("{} lists {} chunk hashes for {} bytes (expected {})", r.name,
+                                       r.chunks.size(), r.bytes, want_chunks));
       m.files.push_back(std::move(r));
     }
     for (auto g = j.at("tensors").begin(); g != j.at("tensors").end(); ++g) {
@@ -179,8 +183,8 @@ Manifest parse_manifest(const std::string& text_in, const std::string& what) {
           r.offset = shape_of(s.at("offset"), what, t.key() + ".offset");
           r.shape = shape_of(s.at("shape"), what, t.key() + ".shape");
           if (m.file(r.file) == nullptr)
-            bad_manifest(what,
-                fmt::format("tensor {} refers to {}, which the manifest does not list", t.key(), r.file));
+            bad_manifest(what, fmt::format("tensor {} refers to {}, which the manifest does not list",
+                                           t.key(), r.file));
           e.shards.push_back(std::move(r));
         }
         m.tensors[g.key()][t.key()] = std::move(e);
