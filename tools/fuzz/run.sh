@@ -9,7 +9,7 @@
 #   tools/fuzz/run.sh 300 yaml_config tokenizer_json
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_PARALLEL (harnesses at a time, default 2),
-# FUZZ_RSS_MB (memory limit per harness, default 2048).
+# FUZZ_RSS_MB (memory limit per harness, default 2048), FUZZ_BUILD_ONLY=1 (build the harnesses, fuzz nothing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
@@ -26,6 +26,7 @@ if ! ninja -C "$build" -j "$(nproc 2>/dev/null || echo 2)" >"$build/ninja.log" 2
   echo "fuzz: building the harnesses failed (full log: $build/ninja.log)" >&2
   exit 2
 fi
+[ "${FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0  # .ci/run builds them in the background while the tests run
 
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
