@@ -90,7 +90,7 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
 
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<RecordBatch> todo;
+  std::deque<RecordBatch> queued;
   std::map<int64_t, RecordBatch> done;
   int64_t batches_read = 0, in_flight = 0;
   bool reader_done = false, stop = false;
@@ -115,7 +115,7 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
         b.seq = batches_read++;
         b.bytes_after = reader.bytes_read();
         ++in_flight;
-        todo.push_back(std::move(b));
+        queued.push_back(std::move(b));
         b = RecordBatch();
         bytes = 0;
         cv.notify_all();
@@ -142,10 +142,10 @@ PreprocessStats preprocess(const Tokenizer& tok, const PreprocessOptions& opt,
           RecordBatch b;
           {
             std::unique_lock<std::mutex> lock(mu);
-            cv.wait(lock, [&] { return stop || !todo.empty() || reader_done; });
-            if (stop || (todo.empty() && reader_done)) return;
-            b = std::move(todo.front());
-            todo.pop_front();
+            cv.wait(lock, [&] { return stop || !queued.empty() || reader_done; });
+            if (stop || (queued.empty() && reader_done)) return;
+            b = std::move(queued.front());
+            queued.pop_front();
           }
           process(tok, opt, jsonl, &b);
           std::lock_guard<std::mutex> lock(mu);

@@ -374,8 +374,9 @@ void DataParallel::step(AdamW& opt, double lr, float grad_scale) {
   // updated, then every rank's updated chunk gathered into the whole compute copy (in place), so a region's
   // gather runs under the next regions' updates. With overlap_param_gather the updates run on a stream of
   // their own (update_) and the next forward waits per region (before_forward): the updates of the later
-  // regions run under the first layers' forward, as OverlappedUpdate does for one GPU and DDP (half the
-  // 1B shape's AdamW pass, ~8 ms, was serial before). AdamW is elementwise: bitwise the update at once.
+  // regions may run under the first layers' forward, as OverlappedUpdate's do for one GPU and DDP (measured
+  // neutral on the 1B shape's DP 2: the forward's GEMMs leave it no SMs; docs/performance.md). AdamW is
+  // elementwise: bitwise the update at once.
   // Nothing of the next step writes what the updates read: the next reduce-scatters queue on comm_ behind
   // every gather, and each gather waits for its region's update.
   stream_wait(update_, StreamEvent::record(compute_));
