@@ -5,6 +5,7 @@
 #include "model/tp_boundary.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/row_sparse_grad.h"
 
 namespace primus {
 
@@ -138,14 +139,26 @@ Tensor LlamaModel::embed(const StepContext& ctx, const Tensor& lookup) {
 }
 
 void LlamaModel::embed_backward(const StepContext& ctx, const Tensor& lookup, const Tensor& grad) {
-  Tensor g_embed = params_.grad(embed_);
-  if (!g_embed.defined()) return;  // (a frozen embedding has none)
+  if (!embedding_trains()) return;  // (a frozen embedding has no gradient)
   const int64_t n = ctx.tokens(), nl = local_tokens(ctx);
   for (int64_t b = 0; b < lookup.size(0) / n; ++b)
-    ops::embedding_backward(
-        lookup.slice(b * n, (b + 1) * n),
-        tp_gather_rows(ctx, grad.slice(b * nl, (b + 1) * nl), "sp gather embedding gradient"), g_embed,
-        ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
+    embedding_grad(ctx, lookup.slice(b * n, (b + 1) * n),
+                   tp_gather_rows(ctx, grad.slice(b * nl, (b + 1) * nl), "sp gather embedding gradient"));
+}
+
+bool LlamaModel::embedding_trains() const {
+  return params_.sparse_entry() == embed_ || params_.grad(embed_).defined();
+}
+
+void LlamaModel::embedding_grad(const StepContext& ctx, const Tensor& lookup, const Tensor& dout) {
+  if (params_.sparse_entry() == embed_) {
+    ops::embedding_backward_sparse(lookup, dout, params_.sparse_grad(), ctx.stream, spec_.vocab_begin(),
+                                   spec_.whole_vocab());
+    return;
+  }
+  Tensor g_embed = params_.grad(embed_);
+  if (!g_embed.defined()) return;  // (a frozen embedding has none)
+  ops::embedding_backward(lookup, dout, g_embed, ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
 }
 
 void LlamaModel::set_tensor_parallel(const parallel::TensorParallel* tp) {
@@ -343,10 +356,8 @@ Tensor LlamaModel::chunk_backward(const Chunk& c, ChunkState& st, Tensor grad_ou
   st.slots.clear();
   if (!c.embedding) return dx;
   hook(&ParamHooks::before_backward, 0);
-  Tensor g_embed = params_.grad(embed_);
-  if (g_embed.defined())  // (a frozen embedding has none)
-    ops::embedding_backward(st.lookup, tp_gather_rows(ctx, dx, "sp gather embedding gradient"), g_embed,
-                            ctx.stream, spec_.vocab_begin(), spec_.whole_vocab());
+  if (embedding_trains())  // (a frozen embedding has no gradient)
+    embedding_grad(ctx, st.lookup, tp_gather_rows(ctx, dx, "sp gather embedding gradient"));
   hook(&ParamHooks::after_backward, 0);
   return Tensor();
 }

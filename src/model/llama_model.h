@@ -138,6 +138,10 @@ class LlamaModel {
   Tensor embed(const StepContext& ctx, const Tensor& lookup);
   // Accumulates the embedding's gradient from grad, the gradient of embed(ctx, lookup) (block by block).
   void embed_backward(const StepContext& ctx, const Tensor& lookup, const Tensor& grad);
+  // The input embedding takes a gradient (dense or row-sparse; not when frozen).
+  bool embedding_trains() const;
+  // Adds dout's rows to the embedding's gradient at the rows `lookup` names (dense or row-sparse).
+  void embedding_grad(const StepContext& ctx, const Tensor& lookup, const Tensor& dout);
   std::vector<MoeMlp*> moe_layers();  // the main layers' MoE MLPs, then the MTP depths'
   // The MTP depths' rows of the micro-batch: `given` after checking it against the model and the tokens, or
   // (null, no context parallelism) mtp_batch of tokens and targets, built into `own`.

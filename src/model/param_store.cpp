@@ -564,7 +564,17 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
                "master weights in remainders need a bf16 compute copy of f32 masters, got {} compute and {} "
                "master weights",
                dtype_name(compute_dtype), dtype_name(master_dtype));
-  grad_ = zeros_owned_by(kGradientsOwner, {total_}, master_dtype, s);
+  grad_base_ = 0;
+  if (sparse_entry_ >= 0) {
+    PRIMUS_CHECK(master_dtype == DType::kF32,
+                 "a row-sparse embedding gradient needs f32 master weights, got {}",
+                 dtype_name(master_dtype));
+    const ParamEntry& e = entries_[sparse_entry_];
+    grad_base_ = regions_[0].end;
+    PRIMUS_MEMORY_OWNER(kGradientsOwner);
+    sparse_ = ops::row_sparse_grad(e.shape[0], e.shape[1], sparse_capacity_, s);
+  }
+  grad_ = zeros_owned_by(kGradientsOwner, {total_ - grad_base_}, master_dtype, s);
   adam_m_ = zeros_owned_by(kOptimizerOwner, {total_}, master_dtype, s);
   adam_v_ = zeros_owned_by(kOptimizerOwner, {total_}, master_dtype, s);
   if (remainders_) {
@@ -581,8 +591,41 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
   compute_ = compute_aliases_master_ ? master_ : zeros_owned_by(kParametersOwner, {total_}, compute_dtype, s);
 }
 
+void ParamStore::set_sparse_embedding_grad(int64_t capacity) {
+  const int e = find("embed_tokens.weight");
+  PRIMUS_CHECK(e >= 0 && !spec_.tied_embeddings && !grad_.defined() && !adam_m_.defined(),
+               "set_sparse_embedding_grad: needs an untied input embedding and a store not yet allocated");
+  const ParamEntry& en = entries_[e];
+  PRIMUS_CHECK(
+      en.region == 0 && en.offset == regions_[0].begin && en.shape.size() == 2 && capacity >= 1 &&
+          capacity <= en.shape[0],
+      "set_sparse_embedding_grad: region 0 must hold the [V, D] embedding and 1 <= capacity ({}) <= V",
+      capacity);
+  for (const ParamEntry& x : entries_)
+    PRIMUS_CHECK(&x == &en || x.region != 0, "set_sparse_embedding_grad: region 0 holds '{}' too", x.name);
+  sparse_entry_ = e;
+  sparse_capacity_ = capacity;
+}
+
+Tensor ParamStore::grad(int i) const {
+  PRIMUS_CHECK(i != sparse_entry_,
+               "'{}': its gradient is row-sparse (ParamStore::sparse_grad), it has no dense view",
+               entries_[i].name);
+  if (grad_base_ == 0) return region_view(grad_, false, i);
+  const ParamEntry& e = entries_[i];
+  return grad_span(e.offset, e.offset + e.numel).view(e.shape);
+}
+
+Tensor ParamStore::grad_span(int64_t b, int64_t e) const {
+  PRIMUS_CHECK(b >= grad_base_ && b <= e && e - grad_base_ <= grad_.numel(),
+               "gradient span [{}, {}) outside the dense gradient buffer [{}, {})", b, e, grad_base_,
+               grad_base_ + grad_.numel());
+  return grad_.slice(b - grad_base_, e - grad_base_);
+}
+
 void ParamStore::allocate_frozen(DType dtype, const Stream& s) {
   PRIMUS_CHECK(is_floating(dtype), "frozen weights must be a float dtype, got {}", dtype_name(dtype));
+  PRIMUS_CHECK(sparse_entry_ < 0, "a frozen store has no gradients to hold row-sparse");
   frozen_ = true;
   remainders_ = false;
   compute_ = zeros_owned_by(kParametersOwner, {total_}, dtype, s);
@@ -596,6 +639,7 @@ void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMod
     allocate(compute_dtype, s);
     return;
   }
+  PRIMUS_CHECK(sparse_entry_ < 0, "a sharded store cannot hold the embedding gradient row-sparse");
   if (expert_ranks < 0) {
     expert_ranks = ranks;
     expert_rank = rank;
@@ -786,11 +830,24 @@ void zero_spans(const Tensor& buf, const std::vector<std::pair<int64_t, int64_t>
 void ParamStore::begin_grad_step(const Stream& s) {
   if (frozen_) return;
   std::fill(written_.begin(), written_.end(), 0);
+  if (sparse_entry_ >= 0) ops::row_sparse_clear(sparse_, s);
   if (overwritten_.empty()) {
     grad_.zero_(s);
     return;
   }
-  zero_spans(grad_, zero_spans_, s);
+  for (const auto& [b, e] : zero_spans_) {  // whole-model spans; the buffer starts at grad_base_
+    const int64_t lo = std::max(b, grad_base_);
+    if (lo < e) grad_.slice(lo - grad_base_, e - grad_base_).zero_(s);
+  }
+}
+
+void ParamStore::begin_region_grads(int r, const Stream& s) {
+  if (sparse_region(r)) {
+    ops::row_sparse_clear(sparse_, s);
+    return;
+  }
+  Tensor g = grad_span(regions_[r].begin, regions_[r].end);
+  begin_region_grads(r, g, s);
 }
 
 void ParamStore::begin_region_grads(int r, Tensor& region_grads, const Stream& s) {

@@ -19,6 +19,7 @@
 
 #include "core/tensor.h"
 #include "model/model_spec.h"
+#include "ops/row_sparse_grad.h"
 
 namespace primus {
 
@@ -188,7 +189,9 @@ class ParamStore {
   void set_master(int i, const Tensor& value, const Stream& s);
   bool master_in_remainders() const { return remainders_; }
   DType master_dtype() const;  // f32, or f64 for a gradient-check store
-  Tensor grad(int i) const { return region_view(grad_, false, i); }
+  // Entry i's gradient. The row-sparse embedding gradient has no dense view: grad(i) throws for it
+  // (sparse_grad() holds it).
+  Tensor grad(int i) const;
   Tensor param(const std::string& name) const { return param(require(name)); }
   Tensor grad(const std::string& name) const { return grad(require(name)); }
 
@@ -214,7 +217,21 @@ class ParamStore {
   Tensor& master_flat();
   Tensor& remainder_flat();
   Tensor& compute_flat() { return compute_; }
+  // The dense gradient buffer: flat elements [grad_base(), total_numel()) (sharded modes: the shard).
   Tensor& grad_flat() { return grad_; }
+  // The dense gradient of flat elements [b, e) (whole-model stores); b >= grad_base().
+  Tensor grad_span(int64_t b, int64_t e) const;
+  int64_t grad_base() const { return grad_base_; }
+
+  // The input embedding's gradient held row-sparse (ops/row_sparse_grad.h; train/sparse_embedding.h decides
+  // when): call before allocate(), for a whole-model store whose region 0 is the embedding alone. allocate()
+  // then gives region 0 no dense gradient (grad_base() = region 1's start) but a RowSparseGrad of
+  // `capacity` rows; zeroing region 0's gradients (begin_grad_step, begin_region_grads(0)) clears it.
+  void set_sparse_embedding_grad(int64_t capacity);
+  int sparse_entry() const { return sparse_entry_; }  // -1: every gradient is dense
+  bool sparse_region(int r) const { return sparse_entry_ >= 0 && r == 0; }
+  ops::RowSparseGrad& sparse_grad() { return sparse_; }
+  const ops::RowSparseGrad& sparse_grad() const { return sparse_; }
   Tensor& adam_m_flat() { return adam_m_; }
   Tensor& adam_v_flat() { return adam_v_; }
   bool compute_aliases_master() const { return compute_aliases_master_; }
@@ -231,7 +248,8 @@ class ParamStore {
   void begin_grad_step(const Stream& s);
   bool grad_accumulate(int i);
   void end_grad_step(const Stream& s) { zero_unwritten(-1, s); }
-  void begin_region_grads(int r, Tensor& region_grads, const Stream& s);   // region_grads: region r, whole
+  void begin_region_grads(int r, Tensor& region_grads, const Stream& s);  // region_grads: region r, whole
+  void begin_region_grads(int r, const Stream& s);  // region r of the whole-model buffer (or sparse rows)
   void end_region_grads(int r, const Stream& s) { zero_unwritten(r, s); }  // while region r is attached
   // The same for a few entries whose gradients are complete before their region's backward ends
   // (ParamHooks::grads_final: a layer's MLP matrices).
@@ -250,7 +268,11 @@ class ParamStore {
   std::vector<ParamRegion> regions_;
   int64_t total_ = 0;
   Tensor master_, compute_, grad_, adam_m_, adam_v_;
-  Tensor remainder_;  // i16, in remainders only (master_ is then undefined)
+  Tensor remainder_;       // i16, in remainders only (master_ is then undefined)
+  int64_t grad_base_ = 0;  // flat element of grad_[0]
+  int sparse_entry_ = -1;  // set_sparse_embedding_grad
+  int64_t sparse_capacity_ = 0;
+  ops::RowSparseGrad sparse_;
   // Sharded stores: the replicated entries' whole f32 values, entry i at replicated_at_[i] (-1: none).
   Tensor replicated_;
   std::vector<int64_t> replicated_at_;

@@ -34,7 +34,7 @@ void on_signal(int sig) {
   errno = saved;
 }
 
-struct Stream {
+struct OutputPipe {  // one of a child rank's output pipes (stdout, stderr)
   int fd = -1;
   std::string pending;  // bytes after the last newline
   FILE* out = nullptr;
@@ -45,7 +45,7 @@ struct Rank {
   pid_t pid = -1;
   bool running = false;
   int status = 0;
-  Stream streams[2];
+  OutputPipe streams[2];
 };
 
 void write_all(int fd, const std::string& s) {
@@ -63,7 +63,7 @@ void write_all(int fd, const std::string& s) {
 }
 
 // Emits every complete line with the rank prefix; one write per line so lines from ranks never mix.
-void emit_lines(Rank& r, Stream& s, bool flush_partial) {
+void emit_lines(Rank& r, OutputPipe& s, bool flush_partial) {
   size_t start = 0;
   for (;;) {
     size_t nl = s.pending.find('\n', start);
@@ -245,7 +245,7 @@ int run_launcher(const LaunchOptions& o) {
   };
   auto any_open = [&] {
     for (Rank& r : ranks)
-      for (Stream& s : r.streams)
+      for (OutputPipe& s : r.streams)
         if (s.fd >= 0) return true;
     return false;
   };
@@ -277,7 +277,7 @@ int run_launcher(const LaunchOptions& o) {
     for (size_t f = 1; f < fds.size(); ++f) {
       if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Rank& r = ranks[which[f].first];
-      Stream& s = r.streams[which[f].second];
+      OutputPipe& s = r.streams[which[f].second];
       char buf[65536];
       ssize_t n = read(s.fd, buf, sizeof(buf));
       if (n > 0) {
@@ -325,7 +325,7 @@ int run_launcher(const LaunchOptions& o) {
     if (!any_running() && !drain_until) drain_until = Clock::now() + std::chrono::seconds(1);
   }
   for (Rank& r : ranks)
-    for (Stream& s : r.streams) {
+    for (OutputPipe& s : r.streams) {
       if (s.fd >= 0) {
         emit_lines(r, s, true);
         close(s.fd);

@@ -7,6 +7,8 @@
 
 #include "config/plan.h"
 #include "core/master_split.h"
+#include "model/model_spec.h"
+#include "train/sparse_embedding.h"
 
 namespace primus::projection {
 namespace {
@@ -210,7 +212,20 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
         rm.items.push_back({"master weights", sharded(master_bytes, zero1 || fsdp),
                             remainders ? "f32 masters as 16-bit remainders of the bf16 weights"
                                        : "f32 masters, sharded with the optimizer state"});
-      rm.items.push_back({"gradients", sharded(g_bytes, fsdp), fsdp ? "f32, sharded (FSDP)" : "f32"});
+      const int64_t sparse_rows = r.pp_rank == 0 ? sparse_embedding_rows(s.train, s.world) : 0;
+      if (sparse_rows > 0) {
+        // The input embedding's gradient row-sparse (train/sparse_embedding.h): its slots and maps instead of
+        // V x D.
+        const double vocab = static_cast<double>(ModelSpec::from_config(m).vocab),
+                     hidden = static_cast<double>(m.hidden_size), rows = static_cast<double>(sparse_rows);
+        rm.items.push_back(
+            {"gradients",
+             sharded(g_bytes, false) - g_bytes * vocab * hidden + 4 * (rows * (hidden + 1) + vocab),
+             fmt::format("f32; the input embedding's row-sparse: {} rows of {}", sparse_rows,
+                         static_cast<int64_t>(vocab))});
+      } else {
+        rm.items.push_back({"gradients", sharded(g_bytes, fsdp), fsdp ? "f32, sharded (FSDP)" : "f32"});
+      }
       rm.items.push_back(
           {"optimizer state", sharded(mv_bytes, zero1 || fsdp),
            zero1 || fsdp ? "Adam m, v in f32, sharded over data parallel" : "Adam m, v in f32"});

@@ -11,6 +11,17 @@ namespace primus {
 ChunkedGradNorm::ChunkedGradNorm(ParamStore& params, const Stream& compute) : params_(params) {
   for (int r = 0; r < static_cast<int>(params.regions().size()); ++r) {
     std::vector<Piece>& out = pieces_.emplace_back();
+    if (params.sparse_region(r)) {
+      Piece p;
+      p.sparse = true;
+      p.first_chunk = static_cast<int>(ranges_.size());
+      const int64_t n = params.sparse_grad().rows.numel();
+      for (int64_t b = 0; b < n; b += kChunk) ranges_.emplace_back(b, std::min(n, b + kChunk));
+      p.end_chunk = static_cast<int>(ranges_.size());
+      p.entries = {params.sparse_entry()};
+      out.push_back(std::move(p));
+      continue;
+    }
     for (const UpdatePiece& up : update_pieces(params, r, kUpdatePieceElems)) {
       Piece p;
       p.first_chunk = static_cast<int>(ranges_.size());
@@ -34,9 +45,10 @@ void ChunkedGradNorm::launch_piece(int r, int p, const Stream& s) {
   if (piece.end_chunk == piece.first_chunk) return;
   // The piece's chunks are consecutive kChunk-element ranges: one call sums them all.
   Tensor out = partials_.slice(piece.first_chunk, piece.end_chunk);
+  const int64_t b = ranges_[piece.first_chunk].first, e = ranges_[piece.end_chunk - 1].second;
   ops::sum_squares_chunks(
-      params_.grad_flat().slice(ranges_[piece.first_chunk].first, ranges_[piece.end_chunk - 1].second),
-      kChunk, out, s, scratch_.defined() ? &scratch_ : nullptr);
+      piece.sparse ? params_.sparse_grad().rows.view({-1}).slice(b, e) : params_.grad_span(b, e), kChunk, out,
+      s, scratch_.defined() ? &scratch_ : nullptr);
 }
 
 void ChunkedGradNorm::launch_region(int r, const Stream& s) {

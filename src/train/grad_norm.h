@@ -8,7 +8,8 @@
 // order on the compute stream, so both paths give the same norm to the last bit. Chunks follow the update's
 // pieces (train/update_pieces.h): each is at most kChunk elements (a short kernel: a background block never
 // holds an SM for long) and never crosses a piece; their f32 partials are summed on the host in f64, in
-// chunk order: deterministic.
+// chunk order: deterministic. A row-sparse embedding gradient (ParamStore::sparse_grad) is region 0's one
+// piece, its chunks cut from the slot rows (unused slots are zero).
 #include <vector>
 
 #include "model/param_store.h"
@@ -38,6 +39,7 @@ class ChunkedGradNorm {
   struct Piece {
     int first_chunk = 0, end_chunk = 0;
     std::vector<int> entries;
+    bool sparse = false;  // the row-sparse embedding: chunks of its slot rows, not of the flat buffer
   };
   ParamStore& params_;
   std::vector<std::pair<int64_t, int64_t>> ranges_;  // element ranges of the chunks

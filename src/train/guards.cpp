@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/row_sparse_grad.h"
 
 namespace primus {
 
@@ -22,10 +23,20 @@ std::string NonFiniteReport::describe() const {
 NonFiniteReport locate_non_finite_grad(ParamStore& params, const Stream& s) {
   NonFiniteReport r;
   const std::vector<float> g = params.grad_flat().to_vector<float>();
-  for (const ParamEntry& e : params.entries()) {
+  std::vector<float> sparse;  // the row-sparse embedding's gradient, densified
+  if (params.sparse_entry() >= 0) {
+    const ParamEntry& e = params.entry(params.sparse_entry());
+    Tensor dense = Tensor::empty(e.shape, DType::kF32, s);
+    ops::row_sparse_to_dense(params.sparse_grad(), dense, s);
+    sparse = dense.to_vector<float>();
+  }
+  for (int i = 0; i < static_cast<int>(params.entries().size()); ++i) {
+    const ParamEntry& e = params.entry(i);
+    const bool is_sparse = i == params.sparse_entry();
+    const float* at = is_sparse ? sparse.data() : g.data() + (e.offset - params.grad_base());
     int64_t bad = 0, first = -1;
     for (int64_t j = 0; j < e.numel; ++j) {
-      if (!std::isfinite(g[static_cast<size_t>(e.offset + j)])) {
+      if (!std::isfinite(at[j])) {
         if (first < 0) first = j;
         ++bad;
       }
@@ -104,7 +115,21 @@ void FaultInjection::maybe_poison_grad(int64_t iter, ParamStore& params, const S
   const ParamEntry& e = params.entry(i);
   PRIMUS_CHECK(nan_index >= 0 && nan_index < e.numel, "PRIMUS_INJECT_NAN: element {} outside {}", nan_index,
                e.name);
-  Tensor one = params.grad_flat().slice(e.offset + nan_index, e.offset + nan_index + 1);
+  Tensor one;
+  if (i == params.sparse_entry()) {
+    // A row-sparse gradient holds only the rows this step's tokens touched: poison that row's slot.
+    const int64_t row = nan_index / e.shape[1];
+    const int32_t slot = params.sparse_grad().slot_of.slice(row, row + 1).to_vector<int32_t>()[0];
+    if (slot < 0)
+      throw ConfigError(
+          fmt::format("PRIMUS_INJECT_NAN: row {} of {} has no gradient at iteration {} (its "
+                      "gradient is row-sparse and no token of the step is that id)",
+                      row, e.name, iter));
+    const int64_t at = slot * e.shape[1] + nan_index % e.shape[1];
+    one = params.sparse_grad().rows.view({-1}).slice(at, at + 1);
+  } else {
+    one = params.grad_span(e.offset + nan_index, e.offset + nan_index + 1);
+  }
   Tensor nan = Tensor::from_vector<float>({std::numeric_limits<float>::quiet_NaN()}, {1});
   if (one.dtype() != DType::kF32) nan = cpu_cast(nan, one.dtype());
   one.copy_from(nan, s);

@@ -11,6 +11,9 @@ AdamW::AdamW(const OptimConfig& cfg, ParamStore& params) : cfg_(cfg), params_(pa
 double AdamW::grad_norm(const Stream& s) {
   Tensor out = Tensor::empty({1}, params_.grad_flat().dtype(), s);
   ops::sum_squares(params_.grad_flat(), out, /*accumulate=*/false, s);
+  // The row-sparse embedding's unused slots are zero: summing all of them adds nothing.
+  if (params_.sparse_entry() >= 0)
+    ops::sum_squares(params_.sparse_grad().rows.view({-1}), out, /*accumulate=*/true, s);
   return std::sqrt(out.to_vector<double>()[0]);
 }
 
@@ -22,7 +25,12 @@ AdamSpan AdamW::span(int64_t b, int64_t e, bool decay) const {
   } else {
     a.master = params_.master_flat().slice(b, e);
   }
-  a.grad = params_.grad_flat().slice(b, e);
+  if (b < params_.grad_base()) {  // the row-sparse embedding (region 0 alone, so the whole span is in it)
+    a.sparse = &params_.sparse_grad();
+    a.sparse_first = b - params_.entry(params_.sparse_entry()).offset;
+  } else {
+    a.grad = params_.grad_span(b, e);
+  }
   a.m = params_.adam_m_flat().slice(b, e);
   a.v = params_.adam_v_flat().slice(b, e);
   if (!params_.compute_aliases_master()) a.copy = params_.compute_flat().slice(b, e);
@@ -69,10 +77,14 @@ void AdamW::step_spans(double lr, float grad_scale, const std::vector<AdamSpan>&
 
 void AdamW::launch(const std::vector<AdamSpan>& spans, double lr, float grad_scale, const Stream& s) const {
   for (const AdamSpan& a : spans) {
-    if (a.grad.numel() == 0) continue;
+    if (a.m.numel() == 0) continue;
     const ops::AdamWParams p = kernel_params(lr, grad_scale, a.decay);
     Tensor master = a.master, m = a.m, v = a.v, copy = a.copy, rem = a.rem;
-    if (rem.defined()) {
+    if (a.sparse && rem.defined()) {
+      ops::adamw_step_split_sparse(copy, rem, *a.sparse, a.sparse_first, m, v, p, s);
+    } else if (a.sparse) {
+      ops::adamw_step_sparse(master, *a.sparse, a.sparse_first, m, v, p, copy.defined() ? &copy : nullptr, s);
+    } else if (rem.defined()) {
       ops::adamw_step_split(copy, rem, a.grad, m, v, p, s);
     } else {
       ops::adamw_step(master, a.grad, m, v, p, copy.defined() ? &copy : nullptr, s);

@@ -6,16 +6,21 @@
 #include "config/train_config.h"
 #include "model/param_store.h"
 #include "ops/optimizer.h"
+#include "ops/row_sparse_grad.h"
 
 namespace primus {
 
 // One contiguous run of parameters updated together (views of equal length; copy may be undefined). With
 // master weights in remainders (ParamStore::master_in_remainders) `master` is undefined and the master is the
 // pair (copy, rem): ops::adamw_step_split.
+// A span of the row-sparse embedding (ParamStore::sparse_grad) has no grad tensor: its gradient is read from
+// `sparse`, starting at the table's flat element `sparse_first`.
 struct AdamSpan {
   Tensor master, grad, m, v, copy;
   Tensor rem;
   bool decay = true;
+  const ops::RowSparseGrad* sparse = nullptr;
+  int64_t sparse_first = 0;
 };
 
 class AdamW {

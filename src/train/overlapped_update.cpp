@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
+#include "ops/row_sparse_grad.h"
 #include "profile/trace.h"
 
 namespace primus {
@@ -148,9 +149,7 @@ void OverlappedUpdate::update_region(int r) {
   }
   // Region r's gradients were read: its accumulated ones (norms, biases, an untied embedding) are zeroed for
   // the next step before r's event, so the next backward cannot write them early.
-  const ParamRegion& reg = params_.regions()[r];
-  Tensor grads = params_.grad_flat().slice(reg.begin, reg.end);
-  params_.begin_region_grads(r, grads, update_);
+  params_.begin_region_grads(r, update_);
   pending_[r] = StreamEvent::record(update_);
 }
 
@@ -160,7 +159,18 @@ bool OverlappedUpdate::embedding_forward(const Tensor& tokens, Tensor& out) {
   const int64_t b = e.offset, end = e.offset + e.numel;
   auto table = [&](Tensor& flat) { return flat.slice(b, end).view(e.shape); };
   const ops::AdamWParams p = optim_.kernel_params(lr_, grad_scale_, e.decay);
-  if (params_.master_in_remainders()) {
+  if (params_.sparse_entry() == embed_entry_) {  // the table's gradient is row-sparse
+    const ops::RowSparseGrad& g = params_.sparse_grad();
+    if (params_.master_in_remainders()) {
+      ops::embedding_forward_updated_split_sparse(
+          tokens, table(params_.compute_flat()), table(params_.remainder_flat()), g,
+          table(params_.adam_m_flat()), table(params_.adam_v_flat()), p, out, compute_);
+    } else {
+      ops::embedding_forward_updated_sparse(tokens, table(params_.master_flat()), g,
+                                            table(params_.adam_m_flat()), table(params_.adam_v_flat()), p,
+                                            out, compute_);
+    }
+  } else if (params_.master_in_remainders()) {
     ops::embedding_forward_updated_split(
         tokens, table(params_.compute_flat()), table(params_.remainder_flat()), table(params_.grad_flat()),
         table(params_.adam_m_flat()), table(params_.adam_v_flat()), p, out, compute_);

@@ -20,6 +20,7 @@
 #include "parallel/split_state.h"
 #include "parallel/tensor_parallel.h"
 #include "profile/trace.h"
+#include "train/sparse_embedding.h"
 #include "train/trainer.h"
 
 namespace primus {
@@ -173,6 +174,13 @@ void Trainer::init_data_parallel() {
     params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
                               dp_cfg_->expert_shard_ranks(), expert_rank);
   } else {
+    if (const int64_t rows = sparse_embedding_rows(cfg_, world_size_); rows > 0 && !dp_cfg_) {
+      params_->set_sparse_embedding_grad(rows);
+      const ParamEntry& e = params_->entry(params_->sparse_entry());
+      log::info("input embedding gradient: row-sparse, {} rows of {} ({:.1f} MB instead of {:.1f} MB dense)",
+                rows, e.shape[0], 4e-6 * static_cast<double>(rows * (e.shape[1] + 1) + e.shape[0]),
+                4e-6 * static_cast<double>(e.numel));
+    }
     params_->allocate(compute, stream_);
   }
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);
@@ -259,12 +267,17 @@ void Trainer::init_data_parallel() {
   auto sz = [&](double bytes) {
     return fmt::format("{:.2f} {}", bytes / (big ? 1e9 : 1e6), big ? "GB" : "MB");
   };
-  auto nb = [](const Tensor& t) { return static_cast<double>(t.nbytes()); };
+  auto nb = [](const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; };
+  double grad_bytes = nb(params_->grad_flat());
+  if (params_->sparse_entry() >= 0) {  // the row-sparse embedding's slots and maps
+    const ops::RowSparseGrad& g = params_->sparse_grad();
+    grad_bytes += nb(g.rows) + nb(g.slot_of) + nb(g.row_of) + nb(g.count);
+  }
   log::info(
       "parameter state per rank: master {}{}, Adam moments {}, gradients {}, compute copy {} (whole model: "
       "{})",
       sz(nb(rem ? params_->remainder_flat() : params_->master_flat())), rem ? " (i16 remainders)" : "",
-      sz(nb(params_->adam_m_flat()) + nb(params_->adam_v_flat())), sz(nb(params_->grad_flat())),
+      sz(nb(params_->adam_m_flat()) + nb(params_->adam_v_flat())), sz(grad_bytes),
       sz(params_->compute_aliases_master() ? 0.0 : nb(params_->compute_flat())), sz(whole_bytes));
   if (world_) log::info("parallel layout: {}", groups_->dims().describe());
 }

@@ -118,6 +118,42 @@ TEST(TrainE2E, SameSeedGivesBitwiseIdenticalLosses) {
   EXPECT_NE(a.steps[0]["loss"].dump(), c.steps[0]["loss"].dump()) << "a different seed must change the run";
 }
 
+// The input embedding's gradient held row-sparse (train/sparse_embedding.h; forced with mode 2, since the
+// byte vocabulary is smaller than a step's tokens) trains exactly like the dense one: without clipping the
+// updates are bitwise the same (losses and gradient norms equal to the last bit; the norm sums the same
+// squares in another order only when the zero rows are left out, which changes no bit here or changes the
+// last one); with clipping the clip coefficient may differ in its last bit, so the losses agree within f32
+// rounding. Two micro-batches per step: the second accumulates into the first one's slots.
+TEST(TrainE2E, RowSparseEmbeddingGradientTrainsLikeDense) {
+  if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
+  for (const char* clip : {"0", "1.0"}) {
+    const std::vector<std::string> ov = {"--train_iters",   "20", "--lr_warmup_iters", "5",
+                                         "--eval_interval", "0",  "--clip_grad",       clip};
+    RunOutput dense = train("tests/e2e/configs/fortunes_micro_llama.yaml", std::string("dense_") + clip, ov,
+                            {{"PRIMUS_SPARSE_EMBEDDING_GRAD", "0"}, {"OMP_NUM_THREADS", "1"}});
+    RunOutput sparse = train("tests/e2e/configs/fortunes_micro_llama.yaml", std::string("sparse_") + clip, ov,
+                             {{"PRIMUS_SPARSE_EMBEDDING_GRAD", "2"}, {"OMP_NUM_THREADS", "1"}});
+    ASSERT_EQ(dense.cli.exit_code, 0) << dense.cli.err;
+    ASSERT_EQ(sparse.cli.exit_code, 0) << sparse.cli.err;
+    EXPECT_NE(sparse.cli.out.find("input embedding gradient: row-sparse, 264 rows of 264"), std::string::npos)
+        << sparse.cli.out;
+    EXPECT_EQ(dense.cli.out.find("row-sparse"), std::string::npos);
+    ASSERT_EQ(dense.steps.size(), 20u);
+    ASSERT_EQ(sparse.steps.size(), 20u);
+    for (size_t i = 0; i < dense.steps.size(); ++i) {
+      const double a = dense.steps[i]["loss"].get<double>(), b = sparse.steps[i]["loss"].get<double>();
+      if (std::string(clip) == "0") {
+        EXPECT_EQ(dense.steps[i]["loss"].dump(), sparse.steps[i]["loss"].dump()) << "step " << i + 1;
+      } else {
+        EXPECT_NEAR(a, b, 1e-5 * std::abs(a)) << "step " << i + 1;
+      }
+      const double ga = dense.steps[i]["grad_norm"].get<double>(),
+                   gb = sparse.steps[i]["grad_norm"].get<double>();
+      EXPECT_NEAR(ga, gb, 1e-5 * ga) << "step " << i + 1;
+    }
+  }
+}
+
 TEST(TrainE2E, TorchTitanDialectDrivesTheSameTrainer) {
   RunOutput r = train("configs/examples/torchtitan/micro_llama-cpu.yaml", "tt", {"--training.steps", "8"});
   ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err << r.cli.out;

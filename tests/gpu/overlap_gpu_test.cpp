@@ -53,10 +53,13 @@ struct Run {
   std::unique_ptr<OverlappedUpdate> overlap;
   std::vector<double> losses, norms;
 
+  double clip = 1.0;  // clip_grad (0: off)
+
+  // sparse_rows > 0: the input embedding's gradient row-sparse with that many slots (ops/row_sparse_grad.h).
   Run(Context& ctx, const ModelConfig& m, const OptimConfig& oc, int sm_reserve, bool overlapped,
-      MasterStorage storage = MasterStorage::kAuto)
+      MasterStorage storage = MasterStorage::kAuto, int64_t sparse_rows = 0)
       : params(ModelSpec::from_config(m)),
-        model(m, RecomputeConfig{}, alloc(params, ctx.stream, storage), ctx.stream, 512),
+        model(m, RecomputeConfig{}, alloc(params, ctx.stream, storage, sparse_rows), ctx.stream, 512),
         optim(oc, params),
         norm(params, ctx.stream) {
     params.set_overwritten_grads(model.gemm_written_grad_entries());
@@ -65,7 +68,8 @@ struct Run {
       model.set_hooks(overlap.get());
     }
   }
-  static ParamStore& alloc(ParamStore& p, const Stream& s, MasterStorage storage) {
+  static ParamStore& alloc(ParamStore& p, const Stream& s, MasterStorage storage, int64_t sparse_rows) {
+    if (sparse_rows > 0) p.set_sparse_embedding_grad(sparse_rows);
     p.allocate(DType::kBF16, s, DType::kF32, storage);
     p.initialize(1234, s);
     return p;
@@ -87,11 +91,11 @@ struct Run {
     double sum = 0;
     for (double v : l.to_vector<double>()) sum += v;
     losses.push_back(sum);
-    const float clip = clip_coefficient(n, 1.0);
+    const float coeff = clip_coefficient(n, clip);
     if (overlap)
-      overlap->launch(lr, clip);
+      overlap->launch(lr, coeff);
     else
-      optim.step(lr, clip, s);
+      optim.step(lr, coeff, s);
   }
   void finish(const Stream& s) {
     if (overlap) overlap->finish();
@@ -123,12 +127,13 @@ void train_both(Context& ctx, const ModelConfig& m, Run& a, Run& b) {
   b.finish(ctx.stream);
 }
 
-// Losses, norms, masters, moments and compute copies of two runs, bitwise.
-void check_runs_equal(Context& ctx, Run& a, Run& b, const std::string& tag) {
+// Losses, norms, masters, moments and compute copies of two runs, bitwise (the norms within norm_tol: a
+// row-sparse embedding gradient sums its squares in another order).
+void check_runs_equal(Context& ctx, Run& a, Run& b, const std::string& tag, double norm_tol = 0.0) {
   ctx.check("overlap", fmt::format("losses, 5 steps ({})", tag), Tensor::from_vector(a.losses, {5}),
             Tensor::from_vector(b.losses, {5}), 0.0);
   ctx.check("overlap", fmt::format("gradient norms, 5 steps ({})", tag), Tensor::from_vector(a.norms, {5}),
-            Tensor::from_vector(b.norms, {5}), 0.0);
+            Tensor::from_vector(b.norms, {5}), norm_tol);
   stream_sync(ctx.stream);
   fused::check_true(ctx, "overlap", fmt::format("master weights ({})", tag),
                     fused::bitwise_equal(a.master(ctx.stream), b.master(ctx.stream)), "bitwise");
@@ -196,6 +201,30 @@ void overlap_moe_case(Context& ctx) {
   check_runs_equal(ctx, overlapped, serial, "MoE, update in pieces");
 }
 
+// The input embedding's gradient row-sparse (train/sparse_embedding.h): the overlapped run's deferred lookup
+// reads the table's gradient through the slot map, its update the same, its norm the slot rows. Unclipped, a
+// sparse overlapped run is bitwise a dense serial one (the norm only within f32 summation order); clipped, a
+// sparse overlapped run is bitwise a sparse serial one (the same chunks in the same order).
+void sparse_embedding_case(Context& ctx) {
+  const ModelConfig m = overlap_model();
+  OptimConfig oc;
+  oc.weight_decay = 0.1;
+  oc.adam_beta2 = 0.95;
+  const int64_t rows = 4 * 256;  // train_both's tokens per step
+  {
+    Run dense(ctx, m, oc, 0, false), sparse(ctx, m, oc, 0, true, MasterStorage::kAuto, rows);
+    dense.clip = sparse.clip = 0;
+    fused::check_true(ctx, "overlap", "row-sparse embedding gradient in use",
+                      sparse.params.sparse_entry() >= 0 && dense.params.sparse_entry() < 0);
+    train_both(ctx, m, dense, sparse);
+    check_runs_equal(ctx, sparse, dense, "row-sparse embedding + overlap vs dense serial, unclipped", 1e-6);
+  }
+  Run serial(ctx, m, oc, 0, false, MasterStorage::kAuto, rows),
+      overlapped(ctx, m, oc, 0, true, MasterStorage::kAuto, rows);
+  train_both(ctx, m, serial, overlapped);
+  check_runs_equal(ctx, overlapped, serial, "row-sparse embedding, overlap vs serial, clipped");
+}
+
 }  // namespace
 
 PRIMUS_GPU_TEST(overlap) {
@@ -203,6 +232,7 @@ PRIMUS_GPU_TEST(overlap) {
   overlap_case(ctx, 16);
   layouts_case(ctx);
   overlap_moe_case(ctx);
+  sparse_embedding_case(ctx);
 }
 
 }  // namespace primus::gputest

@@ -11,6 +11,8 @@
 #  tests  primus_gpu_tests --quick for GPU_FAMILIES (default: all) against the CPU reference;
 #  track  the 50-step GPU-vs-CPU loss check: the tiny fortunes model (carry .device/fortunes) on the GPU and
 #         on the CPU reference from the same init and data, compared per step (compare_tracking.py);
+#  sparse each workload with the dense and the row-sparse embedding gradient (PRIMUS_SPARSE_EMBEDDING_GRAD
+#         0 / 1), 20 unclipped deterministic steps: losses compared bitwise, peaks, `primus projection memory`;
 #  torch  ../shared/perf/torch_baseline.py with torch.compile only (TORCH_EAGER=1 keeps eager too) in the same
 #         call: the ratio anchors.
 # Workloads: 124m (bench_llama-124M: V 50304 d 768 L 12, T 1024 B 16), 124m_b4 (the same at B 4), 40m (d 512,
@@ -77,6 +79,35 @@ if [[ " $parts " == *" ours "* ]]; then
       rc=$?
       python3 tools/device/step_median.py "$(find $ws -name metrics.jsonl | head -1)" "$w [$variant]" "$rc" "$tokens"
     done
+  done
+fi
+
+if [[ " $parts " == *" sparse "* ]]; then
+  # The row-sparse embedding gradient (train/sparse_embedding.h) against the dense one on the GPU, each
+  # workload in WORKLOADS for 20 steps without clipping, in deterministic mode (attention's backward otherwise
+  # sums dQ across blocks in any order): updates bitwise equal, so every loss must be too; and
+  # the memory projection of each beside the measured peak.
+  for w in $workloads; do
+    workload_args "$w" || continue
+    for mode in 0 1; do
+      rm -rf /tmp/sparse-ws-$mode
+      PRIMUS_SPARSE_EMBEDDING_GRAD=$mode PRIMUS_WORKSPACE=/tmp/sparse-ws-$mode PRIMUS_EXP_NAME=$w PRIMUS_USER=dev \
+        timeout 90 "$bin/primus" train pretrain "${args[@]}" --train_iters 20 --log_interval 10 --clip_grad 0 --deterministic_mode true \
+        >"$out/sparse_${w}_$mode.log" 2>&1
+      echo "== sparse $w mode $mode rc=$? ($((SECONDS - t0)) s): $(grep -hE 'row-sparse|memory at peak' \
+        "$out/sparse_${w}_$mode.log" | cut -c1-160 | tr '\n' ' ')"
+    done
+    python3 - "$(find /tmp/sparse-ws-0 -name metrics.jsonl | head -1)" "$(find /tmp/sparse-ws-1 -name metrics.jsonl | head -1)" "$w" <<'PY'
+import json, sys
+def steps(p): return [r for r in map(json.loads, open(p)) if 'loss' in r]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+same = sum(1 for x, y in zip(a, b) if json.dumps(x['loss']) == json.dumps(y['loss']))
+gn = max(abs(x['grad_norm'] - y['grad_norm']) / max(1e-30, abs(x['grad_norm'])) for x, y in zip(a, b))
+print(f"   {sys.argv[3]}: {same} of {len(a)} losses bitwise equal (dense vs row-sparse, {len(b)} steps); "
+      f"grad norm max rel diff {gn:.2e}")
+PY
+    timeout 60 "$bin/primus" projection memory "${args[@]}" >"$out/sparse_${w}_projection.txt" 2>&1
+    grep -iE "gradients|total|peak" "$out/sparse_${w}_projection.txt" | head -6 | cut -c1-160
   done
 fi
 

@@ -30,12 +30,17 @@ inline AdamCoeffs adam_coeffs(const AdamWParams& p) {
                     p.grad_scale};
 }
 
+// Every product and sum is rounded as written (__fmul_rn / __fmaf_rn are never contracted): left to the
+// compiler, the contraction depended on the surrounding kernel -- the row-sparse AdamW's m came out as
+// fma(1 - b1, g, b1 m), the dense one's as fma(b1, m, (1 - b1) g) (H200, 2026-11-28: N = 1 kernels not
+// bitwise equal) -- and the kernels sharing this update must give the same bits. The form is the one the
+// dense kernel had, so its results are unchanged; sqrt and the division stay --use_fast_math's.
 __device__ __forceinline__ void adam_update(float& w, float g, float& m, float& v, const AdamCoeffs& c) {
-  g *= c.grad_scale;
-  m = c.b1 * m + c.one_minus_b1 * g;
-  v = c.b2 * v + c.one_minus_b2 * g * g;
-  const float upd = (m * c.inv_bc1) / (sqrtf(v * c.inv_bc2) + c.eps) + c.wd * w;
-  w -= c.lr * upd;
+  g = __fmul_rn(g, c.grad_scale);
+  m = __fmaf_rn(c.b1, m, __fmul_rn(c.one_minus_b1, g));
+  v = __fmaf_rn(c.b2, v, __fmul_rn(g, __fmul_rn(c.one_minus_b2, g)));
+  const float upd = __fmaf_rn(c.wd, w, __fmul_rn(c.inv_bc1, m) / (sqrtf(__fmul_rn(c.inv_bc2, v)) + c.eps));
+  w = __fsub_rn(w, __fmul_rn(c.lr, upd));
 }
 
 // The f32 master of a (hi, rem) pair, and back.
