@@ -86,19 +86,15 @@ void validate_config(ResolvedConfig& rc) {
   // LoRA adapters (model/lora_adapter.h) sit on the decoder's packed-QKV attention and dense MLP projections;
   // in MoE models on the attention only (the experts, router and shared expert stay frozen without adapters:
   // PEFT's gate/up/down targets would adapt every expert, which is not built). Under FP8 the frozen
-  // projections run in FP8 and the adapters' thin GEMMs in BF16. MLA's projections, the MTP modules and
-  // dropout under context parallelism do not take them yet.
+  // projections run in FP8 and the adapters' thin GEMMs in BF16. MLA's projections and the MTP modules do
+  // not take them yet.
   const bool lora_mlp = t.lora.targets_projection("gate_up_proj") || t.lora.targets_projection("down_proj");
   if (t.lora.enabled && !rc.planning) {
     const char* what = t.model.moe.enabled() && lora_mlp
                            ? "the MLP projections of a mixture-of-experts model (adapters on every expert)"
                        : t.model.mla.enabled        ? "multi-latent attention"
                        : t.model.mtp_num_layers > 0 ? "multi-token prediction"
-                       // (under CP a rank's rows are chunks of other places: the dropout masks keyed by
-                       // an element's place would repeat across the cp ranks)
-                       : p.context_parallel_size > 1 && t.lora.dropout > 0
-                           ? "dropout (lora.dropout > 0) under context parallelism"
-                           : nullptr;
+                                                    : nullptr;
     if (what)
       throw NotSupportedError(
           fmt::format("{}: not supported yet: LoRA (lora.enabled) with {}",

@@ -56,7 +56,8 @@ PRIMUS_HD float philox_normal(uint64_t key, uint64_t index) {
   Philox4 r = philox4x32(key, index, 0);
   double u1 = (static_cast<double>(r.v[0]) + 1.0) * (1.0 / 4294967296.0);
   double u2 = static_cast<double>(r.v[1]) * (1.0 / 4294967296.0);
-  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  // (::log: inside namespace primus, `log` names core/log.h's namespace)
+  return static_cast<float>(::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2));
 }
 
 PRIMUS_HD uint32_t philox_u32(uint64_t key, uint64_t index) {

@@ -3,6 +3,7 @@
 #include "core/philox.h"
 #include "ops/dropout.h"
 #include "ops/gemm.h"
+#include "parallel/context_parallel.h"
 
 namespace primus {
 
@@ -23,10 +24,26 @@ uint64_t LoraAdapter::mask_key(const StepContext& ctx) const {
   return mix64(mix64(ctx.origin.seed ^ name_key_) + static_cast<uint64_t>(ctx.origin.first_sample));
 }
 
+namespace {
+// Where x's rows sit in the whole batch: context parallelism's chunks, so that a rank drops what one process
+// drops at the same tokens.
+ops::DropoutRows mask_rows(const StepContext& ctx) {
+  ops::DropoutRows rows;
+  if (!ctx.cp) return rows;
+  // This rank's [2B, C] chunk-major tokens (parallel/context_parallel.h) in the whole [B, T] batch.
+  rows.chunk = ctx.seq;
+  rows.batch = ctx.batch / 2;
+  rows.seq = 2 * ctx.cp->size() * ctx.seq;
+  rows.chunks[0] = ctx.cp->chunk(0);
+  rows.chunks[1] = ctx.cp->chunk(1);
+  return rows;
+}
+}  // namespace
+
 Tensor LoraAdapter::dropped(const StepContext& ctx, const Tensor& x) const {
   if (dropout_ <= 0.0f || !ctx.training) return x;
   Tensor out = ctx.act(x.shape());
-  ops::dropout_apply(x, dropout_, mask_key(ctx), col_begin_, whole_cols_, out, ctx.stream);
+  ops::dropout_apply(x, dropout_, mask_key(ctx), col_begin_, whole_cols_, out, ctx.stream, mask_rows(ctx));
   return out;
 }
 
@@ -52,7 +69,7 @@ void LoraAdapter::backward(const StepContext& ctx, const Tensor& dy, const Tenso
   ops::gemm(u, true, xd, false, ga, 1.0f, 1.0f, ctx.stream);
   ops::gemm(u, false, a, false, dx, 1.0f, 0.0f, ctx.stream);
   if (xd.data_ptr() != x.data_ptr()) {  // the same mask on the gradient of x
-    ops::dropout_apply(dx, dropout_, mask_key(ctx), col_begin_, whole_cols_, dx, ctx.stream);
+    ops::dropout_apply(dx, dropout_, mask_key(ctx), col_begin_, whole_cols_, dx, ctx.stream, mask_rows(ctx));
   }
 }
 

@@ -12,7 +12,8 @@
 // - p) instead of x (t = s x' A^T, dA += u^T x'), and its share of the input gradient is masked alike (dx =
 // keep (u A) / (1 - p)). The mask is drawn from each element's place (ops/dropout.h) under a key of the run's
 // seed, the projection and the micro-batch's first sample, so backward, recomputation, every device and every
-// parallel layout regenerate the same mask instead of storing it.
+// parallel layout regenerate the same mask instead of storing it (under context parallelism a rank's rows
+// are placed at their tokens in the whole batch).
 //
 // Backward, from dy = dL/dy:
 //   dB += dy^T t          u = s dy B [tokens, r]          dA += u^T x          dx = u A (+ dy W by the

@@ -13,16 +13,19 @@ namespace {
 using fused::gpu_randn;
 
 void dropout_case(Context& ctx, int64_t rows, int64_t cols, int64_t col_begin, int64_t whole_cols, float p,
-                  bool in_place, bool timed) {
-  const std::string sz = fmt::format("{}x{} cols {}+ of {} p={}{}", rows, cols, col_begin, whole_cols, p,
-                                     in_place ? " in place" : "");
+                  bool in_place, bool timed, const ops::DropoutRows& place = {}) {
+  const std::string sz = fmt::format(
+      "{}x{} cols {}+ of {} p={}{}{}", rows, cols, col_begin, whole_cols, p, in_place ? " in place" : "",
+      place.chunk ? fmt::format(" cp chunks {},{} of C {} T {}", place.chunks[0], place.chunks[1],
+                                place.chunk, place.seq)
+                  : "");
   const uint64_t key = ctx.rng();
   Tensor x = gpu_randn(ctx, {rows, cols}, DType::kBF16);
   Tensor xf = fused::host_f32(ctx, x);
   Tensor out = in_place ? x : ctx.poisoned({rows, cols}, DType::kBF16);
   Tensor ref = Tensor::empty({rows, cols}, DType::kF32);
-  ops::cpu::dropout_apply(xf, p, key, col_begin, whole_cols, ref, Stream::cpu());
-  ops::cuda::dropout_apply(x, p, key, col_begin, whole_cols, out, ctx.stream);
+  ops::cpu::dropout_apply(xf, p, key, col_begin, whole_cols, ref, Stream::cpu(), place);
+  ops::cuda::dropout_apply(x, p, key, col_begin, whole_cols, out, ctx.stream, place);
   ctx.check("dropout", sz, out, ref, kTolBF16);
   // The mask itself: the zeros must be exactly where the reference has them (a value check alone would
   // pass a mask that differs in a few elements).
@@ -55,6 +58,15 @@ PRIMUS_GPU_TEST(dropout) {
   dropout_case(ctx, 127, 96, 96, 288, 0.2f, false, false);
   dropout_case(ctx, 33, 8, 4, 12, 0.5f, true, false);
   dropout_case(ctx, 16384, 2048, 0, 2048, 0.05f, false, true);  // llama3.2-1B's hidden, 16k tokens
+  // A context-parallel rank's chunk-major rows (rank 1 of CP 3: chunks 1 and 4 of T 6 C), both kernels.
+  ops::DropoutRows cp;
+  cp.chunk = 31;
+  cp.batch = 3;
+  cp.seq = 6 * 31;
+  cp.chunks[0] = 1;
+  cp.chunks[1] = 4;
+  dropout_case(ctx, 2 * 3 * 31, 33, 0, 33, 0.2f, false, false, cp);
+  dropout_case(ctx, 2 * 3 * 31, 96, 96, 288, 0.2f, false, false, cp);
 }
 
 }  // namespace primus::gputest

@@ -23,10 +23,12 @@
 #   pp NP PP         PP stages (x NP/PP data-parallel ranks) of a 4-layer micro Llama: each stage's adapters
 #                    in its own store, the PEFT export gathered from every stage; ppzbh1 / ppvpp: zero-bubble
 #                    (the adapters' weight gradients deferred) and interleaved schedules
-#   bad              refusals naming the key: dropout under CP, MLP targets on an MoE model, packed attention
-#                    with isolated samples under PP
+#   bad              refusals naming the key: MLP targets on an MoE model, packed attention with isolated
+#                    samples under PP
 #   dropout NP TP    lora.dropout 0.1 (position pre) under TP with SP x DP: each micro-batch's mask is keyed by
 #                    its first sample and every element's place, so the ranks drop what one process drops
+#   cpdropout NP CP  lora.dropout 0.1 under CP (x NP/CP data-parallel ranks): a rank's chunk-major rows draw
+#                    the mask at their tokens' places in the whole sequence (ops::DropoutRows)
 # Usage: lora_train_test.sh MODE MPIRUN PRIMUS NP [TP]
 set -u
 mode=$1 mpirun=$2 primus=$3 np=${4:-2} tp=${5:-1}
@@ -42,8 +44,6 @@ common=(--config "$src/tests/e2e/configs/sft_lora_micro_llama.yaml" --train_iter
         --clip_grad 0.5)
 
 if [ "$mode" = bad ]; then
-  refuse cpdropout "not supported yet: LoRA (lora.enabled) with dropout (lora.dropout > 0) under context parallelism" \
-    2 -- --context_parallel_size 2 --use_packed_attention false --lora.dropout 0.1
   # (95f2e7f had dropped this refusal with the LoRA one: the pipeline does not carry sample boundaries.)
   refuse packedpp "not supported yet: packed attention (use_packed_attention) with pipeline parallelism" 2 -- \
     --pipeline_model_parallel_size 2 --num_layers 4
@@ -66,9 +66,10 @@ case "$mode" in
     [ "$mode" = moetp ] && par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
     [ "$mode" = moeep ] && par=(--expert_model_parallel_size "$tp")
     ;;
-  cp)
+  cp | cpdropout)
     par=(--context_parallel_size "$tp")
     common+=(--use_packed_attention false)
+    [ "$mode" = cpdropout ] && common+=(--lora.dropout 0.1)
     ;;
   pp | ppzbh1 | ppvpp)
     # The micro Llama's 2 layers made 4 (two per stage; interleaved: one per chunk); packed rows without

@@ -57,6 +57,50 @@ TEST(Dropout, ColumnSplitDrawsTheWholeTensorsMask) {
   EXPECT_NE(other.to_vector<double>(), full);  // another key, another mask
 }
 
+// Context parallelism: each rank holds chunks r and 2 CP - 1 - r of every sequence, chunk-major
+// (parallel/context_parallel.h). With the row map a rank's rows draw the whole batch's mask at their tokens,
+// so the CP ranks together drop exactly what one process drops.
+TEST(Dropout, ContextParallelChunksDrawTheWholeBatchsMask) {
+  const int64_t B = 3, cp = 2, C = 5, T = 2 * cp * C, cols = 33;
+  std::vector<double> whole(static_cast<size_t>(B * T * cols));
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = 1.0 + static_cast<double>(i);
+  Tensor x = Tensor::from_vector(whole, {B * T, cols}), out = Tensor::empty({B * T, cols}, DType::kF64);
+  ops::dropout_apply(x, 0.4f, 11, 0, cols, out, Stream::cpu());
+  const std::vector<double> full = out.to_vector<double>();
+  for (int64_t r = 0; r < cp; ++r) {
+    const int64_t chunks[2] = {r, 2 * cp - 1 - r};
+    std::vector<double> mine;  // row (h B + b) C + j = token chunks[h] C + j of sequence b
+    for (int h = 0; h < 2; ++h)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < C; ++j)
+          for (int64_t c = 0; c < cols; ++c)
+            mine.push_back(whole[static_cast<size_t>((b * T + chunks[h] * C + j) * cols + c)]);
+    Tensor xs = Tensor::from_vector(mine, {2 * B * C, cols});
+    ops::DropoutRows rows;
+    rows.chunk = C;
+    rows.batch = B;
+    rows.seq = T;
+    rows.chunks[0] = chunks[0];
+    rows.chunks[1] = chunks[1];
+    ops::dropout_apply(xs, 0.4f, 11, 0, cols, xs, Stream::cpu(), rows);
+    const std::vector<double> got = xs.to_vector<double>();
+    size_t k = 0;
+    for (int h = 0; h < 2; ++h)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < C; ++j)
+          for (int64_t c = 0; c < cols; ++c, ++k)
+            ASSERT_EQ(got[k], full[static_cast<size_t>((b * T + chunks[h] * C + j) * cols + c)])
+                << "rank " << r << " half " << h << " sequence " << b << " token " << j;
+  }
+  ops::DropoutRows bad;
+  bad.chunk = C;
+  bad.batch = B;
+  bad.seq = T;
+  bad.chunks[1] = 2 * cp;  // past T
+  Tensor xs = Tensor::empty({2 * B * C, cols}, DType::kF64);
+  EXPECT_THROW(ops::dropout_apply(xs, 0.4f, 11, 0, cols, xs, Stream::cpu(), bad), Error);
+}
+
 TEST(Dropout, BadArgumentsAreRefused) {
   Tensor x = ones(2, 3), out = Tensor::empty({2, 3}, DType::kF32);
   EXPECT_THROW(ops::dropout_apply(x, 1.0f, 1, 0, 3, out, Stream::cpu()), Error);

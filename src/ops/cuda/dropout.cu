@@ -14,12 +14,13 @@ using detail::bf16;
 constexpr int kBlock = 256;
 
 __global__ void dropout_kernel(const bf16* __restrict__ x, bf16* out, int64_t rows, int64_t cols,
-                               uint64_t key, int64_t col_begin, int64_t whole_cols, float p, float scale) {
+                               uint64_t key, int64_t col_begin, int64_t whole_cols, float p, float scale,
+                               DropoutRows place) {
   const int64_t n = rows * cols;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e / cols, j = e - i * cols;
-    const uint64_t index = static_cast<uint64_t>(i * whole_cols + col_begin + j);
+    const uint64_t index = static_cast<uint64_t>(place.whole_row(i) * whole_cols + col_begin + j);
     out[e] = dropout_keeps(key, index, p) ? __float2bfloat16_rn(__bfloat162float(x[e]) * scale)
                                           : __float2bfloat16_rn(0.f);
   }
@@ -29,13 +30,14 @@ __global__ void dropout_kernel(const bf16* __restrict__ x, bf16* out, int64_t ro
 // col_begin and whole_cols divisible by 4, as every model width is): one Philox call and 8-byte loads and
 // stores per thread.
 __global__ void dropout4_kernel(const bf16* __restrict__ x, bf16* out, int64_t rows, int64_t cols,
-                                uint64_t key, int64_t col_begin, int64_t whole_cols, float p, float scale) {
+                                uint64_t key, int64_t col_begin, int64_t whole_cols, float p, float scale,
+                                DropoutRows place) {
   const int64_t n4 = rows * cols / 4, cols4 = cols / 4;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < n4;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = g / cols4, j = (g - i * cols4) * 4;
     bool keep[4];
-    dropout_keeps4(key, static_cast<uint64_t>(i * whole_cols + col_begin + j) >> 2, p, keep);
+    dropout_keeps4(key, static_cast<uint64_t>(place.whole_row(i) * whole_cols + col_begin + j) >> 2, p, keep);
     const uint2 raw = reinterpret_cast<const uint2*>(x)[g];
     const bf16* v = reinterpret_cast<const bf16*>(&raw);
     bf16 o[4];
@@ -49,7 +51,7 @@ __global__ void dropout4_kernel(const bf16* __restrict__ x, bf16* out, int64_t r
 }  // namespace
 
 void dropout_apply(const Tensor& x, float p, uint64_t key, int64_t col_begin, int64_t whole_cols, Tensor& out,
-                   const Stream& s) {
+                   const Stream& s, const DropoutRows& rows) {
   constexpr const char* op = "dropout_apply";
   detail::check_cuda_tensor(op, "x", x, DType::kBF16);
   detail::check_cuda_tensor(op, "out", out, DType::kBF16);
@@ -66,7 +68,7 @@ void dropout_apply(const Tensor& x, float p, uint64_t key, int64_t col_begin, in
   auto kernel = by4 ? dropout4_kernel : dropout_kernel;
   kernel<<<static_cast<unsigned>(blocks), kBlock, 0, cuda_stream(s)>>>(
       static_cast<const bf16*>(x.data_ptr()), static_cast<bf16*>(out.data_ptr()), x.size(0), x.size(1), key,
-      col_begin, whole_cols, p, 1.0f / (1.0f - p));
+      col_begin, whole_cols, p, 1.0f / (1.0f - p), rows);
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,6 @@
 namespace primus::ops::cuda {
 
 void dropout_apply(const Tensor& x, float p, uint64_t key, int64_t col_begin, int64_t whole_cols, Tensor& out,
-                   const Stream& s);
+                   const Stream& s, const DropoutRows& rows = {});
 
 }  // namespace primus::ops::cuda
