@@ -235,7 +235,14 @@ TEST(VocabParallelCrossEntropy, SlicesMatchSoftmaxCrossEntropy) {
             EXPECT_LT(rel_err(sep.losses[k], rl), tol) << "rank " << k;
             EXPECT_EQ(sep.losses[k], sep.losses[0]) << "rank " << k << " differs from rank 0";  // bitwise
           }
-          EXPECT_LT(rel_err(sep.dlogits, rd), tol);
+          // dlogits = gs (softmax - onehot) / count is near zero in a confident row, where the two
+          // computations' roundoff is all there is: a batch of confident rows failed the relative test alone
+          // (PRIMUS_TEST_SEED=941369499: f64 rows 3 vocab 5, 5.1e-12). So relative, or absolute against the
+          // gradient's scale (probabilities are within [0, 1], their roundoff ~1e-16 in f64).
+          double worst = 0;
+          for (size_t i = 0; i < rd.size(); ++i) worst = std::max(worst, std::abs(sep.dlogits[i] - rd[i]));
+          EXPECT_TRUE(rel_err(sep.dlogits, rd) < tol || worst < (dt == DType::kF64 ? 1e-14 : 1e-6) * gs)
+              << "relative " << rel_err(sep.dlogits, rd) << ", largest difference " << worst;
           for (int64_t r = 0; r < rows; ++r) {
             if (tv[r] >= 0) continue;
             EXPECT_EQ(sep.losses[0][r], 0.0) << "row " << r;
