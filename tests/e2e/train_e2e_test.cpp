@@ -9,6 +9,7 @@
 
 #include "cli_process.h"
 #include "train/metrics.h"
+#include "train_run_util.h"
 
 using namespace primus::cli_test;
 
@@ -151,6 +152,40 @@ TEST(TrainE2E, RowSparseEmbeddingGradientTrainsLikeDense) {
                    gb = sparse.steps[i]["grad_norm"].get<double>();
       EXPECT_NEAR(ga, gb, 1e-5 * ga) << "step " << i + 1;
     }
+  }
+}
+
+// A run with the row-sparse embedding gradient saved at step 5 and resumed continues bit-exactly (the
+// deferred embedding update and the slots' clearing leave nothing behind in the checkpoint).
+TEST(TrainE2E, RowSparseEmbeddingGradientResumesBitExactly) {
+  if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
+  primus::cli_test::Scratch s("sparse-resume");
+  auto run = [&](const std::string& name, const std::string& save, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"train",
+                                  "pretrain",
+                                  "--config",
+                                  project_dir() + "/tests/e2e/configs/fortunes_micro_llama.yaml",
+                                  "--train_iters",
+                                  "10",
+                                  "--eval_interval",
+                                  "0",
+                                  "--lr_warmup_iters",
+                                  "2",
+                                  "--save",
+                                  save,
+                                  "--save_interval",
+                                  "5"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto env = primus::cli_test::env_for(s.dir, name);
+    env["PRIMUS_SPARSE_EMBEDDING_GRAD"] = "2";
+    return run_primus(a, env, s.dir);
+  };
+  const primus::cli_test::StraightAndSplit runs =
+      primus::cli_test::run_straight_and_split(run, s.dir, 5, 10, "e2e");
+  ASSERT_FALSE(runs.straight.empty());
+  for (size_t i = 0; i < runs.straight.size(); ++i) {
+    EXPECT_EQ(runs.straight[i]["loss"].dump(), runs.split[i]["loss"].dump()) << "step " << i + 1;
+    EXPECT_EQ(runs.straight[i]["grad_norm"].dump(), runs.split[i]["grad_norm"].dump()) << "step " << i + 1;
   }
 }
 

@@ -46,13 +46,14 @@ inline std::map<std::string, std::optional<std::string>> env_for(const std::stri
 // A run split by a checkpoint beside the same run straight through, for bit-exact resume tests. `run(name,
 // save_dir, extra_args)` runs `primus train` as the test wants it; the straight run saves into dir/ckpt-a,
 // the split one into dir/ckpt-b, stops after `exit_at` iterations (--exit_interval) and resumes (--resume
-// auto). Returns both runs' step records, checked to hold `steps` each; a failed run or a missing resume is a
-// test failure (and empty records).
+// auto). The runs' experiments name `work_group`. Returns both runs' step records, checked to hold `steps`
+// each; a failed run or a missing resume is a test failure (and empty records).
 struct StraightAndSplit {
   std::vector<nlohmann::json> straight, split;
 };
 template <typename Run>
-StraightAndSplit run_straight_and_split(Run&& run, const std::string& dir, int exit_at, size_t steps) {
+StraightAndSplit run_straight_and_split(Run&& run, const std::string& dir, int exit_at, size_t steps,
+                                        const std::string& work_group = "amd") {
   auto ok = [](const CliResult& r) {
     EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
     return r.exit_code == 0;
@@ -64,8 +65,8 @@ StraightAndSplit run_straight_and_split(Run&& run, const std::string& dir, int e
   const CliResult second = run("split", dir + "/ckpt-b", std::vector<std::string>{"--resume", "auto"});
   if (!ok(second)) return {};
   EXPECT_NE(second.out.find("resuming from"), std::string::npos) << second.out;
-  StraightAndSplit r{steps_of(dir + "/amd/ci/straight/metrics.jsonl"),
-                     steps_of(dir + "/amd/ci/split/metrics.jsonl")};
+  StraightAndSplit r{steps_of(dir + "/" + work_group + "/ci/straight/metrics.jsonl"),
+                     steps_of(dir + "/" + work_group + "/ci/split/metrics.jsonl")};
   EXPECT_EQ(r.straight.size(), steps);
   EXPECT_EQ(r.split.size(), steps);
   if (r.straight.size() != steps || r.split.size() != steps) return {};
