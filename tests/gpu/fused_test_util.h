@@ -48,6 +48,18 @@ inline ops::AdamWParams adamw_test_params(int64_t step, float grad_scale = 0.5f)
   return p;
 }
 
+// A GPU view of src's n elements `offset` elements into a fresh poisoned buffer (offset 1 breaks the vector
+// alignment), and a poisoned one of n elements the same way.
+inline Tensor gpu_view(Context& ctx, const Tensor& src, int64_t offset) {
+  const int64_t n = src.numel();
+  Tensor t = ctx.poisoned({n + offset}, src.dtype()).slice(offset, offset + n);
+  t.copy_from(src, ctx.stream);
+  return t;
+}
+inline Tensor gpu_poisoned_view(Context& ctx, int64_t n, DType dt, int64_t offset) {
+  return ctx.poisoned({n + offset}, dt).slice(offset, offset + n);
+}
+
 // A CPU f32 copy of a GPU tensor, after the stream's work on it is done.
 inline Tensor host_f32(Context& ctx, const Tensor& t) {
   stream_sync(ctx.stream);

@@ -34,6 +34,9 @@
 namespace primus::gputest {
 namespace {
 
+using fused::gpu_poisoned_view;
+using fused::gpu_view;
+
 using fused::bitwise_equal;
 using fused::check_true;
 
@@ -56,18 +59,6 @@ Tensor random_patterns(Context& ctx, int64_t n) {
     b[i] = x;
   }
   return t;
-}
-
-// A GPU view of n elements `offset` elements into a fresh buffer (offset 1 breaks the vector alignment).
-Tensor gpu_view(Context& ctx, const Tensor& src, int64_t offset) {
-  const int64_t n = src.numel();
-  Tensor buf = ctx.poisoned({n + offset}, src.dtype());
-  Tensor t = buf.slice(offset, offset + n);
-  t.copy_from(src, ctx.stream);
-  return t;
-}
-Tensor gpu_poisoned_view(Context& ctx, int64_t n, DType dt, int64_t offset) {
-  return ctx.poisoned({n + offset}, dt).slice(offset, offset + n);
 }
 
 void split_join_case(Context& ctx, int64_t n, int64_t offset) {

@@ -33,6 +33,9 @@
 namespace primus::gputest {
 namespace {
 
+using fused::gpu_poisoned_view;
+using fused::gpu_view;
+
 using fused::bitwise_equal;
 using fused::check_true;
 using ops::RowSparseGrad;
@@ -198,18 +201,6 @@ void backward_case(Context& ctx, int64_t n, int64_t v, int64_t d, Dist dist, int
       std::memcmp(again.rows.data_ptr(), after_first.rows.data_ptr(), again.rows.nbytes()) != 0)
     diff = "rows differ";
   check_empty(ctx, "bwd_sparse after clear " + sz, diff, "bitwise = the first call on the fresh gradient");
-}
-
-// A GPU copy of a CPU tensor `offset` elements into a fresh buffer (offset 1 breaks the 16-byte alignment).
-Tensor gpu_view(Context& ctx, const Tensor& src, int64_t offset) {
-  const int64_t n = src.numel();
-  Tensor buf = ctx.poisoned({n + offset}, src.dtype());
-  Tensor t = buf.slice(offset, offset + n);
-  t.copy_from(src, ctx.stream);
-  return t;
-}
-Tensor gpu_poisoned_view(Context& ctx, int64_t n, DType dt, int64_t offset) {
-  return ctx.poisoned({n + offset}, dt).slice(offset, offset + n);
 }
 
 // A row-sparse gradient from one backward call of n uniform tokens, and its dense [V, D] form (GPU).

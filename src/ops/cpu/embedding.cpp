@@ -98,21 +98,9 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
   const int32_t* ids = tokens.data<int32_t>();
   with_float_type(dt, [&](auto tag) {
     using T = decltype(tag);
-    const T* g = dout.data<T>();
     T* w = dtable.data<T>();
-    constexpr int64_t kBlock = 64;
-    const int64_t blocks = (d + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n * d > kParallelGrain && blocks > 1)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t c0 = blk * kBlock, c1 = std::min(d, c0 + kBlock);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t row = ids[i] - vocab_begin;
-        if (row < 0 || row >= vocab) continue;  // another shard's id
-        const T* src = g + i * d;
-        T* dst = w + row * d;
-        for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
-      }
-    }
+    detail::scatter_add_rows(ids, n, dout.data<T>(), d, vocab_begin, vocab,
+                             [&](int64_t row) { return w + row * d; });
   });
 }
 

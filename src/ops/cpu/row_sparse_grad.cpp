@@ -93,21 +93,9 @@ void embedding_backward_sparse(const Tensor& tokens, const Tensor& dout, RowSpar
     slot[r] = count;
     row_of[count++] = r;
   }
-  const float* src = dout.data<float>();
   float* w = g.rows.data<float>();
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (d + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n * d > kParallelGrain && blocks > 1)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kBlock, c1 = std::min(d, c0 + kBlock);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t r = ids[i] - vocab_begin;
-      if (r < 0 || r >= vocab) continue;  // another shard's id
-      const float* a = src + i * d;
-      float* dst = w + static_cast<int64_t>(slot[r]) * d;
-      for (int64_t c = c0; c < c1; ++c) dst[c] += a[c];
-    }
-  }
+  detail::scatter_add_rows(ids, n, dout.data<float>(), d, vocab_begin, vocab,
+                           [&](int64_t r) { return w + static_cast<int64_t>(slot[r]) * d; });
 }
 
 void row_sparse_clear(RowSparseGrad& g, const Stream& s) {

@@ -284,19 +284,12 @@ __global__ void __launch_bounds__(kBlock)
 
 // The pinned, host-mapped error word {flag, id}: written by the kernels, read by the host without a sync.
 int* error_word() {
-  static int* host = [] {
-    int* p = nullptr;
-    PRIMUS_CUDA_CHECK(cudaHostAlloc(&p, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
-    p[0] = p[1] = 0;
-    return p;
-  }();
+  static int* host = detail::mapped_words(2);
   return host;
 }
 
 int* error_word_device() {
-  int* dev = nullptr;
-  PRIMUS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), error_word(), 0));
-  return dev;
+  return detail::mapped_words_device(error_word());
 }
 
 // Throws if an earlier embedding kernel met an out-of-range id (and clears the word so the error is reported

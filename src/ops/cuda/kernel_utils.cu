@@ -13,6 +13,20 @@ int sm_count() {
   return n;
 }
 
+int* mapped_words(int count) {
+  int* p = nullptr;
+  PRIMUS_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(count) * sizeof(int),
+                                  cudaHostAllocMapped | cudaHostAllocPortable));
+  for (int i = 0; i < count; ++i) p[i] = 0;
+  return p;
+}
+
+int* mapped_words_device(int* host) {
+  int* dev = nullptr;
+  PRIMUS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0));
+  return dev;
+}
+
 void check_cuda_tensor(const char* op, const char* name, const Tensor& t, DType dtype) {
   PRIMUS_CHECK(t.defined(), "{}: {} is undefined", op, name);
   PRIMUS_CHECK(t.device().is_cuda(), "{}: {} must be on a CUDA device, got {}", op, name, t.describe());

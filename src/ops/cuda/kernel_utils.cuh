@@ -140,6 +140,12 @@ inline bool overlaps(const Tensor& a, const Tensor& b) {
 
 // Multiprocessor count of the current device (cached per process; the trainer drives one GPU per process).
 int sm_count();
+// `count` zeroed ints of pinned, host-mapped memory: how a kernel reports an error it cannot throw (it writes
+// them with atomicExch_system; the host reads them on its next call without a sync). Each caller keeps its
+// own block in a static.
+int* mapped_words(int count);
+// The device address of a mapped_words block.
+int* mapped_words_device(int* host);
 
 // Shared precondition checks of the CUDA ops: a defined, contiguous tensor on a CUDA device with the given
 // dtype.

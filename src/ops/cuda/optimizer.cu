@@ -8,6 +8,7 @@
 // fixed grid (a function of n only) of per-thread f64 accumulators and fixed-order block trees, then one
 // block sums the per-block partials in block order: bitwise reproducible, no float atomics. f64 costs nothing
 // here (the kernel is bound by reading x) and keeps 1e9-element sums accurate to f32 rounding.
+#include "ops/cuda/adam_kernels.cuh"
 #include "ops/cuda/adam_math.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
@@ -29,84 +30,6 @@ using detail::Vec;
 using detail::adam_coeffs;
 using detail::adam_update;
 using detail::AdamCoeffs;
-
-// The param_copy element of an updated master: bf16 by the compute rounding (core/master_split.h), so that
-// the copy is bitwise the hi a split store would hold; f32 as is.
-template <typename P>
-__device__ __forceinline__ P copy_value(float w) {
-  if constexpr (std::is_same_v<P, bf16>) {
-    return detail::compute_bf16(w);
-  } else {
-    return w;
-  }
-}
-
-// P = the param_copy element type (bf16 or float), or void for none. N = elements per thread (4, or 1 when a
-// pointer is not 16-byte aligned); the last thread handles a partial group element by element.
-template <int N, typename P>
-__global__ void adamw_kernel(float* __restrict__ master, const float* __restrict__ grad,
-                             float* __restrict__ m, float* __restrict__ v, P* __restrict__ copy, int64_t n,
-                             AdamCoeffs c) {
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
-  if (i0 >= n) return;
-  if (i0 + N <= n) {
-    Vec<float, N> w = load_vec<float, N>(master + i0), g = load_vec<float, N>(grad + i0);
-    Vec<float, N> mv = load_vec<float, N>(m + i0), vv = load_vec<float, N>(v + i0);
-#pragma unroll
-    for (int e = 0; e < N; ++e) adam_update(w.v[e], g.v[e], mv.v[e], vv.v[e], c);
-    store_vec<float, N>(master + i0, w);
-    store_vec<float, N>(m + i0, mv);
-    store_vec<float, N>(v + i0, vv);
-    if constexpr (!std::is_void_v<P>) {
-      Vec<P, N> out;
-#pragma unroll
-      for (int e = 0; e < N; ++e) out.v[e] = copy_value<P>(w.v[e]);
-      store_vec<P, N>(copy + i0, out);
-    }
-  } else {
-    for (int64_t i = i0; i < n; ++i) {
-      float w = master[i], mi = m[i], vi = v[i];
-      adam_update(w, grad[i], mi, vi, c);
-      master[i] = w;
-      m[i] = mi;
-      v[i] = vi;
-      if constexpr (!std::is_void_v<P>) copy[i] = copy_value<P>(w);
-    }
-  }
-}
-
-// AdamW on (hi, rem) pairs: join, the same element update as adamw_kernel, split. N as above.
-template <int N>
-__global__ void adamw_split_kernel(uint16_t* __restrict__ hi, int16_t* __restrict__ rem,
-                                   const float* __restrict__ grad, float* __restrict__ m,
-                                   float* __restrict__ v, int64_t n, AdamCoeffs c) {
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
-  if (i0 >= n) return;
-  if (i0 + N <= n) {
-    Vec<uint16_t, N> h = load_vec<uint16_t, N>(hi + i0);
-    Vec<int16_t, N> r = load_vec<int16_t, N>(rem + i0);
-    const Vec<float, N> g = load_vec<float, N>(grad + i0);
-    Vec<float, N> mv = load_vec<float, N>(m + i0), vv = load_vec<float, N>(v + i0);
-#pragma unroll
-    for (int e = 0; e < N; ++e) {
-      float w = detail::join_master(h.v[e], r.v[e]);
-      adam_update(w, g.v[e], mv.v[e], vv.v[e], c);
-      detail::split_master(w, h.v[e], r.v[e]);
-    }
-    store_vec<uint16_t, N>(hi + i0, h);
-    store_vec<int16_t, N>(rem + i0, r);
-    store_vec<float, N>(m + i0, mv);
-    store_vec<float, N>(v + i0, vv);
-  } else {
-    for (int64_t i = i0; i < n; ++i) {
-      float w = detail::join_master(hi[i], rem[i]), mi = m[i], vi = v[i];
-      adam_update(w, grad[i], mi, vi, c);
-      detail::split_master(w, hi[i], rem[i]);
-      m[i] = mi;
-      v[i] = vi;
-    }
-  }
-}
 
 // master -> (hi, rem); without rem (null) only hi. N elements per thread as above.
 template <int N, bool kRem>
@@ -299,15 +222,15 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   const dim3 g(static_cast<unsigned>(grid));
   cudaStream_t cs = cuda_stream(s);
   float *w = master.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
-  const float* gp = grad.data<float>();
+  const detail::DenseGrad gp{grad.data<float>()};
   auto run = [&]<int N>() {
     if (!write_copy) {
-      adamw_kernel<N, void><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, nullptr, n, c);
+      detail::adamw_kernel<N, void><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, nullptr, n, c);
     } else if (param_copy->dtype() == DType::kBF16) {
-      adamw_kernel<N, bf16>
+      detail::adamw_kernel<N, bf16>
           <<<g, kBlock, 0, cs>>>(w, gp, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
     } else {
-      adamw_kernel<N, float><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, param_copy->data<float>(), n, c);
+      detail::adamw_kernel<N, float><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, param_copy->data<float>(), n, c);
     }
     PRIMUS_CUDA_CHECK_LAUNCH();
   };
@@ -350,12 +273,11 @@ void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Te
   cudaStream_t cs = cuda_stream(s);
   auto* h = static_cast<uint16_t*>(hi.data_ptr());
   int16_t* r = rem.data<int16_t>();
+  const detail::DenseGrad gp{grad.data<float>()};
   if (vec) {
-    adamw_split_kernel<4>
-        <<<g, kBlock, 0, cs>>>(h, r, grad.data<float>(), m.data<float>(), v.data<float>(), n, c);
+    detail::adamw_split_kernel<4><<<g, kBlock, 0, cs>>>(h, r, gp, m.data<float>(), v.data<float>(), n, c);
   } else {
-    adamw_split_kernel<1>
-        <<<g, kBlock, 0, cs>>>(h, r, grad.data<float>(), m.data<float>(), v.data<float>(), n, c);
+    detail::adamw_split_kernel<1><<<g, kBlock, 0, cs>>>(h, r, gp, m.data<float>(), v.data<float>(), n, c);
   }
   PRIMUS_CUDA_CHECK_LAUNCH();
 }

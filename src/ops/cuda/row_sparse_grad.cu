@@ -7,11 +7,12 @@
 // reference's assignment, with no host sync. Running out of slots cannot throw in a kernel: the block records
 // it in a pinned, host-mapped word, gives no slot past the capacity, and the next call on the host throws.
 //
-// AdamW (adamw_step_sparse / _split_sparse): adamw_kernel / adamw_split_kernel of optimizer.cu with the same
-// element update (adam_math.cuh) and the same vector widths for the state arrays; only the gradient load
-// differs: element e = first + i of the table reads row e / D's slot, zero without one or past V x D. The
-// division costs one multiply-shift per thread (RowDiv), not a 64-bit divide per element, since these
-// kernels are bound by memory traffic.
+// AdamW (adamw_step_sparse / _split_sparse): the kernels of adam_kernels.cuh that optimizer.cu runs, with the
+// same vector widths for the state arrays; only the gradient source differs (SparseGradSource): element e =
+// first + i of the table reads row e / D's slot, zero without one or past V x D. The division costs one
+// multiply-shift per thread (RowDiv), not a 64-bit divide per element, since these kernels are bound by
+// memory traffic.
+#include "ops/cuda/adam_kernels.cuh"
 #include "ops/cuda/adam_math.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
@@ -98,86 +99,17 @@ __device__ __forceinline__ Vec<float, N> sparse_grad(const SparseView& g, int64_
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// AdamW
-
-// adamw_step's param_copy element (optimizer.cu): bf16 by the compute rounding, f32 as is.
-template <typename P>
-__device__ __forceinline__ P copy_value(float w) {
-  if constexpr (std::is_same_v<P, bf16>) {
-    return detail::compute_bf16(w);
-  } else {
-    return w;
+// The gradient source of the AdamW kernels (adam_kernels.cuh): span element i is table element first + i.
+template <bool kVecRow>
+struct SparseGradSource {
+  SparseView g;
+  int64_t first;
+  template <int N>
+  __device__ __forceinline__ Vec<float, N> load(int64_t i0) const {
+    return sparse_grad<N, kVecRow>(g, first + i0);
   }
-}
-
-// adamw_kernel with the gradient of element i = table element first + i read from g. P: the copy's element
-// type or void; N: 4, or 1 when a state pointer is not 16-byte aligned.
-template <int N, typename P, bool kVecRow>
-__global__ void adamw_sparse_kernel(float* __restrict__ master, SparseView g, int64_t first,
-                                    float* __restrict__ m, float* __restrict__ v, P* __restrict__ copy,
-                                    int64_t n, detail::AdamCoeffs c) {
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
-  if (i0 >= n) return;
-  if (i0 + N <= n) {
-    Vec<float, N> w = load_vec<float, N>(master + i0);
-    const Vec<float, N> gr = sparse_grad<N, kVecRow>(g, first + i0);
-    Vec<float, N> mv = load_vec<float, N>(m + i0), vv = load_vec<float, N>(v + i0);
-#pragma unroll
-    for (int e = 0; e < N; ++e) detail::adam_update(w.v[e], gr.v[e], mv.v[e], vv.v[e], c);
-    store_vec<float, N>(master + i0, w);
-    store_vec<float, N>(m + i0, mv);
-    store_vec<float, N>(v + i0, vv);
-    if constexpr (!std::is_void_v<P>) {
-      Vec<P, N> out;
-#pragma unroll
-      for (int e = 0; e < N; ++e) out.v[e] = copy_value<P>(w.v[e]);
-      store_vec<P, N>(copy + i0, out);
-    }
-  } else {
-    for (int64_t i = i0; i < n; ++i) {
-      float w = master[i], mi = m[i], vi = v[i];
-      detail::adam_update(w, sparse_grad<1, false>(g, first + i).v[0], mi, vi, c);
-      master[i] = w;
-      m[i] = mi;
-      v[i] = vi;
-      if constexpr (!std::is_void_v<P>) copy[i] = copy_value<P>(w);
-    }
-  }
-}
-
-// adamw_split_kernel with the gradient read from g, as above.
-template <int N, bool kVecRow>
-__global__ void adamw_split_sparse_kernel(uint16_t* __restrict__ hi, int16_t* __restrict__ rem, SparseView g,
-                                          int64_t first, float* __restrict__ m, float* __restrict__ v,
-                                          int64_t n, detail::AdamCoeffs c) {
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
-  if (i0 >= n) return;
-  if (i0 + N <= n) {
-    Vec<uint16_t, N> h = load_vec<uint16_t, N>(hi + i0);
-    Vec<int16_t, N> r = load_vec<int16_t, N>(rem + i0);
-    const Vec<float, N> gr = sparse_grad<N, kVecRow>(g, first + i0);
-    Vec<float, N> mv = load_vec<float, N>(m + i0), vv = load_vec<float, N>(v + i0);
-#pragma unroll
-    for (int e = 0; e < N; ++e) {
-      float w = detail::join_master(h.v[e], r.v[e]);
-      detail::adam_update(w, gr.v[e], mv.v[e], vv.v[e], c);
-      detail::split_master(w, h.v[e], r.v[e]);
-    }
-    store_vec<uint16_t, N>(hi + i0, h);
-    store_vec<int16_t, N>(rem + i0, r);
-    store_vec<float, N>(m + i0, mv);
-    store_vec<float, N>(v + i0, vv);
-  } else {
-    for (int64_t i = i0; i < n; ++i) {
-      float w = detail::join_master(hi[i], rem[i]), mi = m[i], vi = v[i];
-      detail::adam_update(w, sparse_grad<1, false>(g, first + i).v[0], mi, vi, c);
-      detail::split_master(w, hi[i], rem[i]);
-      m[i] = mi;
-      v[i] = vi;
-    }
-  }
-}
+  __device__ __forceinline__ float at(int64_t i) const { return sparse_grad<1, false>(g, first + i).v[0]; }
+};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Densification and clearing
@@ -297,19 +229,12 @@ __global__ void __launch_bounds__(kAssignThreads)
 // The pinned, host-mapped overflow word {flag, rows wanted, capacity}: written by assign_kernel, read by the
 // host without a sync (as embedding.cu's bad-id word).
 int* overflow_word() {
-  static int* host = [] {
-    int* p = nullptr;
-    PRIMUS_CUDA_CHECK(cudaHostAlloc(&p, 4 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
-    p[0] = p[1] = p[2] = p[3] = 0;
-    return p;
-  }();
+  static int* host = detail::mapped_words(4);
   return host;
 }
 
 int* overflow_word_device() {
-  int* dev = nullptr;
-  PRIMUS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), overflow_word(), 0));
-  return dev;
+  return detail::mapped_words_device(overflow_word());
 }
 
 SparseView sparse_view(const RowSparseGrad& g) {
@@ -494,14 +419,15 @@ void adamw_step_sparse(Tensor& master, const RowSparseGrad& g, int64_t first, Te
   float *w = master.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
   const SparseView view = sparse_view(g);
   auto run = [&]<int N, bool kVecRow>() {
+    const SparseGradSource<kVecRow> src{view, first};
     if (!write_copy) {
-      adamw_sparse_kernel<N, void, kVecRow><<<grid, kBlock, 0, cs>>>(w, view, first, mp, vp, nullptr, n, c);
+      detail::adamw_kernel<N, void><<<grid, kBlock, 0, cs>>>(w, src, mp, vp, nullptr, n, c);
     } else if (param_copy->dtype() == DType::kBF16) {
-      adamw_sparse_kernel<N, bf16, kVecRow>
-          <<<grid, kBlock, 0, cs>>>(w, view, first, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
+      detail::adamw_kernel<N, bf16>
+          <<<grid, kBlock, 0, cs>>>(w, src, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
     } else {
-      adamw_sparse_kernel<N, float, kVecRow>
-          <<<grid, kBlock, 0, cs>>>(w, view, first, mp, vp, param_copy->data<float>(), n, c);
+      detail::adamw_kernel<N, float>
+          <<<grid, kBlock, 0, cs>>>(w, src, mp, vp, param_copy->data<float>(), n, c);
     }
     PRIMUS_CUDA_CHECK_LAUNCH();
   };
@@ -549,11 +475,14 @@ void adamw_step_split_sparse(Tensor& hi, Tensor& rem, const RowSparseGrad& g, in
   float *mp = m.data<float>(), *vp = v.data<float>();
   const SparseView view = sparse_view(g);
   if (vec_row) {
-    adamw_split_sparse_kernel<4, true><<<grid, kBlock, 0, cs>>>(h, r, view, first, mp, vp, n, c);
+    detail::adamw_split_kernel<4>
+        <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<true>{view, first}, mp, vp, n, c);
   } else if (vec) {
-    adamw_split_sparse_kernel<4, false><<<grid, kBlock, 0, cs>>>(h, r, view, first, mp, vp, n, c);
+    detail::adamw_split_kernel<4>
+        <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<false>{view, first}, mp, vp, n, c);
   } else {
-    adamw_split_sparse_kernel<1, false><<<grid, kBlock, 0, cs>>>(h, r, view, first, mp, vp, n, c);
+    detail::adamw_split_kernel<1>
+        <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<false>{view, first}, mp, vp, n, c);
   }
   PRIMUS_CUDA_CHECK_LAUNCH();
 }
