@@ -80,15 +80,19 @@ class Watchdog {
           failure = c->check_health(now);
           if (failure) break;
         }
-        if (failure)
+        if (failure) {
+          // Said before the abort: the abort wakes the blocked operation, whose thread may then report
+          // its own symptom ("rank X closed its connection") and end the process before this thread logs
+          // the cause (seen in CI: CommTcpProcesses.AHungRankTimesOut).
+          log::error("communicator watchdog: {}; all communicators aborted, exiting", *failure);
+          std::fflush(stdout);
+          std::fflush(stderr);
           for (Communicator* c : comms_) c->abort(*failure);
+        }
       }
       if (failure) {
         // The thread blocked in the operation cannot be woken reliably (a host backend sits in a system
         // call, a GPU stream may never drain): end the process so that the launcher sees a failure now.
-        log::error("communicator watchdog: {}; all communicators aborted, exiting", *failure);
-        std::fflush(stdout);
-        std::fflush(stderr);
         std::_Exit(1);
       }
     }
