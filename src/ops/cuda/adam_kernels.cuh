@@ -6,12 +6,33 @@
 //
 // N = elements per thread (4 when every state pointer is 16-byte aligned, else 1); the last thread of a span
 // whose length is not a multiple of N handles its partial group element by element.
+#include <initializer_list>
 #include <type_traits>
 
 #include "ops/cuda/adam_math.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
 namespace primus::ops::cuda::detail {
+
+// adamw_step's param_copy rule, for either gradient source: none, master itself (nothing to receive), or a
+// bf16 / f32 tensor of master's size on its device overlapping none of master and `others`. Returns whether
+// the kernel writes it.
+inline bool adamw_writes_copy(const char* op, const Tensor& master, const Tensor* param_copy,
+                              std::initializer_list<const Tensor*> others) {
+  if (param_copy == nullptr || !param_copy->defined() || param_copy->data_ptr() == master.data_ptr())
+    return false;
+  PRIMUS_CHECK(param_copy->dtype() == DType::kBF16 || param_copy->dtype() == DType::kF32,
+               "{}: param_copy must be bf16 or f32, got {}", op, param_copy->describe());
+  check_cuda_tensor(op, "param_copy", *param_copy, param_copy->dtype());
+  check_same_cuda_device(op, master, *param_copy);
+  PRIMUS_CHECK(param_copy->numel() == master.numel(),
+               "{}: param_copy must have {} elements like master, got {}", op, master.numel(),
+               param_copy->describe());
+  PRIMUS_CHECK(!overlaps(*param_copy, master), "{}: param_copy must be master itself or not overlap it", op);
+  for (const Tensor* t : others)
+    PRIMUS_CHECK(!overlaps(*param_copy, *t), "{}: param_copy must not overlap {}", op, t->describe());
+  return true;
+}
 
 // The param_copy element of an updated master: bf16 by the compute rounding (core/master_split.h), so that
 // the copy is bitwise the hi a split store would hold; f32 as is.

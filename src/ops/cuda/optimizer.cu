@@ -194,20 +194,7 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   PRIMUS_CHECK(p.step >= 1, "{}: step is 1-based, got {}", op, p.step);
   PRIMUS_CHECK(p.beta1 >= 0.0f && p.beta1 < 1.0f && p.beta2 >= 0.0f && p.beta2 < 1.0f,
                "{}: betas must be in [0, 1), got {} and {}", op, p.beta1, p.beta2);
-  // A param_copy that is master itself has nothing to receive.
-  const bool write_copy =
-      param_copy != nullptr && param_copy->defined() && param_copy->data_ptr() != master.data_ptr();
-  if (write_copy) {
-    PRIMUS_CHECK(param_copy->dtype() == DType::kBF16 || param_copy->dtype() == DType::kF32,
-                 "{}: param_copy must be bf16 or f32, got {}", op, param_copy->describe());
-    detail::check_cuda_tensor(op, "param_copy", *param_copy, param_copy->dtype());
-    detail::check_same_cuda_device(op, master, *param_copy);
-    PRIMUS_CHECK(param_copy->numel() == n, "{}: param_copy must have {} elements like master, got {}", op, n,
-                 param_copy->describe());
-    PRIMUS_CHECK(!detail::overlaps(*param_copy, master) && !detail::overlaps(*param_copy, grad) &&
-                     !detail::overlaps(*param_copy, m) && !detail::overlaps(*param_copy, v),
-                 "{}: param_copy must be master itself or not overlap master, grad, m, v", op);
-  }
+  const bool write_copy = detail::adamw_writes_copy(op, master, param_copy, {&grad, &m, &v});
   if (n == 0) return;
   const AdamCoeffs c = adam_coeffs(p);
   bool vec = detail::aligned16(master.data_ptr()) && detail::aligned16(grad.data_ptr()) &&

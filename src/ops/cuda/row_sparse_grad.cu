@@ -391,20 +391,7 @@ void adamw_step_sparse(Tensor& master, const RowSparseGrad& g, int64_t first, Te
     PRIMUS_CHECK(!detail::overlaps(*t, g.rows) && !detail::overlaps(*t, g.slot_of),
                  "{}: {} must not overlap the gradient's buffers", op, t->describe());
   check_adam_params(op, p, first);
-  // A param_copy that is master itself has nothing to receive.
-  const bool write_copy =
-      param_copy != nullptr && param_copy->defined() && param_copy->data_ptr() != master.data_ptr();
-  if (write_copy) {
-    PRIMUS_CHECK(param_copy->dtype() == DType::kBF16 || param_copy->dtype() == DType::kF32,
-                 "{}: param_copy must be bf16 or f32, got {}", op, param_copy->describe());
-    detail::check_cuda_tensor(op, "param_copy", *param_copy, param_copy->dtype());
-    detail::check_same_cuda_device(op, master, *param_copy);
-    PRIMUS_CHECK(param_copy->numel() == n, "{}: param_copy must have {} elements like master, got {}", op, n,
-                 param_copy->describe());
-    PRIMUS_CHECK(!detail::overlaps(*param_copy, master) && !detail::overlaps(*param_copy, m) &&
-                     !detail::overlaps(*param_copy, v) && !detail::overlaps(*param_copy, g.rows),
-                 "{}: param_copy must be master itself or not overlap master, m, v and the gradient", op);
-  }
+  const bool write_copy = detail::adamw_writes_copy(op, master, param_copy, {&m, &v, &g.rows});
   if (n == 0) return;
   const detail::AdamCoeffs c = detail::adam_coeffs(p);
   bool vec = detail::aligned16(master.data_ptr()) && detail::aligned16(m.data_ptr()) &&
