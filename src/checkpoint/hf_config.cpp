@@ -257,7 +257,8 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
     throw ConfigError(fmt::format("model type '{}' is not supported", model_type),
                       "llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3");
   const bool moe_type = is_moe_model_type(model_type), mla = is_mla_type(model_type);
-  if (m.moe.enabled() != moe_type)
+  // DeepSeek's families also hold MLA over dense MLPs (no routed experts).
+  if (m.moe.enabled() != moe_type && !(mla && m.mla.enabled && !m.moe.enabled()))
     throw ConfigError(
         fmt::format("the model {} experts but {} is a {} family", m.moe.enabled() ? "has" : "has no",
                     model_type, moe_type ? "mixture-of-experts" : "dense"),

@@ -56,12 +56,11 @@ std::string str_or(const nlohmann::json& c, const char* key, const std::string& 
   return c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : def;
 }
 
-void read_deepseek(const nlohmann::json& c, HfModelInfo& info, const std::string& what) {
+// DeepSeek's routed experts and their routing (the model's MoE layers).
+void read_deepseek_routing(const nlohmann::json& c, HfModelInfo& info, const std::string& what) {
   ModelConfig& m = info.model;
   MoeConfig& e = m.moe;
   const bool v3 = info.model_type == "deepseek_v3";
-  if (!c.contains("n_routed_experts") || c["n_routed_experts"].is_null())
-    bad_config(what, "n_routed_experts is null (a dense DeepSeek model) which is not supported");
   e.num_experts = req_int(c, "n_routed_experts", what);
   e.topk = req_int(c, "num_experts_per_tok", what);
   e.ffn_hidden_size = req_int(c, "moe_intermediate_size", what);
@@ -149,6 +148,20 @@ void read_deepseek(const nlohmann::json& c, HfModelInfo& info, const std::string
   e.aux_loss_coeff = opt_number(c, "aux_loss_alpha", 0.0, what);
   e.load_balancing = opt_bool(c, "seq_aux", true) ? "seq_aux_loss" : "aux_loss";
   if (e.aux_loss_coeff == 0.0) e.load_balancing = "none";
+}
+
+// Whether a DeepSeek config.json has no mixture-of-experts layer: n_routed_experts null (the test of
+// DeepSeek's own modelling code) or every layer among the first_k_dense_replace dense ones.
+bool deepseek_is_dense(const nlohmann::json& c, int64_t layers, const std::string& what) {
+  return !c.contains("n_routed_experts") || c["n_routed_experts"].is_null() ||
+         opt_int(c, "first_k_dense_replace", 0, what) >= layers;
+}
+
+void read_deepseek(const nlohmann::json& c, HfModelInfo& info, const std::string& what) {
+  ModelConfig& m = info.model;
+  const bool v3 = info.model_type == "deepseek_v3";
+  // A dense DeepSeek model is MLA over dense MLPs of intermediate_size: no MoE keys are read.
+  if (!deepseek_is_dense(c, m.num_layers, what)) read_deepseek_routing(c, info, what);
 
   m.mla.enabled = true;
   m.mla.q_lora_rank = opt_int(c, "q_lora_rank", 0, what);
@@ -172,6 +185,7 @@ void read_moe_config(const nlohmann::json& c, HfModelInfo& info, const std::stri
   const std::string& type = info.model_type;
   if (type == "deepseek_v2" || type == "deepseek_v3") {
     read_deepseek(c, info, what);
+    if (!e.enabled()) return;  // dense: MLA over dense MLPs
   } else if (type == "mixtral") {
     e.num_experts = req_int(c, "num_local_experts", what);
     e.topk = req_int(c, "num_experts_per_tok", what);
@@ -236,8 +250,8 @@ bool softmax_norm_topk(const MoeConfig& e, const std::string& type) {
   return !e.pre_softmax || e.normalize_topk;
 }
 
-void write_deepseek(const ModelConfig& m, const std::string& type, const nlohmann::json& base,
-                    nlohmann::ordered_json& j) {
+void write_deepseek_routing(const ModelConfig& m, const std::string& type, const nlohmann::json& base,
+                            nlohmann::ordered_json& j) {
   const MoeConfig& e = m.moe;
   const bool v3 = type == "deepseek_v3";
   if (e.shared_expert_gate) cannot(type, "its shared expert is gated (Qwen2-MoE's)");
@@ -298,6 +312,27 @@ void write_deepseek(const ModelConfig& m, const std::string& type, const nlohman
   }
   j["aux_loss_alpha"] = e.load_balancing == "none" ? 0.0 : e.aux_loss_coeff;
   j["seq_aux"] = e.load_balancing == "seq_aux_loss";
+}
+
+void write_deepseek(const ModelConfig& m, const std::string& type, const nlohmann::json& base,
+                    nlohmann::ordered_json& j) {
+  const bool v3 = type == "deepseek_v3";
+  if (m.moe.enabled()) {
+    write_deepseek_routing(m, type, base, j);
+  } else {
+    // MLA over dense MLPs: no routed experts, every layer dense (DeepSeek's code and transformers build a
+    // dense MLP of intermediate_size for a layer below first_k_dense_replace).
+    j["n_routed_experts"] = nullptr;
+    j["n_shared_experts"] = nullptr;
+    j["first_k_dense_replace"] = m.num_layers;
+    j["moe_layer_freq"] = 1;
+    if (v3) {
+      j["num_nextn_predict_layers"] = m.mtp_num_layers;
+      j["rope_interleave"] = true;
+    } else if (m.mtp_num_layers > 0) {
+      cannot(type, "it has multi-token-prediction layers (deepseek_v3 has them)");
+    }
+  }
   j["q_lora_rank"] = m.mla.q_lora_rank > 0 ? nlohmann::json(m.mla.q_lora_rank) : nlohmann::json(nullptr);
   j["kv_lora_rank"] = m.mla.kv_lora_rank;
   j["qk_nope_head_dim"] = m.mla.qk_head_dim;
@@ -365,6 +400,7 @@ void write_moe_config(const ModelConfig& m, const std::string& type, const nlohm
 
 std::string default_moe_model_type(const ModelConfig& m) {
   const MoeConfig& e = m.moe;
+  if (m.mla.enabled && !e.enabled()) return "deepseek_v3";  // MLA over dense MLPs (V3's MTP layers too)
   if (m.mla.enabled) return e.score_function == "sigmoid" ? "deepseek_v3" : "deepseek_v2";
   if (e.shared_expert_gate) return "qwen2_moe";
   if (m.qk_layernorm) return "qwen3_moe";

@@ -121,6 +121,16 @@ nlohmann::ordered_json peft_config_json(const LoraConfig& lora, const std::vecto
 
 }  // namespace
 
+std::string peft_export_problem(const ModelConfig& m, const std::string& hf_config_json) {
+  try {
+    nlohmann::json base;
+    hf_family(m, hf_config_json, &base);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 PeftWriteReport write_peft_adapter(const std::string& dir, const std::vector<LoraTensor>& adapters,
                                    const ModelConfig& m, const LoraConfig& lora,
                                    const std::string& hf_config_json,

@@ -47,6 +47,11 @@ PeftWriteReport write_peft_adapter(const std::string& dir, const std::vector<Lor
                                    const std::string& hf_config_json,
                                    const std::string& base_model_name_or_path);
 
+// Why write_peft_adapter cannot express this model's adapters in a Hugging Face family (the family's
+// refusal), or "" when it can. The trainer asks before training, so that a run whose end-of-run export would
+// fail says so while it can still save its adapters to checkpoints.
+std::string peft_export_problem(const ModelConfig& m, const std::string& hf_config_json);
+
 struct PeftModule {
   Tensor a;  // lora_A [r, in], f32
   Tensor b;  // lora_B [out, r], f32

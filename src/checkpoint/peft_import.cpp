@@ -12,7 +12,16 @@ namespace primus::ckpt {
 
 namespace {
 
-constexpr const char* kProjections[] = {"self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj",
+// Every projection that can hold an adapter (model/param_store.cpp), packed-QKV attention's and MLA's; a
+// model's name map has those of its attention only.
+constexpr const char* kProjections[] = {"self_attn.qkv_proj",
+                                        "self_attn.q_proj",
+                                        "self_attn.q_a_proj",
+                                        "self_attn.q_b_proj",
+                                        "self_attn.kv_a_proj_with_mqa",
+                                        "self_attn.kv_b_proj",
+                                        "self_attn.o_proj",
+                                        "mlp.gate_up_proj",
                                         "mlp.down_proj"};
 
 std::string module_of(const HfPart& p) {

@@ -17,24 +17,46 @@ namespace {
 
 // Primus's target names (Megatron modules) and the HF ones, to our projections. Our attention and MLP input
 // projections are fused (q|k|v, gate|up): an HF name stands for its whole fused projection only together
-// with its siblings.
+// with its siblings. A multi-latent-attention model's attention projections are MLA's own (HF DeepSeek names
+// are ours); Megatron names them linear_q_proj (q_lora_rank 0) or linear_q_down_proj + linear_q_up_proj,
+// linear_kv_down_proj and linear_kv_up_proj.
 struct LoraTarget {
   const char* ours;
   std::vector<const char*> megatron, hf;
 };
-const std::vector<LoraTarget>& lora_targets() {
-  static const std::vector<LoraTarget> t = {
+const std::vector<LoraTarget>& lora_targets(bool mla) {
+  static const std::vector<LoraTarget> packed_qkv = {
       {"qkv_proj", {"linear_qkv"}, {"q_proj", "k_proj", "v_proj"}},
       {"o_proj", {"linear_proj"}, {"o_proj"}},
       {"gate_up_proj", {"linear_fc1"}, {"gate_proj", "up_proj"}},
       {"down_proj", {"linear_fc2"}, {"down_proj"}},
   };
-  return t;
+  static const std::vector<LoraTarget> latent = {
+      {"q_proj", {"linear_q_proj"}, {"q_proj"}},
+      {"q_a_proj", {"linear_q_down_proj"}, {"q_a_proj"}},
+      {"q_b_proj", {"linear_q_up_proj"}, {"q_b_proj"}},
+      {"kv_a_proj_with_mqa", {"linear_kv_down_proj"}, {"kv_a_proj_with_mqa"}},
+      {"kv_b_proj", {"linear_kv_up_proj"}, {"kv_b_proj"}},
+      {"o_proj", {"linear_proj"}, {"o_proj"}},
+      {"gate_up_proj", {"linear_fc1"}, {"gate_proj", "up_proj"}},
+      {"down_proj", {"linear_fc2"}, {"down_proj"}},
+  };
+  return mla ? latent : packed_qkv;
+}
+
+// Whether the model has the projection `ours` (MLA: q_proj without a query latent, q_a/q_b_proj with one).
+bool model_has(const ModelConfig& m, const std::string& ours) {
+  if (!m.mla.enabled) return true;
+  if (ours == "q_proj") return m.mla.q_lora_rank == 0;
+  if (ours == "q_a_proj" || ours == "q_b_proj") return m.mla.q_lora_rank > 0;
+  return true;
 }
 
 void map_lora(ResolvedConfig& rc) {
   const CheckedKeys& k = rc.keys;
   LoraConfig& l = rc.train.lora;
+  const ModelConfig& model = rc.train.model;
+  const bool mla = model.mla.enabled;
   auto at = [&](const char* key) { return k.origin(key).str(); };
   l.enabled = k.b("lora.enabled");
   l.rank = k.i("lora.dim");
@@ -52,11 +74,13 @@ void map_lora(ResolvedConfig& rc) {
     }
   if (!l.enabled) return;
   if (names.empty()) {
-    for (const LoraTarget& t : lora_targets()) l.targets.push_back(t.ours);
+    for (const LoraTarget& t : lora_targets(mla))
+      if (model_has(model, t.ours)) l.targets.push_back(t.ours);
     return;
   }
   std::vector<char> used(names.size(), 0);
-  for (const LoraTarget& t : lora_targets()) {
+  std::vector<std::string> absent;  // named projections of the model family that this model lacks
+  for (const LoraTarget& t : lora_targets(mla)) {
     bool megatron = false;
     std::vector<bool> hf(t.hf.size(), false);
     for (size_t i = 0; i < names.size(); ++i) {
@@ -79,16 +103,43 @@ void map_lora(ResolvedConfig& rc) {
                       at("lora.target_modules"), fmt::join(names, ", "), hf_count, fmt::join(t.hf, "+"),
                       t.ours),
           fmt::format("name all of {} (or {})", fmt::join(t.hf, ", "), t.megatron[0]));
-    if (megatron || hf_count > 0) l.targets.push_back(t.ours);
+    if (!megatron && hf_count == 0) continue;
+    if (model_has(model, t.ours))
+      l.targets.push_back(t.ours);
+    else
+      absent.push_back(megatron ? t.megatron[0] : t.hf[0]);
   }
+  // An MLA model has no fused q|k|v projection: Megatron's module matcher adapts nothing for linear_qkv
+  // there (Primus's sft_trainer.yaml names it by default), and a query projection of the other q_lora_rank
+  // is absent alike. Accepted as Megatron does, but said.
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!used[i] && mla && names[i] == "linear_qkv") {
+      used[i] = 1;
+      absent.push_back(names[i]);
+    }
   for (size_t i = 0; i < names.size(); ++i)
     if (!used[i])
       throw ConfigError(
           fmt::format("{}: lora.target_modules names '{}', which matches no projection of the model",
                       at("lora.target_modules"), names[i]),
-          "use linear_qkv, linear_proj, linear_fc1, linear_fc2 (or q_proj, k_proj, v_proj, o_proj, "
-          "gate_proj, "
-          "up_proj, down_proj)");
+          mla ? "an MLA model's: linear_q_proj (q_lora_rank 0) or linear_q_down_proj and linear_q_up_proj, "
+                "linear_kv_down_proj, linear_kv_up_proj, linear_proj, linear_fc1, linear_fc2 (or the HF "
+                "names "
+                "q_proj or q_a_proj and q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj, gate_proj+up_proj, "
+                "down_proj)"
+              : "use linear_qkv, linear_proj, linear_fc1, linear_fc2 (or q_proj, k_proj, v_proj, o_proj, "
+                "gate_proj, up_proj, down_proj)");
+  if (!absent.empty())
+    rc.warnings.push_back(fmt::format(
+        "{}: lora.target_modules {} match no projection of this model (multi-latent attention{}): no "
+        "adapters there, as Megatron's module matcher does",
+        at("lora.target_modules"), fmt::join(absent, ", "),
+        model.mla.q_lora_rank > 0 ? " with a query latent: linear_q_down_proj, linear_q_up_proj"
+                                  : " without a query latent: linear_q_proj"));
+  if (l.targets.empty())
+    throw ConfigError(fmt::format("{}: lora.target_modules [{}] adapts no projection of the model",
+                                  at("lora.target_modules"), fmt::join(names, ", ")),
+                      "name at least one projection the model has (or [] for all of them)");
 }
 
 }  // namespace

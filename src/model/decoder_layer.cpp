@@ -75,10 +75,13 @@ std::vector<int> DecoderLayer::gemm_weight_entries() const {
 }
 
 void DecoderLayer::set_adapters(ParamStore& store) {
-  PRIMUS_CHECK(!mla_, "LoRA adapters on {}: only layers with packed-QKV attention take them", prefix_);
   adapted_ = true;
-  lora_qkv_ = LoraAdapter(store, prefix_ + "self_attn.qkv_proj");
-  lora_o_ = LoraAdapter(store, prefix_ + "self_attn.o_proj");
+  if (mla_) {
+    mla_->set_adapters(store);
+  } else {
+    lora_qkv_ = LoraAdapter(store, prefix_ + "self_attn.qkv_proj");
+    lora_o_ = LoraAdapter(store, prefix_ + "self_attn.o_proj");
+  }
   if (moe_) return;  // the MoE MLP stays frozen, without adapters
   lora_gu_ = LoraAdapter(store, prefix_ + "mlp.gate_up_proj");
   lora_down_ = LoraAdapter(store, prefix_ + "mlp.down_proj");

@@ -2,6 +2,7 @@
 
 #include "core/philox.h"
 #include "ops/dropout.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "parallel/context_parallel.h"
 
@@ -54,23 +55,48 @@ Tensor LoraAdapter::down(const StepContext& ctx, const Tensor& x) const {
   return t;
 }
 
-void LoraAdapter::up(const StepContext& ctx, const Tensor& t, Tensor& y, const Tensor* c_in) const {
-  ops::gemm(t, false, store_->param(b_), true, y, 1.0f, c_in ? 1.0f : 0.0f, ctx.stream, c_in);
+namespace {
+Tensor b_rows(const Tensor& b, LoraAdapter::Rows rows) {
+  return rows.end < 0 ? b : b.slice(rows.begin, rows.end);
+}
+}  // namespace
+
+void LoraAdapter::up(const StepContext& ctx, const Tensor& t, Tensor& y, const Tensor* c_in,
+                     Rows rows) const {
+  ops::gemm(t, false, b_rows(store_->param(b_), rows), true, y, 1.0f, c_in ? 1.0f : 0.0f, ctx.stream, c_in);
 }
 
 void LoraAdapter::backward(const StepContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& t,
                            Tensor& dx) const {
+  backward(ctx, std::vector<OutputGrad>{{dy, Rows{}}}, x, t, dx);
+}
+
+void LoraAdapter::backward(const StepContext& ctx, const std::vector<OutputGrad>& dy_parts, const Tensor& x,
+                           const Tensor& t, Tensor& dx, bool accumulate_dx) const {
+  PRIMUS_CHECK(!dy_parts.empty(), "LoRA adapter backward without an output gradient");
   const Tensor a = store_->param(a_), b = store_->param(b_);
   Tensor ga = store_->grad(a_), gb = store_->grad(b_);
-  ops::gemm(dy, true, t, false, gb, 1.0f, 1.0f, ctx.stream);
-  Tensor u = ctx.act({dy.size(0), a.size(0)});
-  ops::gemm(dy, false, b, false, u, scale_, 0.0f, ctx.stream);
+  Tensor u = ctx.act({dy_parts[0].dy.size(0), a.size(0)});
+  for (size_t i = 0; i < dy_parts.size(); ++i) {
+    const OutputGrad& p = dy_parts[i];
+    Tensor gb_p = b_rows(gb, p.rows);
+    ops::gemm(p.dy, true, t, false, gb_p, 1.0f, 1.0f, ctx.stream);
+    ops::gemm(p.dy, false, b_rows(b, p.rows), false, u, scale_, i == 0 ? 0.0f : 1.0f, ctx.stream);
+  }
   const Tensor xd = dropped(ctx, x);
   ops::gemm(u, true, xd, false, ga, 1.0f, 1.0f, ctx.stream);
-  ops::gemm(u, false, a, false, dx, 1.0f, 0.0f, ctx.stream);
-  if (xd.data_ptr() != x.data_ptr()) {  // the same mask on the gradient of x
-    ops::dropout_apply(dx, dropout_, mask_key(ctx), col_begin_, whole_cols_, dx, ctx.stream, mask_rows(ctx));
+  const bool masked = xd.data_ptr() != x.data_ptr();
+  if (accumulate_dx && masked) {  // the mask must not touch what dx already holds: the share in scratch
+    Tensor share = ctx.act(dx.shape());
+    ops::gemm(u, false, a, false, share, 1.0f, 0.0f, ctx.stream);
+    ops::dropout_apply(share, dropout_, mask_key(ctx), col_begin_, whole_cols_, share, ctx.stream,
+                       mask_rows(ctx));
+    ops::add(dx, share, dx, ctx.stream);
+    return;
   }
+  ops::gemm(u, false, a, false, dx, 1.0f, accumulate_dx ? 1.0f : 0.0f, ctx.stream);
+  if (masked)  // the same mask on the gradient of x
+    ops::dropout_apply(dx, dropout_, mask_key(ctx), col_begin_, whole_cols_, dx, ctx.stream, mask_rows(ctx));
 }
 
 }  // namespace primus

@@ -31,6 +31,11 @@
 
 namespace primus {
 
+// Rows [begin, end) of an adapter's B (end -1: all of them).
+struct LoraRows {
+  int64_t begin = 0, end = -1;
+};
+
 class LoraAdapter {
  public:
   LoraAdapter() = default;
@@ -41,11 +46,23 @@ class LoraAdapter {
   // t = s x A^T [tokens, r], kept for backward.
   Tensor down(const StepContext& ctx, const Tensor& x) const;
   // y [tokens, out] = t B^T (+ c_in [tokens, out] when given; it may be y itself). The frozen projection then
-  // accumulates into y.
-  void up(const StepContext& ctx, const Tensor& t, Tensor& y, const Tensor* c_in = nullptr) const;
+  // accumulates into y. With `rows` = [b, e), y is the output's columns b..e only (B's rows b..e): a
+  // projection whose output rows the model computes as separate GEMMs (MLA's kv_a_proj_with_mqa: latent |
+  // rotary key).
+  using Rows = LoraRows;
+  void up(const StepContext& ctx, const Tensor& t, Tensor& y, const Tensor* c_in = nullptr,
+          Rows rows = {}) const;
   // The adapter's gradients from dy [tokens, out], and dx [tokens, in] = u A written (overwritten): the
   // frozen projection's dgrad then accumulates into dx.
   void backward(const StepContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& t, Tensor& dx) const;
+  // The same with dy given as column blocks (dy_parts[i] = dL/dy[:, rows[i]]), which together cover B's rows,
+  // and dx += u A when accumulate_dx.
+  struct OutputGrad {
+    Tensor dy;
+    Rows rows;
+  };
+  void backward(const StepContext& ctx, const std::vector<OutputGrad>& dy_parts, const Tensor& x,
+                const Tensor& t, Tensor& dx, bool accumulate_dx = false) const;
   std::vector<int> entries() const { return on() ? std::vector<int>{a_, b_} : std::vector<int>{}; }
 
  private:

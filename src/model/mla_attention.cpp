@@ -9,7 +9,7 @@
 namespace primus {
 
 MlaAttention::MlaAttention(const ModelSpec& spec, ParamStore& params, const std::string& prefix)
-    : spec_(spec), params_(params) {
+    : spec_(spec), params_(params), prefix_(prefix) {
   const std::string p = prefix + "self_attn.";
   auto need = [&](const std::string& n) {
     int i = params.find(p + n);
@@ -35,6 +35,42 @@ std::vector<int> MlaAttention::gemm_weight_entries() const {
   if (w_qa_ >= 0) out.insert(out.end(), {w_qa_, w_qb_});
   return out;
 }
+
+void MlaAttention::set_adapters(ParamStore& store) {
+  const std::string p = prefix_ + "self_attn.";
+  lora_q_ = LoraAdapter(store, p + "q_proj");
+  lora_qa_ = LoraAdapter(store, p + "q_a_proj");
+  lora_qb_ = LoraAdapter(store, p + "q_b_proj");
+  lora_kva_ = LoraAdapter(store, p + "kv_a_proj_with_mqa");
+  lora_kvb_ = LoraAdapter(store, p + "kv_b_proj");
+  lora_o_ = LoraAdapter(store, p + "o_proj");
+}
+
+namespace {
+// y = x W^T; with an adapter, its product t B^T is written first and the frozen GEMM accumulates on top
+// (model/lora_adapter.h), t kept for backward.
+void adapted_linear(const StepContext& ctx, const LoraAdapter& lora, const Tensor& x, const Tensor& w,
+                    Tensor& y, Tensor& t) {
+  if (!lora.on()) {
+    ops::linear_forward(x, w, nullptr, y, ctx.stream);
+    return;
+  }
+  t = lora.down(ctx, x);
+  lora.up(ctx, t, y);
+  ops::linear_forward(x, w, nullptr, y, ctx.stream, &y);
+}
+
+// The backward of adapted_linear: dx = dy W (+= when accumulate_dx; the adapter's u A first, the frozen GEMM
+// accumulating, when it is on) and W's gradient (none for a frozen base: weight_grad skips it).
+void adapted_linear_backward(const StepContext& ctx, const LoraAdapter& lora, const Tensor& t,
+                             const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx,
+                             bool accumulate_dx, Tensor g, bool accumulate_w,
+                             const Tensor& residual_grad = Tensor()) {
+  if (lora.on()) lora.backward(ctx, {{dy, {}}}, x, t, dx, accumulate_dx);
+  ops::linear_backward_input(dy, w, dx, accumulate_dx || lora.on(), ctx.stream);
+  weight_grad(ctx, dy, x, std::move(g), Tensor(), accumulate_w, residual_grad);
+}
+}  // namespace
 
 ops::MlaDims MlaAttention::dims(const StepContext& ctx) const {
   ops::MlaDims d;
@@ -81,27 +117,35 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
 
   Tensor q = ctx.act({n, d.q_width()});
   if (w_q_ >= 0) {
-    ops::linear_forward(h, params_.param(w_q_), nullptr, q, s);
+    adapted_linear(ctx, lora_q_, h, params_.param(w_q_), q, a.t_q);
   } else {
     a.q_a = ctx.act({n, m.q_lora_rank});
-    ops::linear_forward(h, params_.param(w_qa_), nullptr, a.q_a, s);
+    adapted_linear(ctx, lora_qa_, h, params_.param(w_qa_), a.q_a, a.t_qa);
     a.q_an = ctx.act({n, m.q_lora_rank});
     a.q_rstd = ctx.empty({n}, ctx.stat_dtype());
     ops::rmsnorm_forward(a.q_a, params_.param(q_norm_), eps, a.q_an, a.q_rstd, s);
-    ops::linear_forward(a.q_an, params_.param(w_qb_), nullptr, q, s);
+    adapted_linear(ctx, lora_qb_, a.q_an, params_.param(w_qb_), q, a.t_qb);
   }
   // kv_a_proj_with_mqa's rows are [c_kv | k_pe]: two GEMMs on its row blocks keep both outputs contiguous
-  // (the latent norm and the pack read them as whole rows).
+  // (the latent norm and the pack read them as whole rows); an adapter's B is split alike.
   const Tensor w_kva = params_.param(w_kva_);
+  const LoraAdapter::Rows c_rows{0, m.kv_lora_rank}, pe_rows{m.kv_lora_rank, m.kv_lora_rank + d.rope};
   a.kv_c = ctx.act({n, m.kv_lora_rank});
-  ops::linear_forward(h, w_kva.slice(0, m.kv_lora_rank), nullptr, a.kv_c, s);
   Tensor k_pe = ctx.act({n, d.rope});
-  ops::linear_forward(h, w_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope), nullptr, k_pe, s);
+  if (lora_kva_.on()) {
+    a.t_kva = lora_kva_.down(ctx, h);
+    lora_kva_.up(ctx, a.t_kva, a.kv_c, nullptr, c_rows);
+    lora_kva_.up(ctx, a.t_kva, k_pe, nullptr, pe_rows);
+  }
+  const Tensor* acc_kva = lora_kva_.on() ? &a.kv_c : nullptr;
+  ops::linear_forward(h, w_kva.slice(c_rows.begin, c_rows.end), nullptr, a.kv_c, s, acc_kva);
+  ops::linear_forward(h, w_kva.slice(pe_rows.begin, pe_rows.end), nullptr, k_pe, s,
+                      lora_kva_.on() ? &k_pe : nullptr);
   a.kv_cn = ctx.act({n, m.kv_lora_rank});
   a.kv_rstd = ctx.empty({n}, ctx.stat_dtype());
   ops::rmsnorm_forward(a.kv_c, params_.param(kv_norm_), eps, a.kv_cn, a.kv_rstd, s);
   Tensor kv = ctx.act({n, d.kv_width()});
-  ops::linear_forward(a.kv_cn, params_.param(w_kvb_), nullptr, kv, s);
+  adapted_linear(ctx, lora_kvb_, a.kv_cn, params_.param(w_kvb_), kv, a.t_kvb);
 
   a.qkv = ctx.act({n, d.qkv_width()});
   for (const Half& part : halves(ctx)) {
@@ -123,7 +167,8 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
     ops::attention_forward(a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}), shape, attn3, a.lse, s);
   }
   // Tensor parallelism: this rank's heads' share of the output projection, summed over tp.
-  row_parallel_residual(ctx, a.attn, params_.param(w_o_), residual, x_mid, "tp attention output");
+  row_parallel_residual(ctx, a.attn, params_.param(w_o_), residual, x_mid, "tp attention output", -1,
+                        &lora_o_, &a.t_o);
 }
 
 void MlaAttention::recompute_selective(const StepContext& ctx, MlaActivations& a) {
@@ -149,9 +194,9 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
 
   // x_mid = residual + a Wo^T
   Tensor d_attn = ctx.act({n, shape.out_width()});
-  ops::linear_backward_input(dx_mid, params_.param(w_o_), d_attn, false, s);
   // dx_mid may be the decoder's residual-stream gradient buffer (a queued GEMM copies it).
-  weight_grad(ctx, dx_mid, a.attn, params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), dx_mid);
+  adapted_linear_backward(ctx, lora_o_, a.t_o, dx_mid, a.attn, params_.param(w_o_), d_attn, false,
+                          params_.grad(w_o_), params_.grad_accumulate(w_o_), dx_mid);
   Tensor dqkv = ctx.act({n, d.qkv_width()});
   if (ctx.cp) {
     ops::AttentionShape chunk = shape;
@@ -177,40 +222,45 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
   // kv = rmsnorm(c_kv) Wkvb^T; [c_kv | k_pe] = h Wkva^T (one gradient mode for both row blocks: the entry is
   // written whole by the two GEMMs together)
   Tensor d_kvcn = ctx.act({n, m.kv_lora_rank});
-  ops::linear_backward_input(dkv, params_.param(w_kvb_), d_kvcn, false, s);
-  weight_grad(ctx, dkv, a.kv_cn, params_.grad(w_kvb_), Tensor(), params_.grad_accumulate(w_kvb_));
+  adapted_linear_backward(ctx, lora_kvb_, a.t_kvb, dkv, a.kv_cn, params_.param(w_kvb_), d_kvcn, false,
+                          params_.grad(w_kvb_), params_.grad_accumulate(w_kvb_));
   dkv = Tensor();
   Tensor d_kvc = ctx.act({n, m.kv_lora_rank});
-  Tensor g_kvn = params_.grad(kv_norm_);
+  Tensor g_kvn = norm_grad(ctx, params_, kv_norm_);
   ops::rmsnorm_backward(d_kvcn, a.kv_c, params_.param(kv_norm_), a.kv_rstd, d_kvc, g_kvn,
                         /*accumulate_dx=*/false, s);
   d_kvcn = Tensor();
   const Tensor w_kva = params_.param(w_kva_);
   const Tensor w_c = w_kva.slice(0, m.kv_lora_rank),
                w_pe = w_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope);
-  const Tensor g_kva = params_.grad(w_kva_);
-  const bool acc_kva = params_.grad_accumulate(w_kva_);
-  weight_grad(ctx, d_kvc, h, g_kva.slice(0, m.kv_lora_rank), Tensor(), acc_kva);
-  weight_grad(ctx, dk_pe, h, g_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope), Tensor(), acc_kva);
-  ops::linear_backward_input(d_kvc, w_c, dh, false, s);
+  if (const Tensor g_kva = params_.grad(w_kva_); g_kva.defined()) {
+    const bool acc_kva = params_.grad_accumulate(w_kva_);
+    weight_grad(ctx, d_kvc, h, g_kva.slice(0, m.kv_lora_rank), Tensor(), acc_kva);
+    weight_grad(ctx, dk_pe, h, g_kva.slice(m.kv_lora_rank, m.kv_lora_rank + d.rope), Tensor(), acc_kva);
+  }
+  if (lora_kva_.on())  // its share of dh first, over both row blocks of its B
+    lora_kva_.backward(ctx,
+                       {{d_kvc, {0, m.kv_lora_rank}}, {dk_pe, {m.kv_lora_rank, m.kv_lora_rank + d.rope}}}, h,
+                       a.t_kva, dh);
+  ops::linear_backward_input(d_kvc, w_c, dh, lora_kva_.on(), s);
   ops::linear_backward_input(dk_pe, w_pe, dh, true, s);
   d_kvc = dk_pe = Tensor();
 
   // q
   if (w_q_ >= 0) {
-    weight_grad(ctx, dq, h, params_.grad(w_q_), Tensor(), params_.grad_accumulate(w_q_));
-    ops::linear_backward_input(dq, params_.param(w_q_), dh, true, s);
+    adapted_linear_backward(ctx, lora_q_, a.t_q, dq, h, params_.param(w_q_), dh, true, params_.grad(w_q_),
+                            params_.grad_accumulate(w_q_));
   } else {
     Tensor d_qan = ctx.act({n, m.q_lora_rank});
-    ops::linear_backward_input(dq, params_.param(w_qb_), d_qan, false, s);
-    weight_grad(ctx, dq, a.q_an, params_.grad(w_qb_), Tensor(), params_.grad_accumulate(w_qb_));
+    adapted_linear_backward(ctx, lora_qb_, a.t_qb, dq, a.q_an, params_.param(w_qb_), d_qan, false,
+                            params_.grad(w_qb_), params_.grad_accumulate(w_qb_));
     dq = Tensor();
     Tensor d_qa = ctx.act({n, m.q_lora_rank});
-    Tensor g_qn = params_.grad(q_norm_);
+    Tensor g_qn = norm_grad(ctx, params_, q_norm_);
     ops::rmsnorm_backward(d_qan, a.q_a, params_.param(q_norm_), a.q_rstd, d_qa, g_qn, /*accumulate_dx=*/false,
                           s);
-    weight_grad(ctx, d_qa, h, params_.grad(w_qa_), Tensor(), params_.grad_accumulate(w_qa_));
-    ops::linear_backward_input(d_qa, params_.param(w_qa_), dh, true, s);
+    adapted_linear_backward(ctx, lora_qa_, a.t_qa, d_qa, h, params_.param(w_qa_), dh, true,
+                            params_.grad(w_qa_), params_.grad_accumulate(w_qa_));
   }
   a = MlaActivations{};
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "model/lora_adapter.h"
 #include "model/model_spec.h"
 #include "model/param_store.h"
 #include "model/step_context.h"
@@ -24,6 +25,8 @@ struct MlaActivations {
   Tensor kv_c, kv_rstd, kv_cn;  // the compressed kv latent, its rstd, the normed latent (dropped: selective)
   Tensor qkv;                   // packed q | k | v after rope: what attention consumed
   Tensor attn, lse;             // attention output [n, H dv] and its log-sum-exp
+  // LoRA adapters' t = s x A^T per adapted projection (model/lora_adapter.h)
+  Tensor t_q, t_qa, t_qb, t_kva, t_kvb, t_o;
   void drop_selective() { q_an = kv_cn = Tensor(); }
 };
 
@@ -42,6 +45,8 @@ class MlaAttention {
   void backward(const StepContext& ctx, const Tensor& dx_mid, const Tensor& h, MlaActivations& a, Tensor& dh);
   // Parameter entries whose gradient each backward writes whole with GEMMs.
   std::vector<int> gemm_weight_entries() const;
+  // LoRA: the adapters of the projections `store` (the trainable adapter store) has; the base is then frozen.
+  void set_adapters(ParamStore& store);
 
  private:
   ops::MlaDims dims(const StepContext& ctx) const;
@@ -58,6 +63,8 @@ class MlaAttention {
   const ModelSpec& spec_;
   ParamStore& params_;
   int w_q_ = -1, w_qa_ = -1, w_qb_ = -1, q_norm_ = -1, w_kva_ = -1, kv_norm_ = -1, w_kvb_ = -1, w_o_ = -1;
+  LoraAdapter lora_q_, lora_qa_, lora_qb_, lora_kva_, lora_kvb_, lora_o_;
+  std::string prefix_;
 };
 
 }  // namespace primus

@@ -105,12 +105,20 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
       return lo.a_init == "kaiming" ? 1.0 / std::sqrt(3.0 * in)
                                     : std::sqrt(2.0 / (in + static_cast<double>(R)));
     };
-    auto column_adapter = [&](const std::string& n, int r, int64_t out,
+    auto column_adapter = [&](const std::string& n, int r, int64_t in, int64_t out,
                               std::vector<std::pair<int64_t, int64_t>> parts, bool kv_rows) {
-      add(n + ".lora_A.weight", {R, d}, r, true, InitKind::kNormal, a_std(d));
+      add(n + ".lora_A.weight", {R, in}, r, true, InitKind::kNormal, a_std(in));
       sum_whole(T > 1);
       add(n + ".lora_B.weight", {out, R}, r, true, InitKind::kZeros, 0, column_parallel(std::move(parts), R));
       if (kv_rows) share_kv_rows(R);
+    };
+    // A projection every tp rank holds whole (MLA's down-projections) but whose output gradient is partial
+    // over tp (it feeds per-head projections): both factors whole, both gradients partial.
+    auto whole_adapter = [&](const std::string& n, int r, int64_t in, int64_t out) {
+      add(n + ".lora_A.weight", {R, in}, r, true, InitKind::kNormal, a_std(in));
+      sum_whole(T > 1);
+      add(n + ".lora_B.weight", {out, R}, r, true, InitKind::kZeros, 0);
+      sum_whole(T > 1);
     };
     auto row_adapter = [&](const std::string& n, int r, int64_t in_local) {
       add(n + ".lora_A.weight", {R, in_local}, r, true, InitKind::kNormal, a_std(in_local * T),
@@ -123,12 +131,31 @@ ParamStore::ParamStore(const ModelSpec& spec, int region_multiple, int expert_re
       const int l = r - 1;
       if (r >= 1 && r <= L && spec.holds_layer(l)) {
         const std::string p = "layers." + std::to_string(l) + ".";
-        if (lo.targets_projection("qkv_proj"))
-          column_adapter(p + "self_attn.qkv_proj", r, spec.qkv_dim(), qkv_parts(), true);
-        if (lo.targets_projection("o_proj")) row_adapter(p + "self_attn.o_proj", r, spec.q_dim());
+        if (spec.mla.enabled) {  // the base's split (above, layer_matrices) decides the factors'
+          const MlaConfig& a = spec.mla;
+          const int64_t H = spec.heads, dq = a.qk_head_dim + a.qk_pos_emb_head_dim;
+          const std::string s = p + "self_attn.";
+          if (lo.targets_projection("q_proj") && a.q_lora_rank == 0)
+            column_adapter(s + "q_proj", r, d, H * dq, {{H * dq, 1}}, false);
+          if (lo.targets_projection("q_a_proj") && a.q_lora_rank > 0)
+            whole_adapter(s + "q_a_proj", r, d, a.q_lora_rank);
+          if (lo.targets_projection("q_b_proj") && a.q_lora_rank > 0)
+            column_adapter(s + "q_b_proj", r, a.q_lora_rank, H * dq, {{H * dq, 1}}, false);
+          if (lo.targets_projection("kv_a_proj_with_mqa"))
+            whole_adapter(s + "kv_a_proj_with_mqa", r, d, a.kv_lora_rank + a.qk_pos_emb_head_dim);
+          if (lo.targets_projection("kv_b_proj")) {
+            const int64_t rows = H * (a.qk_head_dim + a.v_head_dim);
+            column_adapter(s + "kv_b_proj", r, a.kv_lora_rank, rows, {{rows, 1}}, false);
+          }
+          if (lo.targets_projection("o_proj")) row_adapter(s + "o_proj", r, H * a.v_head_dim);
+        } else {
+          if (lo.targets_projection("qkv_proj"))
+            column_adapter(p + "self_attn.qkv_proj", r, d, spec.qkv_dim(), qkv_parts(), true);
+          if (lo.targets_projection("o_proj")) row_adapter(p + "self_attn.o_proj", r, spec.q_dim());
+        }
         // (MoE layers: no MLP adapters; config validation refuses MLP targets on MoE models.)
         if (lo.targets_projection("gate_up_proj") && !spec.is_moe_layer(l))
-          column_adapter(p + "mlp.gate_up_proj", r, 2 * spec.ffn, {{spec.ffn, 1}, {spec.ffn, 1}}, false);
+          column_adapter(p + "mlp.gate_up_proj", r, d, 2 * spec.ffn, {{spec.ffn, 1}, {spec.ffn, 1}}, false);
         if (lo.targets_projection("down_proj") && !spec.is_moe_layer(l))
           row_adapter(p + "mlp.down_proj", r, spec.ffn);
       }

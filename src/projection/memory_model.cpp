@@ -145,6 +145,34 @@ double saved_for_mode(const LayerBytes& b, Mode mode) {
 
 }  // namespace
 
+double lora_parameters_per_layer(const ModelConfig& m, const LoraConfig& l, int tp_size) {
+  const double tp = tp_size, hd = static_cast<double>(
+                                 m.kv_channels > 0 ? m.kv_channels : m.hidden_size / m.num_attention_heads);
+  const double q = m.num_attention_heads * hd, kv = m.num_query_groups * hd, dm = m.hidden_size,
+               f = static_cast<double>(m.ffn_hidden_size);
+  double per_layer = 0;  // in + out per adapted projection, this rank's share under tp
+  if (m.mla.enabled) {   // model/param_store.cpp: per-head sides split over tp, the latents whole
+    const MlaConfig& a = m.mla;
+    const double H = static_cast<double>(m.num_attention_heads),
+                 dq = static_cast<double>(a.qk_head_dim + a.qk_pos_emb_head_dim),
+                 ql = static_cast<double>(a.q_lora_rank), kvl = static_cast<double>(a.kv_lora_rank);
+    if (l.targets_projection("q_proj") && a.q_lora_rank == 0) per_layer += dm + H * dq / tp;
+    if (l.targets_projection("q_a_proj") && a.q_lora_rank > 0) per_layer += dm + ql;
+    if (l.targets_projection("q_b_proj") && a.q_lora_rank > 0) per_layer += ql + H * dq / tp;
+    if (l.targets_projection("kv_a_proj_with_mqa"))
+      per_layer += dm + kvl + static_cast<double>(a.qk_pos_emb_head_dim);
+    if (l.targets_projection("kv_b_proj"))
+      per_layer += kvl + H * static_cast<double>(a.qk_head_dim + a.v_head_dim) / tp;
+    if (l.targets_projection("o_proj")) per_layer += H * static_cast<double>(a.v_head_dim) / tp + dm;
+  } else {
+    if (l.targets_projection("qkv_proj")) per_layer += dm + (q + 2 * kv) / tp;
+    if (l.targets_projection("o_proj")) per_layer += q / tp + dm;
+  }
+  if (l.targets_projection("gate_up_proj")) per_layer += dm + 2 * f / tp;
+  if (l.targets_projection("down_proj")) per_layer += f / tp + dm;
+  return static_cast<double>(l.rank) * per_layer;
+}
+
 MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
   MemoryProjection out;
   const ModelConfig& m = s.train.model;
@@ -188,17 +216,8 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
                           fmt::format("{:.3g} B parameters x {} B, no master, gradients or optimizer state",
                                       p.dense + p.expert, w_bytes)});
       const LoraConfig& l = s.train.lora;
-      const double tp = s.tp(),
-                   hd = static_cast<double>(m.kv_channels > 0 ? m.kv_channels
-                                                              : m.hidden_size / m.num_attention_heads);
-      const double q = m.num_attention_heads * hd, kv = m.num_query_groups * hd, dm = m.hidden_size,
-                   f = static_cast<double>(m.ffn_hidden_size);
-      double per_layer = 0;  // r x (in + out) per adapted projection, this rank's share under tp
-      if (l.targets_projection("qkv_proj")) per_layer += dm + (q + 2 * kv) / tp;
-      if (l.targets_projection("o_proj")) per_layer += q / tp + dm;
-      if (l.targets_projection("gate_up_proj")) per_layer += dm + 2 * f / tp;
-      if (l.targets_projection("down_proj")) per_layer += f / tp + dm;
-      const double adapters = static_cast<double>(l.rank) * per_layer * static_cast<double>(r.layers.size());
+      const double per_layer = lora_parameters_per_layer(m, l, s.tp());
+      const double adapters = per_layer * static_cast<double>(r.layers.size());
       const double state = (master_bytes + g_bytes + mv_bytes) / (zero1 || fsdp ? dense_shards : 1);
       rm.items.push_back({"LoRA adapters", adapters * (w_bytes + state),
                           fmt::format("{:.3g} M trainable parameters: weights, master, gradients and Adam",

@@ -48,4 +48,9 @@ struct MemoryProjection {
 
 MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu);
 
+// LoRA: the adapter parameters of one decoder layer on one tp rank (model/param_store.cpp lays them out),
+// r x (in + out) per adapted projection, the per-head side split over tp. A model whose MoE layers take no
+// MLP adapters is refused with MLP targets (config/validate.cpp), so every layer counts alike.
+double lora_parameters_per_layer(const ModelConfig& m, const LoraConfig& l, int tp);
+
 }  // namespace primus::projection

@@ -374,8 +374,17 @@ void Trainer::export_peft_adapter() {
   const std::string dir = run_dir_ + "/peft_adapter";
   std::error_code ec;
   fs::remove_all(dir, ec);  // a resumed run's earlier export (the checkpoints hold the adapters too)
-  const ckpt::PeftWriteReport r =
-      ckpt::write_peft_adapter(dir, adapters, cfg_.model, cfg_.lora, hf_config_, cfg_.checkpoint.load);
+  // The run has trained: an export that cannot be written must not turn it into a failed one (the
+  // checkpoints, when `save` is set, hold the adapters; the start of the run warned about this model).
+  ckpt::PeftWriteReport r;
+  try {
+    r = ckpt::write_peft_adapter(dir, adapters, cfg_.model, cfg_.lora, hf_config_, cfg_.checkpoint.load);
+  } catch (const ConfigError& e) {
+    log::warn("LoRA: no PEFT adapter written: {}{}", e.what(),
+              cfg_.checkpoint.save.empty() ? " (and `save` is not set: the adapters are not kept)"
+                                           : "; the checkpoints under `save` hold the adapters");
+    return;
+  }
   log::info(
       "LoRA: PEFT adapter written to {} ({} {} modules, {:.2f} MB; PeftModel.from_pretrained loads it, "
       "`primus convert merge-lora` merges it)",

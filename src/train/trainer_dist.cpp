@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "checkpoint/hf_weights.h"
+#include "checkpoint/peft_adapter.h"
 #include "comm/rank_names.h"
 #include "comm/world.h"
 #include "config/not_supported.h"
@@ -204,6 +205,10 @@ void Trainer::init_data_parallel() {
         "{:.2f}M of the base model frozen ({} weights only)",
         cfg_.lora.rank, cfg_.lora.alpha, cfg_.lora.scale(), fmt::join(cfg_.lora.targets, ", "),
         params_->parameter_count() / 1e6, base_->parameter_count() / 1e6, dtype_name(compute));
+    if (const std::string why = ckpt::peft_export_problem(cfg_.model, hf_config_); !why.empty())
+      log::warn("LoRA: the end-of-run PEFT export cannot express this model ({}); {}", why,
+                cfg_.checkpoint.save.empty() ? "set `save` to keep the trained adapters"
+                                             : "the adapters are kept in the checkpoints under `save`");
   }
   if (fp8_recipe_) {
     model_->enable_fp8(*fp8_recipe_);

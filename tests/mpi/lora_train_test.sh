@@ -29,6 +29,10 @@
 #                    its first sample and every element's place, so the ranks drop what one process drops
 #   cpdropout NP CP  lora.dropout 0.1 under CP (x NP/CP data-parallel ranks): a rank's chunk-major rows draw
 #                    the mask at their tokens' places in the whole sequence (ops::DropoutRows)
+#   mla NP TP        the micro DeepSeek-style model (multi-latent attention with a query latent, dense MLPs)
+#                    with adapters on all five MLA projections and the MLP, dropout 0.1, under TP with SP x
+#                    NP/TP data-parallel ranks: q_b / kv_b split like the heads, q_a / kv_a whole with both
+#                    factors' gradients summed over tp, o_proj row-parallel
 # Usage: lora_train_test.sh MODE MPIRUN PRIMUS NP [TP]
 set -u
 mode=$1 mpirun=$2 primus=$3 np=${4:-2} tp=${5:-1}
@@ -37,7 +41,8 @@ source "$src/tests/mpi/train_runs.sh"  # init_runs, run, compare, refuse
 init_runs lora
 STAGE=posttrain
 export PRIMUS_SFT_DATA="$work/sft.jsonl"
-flags+=(-x PRIMUS_SFT_DATA)
+export PRIMUS_E2E_MODEL=micro_llama.yaml
+flags+=(-x PRIMUS_SFT_DATA -x PRIMUS_E2E_MODEL)
 python3 "$src/tests/mpi/spell_backwards_sft.py" "$PRIMUS_SFT_DATA"
 common=(--config "$src/tests/e2e/configs/sft_lora_micro_llama.yaml" --train_iters 20 --seq_length 96
         --micro_batch_size 2 --global_batch_size 16 --eval_interval 0 --log_interval 5 --lr_warmup_iters 5
@@ -82,6 +87,14 @@ case "$mode" in
   dropout)
     par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
     common+=(--lora.dropout 0.1)
+    ;;
+  mla)
+    # Packed rows without isolation (MLA's fused RoPE does not take sample boundaries yet).
+    export PRIMUS_E2E_MODEL=micro_deepseek_mla.yaml
+    par=(--tensor_model_parallel_size "$tp" --sequence_parallel true)
+    common+=(--num_experts null --mtp_num_layers 0 --use_packed_attention false --lora.dropout 0.1
+             --lora.target_modules
+             "['linear_q_down_proj','linear_q_up_proj','linear_kv_down_proj','linear_kv_up_proj','linear_proj','linear_fc1','linear_fc2']")
     ;;
   *) fail "unknown mode $mode" ;;
 esac

@@ -15,9 +15,11 @@
 #include "checkpoint/convert.h"
 #include "checkpoint/fp8_dequant.h"
 #include "checkpoint/hf_config.h"
+#include "checkpoint/peft_adapter.h"
 #include "checkpoint_test_util.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/param_store.h"
 #include "train/logits.h"
 #include "unit/hf_test_util.h"
 
@@ -302,6 +304,88 @@ TEST(CheckpointFp8, CorruptWeightsAndScalesAreRefusedNamingThem) {
   EXPECT_NE(e.find("x.weight_scale_inv: block 3"), std::string::npos) << e;
 }
 
+// LoRA adapters on MLA's projections as a PEFT directory: HF DeepSeek module names, the rotary rows of B
+// (q_b_proj's per head, kv_a_proj_with_mqa's last dr) back in HF's interleaved order -- spelled here, not
+// through the name map: our rotate-half row i of a head's dr rows is HF row 2i (i < dr/2) or 2(i - dr/2) + 1
+// -- and read back into our store bitwise.
+TEST(CheckpointPeftMla, AdaptersOfTheFiveProjectionsRoundTripWithRopeRowsInterleaved) {
+  const std::string dir = ckpt_test::scratch_dir("peft-mla") + "/adapter";
+  const json cfg = ds_config(/*v3=*/true, /*fp8=*/false);
+  const ModelConfig m = ckpt::model_config_from_hf(cfg, "test config").model;
+  constexpr int64_t r = 3;
+  LoraConfig lora;
+  lora.enabled = true;
+  lora.rank = r;
+  lora.alpha = 6;
+  lora.targets = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"};
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto random = [&](int64_t rows, int64_t cols) {
+    Tensor t = Tensor::empty({rows, cols}, DType::kF32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = nd(rng);
+    return t;
+  };
+  const std::map<std::string, std::pair<int64_t, int64_t>> shapes = {// projection -> [out, in]
+                                                                     {"q_a_proj", {kQl, kD}},
+                                                                     {"q_b_proj", {kH * (kDn + kDr), kQl}},
+                                                                     {"kv_a_proj_with_mqa", {kKvl + kDr, kD}},
+                                                                     {"kv_b_proj", {kH * (kDn + kDv), kKvl}},
+                                                                     {"o_proj", {kD, kH * kDv}}};
+  std::vector<ckpt::LoraTensor> ours;
+  for (int l = 0; l < 2; ++l)
+    for (const auto& [proj, oi] : shapes) {
+      const std::string p = "layers." + std::to_string(l) + ".self_attn." + proj;
+      ours.push_back({p + ".lora_A.weight", random(r, oi.second)});
+      ours.push_back({p + ".lora_B.weight", random(oi.first, r)});
+    }
+  const ckpt::PeftWriteReport w = ckpt::write_peft_adapter(dir, ours, m, lora, cfg.dump(), "");
+  EXPECT_EQ(w.model_type, "deepseek_v3");
+  EXPECT_EQ(w.modules, 10);
+  EXPECT_EQ(w.target_modules,
+            (std::vector<std::string>{"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}))
+      << testing::PrintToString(w.target_modules);
+
+  const ckpt::PeftAdapter a = ckpt::read_peft_adapter(dir);
+  auto ours_b = [&](int l, const std::string& proj) {
+    for (const auto& t : ours)
+      if (t.name == "layers." + std::to_string(l) + ".self_attn." + proj + ".lora_B.weight") return t.value;
+    throw std::runtime_error("no adapter " + proj);
+  };
+  auto expect_row = [&](const Tensor& hf, int64_t hf_row, const Tensor& our, int64_t our_row) {
+    for (int64_t c = 0; c < r; ++c)
+      ASSERT_EQ(hf.data<float>()[hf_row * r + c], our.data<float>()[our_row * r + c])
+          << "HF row " << hf_row << " ours " << our_row;
+  };
+  const Tensor hf_kva = a.modules.at("model.layers.1.self_attn.kv_a_proj_with_mqa").b,
+               our_kva = ours_b(1, "kv_a_proj_with_mqa");
+  for (int64_t i = 0; i < kKvl; ++i) expect_row(hf_kva, i, our_kva, i);
+  for (int64_t i = 0; i < kDr; ++i)
+    expect_row(hf_kva, kKvl + (i < kDr / 2 ? 2 * i : 2 * (i - kDr / 2) + 1), our_kva, kKvl + i);
+  const Tensor hf_qb = a.modules.at("model.layers.0.self_attn.q_b_proj").b, our_qb = ours_b(0, "q_b_proj");
+  for (int64_t h = 0; h < kH; ++h) {
+    const int64_t base = h * (kDn + kDr);
+    for (int64_t i = 0; i < kDn; ++i) expect_row(hf_qb, base + i, our_qb, base + i);
+    for (int64_t i = 0; i < kDr; ++i)
+      expect_row(hf_qb, base + kDn + (i < kDr / 2 ? 2 * i : 2 * (i - kDr / 2) + 1), our_qb, base + kDn + i);
+  }
+
+  // Back into an adapter store: the targets from the directory, every tensor bitwise ours.
+  const LoraConfig back = ckpt::lora_config_of(a, m, "deepseek_v3");
+  EXPECT_EQ(back.targets, lora.targets);
+  ModelSpec spec = ModelSpec::from_config(m);
+  spec.adapters = back;
+  ParamStore store(spec);
+  store.allocate(DType::kF32, Stream::cpu(), DType::kF32);
+  ckpt::load_peft_into_adapters(a, m, "deepseek_v3", store, Stream::cpu());
+  ASSERT_EQ(store.entries().size(), ours.size());
+  for (const auto& t : ours) {
+    const std::vector<float> got = store.master(store.find(t.name)).to_vector<float>();
+    ASSERT_EQ(got, t.value.to_vector<float>()) << t.name;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path(), ec);
+}
+
 TEST_F(CheckpointHfDeepSeek, ParameterNamesAreTheMlaLayout) {
   const std::string work = scratch_dir("hf-ds-names");
   for (const bool v3 : {false, true}) {
@@ -450,6 +534,41 @@ TEST_F(CheckpointHfDeepSeek, RoundTripIsByteIdenticalAndConfigIsKept) {
   fs::remove_all(work);
 }
 
+// MLA over dense MLPs (no routed experts) is a DeepSeek model too: exported as deepseek_v3 with
+// n_routed_experts null and every layer dense, read back as the same model; DeepSeek's configs that say so
+// either way (n_routed_experts null, or first_k_dense_replace covering every layer) read as dense.
+TEST(CheckpointHfDeepSeekDense, MlaOverDenseMlpsRoundTripsThroughConfigJson) {
+  ModelConfig dense = ckpt::model_config_from_hf(ds_config(/*v3=*/true, /*fp8=*/false), "c").model;
+  dense.moe = MoeConfig{};
+  dense.mtp_num_layers = 0;
+  EXPECT_EQ(ckpt::default_model_type(dense), "deepseek_v3");
+  const nlohmann::ordered_json j = ckpt::hf_config_from_model(dense, "deepseek_v3", "float32", json());
+  EXPECT_TRUE(j["n_routed_experts"].is_null());
+  EXPECT_EQ(j["first_k_dense_replace"], dense.num_layers);
+  EXPECT_EQ(j["intermediate_size"], dense.ffn_hidden_size);
+  const ModelConfig back = ckpt::model_config_from_hf(json::parse(j.dump()), "back").model;
+  EXPECT_FALSE(back.moe.enabled());
+  EXPECT_TRUE(back.mla.enabled);
+  EXPECT_EQ(back.mla.q_lora_rank, kQl);
+  EXPECT_EQ(back.mla.kv_lora_rank, kKvl);
+  EXPECT_EQ(back.mla.qk_head_dim, kDn);
+  EXPECT_EQ(back.mla.qk_pos_emb_head_dim, kDr);
+  EXPECT_EQ(back.mla.v_head_dim, kDv);
+  EXPECT_EQ(back.ffn_hidden_size, dense.ffn_hidden_size);
+  EXPECT_EQ(back.mla.rotary_scaling_factor, dense.mla.rotary_scaling_factor);
+  EXPECT_EQ(ckpt::hf_config_from_model(back, "deepseek_v3", "float32", json()).dump(), j.dump());
+  // DeepSeek-V2 with its experts switched off by first_k_dense_replace: dense too (its MoE keys unread).
+  json v2 = ds_config(/*v3=*/false, false);
+  v2["first_k_dense_replace"] = 2;
+  EXPECT_FALSE(ckpt::model_config_from_hf(v2, "v2").model.moe.enabled());
+  // A model with experts still needs its family's routing; a dense Llama-attention model is not DeepSeek.
+  ModelConfig llama = dense;
+  llama.mla = MlaConfig{};
+  const std::string e =
+      error_of([&] { ckpt::hf_config_from_model(llama, "deepseek_v3", "float32", json()); });
+  EXPECT_NE(e.find("has no experts but deepseek_v3 is a mixture-of-experts family"), std::string::npos) << e;
+}
+
 TEST_F(CheckpointHfDeepSeek, ConfigMapsRoutingMlaYarnAndMtp) {
   const ckpt::HfModelInfo v3 = ckpt::model_config_from_hf(ds_config(true, true), "c");
   const ModelConfig& m = v3.model;
@@ -518,9 +637,7 @@ TEST_F(CheckpointHfDeepSeek, UnsupportedRoutingAndMissingScalesAreRefusedNamingT
   json softmax3 = ds_config(true, false);
   softmax3["scoring_func"] = "softmax";
   refused(softmax3, "scoring_func");
-  json dense = ds_config(true, false);
-  dense["n_routed_experts"] = nullptr;
-  refused(dense, "n_routed_experts");
+  // (n_routed_experts null is a dense DeepSeek model: CheckpointHfDeepSeekDense.)
   json per_tensor = ds_config(true, true);
   per_tensor["quantization_config"].erase("weight_block_size");
   refused(per_tensor, "weight_block_size");

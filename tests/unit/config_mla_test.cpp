@@ -132,6 +132,60 @@ TEST(ConfigMla, PresetSizesUnderMlaOffAreInertWithAWarning) {
   EXPECT_TRUE(warned);
 }
 
+// LoRA target names on a multi-latent-attention model: Megatron's MLA module names and the HF DeepSeek ones
+// map to MLA's projections; linear_qkv (in Primus's default list) and the query projection of the other
+// q_lora_rank adapt nothing there, as Megatron's module matcher, with a warning; a name of no projection
+// fails.
+TEST(ConfigMla, LoraTargetsNameMlaProjections) {
+  Loader l;
+  const std::vector<std::string> dense = {"--num_experts", "null", "--mtp_num_layers", "0"};
+  auto with = [](const std::string& targets) {
+    return "      stage: sft\n      sft_dataset_name: ./sft.jsonl\n      lora:\n        enabled: true\n" +
+           (targets.empty() ? std::string() : "        target_modules: " + targets + "\n");
+  };
+  using Names = std::vector<std::string>;
+  const Names five = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"};
+  EXPECT_EQ(l.load("micro_deepseek_mla.yaml",
+                   with("[linear_q_down_proj, linear_q_up_proj, linear_kv_down_proj, linear_kv_up_proj, "
+                        "linear_proj]"),
+                   dense)
+                .train.lora.targets,
+            five);
+  EXPECT_EQ(l.load("micro_deepseek_mla.yaml",
+                   with("[q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj]"), dense)
+                .train.lora.targets,
+            five);
+  Names all = five;
+  all.insert(all.end(), {"gate_up_proj", "down_proj"});
+  EXPECT_EQ(l.load("micro_deepseek_mla.yaml", with(""), dense).train.lora.targets, all);
+  // Without a query latent the query projection is q_proj.
+  std::vector<std::string> direct = dense;
+  direct.insert(direct.end(), {"--q_lora_rank", "null"});
+  EXPECT_EQ(l.load("micro_deepseek_mla.yaml", with("[linear_q_proj, linear_kv_up_proj]"), direct)
+                .train.lora.targets,
+            (Names{"q_proj", "kv_b_proj"}));
+
+  ResolvedConfig r = l.load("micro_deepseek_mla.yaml",
+                            with("[linear_qkv, linear_q_proj, linear_proj, linear_fc1, linear_fc2]"), dense);
+  EXPECT_EQ(r.train.lora.targets, (Names{"o_proj", "gate_up_proj", "down_proj"}));
+  bool warned = false;
+  for (const std::string& w : r.warnings)
+    warned = warned ||
+             (w.find("linear_q_proj, linear_qkv match no projection of this model") != std::string::npos &&
+              w.find("linear_q_down_proj") != std::string::npos);
+  EXPECT_TRUE(warned) << ::testing::PrintToString(r.warnings);
+
+  expect_has(l.error("micro_deepseek_mla.yaml", with("[linear_qkv]"), dense),
+             {"lora.target_modules [linear_qkv] adapts no projection of the model"});
+  expect_has(l.error("micro_deepseek_mla.yaml", with("[linear_q_down_proj, wq]"), dense),
+             {"'wq', which matches no projection"});
+  expect_has(l.error("micro_llama.yaml", with("[linear_kv_down_proj]")),
+             {"'linear_kv_down_proj', which matches no projection"});
+  // MTP depths still refuse adapters.
+  expect_has(l.error("micro_deepseek_mla.yaml", with("[linear_proj]"), {"--num_experts", "null"}),
+             {"not supported yet: LoRA (lora.enabled) with multi-token prediction"});
+}
+
 TEST(ConfigMla, TorchTitanDeepSeekV3Flavors) {
   Loader l;
   auto tt = [&](const std::string& flavor, int64_t seq, const std::string& extra = "") {

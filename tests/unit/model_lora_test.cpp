@@ -110,10 +110,7 @@ TEST(Lora, AdapterGradientsMatchFiniteDifferences) {
 
 // LoRA dropout (lora.dropout, position "pre"): the mask is keyed by the micro-batch's origin, so a training
 // forward with the same origin is a deterministic function of the adapters and finite differences apply.
-TEST(Lora, DropoutGradientsMatchFiniteDifferences) {
-  const ModelConfig c = tiny_model(/*qk_norm=*/false, /*qkv_bias=*/true, /*tied=*/false);
-  LoraConfig l = lora(kAll, 3, 5);
-  l.dropout = 0.3;
+void check_dropout_gradients(const ModelConfig& c, const LoraConfig& l) {
   for (const char* mode : {"none", "full"}) {
     SCOPED_TRACE(mode);
     RecomputeConfig rc;
@@ -144,6 +141,12 @@ TEST(Lora, DropoutGradientsMatchFiniteDifferences) {
     grad_test::check_store_gradients(
         f.adapters, [&] { return training_loss(origin); }, 8, 5);
   }
+}
+
+TEST(Lora, DropoutGradientsMatchFiniteDifferences) {
+  LoraConfig l = lora(kAll, 3, 5);
+  l.dropout = 0.3;
+  check_dropout_gradients(tiny_model(/*qk_norm=*/false, /*qkv_bias=*/true, /*tied=*/false), l);
 }
 
 // The adapted model is the base model with W + (alpha / r) B A.
@@ -212,6 +215,70 @@ TEST(Lora, FrozenBaseHoldsWeightsOnly) {
   EXPECT_EQ(regions[static_cast<size_t>(f.adapters.head_region())].end -
                 regions[static_cast<size_t>(f.adapters.head_region())].begin,
             0);
+}
+
+// Multi-latent attention (DeepSeek): adapters on MLA's own projections, with and without a query latent,
+// kv_a_proj_with_mqa's B split like its rows (the latent and the rotary key are separate GEMMs), in every
+// recompute mode (selective drops the normed latents the up-projections' adapters read).
+const std::vector<std::string> kMlaAll = {"q_proj",    "q_a_proj", "q_b_proj",     "kv_a_proj_with_mqa",
+                                          "kv_b_proj", "o_proj",   "gate_up_proj", "down_proj"};
+
+TEST(LoraMla, AdapterGradientsMatchFiniteDifferences) {
+  for (const int64_t q_lora : {0, 6}) {
+    for (const char* mode : {"none", "selective", "full"}) {
+      SCOPED_TRACE(testing::Message() << "q_lora_rank " << q_lora << ", recompute " << mode);
+      RecomputeConfig rc;
+      if (std::string(mode) == "selective") rc.granularity = "selective";
+      if (std::string(mode) == "full") {
+        rc.granularity = "full";
+        rc.method = "uniform";
+        rc.num_layers = 1;
+      }
+      check_adapter_gradients(grad_test::tiny_mla(q_lora, /*tied=*/false), lora(kMlaAll), rc);
+    }
+  }
+}
+
+// Dropout: the adapters whose input gradient joins one the frozen GEMMs already wrote (the direct query's
+// and q_a's into dh after kv_a's) mask their own share only.
+TEST(LoraMla, DropoutGradientsMatchFiniteDifferences) {
+  for (const int64_t q_lora : {0, 6}) {
+    SCOPED_TRACE(q_lora);
+    LoraConfig l = lora(kMlaAll, 3, 5);
+    l.dropout = 0.25;
+    check_dropout_gradients(grad_test::tiny_mla(q_lora, /*tied=*/true), l);
+  }
+}
+
+TEST(LoraMla, AdaptedModelEqualsMergedWeights) {
+  for (const int64_t q_lora : {0, 6}) {
+    SCOPED_TRACE(q_lora);
+    const ModelConfig c = grad_test::tiny_mla(q_lora, false);
+    const LoraConfig l = lora(kMlaAll, 2, 3);
+    LoraFixture f(c, l, RecomputeConfig{}, 21);
+    const double adapted = f.loss();
+    ParamStore merged(ModelSpec::from_config(c));
+    merged.allocate(DType::kF64, Stream::cpu(), DType::kF64);
+    for (int i = 0; i < static_cast<int>(merged.entries().size()); ++i)
+      merged.master(i).copy_from(f.base.master(i), Stream::cpu());
+    int merged_count = 0;
+    for (int i = 0; i < static_cast<int>(f.adapters.entries().size()); ++i) {
+      const std::string& name = f.adapters.entry(i).name;
+      const size_t at = name.find(".lora_A.weight");
+      if (at == std::string::npos) continue;
+      const std::string proj = name.substr(0, at);
+      Tensor a = f.adapters.master(i), b = f.adapters.master(f.adapters.find(proj + ".lora_B.weight"));
+      Tensor w = merged.master(merged.find(proj + ".weight"));
+      ops::gemm(b, false, a, false, w, static_cast<float>(l.scale()), 1.0f, Stream::cpu());
+      ++merged_count;
+    }
+    // q (or q_a + q_b), kv_a, kv_b, o and the dense MLP's two, per layer.
+    EXPECT_EQ(merged_count, (q_lora > 0 ? 7 : 6) * c.num_layers);
+    LlamaModel plain(c, RecomputeConfig{}, merged, Stream::cpu(), 8);
+    double reference = 0;
+    for (double v : plain.forward_loss(f.tokens, f.targets).to_vector<double>()) reference += v;
+    EXPECT_NEAR(adapted, reference, 1e-12 * std::abs(reference));
+  }
 }
 
 }  // namespace

@@ -9,6 +9,9 @@
 #      and peak memory; LoRA >= 1.3x full SFT's tokens/s at <= 60% of its peak; packed SFT >= 90% of
 #      pretraining's tokens/s.
 #   5. (PARTS with profile) profiled steps 9-10 of the full-SFT and LoRA runs: their GPU timelines
+#   6. (PARTS with peftmla) the same PEFT check on the micro DeepSeek-style model (multi-latent attention with a
+#      query latent, dense MLPs): adapters on MLA's five projections and the MLP, exported with HF DeepSeek names
+#      and interleaved rotary rows, against transformers + peft; and its GPU LoRA curve against the CPU's
 # PARTS (default "tests track peft bench") picks the sections.
 # Needs BIN_DIR/primus and BIN_DIR/primus_gpu_tests. Usage: tools/device/lora-check.sh BIN_DIR
 set -uo pipefail
@@ -114,6 +117,36 @@ timeout 200 python3 tools/device/lora_peft_check.py "$bin/primus" "$out/base-hf"
   "$PRIMUS_WORKSPACE/amd/dev/peft/peft_adapter" "$out/peft" 2>&1 | grep -v Warning | tail -8
 echo "== peft check rc=${PIPESTATUS[0]}"
 cp "$out/peft/lora_peft_report.json" "$out/" 2>/dev/null
+fi
+
+# 6. Multi-latent attention: the micro DeepSeek-style model without its MoE layers and MTP depth, rows
+# without sample isolation (MLA's RoPE does not take per-sample positions).
+if want peftmla; then
+mla=(--num_experts null --mtp_num_layers 0 --use_packed_attention false)
+mla_targets="['linear_q_down_proj','linear_q_up_proj','linear_kv_down_proj','linear_kv_up_proj','linear_proj','linear_fc1','linear_fc2']"
+exp lora_mla micro_deepseek_mla.yaml
+exp base_mla micro_deepseek_mla.yaml
+sed -i 's/        enabled: true/        enabled: false/' "$out/base_mla.yaml"
+for dev in cpu cuda; do
+  PRIMUS_EXP_NAME=mla_$dev OMP_NUM_THREADS=16 timeout 240 "$bin/primus" train posttrain --config "$out/lora_mla.yaml" \
+    --device $dev "${mla[@]}" --lora.target_modules "$mla_targets" > "$out/mla_$dev.log" 2>&1
+  echo "== lora mla $dev rc=$?"; grep -E "^LoRA: rank|^done" "$out/mla_$dev.log" | cut -c1-200
+done
+python3 tools/device/compare_tracking.py "$PRIMUS_WORKSPACE/amd/dev/mla_cpu/metrics.jsonl" \
+  "$PRIMUS_WORKSPACE/amd/dev/mla_cuda/metrics.jsonl" --tol 0.02 | grep -E "over|max relative"
+PRIMUS_EXP_NAME=base_mla timeout 120 "$bin/primus" train posttrain --config "$out/base_mla.yaml" "${mla[@]}" \
+  --train_iters 20 --save "$out/base-mla-ckpt" > "$out/base_mla.log" 2>&1
+echo "== mla base rc=$?"
+"$bin/primus" convert primus-to-hf -i "$out/base-mla-ckpt" -o "$out/base-mla-hf" --dtype float32 \
+  > "$out/convert_mla.log" 2>&1
+echo "== mla convert rc=$?"; tail -2 "$out/convert_mla.log"
+PRIMUS_EXP_NAME=peft_mla timeout 120 "$bin/primus" train posttrain --config "$out/lora_mla.yaml" "${mla[@]}" \
+  --lora.target_modules "$mla_targets" --load "$out/base-mla-hf" --train_iters 30 > "$out/peft_mla_train.log" 2>&1
+echo "== mla lora on the HF base rc=$?"; grep -E "^LoRA|^done|rror" "$out/peft_mla_train.log" | cut -c1-200
+timeout 200 python3 tools/device/lora_peft_check.py "$bin/primus" "$out/base-mla-hf" \
+  "$PRIMUS_WORKSPACE/amd/dev/peft_mla/peft_adapter" "$out/peft_mla" 2>&1 | grep -v Warning | tail -8
+echo "== mla peft check rc=${PIPESTATUS[0]}"
+cp "$out/peft_mla/lora_peft_report.json" "$out/lora_peft_report_mla.json" 2>/dev/null
 fi
 
 # 4. The bar: pretraining vs full SFT vs LoRA on the 1B shape, one GPU, this call.
