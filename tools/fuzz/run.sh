@@ -4,7 +4,7 @@
 # crashed (a sanitizer report, an uncaught exception, a timeout, an out-of-memory or a leak); the input that
 # did it is kept under build-fuzz/artifacts/<name>/ (reproduce: build-fuzz/fuzz_<name> <that file>).
 #
-#   tools/fuzz/run.sh 30             # every harness, 30 s each (what CI runs; the default is 60 s)
+#   tools/fuzz/run.sh 20             # every harness, 20 s each (what CI runs; the default is 60 s)
 #   tools/fuzz/run.sh 3600           # every harness, 1 h each (the long run docs/fuzzing.md records)
 #   tools/fuzz/run.sh 300 yaml_config tokenizer_json
 #
