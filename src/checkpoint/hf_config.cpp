@@ -268,7 +268,8 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
                                   m.mla.enabled ? "uses" : "does not use", model_type,
                                   mla ? "does" : "does not"));
   const bool qk_norm_type = model_type == "qwen3" || model_type == "qwen3_moe";
-  if (m.qk_layernorm && !qk_norm_type)
+  // (With MLA, Megatron's qk_layernorm means the latent norms every DeepSeek model has, not q/k norms.)
+  if (m.qk_layernorm && !qk_norm_type && !m.mla.enabled)
     throw ConfigError(fmt::format("the model has q/k norms (qk_layernorm), which {} does not; export as {}",
                                   model_type, moe_type ? "qwen3_moe" : "qwen3"));
   if (!m.qk_layernorm && qk_norm_type)
