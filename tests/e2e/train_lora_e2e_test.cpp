@@ -176,6 +176,27 @@ TEST_F(Lora, Fp8BaseProjectionsTrainTheAdaptersLikeBf16) {
   EXPECT_LT(a.back()["loss"].get<double>(), a.front()["loss"].get<double>() - 0.05);
 }
 
+// A model no Hugging Face family can express (an ungated shared expert beside standard attention) still
+// trains adapters: the start of the run says that the PEFT export will not be possible, and the end of the
+// run, instead of failing after training, warns and leaves the adapters in the saved checkpoint.
+TEST_F(Lora, AModelWithoutAnHfFamilyFinishesWithItsAdaptersSaved) {
+  const std::string save = s.dir + "/nofamily";
+  CliResult r =
+      posttrain("nofamily", std::string(kLora) + "        target_modules: [linear_qkv, linear_proj]\n",
+                {"--train_iters", "3", "--save", save, "--save_interval", "3",
+                 "--moe_shared_expert_intermediate_size", "32"},
+                "micro_mixtral.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::string log = r.out + r.err;
+  EXPECT_NE(log.find("the end-of-run PEFT export cannot express this model"), std::string::npos) << log;
+  EXPECT_NE(log.find("ungated shared expert"), std::string::npos) << log;
+  EXPECT_NE(log.find("LoRA: no PEFT adapter written"), std::string::npos) << log;
+  EXPECT_NE(log.find("the checkpoints under `save` hold the adapters"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(run_dir("nofamily") + "/peft_adapter"));
+  EXPECT_TRUE(std::filesystem::exists(save + "/iter_0000003/manifest.json"))
+      << "no checkpoint under " << save;
+}
+
 TEST_F(Lora, WrongBaseOrSettingsAreRefusedNamingTheKey) {
   // Adapters saved on one base do not continue on another.
   ASSERT_EQ(lora("a", {"--train_iters", "3", "--save", s.dir + "/ad", "--save_interval", "3"}).exit_code, 0);
