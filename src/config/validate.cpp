@@ -86,27 +86,23 @@ void validate_config(ResolvedConfig& rc) {
   // LoRA adapters (model/lora_adapter.h) sit on the decoder's attention projections (packed QKV or MLA's
   // five) and dense MLP projections; in MoE models on the attention only (the experts, router and shared
   // expert stay frozen without adapters: PEFT's gate/up/down targets would adapt every expert, which is not
-  // built). Under FP8 the frozen projections run in FP8 and
-  // the adapters' thin GEMMs in BF16. The MTP modules do not take them yet.
+  // built). Under FP8 the frozen projections run in FP8 and the adapters' thin GEMMs in BF16. Multi-token-
+  // prediction depths run frozen, without adapters.
   const bool lora_mlp = t.lora.targets_projection("gate_up_proj") || t.lora.targets_projection("down_proj");
-  if (t.lora.enabled && !rc.planning) {
-    const char* what = t.model.moe.enabled() && lora_mlp
-                           ? "the MLP projections of a mixture-of-experts model (adapters on every expert)"
-                       : t.model.mtp_num_layers > 0 ? "multi-token prediction"
-                                                    : nullptr;
-    if (what)
-      throw NotSupportedError(
-          fmt::format("{}: not supported yet: LoRA (lora.enabled) with {}",
-                      rc.keys.origin("lora.enabled").str(), what),
-          t.model.moe.enabled() && lora_mlp
-              ? (t.model.mla.enabled
-                     ? "target the attention projections only (lora target modules linear_q_proj or "
-                       "linear_q_down_proj and linear_q_up_proj, linear_kv_down_proj, linear_kv_up_proj, "
-                       "linear_proj), or full SFT (lora.enabled: false)"
-                     : "target the attention projections only (lora target modules linear_qkv and "
-                       "linear_proj; q_proj, k_proj, v_proj, o_proj), or full SFT (lora.enabled: false)")
-              : "full SFT (lora.enabled: false) runs with it");
-  }
+  if (t.lora.enabled && !rc.planning && t.model.moe.enabled() && lora_mlp)
+    throw NotSupportedError(
+        fmt::format(
+            "{}: not supported yet: LoRA (lora.enabled) with the MLP projections of a mixture-of-experts "
+            "model (adapters on every expert)",
+            rc.keys.origin("lora.enabled").str()),
+        t.model.mla.enabled
+            ? "target the attention projections only (lora target modules linear_q_proj or "
+              "linear_q_down_proj "
+              "and linear_q_up_proj, linear_kv_down_proj, linear_kv_up_proj, linear_proj), or full SFT "
+              "(lora.enabled: false)"
+            : "target the attention projections only (lora target modules linear_qkv and linear_proj; "
+              "q_proj, "
+              "k_proj, v_proj, o_proj), or full SFT (lora.enabled: false)");
 
   // Learning-rate schedule.
   if (t.optim.lr < t.optim.min_lr)

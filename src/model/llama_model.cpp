@@ -453,7 +453,8 @@ double LlamaModel::moe_losses_of_last_forward() {
 
 void LlamaModel::attach_adapters(ParamStore& adapters) {
   PRIMUS_CHECK(params_.frozen(), "LoRA adapters need the base model's store frozen (allocate_frozen)");
-  PRIMUS_CHECK(mtp_.empty(), "LoRA adapters with multi-token prediction are not supported");
+  // The decoder trunk's layers take adapters; multi-token-prediction depths run frozen on the base (their
+  // loss still reaches the trunk's adapters through the hidden states they read).
   for (auto& layer : layers_)
     if (layer) layer->set_adapters(adapters);
   adapted_ = true;

@@ -1,6 +1,7 @@
 #include "model/mtp.h"
 
 #include "model/tp_boundary.h"
+#include "model/weight_grad.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
@@ -68,20 +69,21 @@ void MtpDepth::backward(const StepContext& ctx, Tensor dh_k, const Tensor& h_pre
   const int64_t n = local_tokens(ctx), d = spec_.hidden;
   const Stream& s = ctx.stream;
   Tensor dx = ctx.act({n, d});
-  Tensor g_f = params_.grad(fnorm_);
+  // (LoRA: the depth runs on the frozen base, whose weights have no gradient: norm scratch, no eh_proj GEMM.)
+  Tensor g_f = norm_grad(ctx, params_, fnorm_);
   ops::rmsnorm_backward(dh_k, a.x, params_.param(fnorm_), a.f_rstd, dx, g_f, /*accumulate_dx=*/false, s);
   dh_k = Tensor();
   Tensor du = layer_->backward(ctx, dx, a.layer);
   Tensor d_cat = ctx.act({n, 2 * d});
   ops::linear_backward_input(du, params_.param(eh_), d_cat, false, s);
-  Tensor g_eh = params_.grad(eh_);
-  ops::linear_backward_weight(du, a.cat, g_eh, nullptr, s, params_.grad_accumulate(eh_));
+  if (Tensor g_eh = params_.grad(eh_); g_eh.defined())
+    ops::linear_backward_weight(du, a.cat, g_eh, nullptr, s, params_.grad_accumulate(eh_));
   du = Tensor();
   a.cat = Tensor();
   Tensor d_en = ctx.act({n, d}), d_hn = ctx.act({n, d});
   ops::split_columns(d_cat, d_en, d_hn, s);
   d_cat = Tensor();
-  Tensor g_e = params_.grad(enorm_), g_h = params_.grad(hnorm_);
+  Tensor g_e = norm_grad(ctx, params_, enorm_), g_h = norm_grad(ctx, params_, hnorm_);
   ops::rmsnorm_backward(d_en, a.e, params_.param(enorm_), a.e_rstd, de, g_e, /*accumulate_dx=*/false, s);
   ops::rmsnorm_backward(d_hn, h_prev, params_.param(hnorm_), a.h_rstd, dh_prev, g_h, /*accumulate_dx=*/false,
                         s);

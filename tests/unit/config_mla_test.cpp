@@ -181,9 +181,8 @@ TEST(ConfigMla, LoraTargetsNameMlaProjections) {
              {"'wq', which matches no projection"});
   expect_has(l.error("micro_llama.yaml", with("[linear_kv_down_proj]")),
              {"'linear_kv_down_proj', which matches no projection"});
-  // MTP depths still refuse adapters.
-  expect_has(l.error("micro_deepseek_mla.yaml", with("[linear_proj]"), {"--num_experts", "null"}),
-             {"not supported yet: LoRA (lora.enabled) with multi-token prediction"});
+  // With MTP depths (which run frozen) and the MoE layers' experts frozen: attention targets load.
+  EXPECT_EQ(l.load("micro_deepseek_mla.yaml", with("[linear_proj]")).train.lora.targets, (Names{"o_proj"}));
 }
 
 TEST(ConfigMla, TorchTitanDeepSeekV3Flavors) {

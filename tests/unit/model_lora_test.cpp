@@ -8,6 +8,7 @@
 #include <random>
 
 #include "model/llama_model.h"
+#include "model/mtp.h"
 #include "model_grad_util.h"
 #include "ops/gemm.h"
 
@@ -237,6 +238,35 @@ TEST(LoraMla, AdapterGradientsMatchFiniteDifferences) {
       check_adapter_gradients(grad_test::tiny_mla(q_lora, /*tied=*/false), lora(kMlaAll), rc);
     }
   }
+}
+
+// Multi-token prediction: the depths run frozen on the base (no adapters of their own), and their loss
+// reaches the trunk's adapters through the hidden states they read: finite differences of the loss with the
+// MTP term match the adapters' gradients.
+TEST(LoraMla, MtpDepthsRunFrozenAndTheirLossTrainsTheTrunksAdapters) {
+  ModelConfig c = grad_test::tiny_mla(6, /*tied=*/false);
+  c.mtp_num_layers = 1;
+  c.mtp_loss_scaling_factor = 0.7;
+  LoraFixture f(c, lora(kMlaAll), RecomputeConfig{}, 31);
+  auto full_loss = [&] {
+    double total = 0;
+    for (double v : f.model->forward_loss(f.tokens, f.targets, /*with_mtp=*/true).to_vector<double>())
+      total += v;
+    int64_t counted = 0;
+    for (int32_t t : f.targets.to_vector<int32_t>()) counted += t >= 0;
+    const int64_t depth_counted = mtp_batch(f.tokens, f.targets, 1).counts[0];
+    double mtp = 0;
+    for (double v : f.model->mtp_losses()[0].to_vector<double>()) mtp += v;
+    return total + c.mtp_loss_scaling_factor * static_cast<double>(counted) /
+                       static_cast<double>(depth_counted) * mtp;
+  };
+  f.adapters.grad_flat().zero_(Stream::cpu());
+  double main = 0;
+  for (double v : f.model->forward_backward(f.tokens, f.targets, 1.0f).to_vector<double>()) main += v;
+  EXPECT_GT(full_loss(), main + 1e-3);  // the MTP term is there
+  EXPECT_EQ(grad_test::check_store_gradients(f.adapters, full_loss, 6, 9),
+            6 * static_cast<int>(f.adapters.entries().size()));
+  for (const auto& e : f.adapters.entries()) EXPECT_EQ(e.name.rfind("mtp.", 0), std::string::npos) << e.name;
 }
 
 // Dropout: the adapters whose input gradient joins one the frozen GEMMs already wrote (the direct query's
