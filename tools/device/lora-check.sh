@@ -122,18 +122,25 @@ fi
 # 6. Multi-latent attention: the micro DeepSeek-style model without its MoE layers and MTP depth, rows
 # without sample isolation (MLA's RoPE does not take per-sample positions).
 if want peftmla; then
-mla=(--num_experts null --mtp_num_layers 0 --use_packed_attention false)
+mla=(--num_experts null --use_packed_attention false)
 mla_targets="['linear_q_down_proj','linear_q_up_proj','linear_kv_down_proj','linear_kv_up_proj','linear_proj','linear_fc1','linear_fc2']"
 exp lora_mla micro_deepseek_mla.yaml
 exp base_mla micro_deepseek_mla.yaml
 sed -i 's/        enabled: true/        enabled: false/' "$out/base_mla.yaml"
-for dev in cpu cuda; do
-  PRIMUS_EXP_NAME=mla_$dev OMP_NUM_THREADS=16 timeout 240 "$bin/primus" train posttrain --config "$out/lora_mla.yaml" \
-    --device $dev "${mla[@]}" --lora.target_modules "$mla_targets" > "$out/mla_$dev.log" 2>&1
-  echo "== lora mla $dev rc=$?"; grep -E "^LoRA: rank|^done" "$out/mla_$dev.log" | cut -c1-200
+# (mla_mtp: with the model's MTP depth on, which runs frozen while its loss trains the trunk's adapters)
+for run in mla mla_mtp; do
+  extra=(--mtp_num_layers 0)
+  [ $run = mla_mtp ] && extra=(--mtp_num_layers 1)
+  for dev in cpu cuda; do
+    PRIMUS_EXP_NAME=${run}_$dev OMP_NUM_THREADS=16 timeout 240 "$bin/primus" train posttrain \
+      --config "$out/lora_mla.yaml" --device $dev "${mla[@]}" "${extra[@]}" --lora.target_modules "$mla_targets" \
+      > "$out/${run}_$dev.log" 2>&1
+    echo "== lora $run $dev rc=$?"; grep -E "^LoRA: rank|^done" "$out/${run}_$dev.log" | cut -c1-200
+  done
+  python3 tools/device/compare_tracking.py "$PRIMUS_WORKSPACE/amd/dev/${run}_cpu/metrics.jsonl" \
+    "$PRIMUS_WORKSPACE/amd/dev/${run}_cuda/metrics.jsonl" --tol 0.02 | grep -E "over|max relative"
 done
-python3 tools/device/compare_tracking.py "$PRIMUS_WORKSPACE/amd/dev/mla_cpu/metrics.jsonl" \
-  "$PRIMUS_WORKSPACE/amd/dev/mla_cuda/metrics.jsonl" --tol 0.02 | grep -E "over|max relative"
+mla+=(--mtp_num_layers 0)  # the PEFT check: transformers drops DeepSeek-V3's MTP layers
 PRIMUS_EXP_NAME=base_mla timeout 120 "$bin/primus" train posttrain --config "$out/base_mla.yaml" "${mla[@]}" \
   --train_iters 20 --save "$out/base-mla-ckpt" > "$out/base_mla.log" 2>&1
 echo "== mla base rc=$?"
