@@ -211,7 +211,9 @@ HfModelInfo model_config_from_hf(const nlohmann::json& c, const std::string& wha
     bad_config(what, fmt::format("attention_bias: true is not supported for {}", type));
   m.add_qkv_bias = type == "qwen2" || (type == "qwen2_moe" && opt_bool(c, "qkv_bias", true)) ||
                    ((type == "llama" || type == "qwen3" || type == "qwen3_moe") && attention_bias);
-  m.qk_layernorm = type == "qwen3" || type == "qwen3_moe";
+  // Qwen 3's q/k norms; for DeepSeek's MLA, Megatron's qk_layernorm means the q / kv latent norms, which
+  // every DeepSeek model has (and Megatron configs of MLA require).
+  m.qk_layernorm = type == "qwen3" || type == "qwen3_moe" || is_mla_type(type);
   if (opt_bool(c, "use_sliding_window", false))
     bad_config(what, "use_sliding_window: true is not supported (full causal attention only)");
   if (type == "mixtral" && c.contains("sliding_window") && !c["sliding_window"].is_null())

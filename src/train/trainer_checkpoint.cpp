@@ -39,7 +39,9 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
   cmp("untie_embeddings_and_output_weights", saved.untie_embeddings_and_output_weights,
       cfg.untie_embeddings_and_output_weights);
   cmp("add_qkv_bias", saved.add_qkv_bias, cfg.add_qkv_bias);
-  cmp("qk_layernorm", saved.qk_layernorm, cfg.qk_layernorm);
+  // (With MLA the flag names the latent norms every DeepSeek model has: HF imports before 2026-12-07 said
+  // false, Megatron configs say true, for the same weights.)
+  if (!(saved.mla.enabled && cfg.mla.enabled)) cmp("qk_layernorm", saved.qk_layernorm, cfg.qk_layernorm);
   cmp("norm_epsilon", saved.norm_epsilon, cfg.norm_epsilon);
   cmp("rotary_base", saved.rotary_base, cfg.rotary_base);
   cmp("use_rope_scaling", saved.use_rope_scaling, cfg.use_rope_scaling);

@@ -557,11 +557,13 @@ TEST(CheckpointHfDeepSeekDense, MlaOverDenseMlpsRoundTripsThroughConfigJson) {
   EXPECT_EQ(back.ffn_hidden_size, dense.ffn_hidden_size);
   EXPECT_EQ(back.mla.rotary_scaling_factor, dense.mla.rotary_scaling_factor);
   EXPECT_EQ(ckpt::hf_config_from_model(back, "deepseek_v3", "float32", json()).dump(), j.dump());
-  // A Megatron-config MLA model says qk_layernorm: true for its latent norms (Primus's DeepSeek configs do):
-  // the same export, not a refusal naming qwen3 (which a primus-to-hf conversion of such a model met).
-  ModelConfig megatron = dense;
-  megatron.qk_layernorm = true;
-  EXPECT_EQ(ckpt::hf_config_from_model(megatron, "deepseek_v3", "float32", json()).dump(), j.dump());
+  // qk_layernorm names MLA's latent norms in Megatron configs (Primus's DeepSeek configs set it, and MLA
+  // requires it): an HF DeepSeek imports with it on, so that its preset and a Megatron config of the same
+  // model agree, and the export is the same either way (it used to refuse true as Qwen 3's q/k norms).
+  EXPECT_TRUE(dense.qk_layernorm);
+  ModelConfig flag_off = dense;
+  flag_off.qk_layernorm = false;
+  EXPECT_EQ(ckpt::hf_config_from_model(flag_off, "deepseek_v3", "float32", json()).dump(), j.dump());
   // DeepSeek-V2 with its experts switched off by first_k_dense_replace: dense too (its MoE keys unread).
   json v2 = ds_config(/*v3=*/false, false);
   v2["first_k_dense_replace"] = 2;
