@@ -150,8 +150,9 @@ void read_deepseek_routing(const nlohmann::json& c, HfModelInfo& info, const std
   if (e.aux_loss_coeff == 0.0) e.load_balancing = "none";
 }
 
-// Whether a DeepSeek config.json has no mixture-of-experts layer: n_routed_experts null (the test of
-// DeepSeek's own modelling code) or every layer among the first_k_dense_replace dense ones.
+// Whether a DeepSeek config.json has no mixture-of-experts layer: n_routed_experts absent or null (the test
+// of DeepSeek's own modelling code) or every layer among the first_k_dense_replace dense ones (our export's
+// way).
 bool deepseek_is_dense(const nlohmann::json& c, int64_t layers, const std::string& what) {
   return !c.contains("n_routed_experts") || c["n_routed_experts"].is_null() ||
          opt_int(c, "first_k_dense_replace", 0, what) >= layers;
@@ -320,10 +321,9 @@ void write_deepseek(const ModelConfig& m, const std::string& type, const nlohman
   if (m.moe.enabled()) {
     write_deepseek_routing(m, type, base, j);
   } else {
-    // MLA over dense MLPs: no routed experts, every layer dense (DeepSeek's code and transformers build a
-    // dense MLP of intermediate_size for a layer below first_k_dense_replace).
-    j["n_routed_experts"] = nullptr;
-    j["n_shared_experts"] = nullptr;
+    // MLA over dense MLPs: every layer below first_k_dense_replace, which DeepSeek's code and transformers
+    // build as a dense MLP of intermediate_size. The expert keys are left out: transformers 5 types them as
+    // integers (null is refused: device check 2026-12-07, transformers 5.17) and its defaults are inert here.
     j["first_k_dense_replace"] = m.num_layers;
     j["moe_layer_freq"] = 1;
     if (v3) {

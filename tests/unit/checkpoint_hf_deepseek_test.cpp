@@ -534,16 +534,17 @@ TEST_F(CheckpointHfDeepSeek, RoundTripIsByteIdenticalAndConfigIsKept) {
   fs::remove_all(work);
 }
 
-// MLA over dense MLPs (no routed experts) is a DeepSeek model too: exported as deepseek_v3 with
-// n_routed_experts null and every layer dense, read back as the same model; DeepSeek's configs that say so
-// either way (n_routed_experts null, or first_k_dense_replace covering every layer) read as dense.
+// MLA over dense MLPs (no routed experts) is a DeepSeek model too: exported as deepseek_v3 with every layer
+// dense (first_k_dense_replace = layers, no expert keys), read back as the same model; DeepSeek's configs
+// that say so either way (n_routed_experts null, or first_k_dense_replace covering every layer) read as
+// dense.
 TEST(CheckpointHfDeepSeekDense, MlaOverDenseMlpsRoundTripsThroughConfigJson) {
   ModelConfig dense = ckpt::model_config_from_hf(ds_config(/*v3=*/true, /*fp8=*/false), "c").model;
   dense.moe = MoeConfig{};
   dense.mtp_num_layers = 0;
   EXPECT_EQ(ckpt::default_model_type(dense), "deepseek_v3");
   const nlohmann::ordered_json j = ckpt::hf_config_from_model(dense, "deepseek_v3", "float32", json());
-  EXPECT_TRUE(j["n_routed_experts"].is_null());
+  EXPECT_FALSE(j.contains("n_routed_experts"));  // (transformers 5 refuses null; its default is inert)
   EXPECT_EQ(j["first_k_dense_replace"], dense.num_layers);
   EXPECT_EQ(j["intermediate_size"], dense.ffn_hidden_size);
   const ModelConfig back = ckpt::model_config_from_hf(json::parse(j.dump()), "back").model;
@@ -568,6 +569,9 @@ TEST(CheckpointHfDeepSeekDense, MlaOverDenseMlpsRoundTripsThroughConfigJson) {
   json v2 = ds_config(/*v3=*/false, false);
   v2["first_k_dense_replace"] = 2;
   EXPECT_FALSE(ckpt::model_config_from_hf(v2, "v2").model.moe.enabled());
+  json null_experts = ds_config(/*v3=*/true, false);
+  null_experts["n_routed_experts"] = nullptr;
+  EXPECT_FALSE(ckpt::model_config_from_hf(null_experts, "v3").model.moe.enabled());
   // A model with experts still needs its family's routing; a dense Llama-attention model is not DeepSeek.
   ModelConfig llama = dense;
   llama.mla = MlaConfig{};
