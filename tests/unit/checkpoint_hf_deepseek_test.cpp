@@ -534,6 +534,16 @@ TEST_F(CheckpointHfDeepSeek, RoundTripIsByteIdenticalAndConfigIsKept) {
   fs::remove_all(work);
 }
 
+// The MLA sizes of ds_config(v3 = true).
+void expect_mla_dims(const ModelConfig& m) {
+  EXPECT_TRUE(m.mla.enabled);
+  EXPECT_EQ(m.mla.q_lora_rank, kQl);
+  EXPECT_EQ(m.mla.kv_lora_rank, kKvl);
+  EXPECT_EQ(m.mla.qk_head_dim, kDn);
+  EXPECT_EQ(m.mla.qk_pos_emb_head_dim, kDr);
+  EXPECT_EQ(m.mla.v_head_dim, kDv);
+}
+
 // MLA over dense MLPs (no routed experts) is a DeepSeek model too: exported as deepseek_v3 with every layer
 // dense (first_k_dense_replace = layers, no expert keys), read back as the same model; DeepSeek's configs
 // that say so either way (n_routed_experts null, or first_k_dense_replace covering every layer) read as
@@ -549,12 +559,7 @@ TEST(CheckpointHfDeepSeekDense, MlaOverDenseMlpsRoundTripsThroughConfigJson) {
   EXPECT_EQ(j["intermediate_size"], dense.ffn_hidden_size);
   const ModelConfig back = ckpt::model_config_from_hf(json::parse(j.dump()), "back").model;
   EXPECT_FALSE(back.moe.enabled());
-  EXPECT_TRUE(back.mla.enabled);
-  EXPECT_EQ(back.mla.q_lora_rank, kQl);
-  EXPECT_EQ(back.mla.kv_lora_rank, kKvl);
-  EXPECT_EQ(back.mla.qk_head_dim, kDn);
-  EXPECT_EQ(back.mla.qk_pos_emb_head_dim, kDr);
-  EXPECT_EQ(back.mla.v_head_dim, kDv);
+  expect_mla_dims(back);
   EXPECT_EQ(back.ffn_hidden_size, dense.ffn_hidden_size);
   EXPECT_EQ(back.mla.rotary_scaling_factor, dense.mla.rotary_scaling_factor);
   EXPECT_EQ(ckpt::hf_config_from_model(back, "deepseek_v3", "float32", json()).dump(), j.dump());
@@ -583,12 +588,7 @@ TEST(CheckpointHfDeepSeekDense, MlaOverDenseMlpsRoundTripsThroughConfigJson) {
 TEST_F(CheckpointHfDeepSeek, ConfigMapsRoutingMlaYarnAndMtp) {
   const ckpt::HfModelInfo v3 = ckpt::model_config_from_hf(ds_config(true, true), "c");
   const ModelConfig& m = v3.model;
-  EXPECT_TRUE(m.mla.enabled);
-  EXPECT_EQ(m.mla.q_lora_rank, kQl);
-  EXPECT_EQ(m.mla.kv_lora_rank, kKvl);
-  EXPECT_EQ(m.mla.qk_head_dim, kDn);
-  EXPECT_EQ(m.mla.qk_pos_emb_head_dim, kDr);
-  EXPECT_EQ(m.mla.v_head_dim, kDv);
+  expect_mla_dims(m);
   EXPECT_TRUE(m.mla.yarn);
   EXPECT_EQ(m.mla.rotary_scaling_factor, 40.0);
   EXPECT_EQ(m.mla.original_max_position, 64);

@@ -90,17 +90,23 @@ void check_adapter_gradients(const ModelConfig& c, const LoraConfig& l, const Re
   EXPECT_EQ(checked, 10 * static_cast<int>(f.adapters.entries().size()));
 }
 
+// Recompute none, selective, and full (every layer).
+RecomputeConfig recompute(const std::string& mode) {
+  RecomputeConfig rc;
+  if (mode == "selective") rc.granularity = "selective";
+  if (mode == "full") {
+    rc.granularity = "full";
+    rc.method = "uniform";
+    rc.num_layers = 1;
+  }
+  return rc;
+}
+
 TEST(Lora, AdapterGradientsMatchFiniteDifferences) {
   for (const char* mode : {"none", "selective", "full"}) {
     SCOPED_TRACE(mode);
-    RecomputeConfig rc;
-    if (std::string(mode) == "selective") rc.granularity = "selective";
-    if (std::string(mode) == "full") {
-      rc.granularity = "full";
-      rc.method = "uniform";
-      rc.num_layers = 1;
-    }
-    check_adapter_gradients(tiny_model(/*qk_norm=*/true, /*qkv_bias=*/true, /*tied=*/false), lora(kAll), rc);
+    check_adapter_gradients(tiny_model(/*qk_norm=*/true, /*qkv_bias=*/true, /*tied=*/false), lora(kAll),
+                            recompute(mode));
   }
   // Odd sizes, tied embeddings, a subset of the projections.
   ModelConfig odd = tiny_model(false, false, true);
@@ -112,15 +118,9 @@ TEST(Lora, AdapterGradientsMatchFiniteDifferences) {
 // LoRA dropout (lora.dropout, position "pre"): the mask is keyed by the micro-batch's origin, so a training
 // forward with the same origin is a deterministic function of the adapters and finite differences apply.
 void check_dropout_gradients(const ModelConfig& c, const LoraConfig& l) {
-  for (const char* mode : {"none", "full"}) {
+  for (const char* mode : {"none", "full"}) {  // (full: the recomputed forward must draw the same mask)
     SCOPED_TRACE(mode);
-    RecomputeConfig rc;
-    if (std::string(mode) == "full") {  // the recomputed forward must draw the same mask
-      rc.granularity = "full";
-      rc.method = "uniform";
-      rc.num_layers = 1;
-    }
-    LoraFixture f(c, l, rc, 13);
+    LoraFixture f(c, l, recompute(mode), 13);
     const BatchOrigin origin{99, false, 7};
     auto training_loss = [&](const BatchOrigin& o) {
       LlamaModel::ChunkState st;
@@ -150,13 +150,10 @@ TEST(Lora, DropoutGradientsMatchFiniteDifferences) {
   check_dropout_gradients(tiny_model(/*qk_norm=*/false, /*qkv_bias=*/true, /*tied=*/false), l);
 }
 
-// The adapted model is the base model with W + (alpha / r) B A.
-TEST(Lora, AdaptedModelEqualsMergedWeights) {
-  const ModelConfig c = tiny_model(true, true, false);
-  const LoraConfig l = lora(kAll, 4, 6);
-  LoraFixture f(c, l, RecomputeConfig{}, 5);
+// The adapted model is the base model with W + (alpha / r) B A; `projections` adapters per layer.
+void check_equals_merged(const ModelConfig& c, const LoraConfig& l, uint64_t seed, int projections) {
+  LoraFixture f(c, l, RecomputeConfig{}, seed);
   const double adapted = f.loss();
-
   ParamStore merged(ModelSpec::from_config(c));
   merged.allocate(DType::kF64, Stream::cpu(), DType::kF64);
   for (int i = 0; i < static_cast<int>(merged.entries().size()); ++i)
@@ -172,11 +169,15 @@ TEST(Lora, AdaptedModelEqualsMergedWeights) {
     ops::gemm(b, false, a, false, w, static_cast<float>(l.scale()), 1.0f, Stream::cpu());
     ++merged_count;
   }
-  EXPECT_EQ(merged_count, 4 * c.num_layers);
+  EXPECT_EQ(merged_count, projections * c.num_layers);
   LlamaModel plain(c, RecomputeConfig{}, merged, Stream::cpu(), 8);
   double reference = 0;
   for (double v : plain.forward_loss(f.tokens, f.targets).to_vector<double>()) reference += v;
   EXPECT_NEAR(adapted, reference, 1e-12 * std::abs(reference));
+}
+
+TEST(Lora, AdaptedModelEqualsMergedWeights) {
+  check_equals_merged(tiny_model(true, true, false), lora(kAll, 4, 6), 5, 4);
 }
 
 TEST(Lora, FreshAdaptersLeaveTheBaseModelUnchanged) {
@@ -228,14 +229,7 @@ TEST(LoraMla, AdapterGradientsMatchFiniteDifferences) {
   for (const int64_t q_lora : {0, 6}) {
     for (const char* mode : {"none", "selective", "full"}) {
       SCOPED_TRACE(testing::Message() << "q_lora_rank " << q_lora << ", recompute " << mode);
-      RecomputeConfig rc;
-      if (std::string(mode) == "selective") rc.granularity = "selective";
-      if (std::string(mode) == "full") {
-        rc.granularity = "full";
-        rc.method = "uniform";
-        rc.num_layers = 1;
-      }
-      check_adapter_gradients(grad_test::tiny_mla(q_lora, /*tied=*/false), lora(kMlaAll), rc);
+      check_adapter_gradients(grad_test::tiny_mla(q_lora, /*tied=*/false), lora(kMlaAll), recompute(mode));
     }
   }
 }
@@ -283,33 +277,9 @@ TEST(LoraMla, DropoutGradientsMatchFiniteDifferences) {
 TEST(LoraMla, AdaptedModelEqualsMergedWeights) {
   for (const int64_t q_lora : {0, 6}) {
     SCOPED_TRACE(q_lora);
-    const ModelConfig c = grad_test::tiny_mla(q_lora, false);
-    const LoraConfig l = lora(kMlaAll, 2, 3);
-    LoraFixture f(c, l, RecomputeConfig{}, 21);
-    const double adapted = f.loss();
-    ParamStore merged(ModelSpec::from_config(c));
-    merged.allocate(DType::kF64, Stream::cpu(), DType::kF64);
-    for (int i = 0; i < static_cast<int>(merged.entries().size()); ++i)
-      merged.master(i).copy_from(f.base.master(i), Stream::cpu());
-    int merged_count = 0;
-    for (int i = 0; i < static_cast<int>(f.adapters.entries().size()); ++i) {
-      const std::string& name = f.adapters.entry(i).name;
-      const size_t at = name.find(".lora_A.weight");
-      if (at == std::string::npos) continue;
-      const std::string proj = name.substr(0, at);
-      Tensor a = f.adapters.master(i), b = f.adapters.master(f.adapters.find(proj + ".lora_B.weight"));
-      Tensor w = merged.master(merged.find(proj + ".weight"));
-      ops::gemm(b, false, a, false, w, static_cast<float>(l.scale()), 1.0f, Stream::cpu());
-      ++merged_count;
-    }
     // q (or q_a + q_b), kv_a, kv_b, o and the dense MLP's two, per layer.
-    EXPECT_EQ(merged_count, (q_lora > 0 ? 7 : 6) * c.num_layers);
-    LlamaModel plain(c, RecomputeConfig{}, merged, Stream::cpu(), 8);
-    double reference = 0;
-    for (double v : plain.forward_loss(f.tokens, f.targets).to_vector<double>()) reference += v;
-    EXPECT_NEAR(adapted, reference, 1e-12 * std::abs(reference));
+    check_equals_merged(grad_test::tiny_mla(q_lora, false), lora(kMlaAll, 2, 3), 21, q_lora > 0 ? 7 : 6);
   }
 }
-
 }  // namespace
 }  // namespace primus
