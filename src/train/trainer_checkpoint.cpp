@@ -391,6 +391,16 @@ void Trainer::export_peft_adapter() {
       "LoRA: PEFT adapter written to {} ({} {} modules, {:.2f} MB; PeftModel.from_pretrained loads it, "
       "`primus convert merge-lora` merges it)",
       r.dir, r.modules, r.model_type, static_cast<double>(r.bytes) / 1e6);
+  // Seen on the device (peft 0.21, transformers 5.17): for DeepSeek models PEFT maps gate/up/down target
+  // names onto the routed experts' fused parameters and drops the dense MLP layers' adapters, with only a
+  // RuntimeWarning; the merged model keeps them.
+  const bool mlp = cfg_.lora.targets_projection("gate_up_proj") || cfg_.lora.targets_projection("down_proj");
+  if (mlp && r.model_type.rfind("deepseek", 0) == 0)
+    log::warn(
+        "LoRA: PEFT (0.21 with transformers 5) skips adapters on a {} model's dense MLP layers (it takes "
+        "gate_proj / up_proj / down_proj for expert parameters); `primus convert merge-lora` applies all of "
+        "them",
+        r.model_type);
 }
 
 }  // namespace primus

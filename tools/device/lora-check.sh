@@ -128,7 +128,7 @@ exp lora_mla micro_deepseek_mla.yaml
 exp base_mla micro_deepseek_mla.yaml
 sed -i 's/        enabled: true/        enabled: false/' "$out/base_mla.yaml"
 # (mla_mtp: with the model's MTP depth on, which runs frozen while its loss trains the trunk's adapters)
-for run in mla mla_mtp; do
+for run in ${MLA_TRACK-mla mla_mtp}; do
   extra=(--mtp_num_layers 0)
   [ $run = mla_mtp ] && extra=(--mtp_num_layers 1)
   for dev in cpu cuda; do
@@ -147,8 +147,13 @@ echo "== mla base rc=$?"
 "$bin/primus" convert primus-to-hf -i "$out/base-mla-ckpt" -o "$out/base-mla-hf" --dtype float32 \
   > "$out/convert_mla.log" 2>&1
 echo "== mla convert rc=$?"; tail -2 "$out/convert_mla.log"
+# The PEFT run adapts the five MLA projections only: peft 0.21 with transformers 5.17 maps DeepSeek-V3's
+# gate/up/down target names onto the experts' fused parameters and drops adapters on dense MLP layers (its
+# warning: target_parameters={'down_proj', 'gate_up_proj'} ... no parameter was matched; device 2026-12-07),
+# so its logits would leave our MLP adapters out while merge-lora keeps them (ours = merged to 1e-7 there).
+peft_targets=${MLA_PEFT_TARGETS:-"['linear_q_down_proj','linear_q_up_proj','linear_kv_down_proj','linear_kv_up_proj','linear_proj']"}
 PRIMUS_EXP_NAME=peft_mla timeout 120 "$bin/primus" train posttrain --config "$out/lora_mla.yaml" "${mla[@]}" \
-  --lora.target_modules "$mla_targets" --load "$out/base-mla-hf" --train_iters 30 > "$out/peft_mla_train.log" 2>&1
+  --lora.target_modules "$peft_targets" --load "$out/base-mla-hf" --train_iters 30 > "$out/peft_mla_train.log" 2>&1
 echo "== mla lora on the HF base rc=$?"; grep -E "^LoRA|^done|rror" "$out/peft_mla_train.log" | cut -c1-200
 timeout 200 python3 tools/device/lora_peft_check.py "$bin/primus" "$out/base-mla-hf" \
   "$PRIMUS_WORKSPACE/amd/dev/peft_mla/peft_adapter" "$out/peft_mla" 2>&1 | grep -v Warning | tail -8
