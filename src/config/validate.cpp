@@ -65,13 +65,12 @@ void validate_config(ResolvedConfig& rc) {
         cite("global_batch_size", t.global_batch_size), cite("micro_batch_size", t.micro_batch_size),
         b.data_parallel, b.micro_batch * b.data_parallel));
 
-  // Packed SFT rows with isolated samples: the positions and sample starts reach the decoder's RoPE and
-  // attention; the context-parallel chunking, the pipeline's micro-batch hand-over, MLA's fused RoPE and the
+  // Packed SFT rows with isolated samples: the positions and sample starts reach the decoder's RoPE (MLA's in
+  // its pack step) and attention; the context-parallel chunking, the pipeline's micro-batch hand-over and the
   // MTP's shifted tokens do not carry them yet.
   if (t.sft.isolated_rows() && !rc.planning) {
     const char* what = p.context_parallel_size > 1          ? "context parallelism"
                        : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
-                       : t.model.mla.enabled                ? "multi-latent attention"
                        : t.model.mtp_num_layers > 0         ? "multi-token prediction"
                                                             : nullptr;
     if (what)

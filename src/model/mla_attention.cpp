@@ -104,6 +104,7 @@ ops::AttentionShape MlaAttention::attention_shape(const StepContext& ctx) const 
   s.v_head_dim = spec_.mla.v_head_dim;
   s.scale = spec_.attn_scale;
   s.causal = true;
+  s.seg_starts = ctx.seg_starts;  // packed rows: a sample attends within itself
   return s;
 }
 
@@ -151,7 +152,8 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
   for (const Half& part : halves(ctx)) {
     Tensor out = a.qkv.slice(part.first, part.end);
     ops::mla_pack_qkv(q.slice(part.first, part.end), kv.slice(part.first, part.end),
-                      k_pe.slice(part.first, part.end), part.dims, *ctx.rope_table, part.pos_offset, out, s);
+                      k_pe.slice(part.first, part.end), part.dims, *ctx.rope_table, part.pos_offset, out, s,
+                      ctx.positions);
   }
   q = kv = k_pe = Tensor();
 
@@ -215,7 +217,7 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
     Tensor dq_p = dq.slice(part.first, part.end), dkv_p = dkv.slice(part.first, part.end),
            dk_pe_p = dk_pe.slice(part.first, part.end);
     ops::mla_unpack_dqkv(dqkv.slice(part.first, part.end), part.dims, *ctx.rope_table, part.pos_offset, dq_p,
-                         dkv_p, dk_pe_p, s);
+                         dkv_p, dk_pe_p, s, ctx.positions);
   }
   dqkv = Tensor();
 

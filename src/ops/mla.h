@@ -26,12 +26,16 @@ struct MlaDims {
 };
 
 // q [N, q_width], kv [N, kv_width], k_pe [N, dr] -> qkv [N, qkv_width] (N = batch * seq, overwritten).
-// table [max_pos, dr] (ops/rope.h's cos | sin layout) on the tensors' device.
+// table [max_pos, dr] (ops/rope.h's cos | sin layout) on the tensors' device. positions: per-token positions
+// (packed SFT rows, each sample from 0), an int32 [batch, seq] tensor on the same device, as ops/rope.h's
+// rope_apply takes them (pos_offset then 0; the CPU reference checks the values, the CUDA path clamps them).
 void mla_pack_qkv(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const MlaDims& d,
-                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s);
+                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s,
+                  const Tensor* positions = nullptr);
 // The transpose of mla_pack_qkv: dq [N, q_width], dkv [N, kv_width] and dk_pe [N, dr], all overwritten, from
 // dqkv [N, qkv_width].
 void mla_unpack_dqkv(const Tensor& dqkv, const MlaDims& d, const Tensor& table, int64_t pos_offset,
-                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s);
+                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s,
+                     const Tensor* positions = nullptr);
 
 }  // namespace primus::ops

@@ -29,8 +29,9 @@ ops::RopeConfig yarn(int64_t orig) {
   return c;
 }
 
+// packed: per-token positions (samples of 7 tokens, each from 0: packed SFT rows) instead of off + t.
 void pack_case(Context& ctx, int64_t b, int64_t t, int64_t h, int64_t nope, int64_t rope, int64_t v,
-               int64_t off, bool timed) {
+               int64_t off, bool timed, bool packed = false) {
   ops::MlaDims d;
   d.batch = b;
   d.seq = t;
@@ -39,22 +40,27 @@ void pack_case(Context& ctx, int64_t b, int64_t t, int64_t h, int64_t nope, int6
   d.rope = rope;
   d.v_dim = v;
   const int64_t n = d.tokens();
-  const std::string sz =
-      fmt::format("B={} T={} H={} nope={} rope={} v={} off={}", b, t, h, nope, rope, v, off);
+  const std::string sz = fmt::format("B={} T={} H={} nope={} rope={} v={} {}", b, t, h, nope, rope, v,
+                                     packed ? "packed" : fmt::format("off={}", off));
   Tensor table = ops::rope_table(yarn(16), off + t, rope);
   Tensor table_g = table.to(ctx.stream);
+  std::vector<int32_t> pos_host(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos_host[i] = static_cast<int32_t>((i % t) % 7);
+  const Tensor pos = Tensor::from_vector(pos_host, {b, t}), pos_g = pos.to(ctx.stream);
+  const Tensor* p_cpu = packed ? &pos : nullptr;
+  const Tensor* p_gpu = packed ? &pos_g : nullptr;
   Tensor q = gpu_randn(ctx, {n, d.q_width()}, DType::kBF16),
          kv = gpu_randn(ctx, {n, d.kv_width()}, DType::kBF16);
   Tensor kpe = gpu_randn(ctx, {n, rope}, DType::kBF16);
   Tensor qkv = ctx.poisoned({n, d.qkv_width()}, DType::kBF16);
-  ops::cuda::mla_pack_qkv(q, kv, kpe, d, table_g, off, qkv, ctx.stream);
+  ops::cuda::mla_pack_qkv(q, kv, kpe, d, table_g, off, qkv, ctx.stream, p_gpu);
   Tensor ref = Tensor::empty({n, d.qkv_width()}, DType::kF32);
   ops::cpu::mla_pack_qkv(cpu_copy_f32(ctx, q), cpu_copy_f32(ctx, kv), cpu_copy_f32(ctx, kpe), d, table, off,
-                         ref, Stream::cpu());
+                         ref, Stream::cpu(), p_cpu);
   ctx.check("mla", "pack " + sz, qkv, ref, kTolBF16);
   if (timed) {
     const double ms =
-        ctx.time_ms([&] { ops::cuda::mla_pack_qkv(q, kv, kpe, d, table_g, off, qkv, ctx.stream); });
+        ctx.time_ms([&] { ops::cuda::mla_pack_qkv(q, kv, kpe, d, table_g, off, qkv, ctx.stream, p_gpu); });
     fused::set_rate(ctx, ms, 2.0 * n * (d.q_width() + d.kv_width() + rope + d.qkv_width()));
   }
 
@@ -62,17 +68,17 @@ void pack_case(Context& ctx, int64_t b, int64_t t, int64_t h, int64_t nope, int6
   Tensor dq = ctx.poisoned({n, d.q_width()}, DType::kBF16),
          dkv = ctx.poisoned({n, d.kv_width()}, DType::kBF16);
   Tensor dkpe = ctx.poisoned({n, rope}, DType::kBF16);
-  ops::cuda::mla_unpack_dqkv(dqkv, d, table_g, off, dq, dkv, dkpe, ctx.stream);
+  ops::cuda::mla_unpack_dqkv(dqkv, d, table_g, off, dq, dkv, dkpe, ctx.stream, p_gpu);
   Tensor rq = Tensor::empty({n, d.q_width()}, DType::kF32),
          rkv = Tensor::empty({n, d.kv_width()}, DType::kF32);
   Tensor rkpe = Tensor::empty({n, rope}, DType::kF32);
-  ops::cpu::mla_unpack_dqkv(cpu_copy_f32(ctx, dqkv), d, table, off, rq, rkv, rkpe, Stream::cpu());
+  ops::cpu::mla_unpack_dqkv(cpu_copy_f32(ctx, dqkv), d, table, off, rq, rkv, rkpe, Stream::cpu(), p_cpu);
   ctx.check("mla", "unpack dq " + sz, dq, rq, kTolBF16);
   ctx.check("mla", "unpack dkv " + sz, dkv, rkv, kTolBF16);
   ctx.check("mla", "unpack dk_pe " + sz, dkpe, rkpe, kTolBF16);
   if (timed) {
-    const double ms =
-        ctx.time_ms([&] { ops::cuda::mla_unpack_dqkv(dqkv, d, table_g, off, dq, dkv, dkpe, ctx.stream); });
+    const double ms = ctx.time_ms(
+        [&] { ops::cuda::mla_unpack_dqkv(dqkv, d, table_g, off, dq, dkv, dkpe, ctx.stream, p_gpu); });
     fused::set_rate(ctx, ms, 2.0 * n * (d.q_width() + d.kv_width() + rope + d.qkv_width()));
   }
 }
@@ -163,6 +169,9 @@ PRIMUS_GPU_TEST(mla) {
   pack_case(ctx, 3, 31, 2, 0, 2, 1, 9, false);
   // DeepSeek-V3's per-layer shape for one 4096-token micro-batch: 128 heads.
   pack_case(ctx, 1, 4096, 128, 128, 64, 128, 0, true);
+  // Packed SFT rows: per-token positions.
+  pack_case(ctx, 2, 33, 3, 5, 6, 7, 0, false, /*packed=*/true);
+  pack_case(ctx, 1, 127, 16, 128, 64, 128, 0, false, /*packed=*/true);
   columns_case(ctx, 37, 64, 64);
   columns_case(ctx, 5, 3, 11);
   model_case(ctx, 96, 1);

@@ -145,5 +145,52 @@ TEST(Mla, F32AgreesWithF64AndRejectsBadInputs) {
   EXPECT_PRIMUS_ERROR(ops::mla_pack_qkv(q, kv, kpe, d, table, 0, bad, Stream::cpu()), "qkv must be");
 }
 
+// Per-token positions (packed SFT rows, every sample from 0): each token packs and unpacks exactly as a
+// one-token call at its position through the offset path (checked above), and bad positions are refused
+// naming the token.
+TEST(Mla, PerTokenPositionsActAsEachTokensOwnOffset) {
+  Rng rng;
+  const MlaDims d = dims(2, 13, 3, 5, 6, 7);
+  const int64_t n = d.tokens();
+  Tensor table = yarn_table(16, d.rope);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t b = 0; b < d.batch; ++b)  // samples of lengths 4, 6, 3 (row 0) and 13 (row 1)
+    for (int64_t t = 0; t < d.seq; ++t)
+      pos[b * d.seq + t] = static_cast<int32_t>(b == 0 ? (t < 4 ? t : t < 10 ? t - 4 : t - 10) : t);
+  const Tensor positions = Tensor::from_vector(pos, {d.batch, d.seq});
+  for (DType dt : float_types()) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor q = rand_tensor(rng, {n, d.q_width()}, dt), kv = rand_tensor(rng, {n, d.kv_width()}, dt);
+    Tensor kpe = rand_tensor(rng, {n, d.rope}, dt), y = rand_tensor(rng, {n, d.qkv_width()}, dt);
+    Tensor qkv = filled({n, d.qkv_width()}, dt, NAN);
+    Tensor dq = filled({n, d.q_width()}, dt, NAN), dkv = filled({n, d.kv_width()}, dt, NAN);
+    Tensor dkpe = filled({n, d.rope}, dt, NAN);
+    ops::mla_pack_qkv(q, kv, kpe, d, table, 0, qkv, Stream::cpu(), &positions);
+    ops::mla_unpack_dqkv(y, d, table, 0, dq, dkv, dkpe, Stream::cpu(), &positions);
+    const MlaDims one = dims(1, 1, d.heads, d.nope, d.rope, d.v_dim);
+    for (int64_t tok = 0; tok < n; ++tok) {
+      Tensor o = Tensor::empty({1, d.qkv_width()}, dt), oq = Tensor::empty({1, d.q_width()}, dt),
+             okv = Tensor::empty({1, d.kv_width()}, dt), okpe = Tensor::empty({1, d.rope}, dt);
+      ops::mla_pack_qkv(q.slice(tok, tok + 1), kv.slice(tok, tok + 1), kpe.slice(tok, tok + 1), one, table,
+                        pos[tok], o, Stream::cpu());
+      ops::mla_unpack_dqkv(y.slice(tok, tok + 1), one, table, pos[tok], oq, okv, okpe, Stream::cpu());
+      ASSERT_EQ(host(qkv.slice(tok, tok + 1)), host(o)) << "token " << tok;
+      ASSERT_EQ(host(dq.slice(tok, tok + 1)), host(oq)) << "token " << tok;
+      ASSERT_EQ(host(dkv.slice(tok, tok + 1)), host(okv)) << "token " << tok;
+      ASSERT_EQ(host(dkpe.slice(tok, tok + 1)), host(okpe)) << "token " << tok;
+    }
+  }
+  Tensor q = rand_tensor(rng, {n, d.q_width()}, DType::kF32),
+         kv = rand_tensor(rng, {n, d.kv_width()}, DType::kF32);
+  Tensor kpe = rand_tensor(rng, {n, d.rope}, DType::kF32),
+         qkv = Tensor::empty({n, d.qkv_width()}, DType::kF32);
+  pos[17] = 16;  // row 1, token 4: past the table's 16 rows
+  const Tensor bad = Tensor::from_vector(pos, {d.batch, d.seq});
+  EXPECT_PRIMUS_ERROR(ops::mla_pack_qkv(q, kv, kpe, d, table, 0, qkv, Stream::cpu(), &bad),
+                      "positions[1, 4] = 16 is outside the table's 16 rows");
+  EXPECT_PRIMUS_ERROR(ops::mla_pack_qkv(q, kv, kpe, d, table, 1, qkv, Stream::cpu(), &positions),
+                      "pos_offset must be 0 with per-token positions");
+}
+
 }  // namespace
 }  // namespace primus::test

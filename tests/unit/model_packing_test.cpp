@@ -36,9 +36,13 @@ std::vector<double> losses(LlamaModel& model, const std::vector<int32_t>& t, con
 }  // namespace
 
 TEST(ModelPacking, PackedRowEqualsItsSamplesRunAlone) {
-  for (bool qk_norm : {false, true}) {
-    SCOPED_TRACE(qk_norm ? "qk-norm" : "plain");
-    Model f(tiny_model(qk_norm, qk_norm, false));
+  // Plain attention, q/k norms with biases, and multi-latent attention (whose RoPE runs in its pack step).
+  const std::pair<const char*, ModelConfig> models[] = {{"plain", tiny_model(false, false, false)},
+                                                        {"qk-norm", tiny_model(true, true, false)},
+                                                        {"mla", grad_test::tiny_mla(6, false)}};
+  for (const auto& [name, config] : models) {
+    SCOPED_TRACE(name);
+    Model f(config);
     std::mt19937 rng(11);
     std::uniform_int_distribution<int32_t> tok(0, 22);
     // Samples of 5 and 7 tokens (the last target of each is -1: nothing to predict across the boundary),

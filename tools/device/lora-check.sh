@@ -119,10 +119,10 @@ echo "== peft check rc=${PIPESTATUS[0]}"
 cp "$out/peft/lora_peft_report.json" "$out/" 2>/dev/null
 fi
 
-# 6. Multi-latent attention: the micro DeepSeek-style model without its MoE layers and MTP depth, rows
-# without sample isolation (MLA's RoPE does not take per-sample positions).
+# 6. Multi-latent attention: the micro DeepSeek-style model without its MoE layers; packed rows with isolated
+# samples (MLA's RoPE at per-sample positions in its pack step), except with the MTP depth (not carried there).
 if want peftmla; then
-mla=(--num_experts null --use_packed_attention false)
+mla=(--num_experts null)
 mla_targets="['linear_q_down_proj','linear_q_up_proj','linear_kv_down_proj','linear_kv_up_proj','linear_proj','linear_fc1','linear_fc2']"
 exp lora_mla micro_deepseek_mla.yaml
 exp base_mla micro_deepseek_mla.yaml
@@ -130,7 +130,7 @@ sed -i 's/        enabled: true/        enabled: false/' "$out/base_mla.yaml"
 # (mla_mtp: with the model's MTP depth on, which runs frozen while its loss trains the trunk's adapters)
 for run in ${MLA_TRACK-mla mla_mtp}; do
   extra=(--mtp_num_layers 0)
-  [ $run = mla_mtp ] && extra=(--mtp_num_layers 1)
+  [ $run = mla_mtp ] && extra=(--mtp_num_layers 1 --use_packed_attention false)
   for dev in cpu cuda; do
     PRIMUS_EXP_NAME=${run}_$dev OMP_NUM_THREADS=16 timeout 240 "$bin/primus" train posttrain \
       --config "$out/lora_mla.yaml" --device $dev "${mla[@]}" "${extra[@]}" --lora.target_modules "$mla_targets" \

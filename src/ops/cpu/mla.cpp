@@ -9,7 +9,10 @@ using namespace detail;
 
 namespace {
 
-void check_dims(const char* op, const MlaDims& d, const Tensor& table, int64_t pos_offset) {
+// The per-token positions (null: pos_offset + t), checked against the table: the reference is where bad
+// positions are caught (the CUDA path only clamps them).
+const int32_t* check_dims(const char* op, const MlaDims& d, const Tensor& table, int64_t pos_offset,
+                          const Tensor* positions) {
   PRIMUS_CHECK(d.batch >= 1 && d.seq >= 1 && d.heads >= 1 && d.nope >= 0 && d.rope >= 2 && d.rope % 2 == 0 &&
                    d.v_dim >= 1,
                "{}: needs batch, seq, heads, v_dim >= 1, nope >= 0 and an even rope >= 2, got B={} T={} H={} "
@@ -19,9 +22,25 @@ void check_dims(const char* op, const MlaDims& d, const Tensor& table, int64_t p
   check_ndim(op, "table", table, 2);
   PRIMUS_CHECK(table.size(1) == d.rope, "{}: table must be [max_pos, {}], got {}", op, d.rope,
                table.describe());
-  PRIMUS_CHECK(pos_offset >= 0 && pos_offset + d.seq <= table.size(0),
-               "{}: positions [{}, {}) exceed the table's {} rows", op, pos_offset, pos_offset + d.seq,
-               table.size(0));
+  if (!positions) {
+    PRIMUS_CHECK(pos_offset >= 0 && pos_offset + d.seq <= table.size(0),
+                 "{}: positions [{}, {}) exceed the table's {} rows", op, pos_offset, pos_offset + d.seq,
+                 table.size(0));
+    return nullptr;
+  }
+  PRIMUS_CHECK(pos_offset == 0, "{}: pos_offset must be 0 with per-token positions, got {}", op, pos_offset);
+  check_tensor(op, "positions", *positions, DType::kI32, {d.batch, d.seq});
+  const int32_t* pos = positions->data<int32_t>();
+  for (int64_t tok = 0; tok < d.tokens(); ++tok)
+    PRIMUS_CHECK(pos[tok] >= 0 && pos[tok] < table.size(0),
+                 "{}: positions[{}, {}] = {} is outside the table's {} rows", op, tok / d.seq, tok % d.seq,
+                 pos[tok], table.size(0));
+  return pos;
+}
+
+// The table row of token tok.
+inline int64_t row_of(int64_t tok, int64_t seq, int64_t pos_offset, const int32_t* pos) {
+  return pos ? static_cast<int64_t>(pos[tok]) : pos_offset + tok % seq;
 }
 
 // y = c R x over one rope slice (rotate-half pairs i, i + half); sign -1 applies the transpose.
@@ -38,13 +57,13 @@ inline void rotate(const T* x, T* y, const C* cs, int64_t half, T sign) {
 
 template <typename T, typename C>
 void pack_impl(const T* q, const T* kv, const T* kpe, const MlaDims& d, const C* table, int64_t pos_offset,
-               T* qkv) {
+               const int32_t* pos, T* qkv) {
   const int64_t H = d.heads, dn = d.nope, dr = d.rope, dv = d.v_dim, dq = d.qk_dim(), half = dr / 2;
   const int64_t qw = d.q_width(), kvw = d.kv_width(), w = d.qkv_width();
   const int64_t tokens = d.tokens();
 #pragma omp parallel for schedule(static) if (tokens * w > kParallelGrain)
   for (int64_t tok = 0; tok < tokens; ++tok) {
-    const C* cs = table + (pos_offset + tok % d.seq) * dr;
+    const C* cs = table + row_of(tok, d.seq, pos_offset, pos) * dr;
     const T* qt = q + tok * qw;
     const T* kvt = kv + tok * kvw;
     T* out = qkv + tok * w;
@@ -63,14 +82,14 @@ void pack_impl(const T* q, const T* kv, const T* kpe, const MlaDims& d, const C*
 }
 
 template <typename T, typename C>
-void unpack_impl(const T* dqkv, const MlaDims& d, const C* table, int64_t pos_offset, T* dq, T* dkv,
-                 T* dkpe) {
+void unpack_impl(const T* dqkv, const MlaDims& d, const C* table, int64_t pos_offset, const int32_t* pos,
+                 T* dq, T* dkv, T* dkpe) {
   const int64_t H = d.heads, dn = d.nope, dr = d.rope, dv = d.v_dim, dqk = d.qk_dim(), half = dr / 2;
   const int64_t qw = d.q_width(), kvw = d.kv_width(), w = d.qkv_width();
   const int64_t tokens = d.tokens();
 #pragma omp parallel for schedule(static) if (tokens * w > kParallelGrain)
   for (int64_t tok = 0; tok < tokens; ++tok) {
-    const C* cs = table + (pos_offset + tok % d.seq) * dr;
+    const C* cs = table + row_of(tok, d.seq, pos_offset, pos) * dr;
     const T* in = dqkv + tok * w;
     const T* kin = in + H * dqk;
     const T* vin = in + 2 * H * dqk;
@@ -91,9 +110,10 @@ void unpack_impl(const T* dqkv, const MlaDims& d, const C* table, int64_t pos_of
 }  // namespace
 
 void mla_pack_qkv(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const MlaDims& d,
-                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s) {
+                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s,
+                  const Tensor* positions) {
   constexpr const char* op = "mla_pack_qkv";
-  check_dims(op, d, table, pos_offset);
+  const int32_t* pos = check_dims(op, d, table, pos_offset, positions);
   const DType dt = check_float(op, "q", q);
   const int64_t n = d.tokens();
   check_tensor(op, "q", q, dt, {n, d.q_width()});
@@ -107,18 +127,18 @@ void mla_pack_qkv(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const M
   with_float_type(dt, [&](auto tag) {
     using T = decltype(tag);
     if (table.dtype() == DType::kF32)
-      pack_impl<T, float>(q.data<T>(), kv.data<T>(), k_pe.data<T>(), d, table.data<float>(), pos_offset,
+      pack_impl<T, float>(q.data<T>(), kv.data<T>(), k_pe.data<T>(), d, table.data<float>(), pos_offset, pos,
                           qkv.data<T>());
     else
-      pack_impl<T, T>(q.data<T>(), kv.data<T>(), k_pe.data<T>(), d, table.data<T>(), pos_offset,
+      pack_impl<T, T>(q.data<T>(), kv.data<T>(), k_pe.data<T>(), d, table.data<T>(), pos_offset, pos,
                       qkv.data<T>());
   });
 }
 
 void mla_unpack_dqkv(const Tensor& dqkv, const MlaDims& d, const Tensor& table, int64_t pos_offset,
-                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s) {
+                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s, const Tensor* positions) {
   constexpr const char* op = "mla_unpack_dqkv";
-  check_dims(op, d, table, pos_offset);
+  const int32_t* pos = check_dims(op, d, table, pos_offset, positions);
   const DType dt = check_float(op, "dqkv", dqkv);
   const int64_t n = d.tokens();
   check_tensor(op, "dqkv", dqkv, dt, {n, d.qkv_width()});
@@ -132,10 +152,10 @@ void mla_unpack_dqkv(const Tensor& dqkv, const MlaDims& d, const Tensor& table, 
   with_float_type(dt, [&](auto tag) {
     using T = decltype(tag);
     if (table.dtype() == DType::kF32)
-      unpack_impl<T, float>(dqkv.data<T>(), d, table.data<float>(), pos_offset, dq.data<T>(), dkv.data<T>(),
-                            dk_pe.data<T>());
+      unpack_impl<T, float>(dqkv.data<T>(), d, table.data<float>(), pos_offset, pos, dq.data<T>(),
+                            dkv.data<T>(), dk_pe.data<T>());
     else
-      unpack_impl<T, T>(dqkv.data<T>(), d, table.data<T>(), pos_offset, dq.data<T>(), dkv.data<T>(),
+      unpack_impl<T, T>(dqkv.data<T>(), d, table.data<T>(), pos_offset, pos, dq.data<T>(), dkv.data<T>(),
                         dk_pe.data<T>());
   });
 }

@@ -13,7 +13,16 @@ using detail::bf16;
 struct Dims {
   int heads, nope, rope, half, v_dim, qk;
   int64_t seq, pos_offset;
+  const int* pos;   // per-token positions (null: pos_offset + t), clamped into the table
+  int64_t max_pos;  // the table's rows
 };
+
+// The table row of token tok.
+__device__ __forceinline__ int64_t row_of(int64_t tok, const Dims& d) {
+  if (!d.pos) return d.pos_offset + tok % d.seq;
+  const int64_t p = d.pos[tok];
+  return p < 0 ? 0 : p >= d.max_pos ? d.max_pos - 1 : p;
+}
 
 // Element r of c R x (sign -1: c R^T x) over a rope slice x of 2 * half values.
 __device__ __forceinline__ float rotated(const bf16* x, int r, const float* cs, int half, float sign) {
@@ -26,7 +35,7 @@ __global__ void pack_kernel(const bf16* __restrict__ q, const bf16* __restrict__
                             const bf16* __restrict__ kpe, const float* __restrict__ table,
                             bf16* __restrict__ qkv, Dims d) {
   const int64_t tok = blockIdx.x;
-  const float* cs = table + (d.pos_offset + tok % d.seq) * d.rope;
+  const float* cs = table + row_of(tok, d) * d.rope;
   const int qw = d.heads * d.qk, kvw = d.heads * (d.nope + d.v_dim);
   const bf16* qt = q + tok * qw;
   const bf16* kvt = kv + tok * kvw;
@@ -55,7 +64,7 @@ __global__ void unpack_kernel(const bf16* __restrict__ dqkv, const float* __rest
                               Dims d) {
   extern __shared__ float g[];  // [rope]: the k_pe gradient summed over heads, before the rotation back
   const int64_t tok = blockIdx.x;
-  const float* cs = table + (d.pos_offset + tok % d.seq) * d.rope;
+  const float* cs = table + row_of(tok, d) * d.rope;
   const int qw = d.heads * d.qk, kvw = d.heads * (d.nope + d.v_dim);
   const int w = d.heads * (2 * d.qk + d.v_dim);
   const bf16* in = dqkv + tok * w;
@@ -88,7 +97,8 @@ __global__ void unpack_kernel(const bf16* __restrict__ dqkv, const float* __rest
   }
 }
 
-Dims check(const char* op, const MlaDims& d, const Tensor& table, int64_t pos_offset) {
+Dims check(const char* op, const MlaDims& d, const Tensor& table, int64_t pos_offset,
+           const Tensor* positions) {
   PRIMUS_CHECK(d.batch >= 1 && d.seq >= 1 && d.heads >= 1 && d.nope >= 0 && d.rope >= 2 && d.rope % 2 == 0 &&
                    d.v_dim >= 1,
                "{}: needs batch, seq, heads, v_dim >= 1, nope >= 0 and an even rope >= 2, got B={} T={} H={} "
@@ -97,9 +107,17 @@ Dims check(const char* op, const MlaDims& d, const Tensor& table, int64_t pos_of
   detail::check_cuda_tensor(op, "table", table, DType::kF32);
   PRIMUS_CHECK(table.ndim() == 2 && table.size(1) == d.rope, "{}: table must be [max_pos, {}], got {}", op,
                d.rope, table.describe());
-  PRIMUS_CHECK(pos_offset >= 0 && pos_offset + d.seq <= table.size(0),
-               "{}: positions [{}, {}) exceed the table's {} rows", op, pos_offset, pos_offset + d.seq,
-               table.size(0));
+  if (positions) {
+    PRIMUS_CHECK(pos_offset == 0, "{}: pos_offset must be 0 with per-token positions, got {}", op,
+                 pos_offset);
+    detail::check_cuda_tensor(op, "positions", *positions, DType::kI32);
+    PRIMUS_CHECK(positions->ndim() == 2 && positions->size(0) == d.batch && positions->size(1) == d.seq,
+                 "{}: positions must be [{}, {}], got {}", op, d.batch, d.seq, positions->describe());
+  } else {
+    PRIMUS_CHECK(pos_offset >= 0 && pos_offset + d.seq <= table.size(0),
+                 "{}: positions [{}, {}) exceed the table's {} rows", op, pos_offset, pos_offset + d.seq,
+                 table.size(0));
+  }
   PRIMUS_CHECK(d.qkv_width() < (int64_t{1} << 31) && d.tokens() < (int64_t{1} << 31), "{}: too large", op);
   return Dims{static_cast<int>(d.heads),
               static_cast<int>(d.nope),
@@ -108,7 +126,9 @@ Dims check(const char* op, const MlaDims& d, const Tensor& table, int64_t pos_of
               static_cast<int>(d.v_dim),
               static_cast<int>(d.qk_dim()),
               d.seq,
-              pos_offset};
+              pos_offset,
+              positions ? positions->data<int32_t>() : nullptr,
+              table.size(0)};
 }
 
 void check_2d(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols) {
@@ -122,9 +142,10 @@ constexpr int kBlock = 256;
 }  // namespace
 
 void mla_pack_qkv(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const MlaDims& d,
-                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s) {
+                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s,
+                  const Tensor* positions) {
   constexpr const char* op = "mla_pack_qkv";
-  const Dims k = check(op, d, table, pos_offset);
+  const Dims k = check(op, d, table, pos_offset, positions);
   const int64_t n = d.tokens();
   check_2d(op, "q", q, n, d.q_width());
   check_2d(op, "kv", kv, n, d.kv_width());
@@ -139,9 +160,9 @@ void mla_pack_qkv(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const M
 }
 
 void mla_unpack_dqkv(const Tensor& dqkv, const MlaDims& d, const Tensor& table, int64_t pos_offset,
-                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s) {
+                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s, const Tensor* positions) {
   constexpr const char* op = "mla_unpack_dqkv";
-  const Dims k = check(op, d, table, pos_offset);
+  const Dims k = check(op, d, table, pos_offset, positions);
   const int64_t n = d.tokens();
   check_2d(op, "dqkv", dqkv, n, d.qkv_width());
   check_2d(op, "dq", dq, n, d.q_width());

@@ -6,8 +6,9 @@
 namespace primus::ops::cuda {
 
 void mla_pack_qkv(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const MlaDims& d,
-                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s);
+                  const Tensor& table, int64_t pos_offset, Tensor& qkv, const Stream& s,
+                  const Tensor* positions);
 void mla_unpack_dqkv(const Tensor& dqkv, const MlaDims& d, const Tensor& table, int64_t pos_offset,
-                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s);
+                     Tensor& dq, Tensor& dkv, Tensor& dk_pe, const Stream& s, const Tensor* positions);
 
 }  // namespace primus::ops::cuda
