@@ -166,13 +166,9 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
   if (mla_) {
     mla_->forward(ctx, a.h1, x_in, a.x_mid, a.mla);
   } else {
-    if (lora_qkv_.on()) {  // the adapter's product first; the frozen GEMM accumulates (model/lora_adapter.h)
-      a.t_qkv = lora_qkv_.down(ctx, a.h1);
-      lora_qkv_.up(ctx, a.t_qkv, qkv);
-    }
-    if (!qkv_overlap)
-      project(ctx, fp8_qkv_, a.h1, params_.param(w_qkv_), b_qkv_ >= 0 ? &bias : nullptr, qkv,
-              lora_qkv_.on() ? &qkv : nullptr);
+    if (!qkv_overlap)  // (async TP never runs with an adapter: async_tp)
+      adapted_project(ctx, fp8_qkv_, &lora_qkv_, &a.t_qkv, a.h1, params_.param(w_qkv_),
+                      b_qkv_ >= 0 ? &bias : nullptr, qkv);
     if (spec_.qk_norm) {
       // qk-norm reads the raw projections, which backward needs again: normalise into a second buffer.
       a.qkv_raw = qkv;
@@ -224,12 +220,8 @@ Tensor DecoderLayer::forward_full(const StepContext& ctx, const Tensor& x_in, La
     }
     ops::add(x_out, a.x_mid, x_out, s);
   } else {
-    if (lora_gu_.on()) {
-      a.t_gu = lora_gu_.down(ctx, a.h2);
-      lora_gu_.up(ctx, a.t_gu, a.gu);
-    }
     if (!gu_overlap)
-      project(ctx, fp8_gu_, a.h2, params_.param(w_gu_), nullptr, a.gu, lora_gu_.on() ? &a.gu : nullptr);
+      adapted_project(ctx, fp8_gu_, &lora_gu_, &a.t_gu, a.h2, params_.param(w_gu_), nullptr, a.gu);
     a.act = ctx.act({n, spec_.ffn});
     ops::swiglu_forward(a.gu, a.act, s);
     row_parallel_residual(ctx, a.act, params_.param(w_down_), a.x_mid, x_out, "tp mlp output", fp8_down_,

@@ -47,29 +47,8 @@ void MlaAttention::set_adapters(ParamStore& store) {
 }
 
 namespace {
-// y = x W^T; with an adapter, its product t B^T is written first and the frozen GEMM accumulates on top
-// (model/lora_adapter.h), t kept for backward.
-void adapted_linear(const StepContext& ctx, const LoraAdapter& lora, const Tensor& x, const Tensor& w,
-                    Tensor& y, Tensor& t) {
-  if (!lora.on()) {
-    ops::linear_forward(x, w, nullptr, y, ctx.stream);
-    return;
-  }
-  t = lora.down(ctx, x);
-  lora.up(ctx, t, y);
-  ops::linear_forward(x, w, nullptr, y, ctx.stream, &y);
-}
-
-// The backward of adapted_linear: dx = dy W (+= when accumulate_dx; the adapter's u A first, the frozen GEMM
-// accumulating, when it is on) and W's gradient (none for a frozen base: weight_grad skips it).
-void adapted_linear_backward(const StepContext& ctx, const LoraAdapter& lora, const Tensor& t,
-                             const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx,
-                             bool accumulate_dx, Tensor g, bool accumulate_w,
-                             const Tensor& residual_grad = Tensor()) {
-  if (lora.on()) lora.backward(ctx, {{dy, {}}}, x, t, dx, accumulate_dx);
-  ops::linear_backward_input(dy, w, dx, accumulate_dx || lora.on(), ctx.stream);
-  weight_grad(ctx, dy, x, std::move(g), Tensor(), accumulate_w, residual_grad);
-}
+// MLA's projections are BF16 (FP8 recipes do not cover them): project()'s FP8 slot -1.
+constexpr int kBf16 = -1;
 }  // namespace
 
 ops::MlaDims MlaAttention::dims(const StepContext& ctx) const {
@@ -118,14 +97,14 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
 
   Tensor q = ctx.act({n, d.q_width()});
   if (w_q_ >= 0) {
-    adapted_linear(ctx, lora_q_, h, params_.param(w_q_), q, a.t_q);
+    adapted_project(ctx, kBf16, &lora_q_, &a.t_q, h, params_.param(w_q_), nullptr, q);
   } else {
     a.q_a = ctx.act({n, m.q_lora_rank});
-    adapted_linear(ctx, lora_qa_, h, params_.param(w_qa_), a.q_a, a.t_qa);
+    adapted_project(ctx, kBf16, &lora_qa_, &a.t_qa, h, params_.param(w_qa_), nullptr, a.q_a);
     a.q_an = ctx.act({n, m.q_lora_rank});
     a.q_rstd = ctx.empty({n}, ctx.stat_dtype());
     ops::rmsnorm_forward(a.q_a, params_.param(q_norm_), eps, a.q_an, a.q_rstd, s);
-    adapted_linear(ctx, lora_qb_, a.q_an, params_.param(w_qb_), q, a.t_qb);
+    adapted_project(ctx, kBf16, &lora_qb_, &a.t_qb, a.q_an, params_.param(w_qb_), nullptr, q);
   }
   // kv_a_proj_with_mqa's rows are [c_kv | k_pe]: two GEMMs on its row blocks keep both outputs contiguous
   // (the latent norm and the pack read them as whole rows); an adapter's B is split alike.
@@ -146,7 +125,7 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
   a.kv_rstd = ctx.empty({n}, ctx.stat_dtype());
   ops::rmsnorm_forward(a.kv_c, params_.param(kv_norm_), eps, a.kv_cn, a.kv_rstd, s);
   Tensor kv = ctx.act({n, d.kv_width()});
-  adapted_linear(ctx, lora_kvb_, a.kv_cn, params_.param(w_kvb_), kv, a.t_kvb);
+  adapted_project(ctx, kBf16, &lora_kvb_, &a.t_kvb, a.kv_cn, params_.param(w_kvb_), nullptr, kv);
 
   a.qkv = ctx.act({n, d.qkv_width()});
   for (const Half& part : halves(ctx)) {
@@ -169,7 +148,7 @@ void MlaAttention::forward(const StepContext& ctx, const Tensor& h, const Tensor
     ops::attention_forward(a.qkv.view({ctx.batch, ctx.seq, shape.qkv_width()}), shape, attn3, a.lse, s);
   }
   // Tensor parallelism: this rank's heads' share of the output projection, summed over tp.
-  row_parallel_residual(ctx, a.attn, params_.param(w_o_), residual, x_mid, "tp attention output", -1,
+  row_parallel_residual(ctx, a.attn, params_.param(w_o_), residual, x_mid, "tp attention output", kBf16,
                         &lora_o_, &a.t_o);
 }
 
@@ -197,8 +176,8 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
   // x_mid = residual + a Wo^T
   Tensor d_attn = ctx.act({n, shape.out_width()});
   // dx_mid may be the decoder's residual-stream gradient buffer (a queued GEMM copies it).
-  adapted_linear_backward(ctx, lora_o_, a.t_o, dx_mid, a.attn, params_.param(w_o_), d_attn, false,
-                          params_.grad(w_o_), params_.grad_accumulate(w_o_), dx_mid);
+  adapted_project_backward(ctx, kBf16, lora_o_, a.t_o, dx_mid, a.attn, params_.param(w_o_), d_attn, false,
+                           params_.grad(w_o_), Tensor(), params_.grad_accumulate(w_o_), dx_mid);
   Tensor dqkv = ctx.act({n, d.qkv_width()});
   if (ctx.cp) {
     ops::AttentionShape chunk = shape;
@@ -224,8 +203,8 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
   // kv = rmsnorm(c_kv) Wkvb^T; [c_kv | k_pe] = h Wkva^T (one gradient mode for both row blocks: the entry is
   // written whole by the two GEMMs together)
   Tensor d_kvcn = ctx.act({n, m.kv_lora_rank});
-  adapted_linear_backward(ctx, lora_kvb_, a.t_kvb, dkv, a.kv_cn, params_.param(w_kvb_), d_kvcn, false,
-                          params_.grad(w_kvb_), params_.grad_accumulate(w_kvb_));
+  adapted_project_backward(ctx, kBf16, lora_kvb_, a.t_kvb, dkv, a.kv_cn, params_.param(w_kvb_), d_kvcn, false,
+                           params_.grad(w_kvb_), Tensor(), params_.grad_accumulate(w_kvb_));
   dkv = Tensor();
   Tensor d_kvc = ctx.act({n, m.kv_lora_rank});
   Tensor g_kvn = norm_grad(ctx, params_, kv_norm_);
@@ -250,19 +229,19 @@ void MlaAttention::backward(const StepContext& ctx, const Tensor& dx_mid, const 
 
   // q
   if (w_q_ >= 0) {
-    adapted_linear_backward(ctx, lora_q_, a.t_q, dq, h, params_.param(w_q_), dh, true, params_.grad(w_q_),
-                            params_.grad_accumulate(w_q_));
+    adapted_project_backward(ctx, kBf16, lora_q_, a.t_q, dq, h, params_.param(w_q_), dh, true,
+                             params_.grad(w_q_), Tensor(), params_.grad_accumulate(w_q_));
   } else {
     Tensor d_qan = ctx.act({n, m.q_lora_rank});
-    adapted_linear_backward(ctx, lora_qb_, a.t_qb, dq, a.q_an, params_.param(w_qb_), d_qan, false,
-                            params_.grad(w_qb_), params_.grad_accumulate(w_qb_));
+    adapted_project_backward(ctx, kBf16, lora_qb_, a.t_qb, dq, a.q_an, params_.param(w_qb_), d_qan, false,
+                             params_.grad(w_qb_), Tensor(), params_.grad_accumulate(w_qb_));
     dq = Tensor();
     Tensor d_qa = ctx.act({n, m.q_lora_rank});
     Tensor g_qn = norm_grad(ctx, params_, q_norm_);
     ops::rmsnorm_backward(d_qan, a.q_a, params_.param(q_norm_), a.q_rstd, d_qa, g_qn, /*accumulate_dx=*/false,
                           s);
-    adapted_linear_backward(ctx, lora_qa_, a.t_qa, d_qa, h, params_.param(w_qa_), dh, true,
-                            params_.grad(w_qa_), params_.grad_accumulate(w_qa_));
+    adapted_project_backward(ctx, kBf16, lora_qa_, a.t_qa, d_qa, h, params_.param(w_qa_), dh, true,
+                             params_.grad(w_qa_), Tensor(), params_.grad_accumulate(w_qa_));
   }
   a = MlaActivations{};
 }

@@ -32,6 +32,32 @@ inline bool async_tp(const StepContext& ctx, int fp8_slot, const LoraAdapter* lo
   return ctx.tp && ctx.tp->overlap() && (ctx.fp8 == nullptr || fp8_slot < 0) && !(lora && lora->on());
 }
 
+// y = x W^T (+ bias) (+ c_in) through project(); with a LoRA adapter (lora->on()) its product t B^T is
+// written first (with c_in where given) and the frozen GEMM accumulates on top through its C input
+// (model/lora_adapter.h); *lora_t receives t for the backward.
+inline void adapted_project(const StepContext& ctx, int fp8_slot, const LoraAdapter* lora, Tensor* lora_t,
+                            const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                            const Tensor* c_in = nullptr) {
+  if (!lora || !lora->on()) {
+    project(ctx, fp8_slot, x, w, bias, y, c_in);
+    return;
+  }
+  *lora_t = lora->down(ctx, x);
+  lora->up(ctx, *lora_t, y, c_in);
+  project(ctx, fp8_slot, x, w, bias, y, &y);
+}
+
+// The backward of adapted_project: dx = dy W (dx += when accumulate_dx), the adapter's share first and the
+// frozen dgrad accumulating on it, and W's gradient through project_backward (none for a frozen weight).
+inline void adapted_project_backward(const StepContext& ctx, int fp8_slot, const LoraAdapter& lora,
+                                     const Tensor& lora_t, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                     Tensor& dx, bool accumulate_dx, Tensor g, Tensor g_bias,
+                                     bool accumulate_w, const Tensor& residual_grad = Tensor()) {
+  if (lora.on()) lora.backward(ctx, {{dy, {}}}, x, lora_t, dx, accumulate_dx);
+  project_backward(ctx, fp8_slot, dy, x, w, dx, accumulate_dx || lora.on(), std::move(g), std::move(g_bias),
+                   accumulate_w, residual_grad);
+}
+
 // y [local_tokens, d] = residual + x W^T summed over tp: a row-parallel projection (x [tokens, in/tp], w
 // [d, in/tp]) and its residual add. On one rank the add rides on the GEMM's C input; without SP rank 0 adds
 // it there before the all-reduce, so it is counted once. fp8_slot: the projection's FP8 slot (-1: BF16).
@@ -41,16 +67,9 @@ inline void row_parallel_residual(const StepContext& ctx, const Tensor& x, const
                                   const Tensor& residual, Tensor& y, const char* label, int fp8_slot = -1,
                                   const LoraAdapter* lora = nullptr, Tensor* lora_t = nullptr) {
   const Stream& s = ctx.stream;
-  const bool adapted = lora && lora->on();
   // out = x W^T (+ c_in), with the adapter's t B^T written into out first.
   auto run = [&](Tensor& out, const Tensor* c_in) {
-    if (!adapted) {
-      project(ctx, fp8_slot, x, w, nullptr, out, c_in);
-      return;
-    }
-    *lora_t = lora->down(ctx, x);
-    lora->up(ctx, *lora_t, out, c_in);
-    project(ctx, fp8_slot, x, w, nullptr, out, &out);
+    adapted_project(ctx, fp8_slot, lora, lora_t, x, w, nullptr, out, c_in);
   };
   if (!ctx.tp) {
     run(y, &residual);
@@ -98,9 +117,8 @@ inline void row_parallel_backward(const StepContext& ctx, int fp8_slot, const Lo
     return;
   }
   const Tensor dy = tp_gather_rows(ctx, dy_local, label);
-  if (lora.on()) lora.backward(ctx, dy, x, lora_t, dx);
-  project_backward(ctx, fp8_slot, dy, x, w, dx, lora.on(), std::move(g), Tensor(), accumulate_w,
-                   residual_grad);
+  adapted_project_backward(ctx, fp8_slot, lora, lora_t, dy, x, w, dx, /*accumulate_dx=*/false, std::move(g),
+                           Tensor(), accumulate_w, residual_grad);
 }
 
 // Column-parallel (qkv, gate|up): dy [tokens, out/tp] over every token; returns dL/dx summed over tp, this
@@ -121,9 +139,8 @@ inline Tensor column_parallel_backward(const StepContext& ctx, int fp8_slot, con
         [&] { weight_grad(ctx, dy, x, std::move(g), std::move(g_bias), accumulate_w, residual_grad); });
   }
   Tensor dx = ctx.act({dy.size(0), x.size(1)});
-  if (lora.on()) lora.backward(ctx, dy, x, lora_t, dx);
-  project_backward(ctx, fp8_slot, dy, x, w, dx, lora.on(), std::move(g), std::move(g_bias), accumulate_w,
-                   residual_grad);
+  adapted_project_backward(ctx, fp8_slot, lora, lora_t, dy, x, w, dx, /*accumulate_dx=*/false, std::move(g),
+                           std::move(g_bias), accumulate_w, residual_grad);
   return tp_sum_rows(ctx, dx, label);
 }
 
