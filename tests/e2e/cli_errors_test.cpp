@@ -29,7 +29,7 @@ class ConfigCliErrors : public ScratchDirTest {
                    std::map<std::string, std::optional<std::string>> env = {}) {
     CliResult r = run_primus(args, std::move(env));
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-    EXPECT_LT(r.seconds, 1.0) << "config errors come before anything is built";
+    EXPECT_LT(r.cpu_seconds, 1.0) << "config errors come before anything is built";
     EXPECT_NE(r.err.find("primus: error: "), std::string::npos) << r.err;
     return r;
   }
