@@ -86,7 +86,8 @@ TEST(PipelineRuntime, ChannelsGiveFinishedSendsBack) {
       ASSERT_EQ(sends.size(), 4u);
       for (int m = 0; m < 3; ++m)
         ch.send(sends[m], Tensor::from_vector(std::vector<float>(5, float(m)), {5}));
-      for (int spin = 0; ch.held_sends() < 3 && spin < 20000; ++spin)
+      // (Up to 60 s: on a loaded 2-core CI machine the sender thread once needed more than 2 s.)
+      for (int spin = 0; ch.held_sends() < 3 && spin < 600000; ++spin)
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       ASSERT_EQ(ch.held_sends(), 3u);  // sent, not yet given back
       ch.send(sends[3], Tensor::from_vector(std::vector<float>(5, 3.0f), {5}));
