@@ -281,6 +281,11 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
     throw ConfigError(fmt::format("the model has q/k/v biases, which {} does not", model_type));
   if (m.use_rope_scaling && mla)
     throw ConfigError(fmt::format("llama3 RoPE scaling cannot be expressed for {}", model_type));
+  if (m.mtp_num_layers > 0 && model_type != "deepseek_v3")
+    throw ConfigError(
+        fmt::format("the model has {} multi-token-prediction layer(s), which only deepseek_v3 "
+                    "expresses, not {}",
+                    m.mtp_num_layers, model_type));
   // A base config.json of another family says nothing about this one: keep only its generic keys.
   const bool same_family = base.is_object() && base.value("model_type", std::string()) == model_type;
 

@@ -66,21 +66,14 @@ void validate_config(ResolvedConfig& rc) {
         b.data_parallel, b.micro_batch * b.data_parallel));
 
   // Packed SFT rows with isolated samples: the positions and sample starts reach the decoder's RoPE (MLA's in
-  // its pack step) and attention; the context-parallel chunking, the pipeline's micro-batch hand-over and the
-  // MTP's shifted tokens do not carry them yet.
-  if (t.sft.isolated_rows() && !rc.planning) {
-    const char* what = p.context_parallel_size > 1          ? "context parallelism"
-                       : p.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
-                       : t.model.mtp_num_layers > 0         ? "multi-token prediction"
-                                                            : nullptr;
-    if (what)
-      throw NotSupportedError(
-          fmt::format("{}: not supported yet: packed attention (use_packed_attention) with {}",
-                      rc.keys.origin("use_packed_attention").str(), what),
-          "set use_packed_attention: false (samples of a row then see each other, as Primus's default "
-          "packing) "
-          "or enable_packed_sequences: false (one sample per row)");
-  }
+  // its pack step), attention, the MTP depths' shift (mtp_batch) and the pipeline's micro-batches; the
+  // context-parallel chunking does not carry them yet.
+  if (t.sft.isolated_rows() && !rc.planning && p.context_parallel_size > 1)
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: packed attention (use_packed_attention) with context parallelism",
+                    rc.keys.origin("use_packed_attention").str()),
+        "set use_packed_attention: false (samples of a row then see each other, as Primus's default "
+        "packing) or enable_packed_sequences: false (one sample per row)");
 
   // LoRA adapters (model/lora_adapter.h) sit on the decoder's attention projections (packed QKV or MLA's
   // five) and dense MLP projections; in MoE models on the attention only (the experts, router and shared

@@ -152,6 +152,8 @@ bool LlamaModel::embedding_trains() const {
 
 void LlamaModel::embedding_grad(const StepContext& ctx, const Tensor& lookup, const Tensor& dout) {
   if (params_.sparse_entry() == embed_) {
+    if (const Tensor rows = params_.take_sparse_reservation(); rows.defined())
+      ops::row_sparse_reserve(rows, params_.sparse_grad(), ctx.stream);
     ops::embedding_backward_sparse(lookup, dout, params_.sparse_grad(), ctx.stream, spec_.vocab_begin(),
                                    spec_.whole_vocab());
     return;
@@ -182,8 +184,11 @@ const MtpBatch& LlamaModel::mtp_rows(const StepContext& ctx, const Tensor& token
         "from the whole sequences before they are chunked (mtp_batch, then ContextParallel::"
         "local_tokens of each depth's rows)");
     stream_sync(ctx.stream);  // the tokens' and targets' device copies must be complete before they are read
+    const Tensor starts =
+        ctx.seg_starts ? ctx.seg_starts->to(Stream::cpu()).view({ctx.batch, ctx.seq}) : Tensor();
     own = mtp_batch(tokens.to(Stream::cpu()).view({ctx.batch, ctx.seq}),
-                    targets.to(Stream::cpu()).view({ctx.batch, ctx.seq}), D);
+                    targets.to(Stream::cpu()).view({ctx.batch, ctx.seq}), D,
+                    ctx.seg_starts ? &starts : nullptr);
     given = &own;
   }
   PRIMUS_CHECK(static_cast<int64_t>(given->tokens.size()) == D &&
@@ -263,6 +268,12 @@ Tensor LlamaModel::chunk_forward(const Chunk& c, ChunkState& st, const Tensor& i
                                  const BatchOrigin& origin, const MtpBatch* mtp) {
   st.ctx = context(tokens);
   StepContext& ctx = st.ctx;
+  // The micro-batch's packing stays with its state: a pipeline runs later micro-batches' forwards (which set
+  // the model's packing anew) before this one's backward.
+  st.positions = packed_positions_;
+  st.seg_starts = packed_seg_starts_;
+  ctx.positions = st.positions.defined() ? &st.positions : nullptr;
+  ctx.seg_starts = st.seg_starts.defined() ? &st.seg_starts : nullptr;
   ctx.aux_grad_scale = aux_grad_scale;
   ctx.origin = origin;
   ctx.training = st.train;

@@ -43,8 +43,9 @@ class LlamaModel {
   // origin: where the micro-batch comes from (keys data-dependent randomness: forced MoE balancing's random
   // router logits; step_context.h).
   // Packed SFT rows (data/sft_dataset.h): the positions and sample starts (i32 [B, T] on the model's device)
-  // of the micro-batch the next forward_backward / forward_loss runs; undefined tensors = plain causal rows.
-  // Kept until replaced. Refused with context or pipeline parallelism and MLA / MTP (checked by the trainer).
+  // of the micro-batch the next forward_backward / forward_loss / chunk_forward runs (a chunk's state keeps
+  // them for its backward); undefined tensors = plain causal rows. Kept until replaced. Refused with context
+  // parallelism (config/validate.cpp).
   void set_packing(Tensor positions, Tensor seg_starts) {
     packed_positions_ = std::move(positions);
     packed_seg_starts_ = std::move(seg_starts);
@@ -66,7 +67,8 @@ class LlamaModel {
   Chunk whole_model() const { return Chunk{true, 0, static_cast<int>(spec_.layers), true}; }
   // What one chunk's forward keeps for its backward, for one micro-batch.
   struct ChunkState {
-    StepContext ctx;
+    StepContext ctx;                           // its positions / seg_starts point at the two below
+    Tensor positions, seg_starts;              // the micro-batch's packing (set_packing) when its forward ran
     bool train = true;                         // false: evaluation (nothing kept, no gradient)
     Tensor lookup;                             // embedding chunks: the token ids looked up
     std::vector<LayerActivations> slots;       // per layer of the chunk

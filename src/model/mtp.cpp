@@ -1,5 +1,7 @@
 #include "model/mtp.h"
 
+#include <vector>
+
 #include "model/tp_boundary.h"
 #include "model/weight_grad.h"
 #include "ops/elementwise.h"
@@ -90,16 +92,39 @@ void MtpDepth::backward(const StepContext& ctx, Tensor dh_k, const Tensor& h_pre
   a.clear();
 }
 
-MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths) {
+MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths, const Tensor* seg_starts) {
   auto host_i32 = [](const Tensor& t) {
     return t.device().is_cpu() && t.dtype() == DType::kI32 && t.ndim() == 2;
   };
   PRIMUS_CHECK(host_i32(tokens) && host_i32(targets) && tokens.shape() == targets.shape(),
                "mtp_batch: tokens and targets must be host i32 [B, T] alike, got {} and {}",
                tokens.describe(), targets.describe());
+  PRIMUS_CHECK(!seg_starts || (host_i32(*seg_starts) && seg_starts->shape() == tokens.shape()),
+               "mtp_batch: sample starts must be host i32 {}, got {}", shape_str(tokens.shape()),
+               seg_starts ? seg_starts->describe() : std::string());
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const int32_t* x = tokens.data<int32_t>();
   const int32_t* y = targets.data<int32_t>();
+  // ends[i]: one past the last position of token i's sequence within its row (the row's end unless packed).
+  std::vector<int64_t> begins(static_cast<size_t>(B * T)), ends(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T;) {
+      int64_t e = t + 1;
+      if (seg_starts) {
+        const int32_t* s = seg_starts->data<int32_t>() + b * T;
+        PRIMUS_CHECK(s[t] == t, "mtp_batch: row {} position {} starts a sample at {}, expected {}", b, t,
+                     s[t], t);
+        while (e < T && s[e] == s[t]) ++e;
+      } else {
+        e = T;
+      }
+      for (int64_t i = t; i < e; ++i) {
+        begins[static_cast<size_t>(b * T + i)] = t;
+        ends[static_cast<size_t>(b * T + i)] = e;
+      }
+      t = e;
+    }
+  }
   MtpBatch m;
   for (int64_t i = 0; i < B * T; ++i) m.counted += y[i] >= 0;
   for (int64_t k = 1; k <= depths; ++k) {
@@ -109,9 +134,10 @@ MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths) 
     int64_t counted = 0;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) {
-        u[b * T + t] = x[b * T + (t + k) % T];
-        v[b * T + t] = t + k < T ? y[b * T + t + k] : -1;
-        counted += v[b * T + t] >= 0;
+        const int64_t i = b * T + t, lo = begins[static_cast<size_t>(i)], hi = ends[static_cast<size_t>(i)];
+        u[i] = x[b * T + lo + (t - lo + k) % (hi - lo)];
+        v[i] = t + k < hi ? y[i + k] : -1;
+        counted += v[i] >= 0;
       }
     m.tokens.push_back(std::move(ids));
     m.targets.push_back(std::move(tk));

@@ -68,7 +68,12 @@ struct MtpBatch {
   std::vector<int64_t> counts;  // per depth: the targets it counts in the whole micro-batch
   int64_t counted = 0;          // the main loss's counted targets in the whole micro-batch
 };
-// From the whole micro-batch's tokens and targets (host i32 [B, T]).
-MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths);
+// From the whole micro-batch's tokens and targets (host i32 [B, T]). Packed rows with isolated samples pass
+// their sample starts (host i32 [B, T], the row index of each token's first sample token; SftDataset::
+// fill_row): each sample is then a sequence of its own, rolled within itself -- a depth never reads or
+// predicts the next sample's tokens (Megatron's roll_tensor over packed sequences), so a packed row's depth
+// losses are its samples' run alone.
+MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths,
+                   const Tensor* seg_starts = nullptr);
 
 }  // namespace primus

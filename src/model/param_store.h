@@ -232,6 +232,11 @@ class ParamStore {
   bool sparse_region(int r) const { return sparse_entry_ >= 0 && r == 0; }
   ops::RowSparseGrad& sparse_grad() { return sparse_; }
   const ops::RowSparseGrad& sparse_grad() const { return sparse_; }
+  // Data parallelism: the table rows (i32 on the store's device) that every rank's tokens of this step touch,
+  // for the step's first embedding backward to reserve (ops::row_sparse_reserve) before it adds, so that the
+  // slots are laid out alike on every rank. Taken once.
+  void reserve_sparse_rows(Tensor rows) { sparse_reserve_ = std::move(rows); }
+  Tensor take_sparse_reservation() { return std::exchange(sparse_reserve_, Tensor()); }
   Tensor& adam_m_flat() { return adam_m_; }
   Tensor& adam_v_flat() { return adam_v_; }
   bool compute_aliases_master() const { return compute_aliases_master_; }
@@ -273,6 +278,7 @@ class ParamStore {
   int sparse_entry_ = -1;  // set_sparse_embedding_grad
   int64_t sparse_capacity_ = 0;
   ops::RowSparseGrad sparse_;
+  Tensor sparse_reserve_;  // reserve_sparse_rows
   // Sharded stores: the replicated entries' whole f32 values, entry i at replicated_at_[i] (-1: none).
   Tensor replicated_;
   std::vector<int64_t> replicated_at_;

@@ -31,6 +31,11 @@ void embedding_backward_sparse(const Tensor& tokens, const Tensor& dout, RowSpar
   PRIMUS_DISPATCH(g.rows, embedding_backward_sparse, tokens, dout, g, s, vocab_begin, vocab_total);
 }
 
+void row_sparse_reserve(const Tensor& rows, RowSparseGrad& g, const Stream& s) {
+  check_grad_device("row_sparse_reserve", g, {&rows});
+  PRIMUS_DISPATCH(g.rows, row_sparse_reserve, rows, g, s);
+}
+
 void row_sparse_clear(RowSparseGrad& g, const Stream& s) {
   check_grad_device("row_sparse_clear", g, {});
   PRIMUS_DISPATCH(g.rows, row_sparse_clear, g, s);

@@ -43,6 +43,13 @@ RowSparseGrad row_sparse_grad(int64_t vocab, int64_t dim, int64_t capacity, cons
 void embedding_backward_sparse(const Tensor& tokens, const Tensor& dout, RowSparseGrad& g, const Stream& s,
                                int64_t vocab_begin = 0, int64_t vocab_total = -1);
 
+// Slots for `rows` (i32 table rows, any order, repeats allowed) that have none, handed out as
+// embedding_backward_sparse hands them out (ascending row order after those in use), with nothing added to
+// any row. Data parallelism (parallel/data_parallel.h) reserves the union of every rank's rows of a step
+// before its first backward, so that the slots are laid out alike on every rank and the slot rows can be
+// all-reduced as they are. Throws (CPU) or flags (CUDA) running out of slots as the backward does.
+void row_sparse_reserve(const Tensor& rows, RowSparseGrad& g, const Stream& s);
+
 // Every slot free and its row zeroed (the next step's gradient starts from zero).
 void row_sparse_clear(RowSparseGrad& g, const Stream& s);
 

@@ -138,6 +138,34 @@ void DataParallel::begin_step(bool grads_prepared) {
   }
 }
 
+void DataParallel::reserve_sparse_rows(const std::vector<int32_t>& rows) {
+  PRIMUS_CHECK(params_.sparse_entry() >= 0 && !cfg_.emulate && cfg_.shard_mode() == ShardMode::kNone,
+               "reserve_sparse_rows: needs a row-sparse embedding gradient under DDP");
+  const ops::RowSparseGrad& g = params_.sparse_grad();
+  const int64_t vocab = g.vocab();
+  // Presence as f32 counts (exact up to 2^24 ranks): one fixed-size all-reduce, whatever the union's size.
+  std::vector<float> present(static_cast<size_t>(vocab), 0.0f);
+  for (int32_t r : rows) {
+    PRIMUS_CHECK(r >= 0 && r < vocab, "reserve_sparse_rows: row {} outside the table's {} rows", r, vocab);
+    present[static_cast<size_t>(r)] = 1.0f;
+  }
+  Tensor t = Tensor::from_vector(present, {vocab});
+  if (compute_.device.is_cuda()) t = t.to(compute_);
+  region_group(0).all_reduce(t, ReduceOp::kSum, compute_, "sparse embedding rows");
+  present = t.to_vector<float>();
+  std::vector<int32_t> all;
+  for (int64_t r = 0; r < vocab; ++r)
+    if (present[static_cast<size_t>(r)] > 0) all.push_back(static_cast<int32_t>(r));
+  PRIMUS_CHECK(
+      static_cast<int64_t>(all.size()) <= g.capacity(),
+      "the dp ranks' tokens of this step touch {} embedding rows, more than the row-sparse gradient's "
+      "{} slots",
+      all.size(), g.capacity());
+  sparse_rows_ = static_cast<int64_t>(all.size());
+  Tensor u = Tensor::from_vector(all, {sparse_rows_});
+  params_.reserve_sparse_rows(compute_.device.is_cuda() ? u.to(compute_) : u);
+}
+
 void DataParallel::begin_micro(bool last) {
   last_micro_ = last;
 }
@@ -146,7 +174,20 @@ void DataParallel::reduce_region(int r) {
   if (reduced_[r]) return;
   reduced_[r] = true;
   const ParamRegion& reg = params_.regions()[r];
-  Tensor g = params_.grad_flat().slice(reg.begin, reg.end);
+  Tensor g;
+  if (params_.sparse_region(r)) {
+    // The row-sparse embedding: the slots of the step's reserved rows, laid out alike on every rank.
+    const ops::RowSparseGrad& sg = params_.sparse_grad();
+    PRIMUS_CHECK(!cfg_.zero1(), "a row-sparse embedding gradient is reduced by DDP only");
+    PRIMUS_CHECK(compute_.device.is_cuda() || sg.count.to_vector<int32_t>()[0] == sparse_rows_,
+                 "dp rank {}: the step's backward used {} embedding-gradient slots, not the {} reserved for "
+                 "the dp ranks' rows (reserve_sparse_rows)",
+                 region_group(0).rank(), sg.count.to_vector<int32_t>()[0], sparse_rows_);
+    if (sparse_rows_ == 0) return;
+    g = sg.rows.slice(0, sparse_rows_).view({-1});
+  } else {
+    g = params_.grad_span(reg.begin, reg.end);  // (the dense buffer starts at grad_base())
+  }
   stream_wait(comm_, StreamEvent::record(compute_));
   const std::string label = fmt::format("grad bucket {}", r);
   if (cfg_.zero1()) {
@@ -290,6 +331,9 @@ double DataParallel::stage_grad_norm() {
     if (all_regions() == last_region() + 1) {
       Tensor g = params_.grad_flat();
       ops::sum_squares(g.slice(skip, g.numel()), out, /*accumulate=*/false, compute_);
+      // The row-sparse embedding's unused slots are zero: summing all of them adds nothing.
+      if (params_.sparse_entry() >= 0)
+        ops::sum_squares(params_.sparse_grad().rows.view({-1}), out, /*accumulate=*/true, compute_);
       return std::sqrt(out.to_vector<double>()[0]);
     }
     // Expert parallelism: the replicated part here, plus every ep rank's experts (the same on each expert-dp

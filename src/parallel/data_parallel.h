@@ -91,6 +91,13 @@ class DataParallel : public ParamHooks {
   // grad_norm, step.
   // grads_prepared: the overlapped update already zeroed this step's accumulated gradients (DDP).
   void begin_step(bool grads_prepared = false);
+  // The row-sparse input embedding (train/sparse_embedding.h), before the step's first backward: `rows` are
+  // the table rows this rank's tokens of the step look up (host; any order, repeats allowed). Their union
+  // over dp (a presence all-reduce) is handed to the store to reserve ascending
+  // (ParamStore::reserve_sparse_rows), so every rank's slots hold the same rows, and region 0's reduction
+  // all-reduces those slots instead of a V x D table: bitwise the dense sums (an untouched row's slot adds
+  // zeros), on a fraction of the bytes.
+  void reserve_sparse_rows(const std::vector<int32_t>& rows);
   void begin_micro(bool last);
   void finish_grads();
   double grad_norm();  // L2 norm of the whole reduced gradient; the same value on every rank
@@ -158,6 +165,7 @@ class DataParallel : public ParamHooks {
   bool training_ = true;
   bool last_micro_ = true;
   std::vector<bool> reduced_;                          // DDP/ZeRO: region reduced this step
+  int64_t sparse_rows_ = 0;                            // reserve_sparse_rows: the union's size this step
   std::vector<std::shared_ptr<StreamEvent>> pending_;  // ZeRO-1 parameter gathers not yet waited for
   Tensor zero_grad_shard_;                             // ZeRO-1: reduce-scattered f32 gradient chunks
   std::shared_ptr<StreamEvent> params_ready_;          // FSDP: the optimizer's shard update

@@ -98,6 +98,7 @@ std::vector<Tensor> PipelineRuntime::run_step(const std::function<MicroBatch(int
       const Tensor in = c.embedding ? Tensor() : take(inputs, key, a, "input");
       LlamaModel::ChunkState& st = states[key];
       held = std::max(held, static_cast<int>(states.size()));
+      model_.set_packing(mb.positions, mb.seg_starts);
       Tensor out = model_.chunk_forward(c, st, in, mb.tokens, mb.targets, mb.grad_scale, mb.aux_grad_scale,
                                         mb.origin, mb.mtp.tokens.empty() ? nullptr : &mb.mtp);
       if (c.loss) {
@@ -327,6 +328,7 @@ Tensor PipelineRuntime::evaluate(const MicroBatch& mb) {
     }
     LlamaModel::ChunkState st;
     st.train = false;
+    model_.set_packing(mb.positions, mb.seg_starts);
     x = model_.chunk_forward(chunks_.at(static_cast<size_t>(c)), st, x, mb.tokens, mb.targets, 1.0f, 0.0f,
                              mb.origin);
     if (chunks_[static_cast<size_t>(c)].loss) losses = st.losses;

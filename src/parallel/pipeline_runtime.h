@@ -44,6 +44,9 @@ class PipelineRuntime {
     // from the whole micro-batch, which the loss stage reads instead of waiting for the device (required
     // under context parallelism; LlamaModel::forward_backward). No depths: the loss stage builds them.
     MtpBatch mtp;
+    // Packed rows with isolated samples (optional): positions and sample starts, i32 [B, T] on the model's
+    // device (LlamaModel::set_packing before each of the micro-batch's chunk forwards).
+    Tensor positions, seg_starts;
   };
   // One training step: runs this rank's list; fetch(m) gives micro-batch m (called once per micro-batch, in
   // increasing m). Returns each micro-batch's per-token losses on the rank holding the loss, undefined

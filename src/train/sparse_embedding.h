@@ -7,10 +7,13 @@
 // except for the gradient norm's summation order (the zero rows are not summed), so clipping sees the same
 // norm within f32 rounding.
 //
-// Where: one process holding the whole model (no data, tensor, pipeline, context or expert parallelism:
-// those reduce or split the embedding's gradient as a dense buffer), an untied and trainable embedding
-// (not LoRA's frozen base), and a step whose distinct rows (tokens per step x (1 + MTP depths), which look
-// up shifted tokens) can be fewer than V.
+// Where: whole-model stores, in one process or replicated over plain data parallelism (DDP: the ranks
+// reserve the union of their rows before the step's backward, so that the slots line up and the slot rows
+// are all-reduced instead of the V x D table; parallel/data_parallel.h); not with tensor, pipeline, context
+// or expert parallelism or sharded state (ZeRO / FSDP), which split or reduce-scatter the embedding's
+// gradient as a dense buffer. An untied and trainable embedding (not LoRA's frozen base), and a step whose
+// distinct rows (tokens per step of every dp rank x (1 + MTP depths), which look up shifted tokens) can be
+// fewer than V.
 #include <cstdint>
 
 #include "config/train_config.h"

@@ -5,9 +5,11 @@
 // micro-batch losses and the ranks' stop requests.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/log.h"
 #include "core/memory_owner.h"
@@ -97,8 +99,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     p.scale = 1.0f / (static_cast<float>(b.valid_tokens) * static_cast<float>(A * D));
     // Multi-token prediction: the depths' shifted ids and targets come from the whole sequences, before
     // context parallelism chunks them like the tokens (model/mtp.h).
+    const bool packed = cfg_.sft.isolated_rows() && b.positions.defined();
     if (model_->spec().local_mtp_layers() > 0)
-      p.mtp = mtp_batch(b.tokens, b.targets, cfg_.model.mtp_num_layers);
+      p.mtp = mtp_batch(b.tokens, b.targets, cfg_.model.mtp_num_layers, packed ? &b.seg_starts : nullptr);
     if (cp_) {
       b.tokens = cp_->local_tokens(b.tokens);
       b.targets = cp_->local_tokens(b.targets);
@@ -107,7 +110,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     }
     p.tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     p.targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
-    if (cfg_.sft.isolated_rows() && b.positions.defined()) {
+    if (packed) {
       p.positions = stream_.device.is_cpu() ? b.positions : b.positions.to(stream_);
       p.seg_starts = stream_.device.is_cpu() ? b.seg_starts : b.seg_starts.to(stream_);
     }
@@ -117,9 +120,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
   auto origin = [&](const Batch& b) {
     return BatchOrigin{static_cast<uint64_t>(cfg_.seed), false, b.first_sample};
   };
-  auto run_micro = [&](int64_t a, int d) {
+  auto run_micro = [&](int64_t a, int d, Prepared* ready = nullptr) {
     const int64_t k = a * D + d;
-    Prepared p = prepare(a, d);
+    Prepared p = ready ? std::move(*ready) : prepare(a, d);
     PRIMUS_TRACE_RANGE("forward_backward");
     // The model's layers and output layer name their own allocations; this holds the rest (the embedding,
     // the hooks' buffers).
@@ -143,7 +146,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
     std::vector<Tensor> l = pipeline_->run_step([&](int a) {
       Prepared p = prepare(a, dp_rank_);
       return parallel::PipelineRuntime::MicroBatch{
-          p.tokens, p.targets, p.scale, 1.0f / static_cast<float>(A * D), origin(p.b), std::move(p.mtp)};
+          p.tokens,    p.targets,        p.scale,     1.0f / static_cast<float>(A * D),
+          origin(p.b), std::move(p.mtp), p.positions, p.seg_starts};
     });
     for (int64_t a = 0; a < A; ++a) loss_t[a * D + dp_rank_] = l[static_cast<size_t>(a)];
     // Multi-token prediction: the loss stage's depth losses of each micro-batch, noted as run_micro notes
@@ -193,9 +197,24 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
         std::filesystem::rename(path + ".tmp", path);
       }
     } else {
+      // DDP with the row-sparse embedding gradient: the step's micro-batches are read first, so that the dp
+      // ranks can reserve the union of their rows before the first backward (DataParallel::
+      // reserve_sparse_rows; the multi-token-prediction depths look up the same rows, shifted).
+      std::vector<Prepared> ahead;
+      if (dp_ && params_->sparse_entry() >= 0) {
+        std::vector<int32_t> rows;
+        for (int64_t a = 0; a < A; ++a) {
+          ahead.push_back(prepare(a, dp_rank_));
+          const Tensor& t = ahead.back().b.tokens;
+          rows.insert(rows.end(), t.data<int32_t>(), t.data<int32_t>() + t.numel());
+        }
+        std::sort(rows.begin(), rows.end());
+        rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+        dp_->reserve_sparse_rows(rows);
+      }
       for (int64_t a = 0; a < A; ++a) {
         if (dp_) dp_->begin_micro(a == A - 1);
-        run_micro(a, dp_ ? dp_rank_ : 0);
+        run_micro(a, dp_ ? dp_rank_ : 0, ahead.empty() ? nullptr : &ahead[static_cast<size_t>(a)]);
       }
     }
     if (dp_) {

@@ -361,15 +361,17 @@ double Trainer::evaluate() {
     }
     Tensor tokens = stream_.device.is_cpu() ? b.tokens : b.tokens.to(stream_);
     Tensor targets = stream_.device.is_cpu() ? b.targets : b.targets.to(stream_);
-    if (cfg_.sft.isolated_rows() && b.positions.defined())
-      model_->set_packing(stream_.device.is_cpu() ? b.positions : b.positions.to(stream_),
-                          stream_.device.is_cpu() ? b.seg_starts : b.seg_starts.to(stream_));
-    else
-      model_->set_packing(Tensor(), Tensor());
+    Tensor positions, seg_starts;  // packed rows with isolated samples
+    if (cfg_.sft.isolated_rows() && b.positions.defined()) {
+      positions = stream_.device.is_cpu() ? b.positions : b.positions.to(stream_);
+      seg_starts = stream_.device.is_cpu() ? b.seg_starts : b.seg_starts.to(stream_);
+    }
+    model_->set_packing(positions, seg_starts);
     const BatchOrigin origin{static_cast<uint64_t>(cfg_.seed), true, b.first_sample};
     // Pipeline parallelism: stage after stage; only the loss stage has losses (summed over pp below).
-    const Tensor losses = pipeline_ ? pipeline_->evaluate({tokens, targets, 1.0f, 0.0f, origin})
-                                    : model_->forward_loss(tokens, targets, false, origin);
+    const Tensor losses =
+        pipeline_ ? pipeline_->evaluate({tokens, targets, 1.0f, 0.0f, origin, {}, positions, seg_starts})
+                  : model_->forward_loss(tokens, targets, false, origin);
     if (losses.defined())
       for (double x : losses.to_vector<double>()) total += x;
     count += b.valid_tokens;

@@ -168,6 +168,14 @@ std::unique_ptr<ParamStore> Trainer::local_store_layout() const {
 void Trainer::init_data_parallel() {
   const DType compute = stream_.device.is_cpu() ? DType::kF32 : DType::kBF16;
   params_ = local_store_layout();
+  if (const int64_t rows = sparse_embedding_rows(cfg_, world_size_); rows > 0) {
+    params_->set_sparse_embedding_grad(rows);
+    const ParamEntry& e = params_->entry(params_->sparse_entry());
+    log::info("input embedding gradient: row-sparse, {} rows of {} ({:.1f} MB instead of {:.1f} MB dense{})",
+              rows, e.shape[0], 4e-6 * static_cast<double>(rows * (e.shape[1] + 1) + e.shape[0]),
+              4e-6 * static_cast<double>(e.numel),
+              dp_cfg_ ? "; the dp ranks all-reduce the rows their step touches" : "");
+  }
   // The store names its buffers' owners itself (parameters, gradients, optimizer state).
   if (dp_cfg_ && !dp_cfg_->emulate) {
     const int expert_rank =
@@ -175,13 +183,6 @@ void Trainer::init_data_parallel() {
     params_->allocate_sharded(compute, stream_, dp_cfg_->shard_mode(), dp_cfg_->shard_ranks(), shard_rank_,
                               dp_cfg_->expert_shard_ranks(), expert_rank);
   } else {
-    if (const int64_t rows = sparse_embedding_rows(cfg_, world_size_); rows > 0 && !dp_cfg_) {
-      params_->set_sparse_embedding_grad(rows);
-      const ParamEntry& e = params_->entry(params_->sparse_entry());
-      log::info("input embedding gradient: row-sparse, {} rows of {} ({:.1f} MB instead of {:.1f} MB dense)",
-                rows, e.shape[0], 4e-6 * static_cast<double>(rows * (e.shape[1] + 1) + e.shape[0]),
-                4e-6 * static_cast<double>(e.numel));
-    }
     params_->allocate(compute, stream_);
   }
   params_->initialize(static_cast<uint64_t>(cfg_.seed), stream_);

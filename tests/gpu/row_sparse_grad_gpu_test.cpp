@@ -203,6 +203,33 @@ void backward_case(Context& ctx, int64_t n, int64_t v, int64_t d, Dist dist, int
   check_empty(ctx, "bwd_sparse after clear " + sz, diff, "bitwise = the first call on the fresh gradient");
 }
 
+// (vii) Data parallelism's reservation: a list of rows (repeats, any order) reserved, then a backward over a
+// subset of them: the slot maps equal the CPU reference's (the reserved rows first, ascending; no new slot
+// for the backward's rows) and the rows equal the dense GPU backward's, the untouched reserved slots zero.
+void reserve_case(Context& ctx, int64_t n, int64_t v, int64_t d, Dist dist) {
+  const std::string sz = fmt::format("N={} V={} D={} {}", n, v, d, dist_name(dist));
+  const int64_t cap = std::min(v, 2 * n);
+  RowSparseGrad g = ops::cuda::row_sparse_grad(v, d, cap, ctx.stream);
+  RowSparseGrad ref = ops::cpu::row_sparse_grad(v, d, cap, Stream::cpu());
+  // The reservation: this rank's tokens and as many of another rank's (shifted ids).
+  Tensor mine = make_tokens(ctx, n, v, dist, 0), theirs = make_tokens(ctx, n, v, dist, v / 3 + 1);
+  std::vector<int32_t> both = mine.to_vector<int32_t>();
+  for (int32_t x : theirs.to_vector<int32_t>()) both.push_back(x);
+  Tensor reserved = Tensor::from_vector(both, {2 * n});
+  ops::cuda::row_sparse_reserve(reserved.to(ctx.stream), g, ctx.stream);
+  ops::cpu::row_sparse_reserve(reserved, ref, Stream::cpu());
+  Tensor dout = fused::gpu_randn(ctx, {n, d}, DType::kBF16);
+  Tensor dense = Tensor::zeros({v, d}, DType::kF32, ctx.stream);
+  ops::cuda::embedding_backward_sparse(mine.to(ctx.stream), dout, g, ctx.stream);
+  ops::cuda::embedding_backward(mine.to(ctx.stream), dout, dense, ctx.stream);
+  ops::cpu::embedding_backward_sparse(mine, fused::host_f32(ctx, dout), ref, Stream::cpu());
+  const HostGrad got = host_copy(ctx, g), want = host_copy(ctx, ref);
+  check_empty(ctx, "row_sparse_reserve + bwd " + sz + " slots", slots_diff(got, want),
+              fmt::format("slot_of/row_of/count = CPU reference ({} reserved slots)", got.count));
+  check_empty(ctx, "row_sparse_reserve + bwd " + sz + " rows", rows_vs_dense(got, dense, d),
+              "bitwise = dense GPU backward rows");
+}
+
 // A row-sparse gradient from one backward call of n uniform tokens, and its dense [V, D] form (GPU).
 RowSparseGrad filled_grad(Context& ctx, int64_t n, int64_t v, int64_t d, Tensor& dense) {
   RowSparseGrad g = ops::cuda::row_sparse_grad(v, d, std::min(v, n), ctx.stream);
@@ -466,6 +493,10 @@ PRIMUS_GPU_TEST(row_sparse_grad) {
   updated_case(ctx, 33, 50304, 127, 1024);
   // (v)
   overflow_case(ctx);
+  // (vii)
+  reserve_case(ctx, 33, 127, 31, Dist::kUniform);
+  reserve_case(ctx, 1024, 50304, 4096, Dist::kSkewed);
+  reserve_case(ctx, 8192, 50304, 127, Dist::kUniform);
   // (vi)
   timing_case(ctx);
 }

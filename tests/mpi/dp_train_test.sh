@@ -7,6 +7,10 @@
 #        (sequential accumulation of all micro-batches; a different f32 summation order)
 #   ddp_fp8 / fsdp_fp8 NP: the same with FP8 projections (delayed hybrid: the amaxes reduced over dp make
 #        every rank cast with the single process's scales; rowwise under FSDP), bitwise against the emulation
+#   ddp_sparse NP: DDP with the input embedding's gradient row-sparse (forced: the byte vocabulary is small),
+#        the ranks reserving the union of their rows and all-reducing those slots, against DDP with the dense
+#        gradient: the losses bitwise (unclipped: each row's sum over the ranks in the same order, untouched
+#        rows adding zeros), the gradient norm within f32 rounding (it sums the slots after the rest)
 #   dszero1 NP: the micro DeepSeek-style MoE (expert bias, groups, shared expert, a dense first layer) with
 #        ZeRO-1, whose ranks hold chunks of the optimizer state but the whole expert bias: the curves as above
 #        (bitwise the emulation's but for the logged aux loss, 1e-5 of one process); the expert bias of every
@@ -40,6 +44,7 @@ case "$mode" in
 esac
 case "$mode" in
   ddp) keys=(--overlap_grad_reduce true) ;;
+  ddp_sparse) keys=(--overlap_grad_reduce true --clip_grad 0) ;;
   ddp_bf16) keys=(--overlap_grad_reduce true --grad_reduce_in_bf16 true) ;;
   ddp_fp8) keys=(--overlap_grad_reduce true --fp8 hybrid) ;;
   fsdp_fp8) keys=(--use_torch_fsdp2 true --fp8 e4m3 --fp8_recipe rowwise) ;;
@@ -75,6 +80,14 @@ whole, per = float(v["whole model:"]), float(v["master"]) + float(v["moments"]) 
 print(f"state per rank {per} vs whole {whole} / {k} shards")
 sys.exit(0 if abs(per * k - whole) <= 0.02 * whole else 1)' "$shards" || fail "per-rank state is not 1/$shards"
     fi
+    ;;
+  ddp_sparse)
+    run dist "$np" PRIMUS_SPARSE_EMBEDDING_GRAD=2 -- "${keys[@]}"
+    grep -q "input embedding gradient: row-sparse" "$work/dist.log" ||
+      fail "the DDP run did not hold the embedding gradient row-sparse"
+    run dense "$np" PRIMUS_SPARSE_EMBEDDING_GRAD=0 -- "${keys[@]}"
+    grep -q "input embedding gradient: row-sparse" "$work/dense.log" && fail "the dense run was row-sparse"
+    compare dist dense 0 1e-6
     ;;
   dszero1 | dsfsdp)
     ds=PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml

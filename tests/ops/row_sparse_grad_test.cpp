@@ -99,6 +99,41 @@ TEST(RowSparseGrad, ClearFreesEverySlotAndZeroesTheRows) {
   EXPECT_EQ(g.row_of.slice(0, 2).to_vector<int32_t>(), (std::vector<int32_t>{3, 7}));
 }
 
+// Data parallelism reserves the union of the ranks' rows before the backward: the reserved rows take slots
+// in ascending order (repeats and order of the list do not matter), the backward then adds into them -- a
+// rank whose tokens touch only some of them leaves the others' slots zero -- and the rows equal the dense
+// backward's. A row outside the reservation still gets the next slot; too many rows are refused.
+TEST(RowSparseGrad, ReservedRowsTakeAscendingSlotsAndTheBackwardAddsIntoThem) {
+  Rng rng;
+  const Stream s = Stream::cpu();
+  const int64_t vocab = 127, d = 33;
+  ops::RowSparseGrad g = ops::row_sparse_grad(vocab, d, 40, s);
+  ops::row_sparse_reserve(Tensor::from_vector<int32_t>({90, 5, 31, 5, 126, 0}, {6}), g, s);
+  EXPECT_EQ(g.count.to_vector<int32_t>()[0], 5);
+  EXPECT_EQ(g.row_of.slice(0, 5).to_vector<int32_t>(), (std::vector<int32_t>{0, 5, 31, 90, 126}));
+  for (float x : g.rows.to_vector<float>()) ASSERT_EQ(x, 0.0f) << "a reservation adds nothing";
+  Tensor tok = Tensor::from_vector<int32_t>({31, 5, 31, 90}, {4});
+  Tensor dout = rand_tensor(rng, {4, d}, DType::kF32);
+  Tensor dense = Tensor::zeros({vocab, d}, DType::kF32);
+  ops::embedding_backward_sparse(tok, dout, g, s);
+  ops::embedding_backward(tok, dout, dense, s);
+  EXPECT_EQ(g.count.to_vector<int32_t>()[0], 5) << "the backward's rows were all reserved";
+  expect_bitwise(dense_of(g), dense, "reserved");
+  const auto rows = g.rows.to_vector<float>();
+  for (int64_t c = 0; c < d; ++c)
+    ASSERT_EQ(rows[static_cast<size_t>(4 * d + c)], 0.0f) << "row 126: untouched";
+  // A row the reservation left out comes after the reserved ones.
+  ops::embedding_backward_sparse(Tensor::from_vector<int32_t>({7}, {1}),
+                                 rand_tensor(rng, {1, d}, DType::kF32), g, s);
+  EXPECT_EQ(g.row_of.slice(5, 6).to_vector<int32_t>(), (std::vector<int32_t>{7}));
+  std::vector<int32_t> many(40);
+  for (int32_t i = 0; i < 40; ++i) many[static_cast<size_t>(i)] = 50 + i;
+  EXPECT_PRIMUS_ERROR(ops::row_sparse_reserve(Tensor::from_vector(many, {40}), g, s),
+                      "46 distinct table rows this step, more than the gradient's 40 slots");
+  EXPECT_PRIMUS_ERROR(ops::row_sparse_reserve(Tensor::from_vector<int32_t>({127}, {1}), g, s),
+                      "out of range [0, 127)");
+}
+
 TEST(RowSparseGrad, RefusesMoreRowsThanSlotsAndBadIds) {
   Rng rng;
   const Stream s = Stream::cpu();

@@ -583,6 +583,17 @@ TEST(CheckpointHfDeepSeekDense, MlaOverDenseMlpsRoundTripsThroughConfigJson) {
   const std::string e =
       error_of([&] { ckpt::hf_config_from_model(llama, "deepseek_v3", "float32", json()); });
   EXPECT_NE(e.find("has no experts but deepseek_v3 is a mixture-of-experts family"), std::string::npos) << e;
+  // Multi-token-prediction layers have HF names in deepseek_v3 only: a Llama with one is refused as a
+  // ConfigError (which a LoRA run's end-of-run PEFT export turns into a warning), not a failed check.
+  ModelConfig mtp_llama = llama;
+  mtp_llama.moe = MoeConfig{};
+  mtp_llama.qk_layernorm = false;
+  mtp_llama.mtp_num_layers = 1;
+  const std::string m = error_of([&] { ckpt::hf_config_from_model(mtp_llama, "llama", "float32", json()); });
+  EXPECT_NE(m.find("1 multi-token-prediction layer(s), which only deepseek_v3 expresses, not llama"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(ckpt::peft_export_problem(mtp_llama, ""), "");
 }
 
 TEST_F(CheckpointHfDeepSeek, ConfigMapsRoutingMlaYarnAndMtp) {

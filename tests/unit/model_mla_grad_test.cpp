@@ -192,6 +192,40 @@ TEST(ModelMtp, ShiftedIdsAndTargetsOfWholeSequences) {
   EXPECT_EQ(m.targets[2].to_vector<int32_t>(), (std::vector<int32_t>{7, -1, -1, -1, 3, -1, -1, -1}));
 }
 
+// Packed rows with isolated samples: each sample is a sequence of its own -- depth k rolls within the sample
+// and predicts nothing past its end, so no depth reads or predicts the next sample's tokens. Bad sample
+// starts are refused.
+TEST(ModelMtp, PackedSamplesShiftWithinThemselves) {
+  // Row 0: samples [0, 3) and [3, 7) and padding [7, 8); row 1: one sample over the whole row.
+  Tensor x = Tensor::from_vector(
+      std::vector<int32_t>{10, 11, 12, 20, 21, 22, 23, 0, 30, 31, 32, 33, 34, 35, 36, 37}, {2, 8});
+  Tensor y = Tensor::from_vector(
+      std::vector<int32_t>{11, 12, -1, 21, -1, 23, -1, -1, 31, 32, 33, 34, 35, 36, 37, -1}, {2, 8});
+  Tensor s =
+      Tensor::from_vector(std::vector<int32_t>{0, 0, 0, 3, 3, 3, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0}, {2, 8});
+  const MtpBatch m = mtp_batch(x, y, 2, &s);
+  EXPECT_EQ(m.counted, 11);
+  EXPECT_EQ(m.tokens[0].to_vector<int32_t>(),
+            (std::vector<int32_t>{11, 12, 10, 21, 22, 23, 20, 0, 31, 32, 33, 34, 35, 36, 37, 30}));
+  EXPECT_EQ(m.targets[0].to_vector<int32_t>(),
+            (std::vector<int32_t>{12, -1, -1, -1, 23, -1, -1, -1, 32, 33, 34, 35, 36, 37, -1, -1}));
+  EXPECT_EQ(m.tokens[1].to_vector<int32_t>(),
+            (std::vector<int32_t>{12, 10, 11, 22, 23, 20, 21, 0, 32, 33, 34, 35, 36, 37, 30, 31}));
+  EXPECT_EQ(m.targets[1].to_vector<int32_t>(),
+            (std::vector<int32_t>{-1, -1, -1, 23, -1, -1, -1, -1, 33, 34, 35, 36, 37, -1, -1, -1}));
+  EXPECT_EQ(m.counts, (std::vector<int64_t>{8, 6}));
+  // One sample per row is the unpacked shift.
+  Tensor whole = Tensor::from_vector(std::vector<int32_t>(16, 0), {2, 8});
+  const MtpBatch plain = mtp_batch(x, y, 2), one = mtp_batch(x, y, 2, &whole);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(one.tokens[k].to_vector<int32_t>(), plain.tokens[k].to_vector<int32_t>());
+    EXPECT_EQ(one.targets[k].to_vector<int32_t>(), plain.targets[k].to_vector<int32_t>());
+  }
+  Tensor bad =
+      Tensor::from_vector(std::vector<int32_t>{0, 0, 0, 2, 3, 3, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0}, {2, 8});
+  EXPECT_THROW(mtp_batch(x, y, 2, &bad), Error);
+}
+
 // TorchTitan's deepseek_v3 flavors, shrunk to toy widths but with their routing and MLA choices, build and
 // train a step: the flavor table's settings are ones the model accepts.
 TEST(ModelMla, TorchTitanFlavorsBuildARunnableModel) {

@@ -61,7 +61,10 @@ TEST(SparseEmbedding, OneProcessUntiedTakesOneSlotPerTokenOfTheStep) {
 TEST(SparseEmbedding, DenseWhereTheGradientIsSharedSplitTiedOrFrozen) {
   EnvVar env("PRIMUS_SPARSE_EMBEDDING_GRAD", nullptr);
   const TrainConfig base = llama8b_step();
-  EXPECT_EQ(sparse_embedding_rows(base, 2), 0) << "two processes";
+  {
+    EnvVar emulate("PRIMUS_DP_EMULATE", "2");
+    EXPECT_EQ(sparse_embedding_rows(base, 1), 0) << "one process emulating DP 2 sums dense gradients";
+  }
   auto with = [&](auto&& edit) {
     TrainConfig c = base;
     edit(c);
@@ -71,9 +74,26 @@ TEST(SparseEmbedding, DenseWhereTheGradientIsSharedSplitTiedOrFrozen) {
   EXPECT_EQ(with([](TrainConfig& c) { c.parallel.pipeline_model_parallel_size = 2; }), 0);
   EXPECT_EQ(with([](TrainConfig& c) { c.parallel.context_parallel_size = 2; }), 0);
   EXPECT_EQ(with([](TrainConfig& c) { c.parallel.expert_model_parallel_size = 2; }), 0);
-  EXPECT_EQ(with([](TrainConfig& c) { c.parallel.data_parallel_size = 2; }), 0) << "an emulated DP layout";
+  EXPECT_EQ(with([](TrainConfig& c) { c.parallel.use_distributed_optimizer = true; }), 0);
+  EXPECT_EQ(with([](TrainConfig& c) { c.parallel.use_torch_fsdp2 = true; }), 0);
   EXPECT_EQ(with([](TrainConfig& c) { c.model.untie_embeddings_and_output_weights = false; }), 0);
   EXPECT_EQ(with([](TrainConfig& c) { c.lora.enabled = true; }), 0);
+}
+
+// DDP: every rank reserves the union of the ranks' rows of a step (parallel/data_parallel.h), so the
+// capacity covers every rank's tokens; sharded state stays dense.
+TEST(SparseEmbedding, DataParallelRanksHoldTheUnionOfTheirRows) {
+  EnvVar env("PRIMUS_SPARSE_EMBEDDING_GRAD", nullptr);
+  TrainConfig c = llama8b_step();
+  c.global_batch_size = 2;
+  EXPECT_EQ(sparse_embedding_rows(c, 2), 2 * 8192) << "DP 2, one micro-batch each";
+  c.global_batch_size = 4;
+  EXPECT_EQ(sparse_embedding_rows(c, 2), 4 * 8192) << "DP 2, two micro-batches each";
+  c.global_batch_size = 8;  // 65,536 slots: more than half the dense gradient
+  EXPECT_EQ(sparse_embedding_rows(c, 2), 0);
+  c.global_batch_size = 4;
+  c.parallel.use_distributed_optimizer = true;
+  EXPECT_EQ(sparse_embedding_rows(c, 2), 0) << "ZeRO-1 reduce-scatters the dense gradient";
 }
 
 TEST(SparseEmbedding, AutoNeedsAtLeastHalfTheMemoryBackModesOverride) {

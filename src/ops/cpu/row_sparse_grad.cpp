@@ -41,6 +41,38 @@ Tensor dense_span(const RowSparseGrad& g, int64_t first, int64_t n) {
   return out;
 }
 
+// Slots for the rows of ids[0, n) (table rows id - vocab_begin; ids outside [0, total) refused) without one,
+// in ascending row order after those in use.
+void assign_slots(const char* op, const int32_t* ids, int64_t n, int64_t vocab_begin, int64_t total,
+                  RowSparseGrad& g) {
+  const int64_t vocab = g.vocab();
+  for (int64_t i = 0; i < n; ++i)
+    PRIMUS_CHECK(ids[i] >= 0 && ids[i] < total, "{}: token id {} at position {} is out of range [0, {})", op,
+                 ids[i], i, total);
+  int32_t* slot = g.slot_of.data<int32_t>();
+  int32_t* row_of = g.row_of.data<int32_t>();
+  int32_t& count = g.count.data<int32_t>()[0];
+  std::vector<int32_t> fresh;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = ids[i] - vocab_begin;
+    if (r >= 0 && r < vocab && slot[r] == -1) {
+      slot[r] = -2;  // seen in this call
+      fresh.push_back(static_cast<int32_t>(r));
+    }
+  }
+  std::sort(fresh.begin(), fresh.end());
+  if (count + static_cast<int64_t>(fresh.size()) > g.capacity())
+    for (int32_t r : fresh) slot[r] = -1;  // nothing assigned: the map stays as it was
+  PRIMUS_CHECK(count + static_cast<int64_t>(fresh.size()) <= g.capacity(),
+               "{}: {} distinct table rows this step, more than the gradient's {} slots (the capacity must "
+               "cover every token of a step)",
+               op, count + static_cast<int64_t>(fresh.size()), g.capacity());
+  for (int32_t r : fresh) {
+    slot[r] = count;
+    row_of[count++] = r;
+  }
+}
+
 }  // namespace
 
 RowSparseGrad row_sparse_grad(int64_t vocab, int64_t dim, int64_t capacity, const Stream& s) {
@@ -67,35 +99,19 @@ void embedding_backward_sparse(const Tensor& tokens, const Tensor& dout, RowSpar
   const int64_t n = tokens.numel();
   check_tensor(op, "dout", dout, DType::kF32, {n, d});
   const int32_t* ids = tokens.data<int32_t>();
-  for (int64_t i = 0; i < n; ++i)
-    PRIMUS_CHECK(ids[i] >= 0 && ids[i] < total, "{}: token id {} at position {} is out of range [0, {})", op,
-                 ids[i], i, total);
-  // Slots for the rows without one, in ascending row order after those in use.
-  int32_t* slot = g.slot_of.data<int32_t>();
-  int32_t* row_of = g.row_of.data<int32_t>();
-  int32_t& count = g.count.data<int32_t>()[0];
-  std::vector<int32_t> fresh;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = ids[i] - vocab_begin;
-    if (r >= 0 && r < vocab && slot[r] == -1) {
-      slot[r] = -2;  // seen in this call
-      fresh.push_back(static_cast<int32_t>(r));
-    }
-  }
-  std::sort(fresh.begin(), fresh.end());
-  if (count + static_cast<int64_t>(fresh.size()) > g.capacity())
-    for (int32_t r : fresh) slot[r] = -1;  // nothing assigned: the map stays as it was
-  PRIMUS_CHECK(count + static_cast<int64_t>(fresh.size()) <= g.capacity(),
-               "{}: {} distinct table rows this step, more than the gradient's {} slots (the capacity must "
-               "cover every token of a step)",
-               op, count + static_cast<int64_t>(fresh.size()), g.capacity());
-  for (int32_t r : fresh) {
-    slot[r] = count;
-    row_of[count++] = r;
-  }
+  assign_slots(op, ids, n, vocab_begin, total, g);
+  const int32_t* slot = g.slot_of.data<int32_t>();
   float* w = g.rows.data<float>();
   detail::scatter_add_rows(ids, n, dout.data<float>(), d, vocab_begin, vocab,
                            [&](int64_t r) { return w + static_cast<int64_t>(slot[r]) * d; });
+}
+
+void row_sparse_reserve(const Tensor& rows, RowSparseGrad& g, const Stream& s) {
+  constexpr const char* op = "row_sparse_reserve";
+  check_grad(op, g);
+  check_host(op, "rows", rows);
+  check_dtype(op, "rows", rows, DType::kI32);
+  assign_slots(op, rows.data<int32_t>(), rows.numel(), 0, g.vocab(), g);
 }
 
 void row_sparse_clear(RowSparseGrad& g, const Stream& s) {

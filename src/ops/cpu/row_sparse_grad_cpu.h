@@ -8,6 +8,7 @@ namespace primus::ops::cpu {
 RowSparseGrad row_sparse_grad(int64_t vocab, int64_t dim, int64_t capacity, const Stream& s);
 void embedding_backward_sparse(const Tensor& tokens, const Tensor& dout, RowSparseGrad& g, const Stream& s,
                                int64_t vocab_begin = 0, int64_t vocab_total = -1);
+void row_sparse_reserve(const Tensor& rows, RowSparseGrad& g, const Stream& s);
 void row_sparse_clear(RowSparseGrad& g, const Stream& s);
 void row_sparse_to_dense(const RowSparseGrad& g, Tensor& dense, const Stream& s);
 void adamw_step_sparse(Tensor& master, const RowSparseGrad& g, int64_t first, Tensor& m, Tensor& v,

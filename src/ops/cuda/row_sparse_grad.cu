@@ -150,6 +150,16 @@ __global__ void clear_kernel(float* __restrict__ rows, int32_t* __restrict__ slo
   for (int64_t i = done + tid; i < len; i += stride) rows[i] = 0.f;
 }
 
+// row_sparse_reserve's marks: rows outside [0, vocab) are skipped (the caller's list is built on the host
+// from checked token ids). Several threads may mark one row: they all store -2.
+__global__ void mark_rows_kernel(const int32_t* __restrict__ rows, int64_t n, int32_t* __restrict__ slot_of,
+                                 int64_t vocab) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t r = rows[i];
+  if (r >= 0 && r < vocab && slot_of[r] == -1) slot_of[r] = -2;
+}
+
 // launch_row_sparse_assign's block: 32 warps; warp w owns rows [tile + 1024 w, tile + 1024 (w + 1)) of each
 // tile of 32768 rows and reads them 32 at a time (lane l: row + l), so every load is coalesced and a warp's
 // marked rows come out of a ballot in row order. Pass 1 counts them per warp (lane k keeps step k's ballot);
@@ -322,6 +332,24 @@ RowSparseGrad row_sparse_grad(int64_t vocab, int64_t dim, int64_t capacity, cons
   g.row_of = Tensor::zeros({capacity}, DType::kI32, s);
   g.count = Tensor::zeros({1}, DType::kI32, s);
   return g;
+}
+
+void row_sparse_reserve(const Tensor& rows, RowSparseGrad& g, const Stream& s) {
+  constexpr const char* op = "row_sparse_reserve";
+  detail::check_row_sparse_grad(op, g);
+  detail::check_cuda_tensor(op, "rows", rows, DType::kI32);
+  detail::check_same_cuda_device(op, rows, g.rows);
+  detail::raise_row_sparse_overflow(op);
+  const int64_t n = rows.numel();
+  if (n == 0) return;
+  PRIMUS_CHECK(n < (int64_t{1} << 31), "{}: {} rows, too many", op, n);
+  cudaStream_t cs = cuda_stream(s);
+  // Mark (-1 -> -2) the listed rows that have no slot, as the backward's token pass does; then the same
+  // assignment.
+  mark_rows_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(n, 256)), 256, 0, cs>>>(
+      rows.data<int32_t>(), n, g.slot_of.data<int32_t>(), g.vocab());
+  PRIMUS_CUDA_CHECK_LAUNCH();
+  detail::launch_row_sparse_assign(g, s);
 }
 
 void row_sparse_clear(RowSparseGrad& g, const Stream& s) {
