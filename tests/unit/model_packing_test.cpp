@@ -4,6 +4,7 @@
 // the second sample sees the first and its losses change.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "model/llama_model.h"
@@ -31,6 +32,25 @@ std::vector<double> losses(LlamaModel& model, const std::vector<int32_t>& t, con
   model.set_packing(pos, seg);
   return model.forward_loss(Tensor::from_vector(t, {1, T}), Tensor::from_vector(y, {1, T}))
       .to_vector<double>();
+}
+
+// The parameters' gradients after `packed()` equal those after `alone()` (each runs its forward_backward
+// calls on zeroed gradients) within f64 rounding.
+void expect_same_gradients(ParamStore& params, const std::function<void()>& packed,
+                           const std::function<void()>& alone) {
+  params.grad_flat().zero_(Stream::cpu());
+  packed();
+  const std::vector<double> g_packed = params.grad_flat().to_vector<double>();
+  params.grad_flat().zero_(Stream::cpu());
+  alone();
+  const std::vector<double> g_alone = params.grad_flat().to_vector<double>();
+  ASSERT_EQ(g_packed.size(), g_alone.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < g_alone.size(); ++i) {
+    worst = std::max(worst, std::abs(g_packed[i] - g_alone[i]));
+    scale = std::max(scale, std::abs(g_alone[i]));
+  }
+  EXPECT_LT(worst, 1e-11 * std::max(1.0, scale)) << "largest gradient " << scale;
 }
 
 }  // namespace
@@ -88,20 +108,12 @@ TEST(ModelPacking, PackedRowEqualsItsSamplesRunAlone) {
       f.model.set_packing(pp, ss);
       f.model.forward_backward(Tensor::from_vector(tt, {1, n}), Tensor::from_vector(yy, {1, n}), 1.0f);
     };
-    f.params.grad_flat().zero_(Stream::cpu());
-    grads(t, y, T, P, S);
-    const std::vector<double> g_packed = f.params.grad_flat().to_vector<double>();
-    f.params.grad_flat().zero_(Stream::cpu());
-    grads(samples[0].tokens, samples[0].targets, 5, {}, {});
-    grads(samples[1].tokens, samples[1].targets, 7, {}, {});
-    const std::vector<double> g_alone = f.params.grad_flat().to_vector<double>();
-    ASSERT_EQ(g_packed.size(), g_alone.size());
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < g_alone.size(); ++i) {
-      worst = std::max(worst, std::abs(g_packed[i] - g_alone[i]));
-      scale = std::max(scale, std::abs(g_alone[i]));
-    }
-    EXPECT_LT(worst, 1e-11 * std::max(1.0, scale)) << "largest gradient " << scale;
+    expect_same_gradients(
+        f.params, [&] { grads(t, y, T, P, S); },
+        [&] {
+          grads(samples[0].tokens, samples[0].targets, 5, {}, {});
+          grads(samples[1].tokens, samples[1].targets, 7, {}, {});
+        });
     f.model.set_packing({}, {});
   }
 }
@@ -177,20 +189,12 @@ TEST(ModelPacking, MtpDepthsOfAPackedRowAreItsSamplesRunAlone) {
       f.model.set_packing(pp, ss);
       f.model.forward_backward(x, yt, 1.0f, 0.0f, &rows);
     };
-    f.params.grad_flat().zero_(Stream::cpu());
-    grads(t, y, T, P, S);
-    const std::vector<double> g_packed = f.params.grad_flat().to_vector<double>();
-    f.params.grad_flat().zero_(Stream::cpu());
-    grads(s0, y0, 6, {}, {});
-    grads(s1, y1, 7, {}, {});
-    const std::vector<double> g_alone = f.params.grad_flat().to_vector<double>();
-    ASSERT_EQ(g_packed.size(), g_alone.size());
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < g_alone.size(); ++i) {
-      worst = std::max(worst, std::abs(g_packed[i] - g_alone[i]));
-      scale = std::max(scale, std::abs(g_alone[i]));
-    }
-    EXPECT_LT(worst, 1e-11 * std::max(1.0, scale)) << "largest gradient " << scale;
+    expect_same_gradients(
+        f.params, [&] { grads(t, y, T, P, S); },
+        [&] {
+          grads(s0, y0, 6, {}, {});
+          grads(s1, y1, 7, {}, {});
+        });
     f.model.set_packing({}, {});
   }
 }
