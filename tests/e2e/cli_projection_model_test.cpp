@@ -105,7 +105,7 @@ TEST(ProjectionModel, MemoryWithinTenPercentOfMeasuredGpuPeaks) {
 }
 
 // The row-sparse embedding gradient in the projection: the 8B-4L rank holds 8,192 slots of 4,096 f32 (+ the
-// slots' rows and the map over V 128,256) instead of V x 4,096 f32.
+// slots' rows and the map over V 128,256) instead of V x 4,096 f32; under DDP 2, 16,384.
 TEST(ProjectionModel, RowSparseEmbeddingGradientIsCounted) {
   const std::vector<std::string> args = {"--config", bench("llama3-8B-4L")};
   const double sparse = projection_json("memory", args)["peak_bytes"].get<double>();
@@ -113,6 +113,12 @@ TEST(ProjectionModel, RowSparseEmbeddingGradientIsCounted) {
       projection_json("memory", args, /*dense_embedding_grad=*/true)["peak_bytes"].get<double>();
   const double v = 128256, d = 4096, rows = 8192;
   EXPECT_NEAR(dense - sparse, 4 * v * d - 4 * (rows * (d + 1) + v), 1e3);
+  // DDP 2 (one micro-batch each): every rank holds slots for both ranks' tokens (their union is reserved).
+  const std::vector<std::string> ddp = {
+      "--config", bench("llama3-8B-4L"), "--nnodes", "1", "--nproc-per-node", "2", "global_batch_size=2"};
+  const double ddp_sparse = projection_json("memory", ddp)["peak_bytes"].get<double>();
+  const double ddp_dense = projection_json("memory", ddp, true)["peak_bytes"].get<double>();
+  EXPECT_NEAR(ddp_dense - ddp_sparse, 4 * v * d - 4 * (2 * rows * (d + 1) + v), 1e3);
 }
 
 // Step times measured with the same configs (medians; H100 for one GPU, 2 x H200 for the two-GPU rows).
