@@ -248,6 +248,20 @@ void map_megatron(ResolvedConfig& rc) {
     o.lr_warmup_iters = static_cast<int64_t>(k.f("lr_warmup_fraction") * static_cast<double>(decay));
     derived("lr_warmup_iters", o.lr_warmup_iters, "lr_warmup_fraction x lr_decay_iters");
   }
+  o.lr_wsd_decay_style = k.s("lr_wsd_decay_style");
+  if (o.lr_decay_style == "WSD") {
+    // Megatron asserts the anneal's length is given.
+    if (k.is_null("lr_wsd_decay_iters"))
+      throw ConfigError(
+          fmt::format("{}: lr_decay_style WSD needs lr_wsd_decay_iters (the anneal's iterations)",
+                      k.origin("lr_decay_style").str()));
+    o.lr_wsd_decay_iters = k.i("lr_wsd_decay_iters");
+    src("lr_wsd_decay_iters", "lr_wsd_decay_iters");
+  } else if (!k.is_null("lr_wsd_decay_iters")) {
+    (void)k.i("lr_wsd_decay_iters");  // read: set, it has no effect without WSD
+    rc.warnings.push_back(fmt::format("{}: lr_wsd_decay_iters has no effect: lr_decay_style is {}, not WSD",
+                                      k.origin("lr_wsd_decay_iters").str(), o.lr_decay_style));
+  }
   o.weight_decay = k.f("weight_decay");
   o.adam_beta1 = k.f("adam_beta1");
   o.adam_beta2 = k.f("adam_beta2");

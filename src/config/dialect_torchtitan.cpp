@@ -2,6 +2,8 @@
 // TrainConfig. Model sizes come from the flavor table; the vocabulary from model.hf_assets_path.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "config/dialect_tensorboard.h"
@@ -194,7 +196,7 @@ void map_torchtitan(ResolvedConfig& rc) {
         o.lr_warmup_iters, k.origin("lr_scheduler.warmup_steps").str(), t.train_iters, t.train_iters));
     o.lr_warmup_iters = t.train_iters;
   }
-  o.lr_decay_style = k.s("lr_scheduler.decay_type");
+  const std::string decay_type = k.s("lr_scheduler.decay_type");
   if (o.lr_warmup_iters > 0 && o.lr_warmup_iters == t.train_iters) {
     o.lr_decay_iters = t.train_iters + 1;
     derived("lr_decay_iters", *o.lr_decay_iters, "= training.steps + 1: the warm-up fills the run, no decay");
@@ -202,6 +204,39 @@ void map_torchtitan(ResolvedConfig& rc) {
     o.lr_decay_iters = t.train_iters;
     derived("lr_decay_iters", t.train_iters,
             "= training.steps: the decay runs from the end of warm-up to the last step");
+  }
+  // TorchTitan's warmup-stable-decay (lr_scheduler.py): decay_ratio of the steps (rounded) anneal at the end,
+  // the steps between warm-up and anneal keep the peak lr; null: the anneal takes every step after the
+  // warm-up. Megatron's WSD expresses it (sqrt = its minus_sqrt); a plain linear / cosine decay over all the
+  // steps after warm-up stays Megatron's linear / cosine style.
+  const bool ratio = !k.is_null("lr_scheduler.decay_ratio");
+  if (ratio || decay_type == "sqrt") {
+    const int64_t after_warmup = std::max<int64_t>(0, t.train_iters - o.lr_warmup_iters);
+    int64_t anneal = ratio
+                         ? std::llround(static_cast<double>(t.train_iters) * k.f("lr_scheduler.decay_ratio"))
+                         : after_warmup;
+    if (anneal > after_warmup) {
+      rc.warnings.push_back(fmt::format(
+          "lr_scheduler.decay_ratio ({}) gives {} decay steps, more than the {} after the warm-up: the decay "
+          "takes those {}",
+          k.origin("lr_scheduler.decay_ratio").str(), anneal, after_warmup, after_warmup));
+      anneal = after_warmup;
+    }
+    if (anneal == 0) {
+      o.lr_decay_style = "constant";
+      derived("lr_decay_style", o.lr_decay_style, "no decay steps: the peak lr after warm-up");
+    } else {
+      o.lr_decay_style = "WSD";
+      o.lr_wsd_decay_iters = anneal;
+      o.lr_wsd_decay_style = decay_type == "sqrt" ? "minus_sqrt" : decay_type;
+      derived("lr_decay_style", o.lr_decay_style,
+              fmt::format("lr_scheduler.decay_type {} over the last {} steps (Megatron's WSD)", decay_type,
+                          anneal));
+      derived("lr_wsd_decay_iters", anneal,
+              ratio ? "round(training.steps x lr_scheduler.decay_ratio)" : "training.steps - warm-up");
+    }
+  } else {
+    o.lr_decay_style = decay_type;
   }
   const double factor = k.is_null("lr_scheduler.min_lr_factor") ? 0.0 : k.f("lr_scheduler.min_lr_factor");
   o.min_lr = o.lr * factor;

@@ -7,7 +7,6 @@
 namespace primus::config::keys {
 
 namespace {
-constexpr const char* kWhyWsd = "applies only to lr_decay_style WSD, which is not supported yet";
 constexpr const char* kWhyPrecisionAware =
     "applies only with use_precision_aware_optimizer, which is not supported yet";
 }  // namespace
@@ -61,11 +60,11 @@ void add_megatron_training_keys(KeyTable& t) {
             .supports(strings({"adam"}), "only adam (AdamW) is implemented"));
   t.add(impl("lr", kF, "null", "peak learning rate").check(non_negative()));
   t.add(impl("min_lr", kF, "0.0", "learning rate at the end of the decay").non_null().check(non_negative()));
-  t.add(impl("lr_decay_style", kS, "linear", "constant | linear | cosine (| inverse-square-root | WSD)")
+  t.add(impl("lr_decay_style", kS, "linear", "constant | linear | cosine | WSD (| inverse-square-root)")
             .non_null()
             .check(one_of({"constant", "linear", "cosine", "inverse-square-root", "WSD"}))
-            .supports(strings({"constant", "linear", "cosine"}),
-                      "constant, linear and cosine are implemented"));
+            .supports(strings({"constant", "linear", "cosine", "WSD"}),
+                      "constant, linear, cosine and WSD are implemented"));
   t.add(impl("lr_decay_iters", kI, "null", "iterations of the decay (null: train_iters)").check(positive()));
   t.add(unsup("lr_decay_samples", kI, "null", "decay length in samples"));
   t.add(impl("lr_warmup_iters", kI, "0", "linear warm-up iterations").non_null().check(non_negative()));
@@ -73,9 +72,12 @@ void add_megatron_training_keys(KeyTable& t) {
             .check(in_range(0, 1)));
   t.add(unsup("lr_warmup_samples", kI, "0", "warm-up length in samples"));
   t.add(unsup("lr_warmup_init", kF, "0.0", "learning rate at the start of the warm-up"));
-  t.add(noeff("lr_wsd_decay_style", kS, "exponential", kWhyWsd, "WSD decay shape"));
-  t.add(noeff("lr_wsd_decay_samples", kI, "null", kWhyWsd, "WSD decay samples"));
-  t.add(noeff("lr_wsd_decay_iters", kI, "null", kWhyWsd, "WSD decay iterations"));
+  t.add(impl("lr_wsd_decay_style", kS, "exponential", "WSD: the anneal's shape")
+            .non_null()
+            .check(one_of({"exponential", "linear", "cosine", "minus_sqrt"})));
+  t.add(unsup("lr_wsd_decay_samples", kI, "null", "WSD: the anneal's length in samples"));
+  t.add(impl("lr_wsd_decay_iters", kI, "null", "WSD: the anneal's iterations, the last before lr_decay_iters")
+            .check(positive()));
   t.add(unsup("head_lr_mult", kF, "1.0", "learning-rate multiplier of the output layer", null_or_number(1.0),
               "null or 1.0"));
   t.add(unsup("decoupled_lr", kF, "null", "separate learning rate of the input/output layers"));

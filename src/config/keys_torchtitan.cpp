@@ -83,11 +83,12 @@ void add_torchtitan_keys(KeyTable& t) {
   t.add(
       impl("lr_scheduler.warmup_steps", kI, "200", "linear warm-up steps").non_null().check(non_negative()));
   t.add(impl("lr_scheduler.decay_type", kS, "linear", "decay after warm-up: linear | sqrt | cosine")
-            .check(one_of({"linear", "sqrt", "cosine"}))
-            .supports(strings({"linear", "cosine"}), "linear and cosine are implemented"));
+            .check(one_of({"linear", "sqrt", "cosine"})));
   t.add(impl("lr_scheduler.min_lr_factor", kF, "0.0", "final lr as a fraction of optimizer.lr")
             .check(in_range(0, 1)));
-  t.add(unsup("lr_scheduler.decay_ratio", kF, "null", "WSD: fraction of steps spent decaying"));
+  t.add(impl("lr_scheduler.decay_ratio", kF, "null",
+             "WSD: fraction of steps spent decaying (null: all after warm-up)")
+            .check(in_range(0, 1)));
 
   t.group("debug");
   t.add(section("debug", "debugging and reproducibility"));

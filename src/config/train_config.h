@@ -110,7 +110,12 @@ struct OptimConfig {
   double min_lr = 0.0;
   int64_t lr_warmup_iters = 0;
   std::optional<int64_t> lr_decay_iters;  // null = train_iters
-  std::string lr_decay_style = "cosine";  // constant | linear | cosine
+  std::string lr_decay_style = "cosine";  // constant | linear | cosine | WSD
+  // WSD (warmup-stable-decay, Megatron's lr_wsd_*): the lr stays at its peak until the last
+  // lr_wsd_decay_iters iterations before lr_decay_iters, which anneal it to min_lr in lr_wsd_decay_style
+  // (exponential | linear | cosine | minus_sqrt).
+  int64_t lr_wsd_decay_iters = 0;
+  std::string lr_wsd_decay_style = "exponential";
   double weight_decay = 0.01;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;

@@ -105,6 +105,13 @@ void validate_config(ResolvedConfig& rc) {
     bad.add(fmt::format(
         "{} is not below the decay length {} (rule: lr_warmup_iters < lr_decay_iters, as Megatron)",
         cite("lr_warmup_iters", t.optim.lr_warmup_iters), cite("lr_decay_iters", decay)));
+  // WSD: the anneal is the last lr_wsd_decay_iters iterations before lr_decay_iters, after the warm-up.
+  if (t.optim.lr_decay_style == "WSD" &&
+      (t.optim.lr_wsd_decay_iters < 1 || t.optim.lr_wsd_decay_iters > decay - t.optim.lr_warmup_iters))
+    bad.add(
+        fmt::format("{} must lie in [1, lr_decay_iters {} - lr_warmup_iters {}] (rule: the WSD anneal comes "
+                    "after the warm-up)",
+                    cite("lr_wsd_decay_iters", t.optim.lr_wsd_decay_iters), decay, t.optim.lr_warmup_iters));
 
   // Recomputation (Megatron transformer_config.py).
   const RecomputeConfig& r = t.recompute;

@@ -45,10 +45,12 @@ constexpr KnownVocab kKnown[] = {
     {"mixtral-8x7b", 32000},  // Mixtral v0.1: 32000
     {"mixtral-8x22b-v0.1", 32000},
     {"mistral-7b-v0.1", 32000},
-    {"qwen2.5", 151665},      // Qwen2.5 tokenizer: 151665 tokens (HF config pads the embedding to 151936)
-    {"qwen3", 151936},        // Qwen3: HF config vocab_size
-    {"deepseek-v2", 102400},  // DeepSeek-V2 / V2-Lite: HF config vocab_size
-    {"deepseek-v3", 129280},  // DeepSeek-V3: HF config vocab_size
+    {"qwen2.5", 151665},       // Qwen2.5 tokenizer: 151665 tokens (HF config pads the embedding to 151936)
+    {"qwen3", 151936},         // Qwen3: HF config vocab_size
+    {"deepseek-v2", 102400},   // DeepSeek-V2 / V2-Lite: HF config vocab_size
+    {"deepseek-v3", 129280},   // DeepSeek-V3: HF config vocab_size
+    {"deepseek-moe", 102400},  // DeepSeekMoE 16B (TorchTitan's deepseek_v3 16B flavor tokenizer): HF config
+    {"deepseek-llm", 102400},  // DeepSeek LLM 7B / 67B: HF config vocab_size
     {"deepseek-r1-distill-qwen", 151936},   // DeepSeek-R1-Distill-Qwen-*: HF config vocab_size
     {"deepseek-r1-distill-llama", 128256},  // DeepSeek-R1-Distill-Llama-*: the Llama 3 vocabulary
     {"gpt2", 50257},

@@ -115,7 +115,8 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   }
   const int64_t decay_iters = cfg.optim.lr_decay_iters.value_or(cfg.train_iters);
   schedule_ = std::make_unique<LrSchedule>(cfg.optim.lr, cfg.optim.min_lr, cfg.optim.lr_warmup_iters,
-                                           decay_iters, cfg.optim.lr_decay_style);
+                                           decay_iters, cfg.optim.lr_decay_style,
+                                           cfg.optim.lr_wsd_decay_iters, cfg.optim.lr_wsd_decay_style);
   inject_ = FaultInjection::from_env();
   if (inject_.slow_gpu_rank == world_rank_ && stream_.device.is_cuda())
     ops::reserve_gemm_sms(stream_, inject_.slow_gpu_sms);

@@ -128,7 +128,9 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
   expect_has(f.error("micro_llama.yaml", "      hidden_dropout: 0.1\n"),
              {"not supported yet: hidden_dropout=0.1"});
   expect_has(f.error("micro_llama.yaml", "      lr_decay_style: WSD\n"),
-             {"not supported yet: lr_decay_style=WSD"});
+             {"lr_decay_style WSD needs lr_wsd_decay_iters"});
+  expect_has(f.error("micro_llama.yaml", "      lr_decay_style: inverse-square-root\n"),
+             {"not supported yet: lr_decay_style=inverse-square-root"});
   // Inert values pass: sequence_parallel at TP 1 has no effect, dropout 0, fp8 null.
   ResolvedConfig rc = f.load("micro_llama.yaml",
                              "      sequence_parallel: true\n      hidden_dropout: 0\n      fp8: null\n"
@@ -177,6 +179,60 @@ TEST(ConfigValidate, LrWarmupFractionAndDefaultsOfTheSchedule) {
   EXPECT_FALSE(rc.train.optim.lr_decay_iters.has_value());
   expect_has(f.error("micro_llama.yaml", "      lr_warmup_iters: 5\n      lr_warmup_fraction: 0.1\n"),
              {"lr_warmup_fraction", "lr_warmup_iters=5", "set only one"});
+}
+
+// WSD in both dialects: Megatron's lr_wsd_* keys, and TorchTitan's decay_ratio (and its sqrt decay, which
+// only WSD's minus_sqrt expresses); an anneal longer than what follows the warm-up is refused or shortened.
+TEST(ConfigValidate, WarmupStableDecayInBothDialects) {
+  Fixture f;
+  ResolvedConfig m = f.load("micro_llama.yaml",
+                            "      train_iters: 100\n      lr_warmup_iters: 10\n      lr_decay_style: WSD\n"
+                            "      lr_wsd_decay_iters: 20\n      lr_wsd_decay_style: minus_sqrt\n");
+  EXPECT_EQ(m.train.optim.lr_decay_style, "WSD");
+  EXPECT_EQ(m.train.optim.lr_wsd_decay_iters, 20);
+  EXPECT_EQ(m.train.optim.lr_wsd_decay_style, "minus_sqrt");
+  expect_has(f.error("micro_llama.yaml",
+                     "      train_iters: 100\n      lr_warmup_iters: 10\n      lr_decay_style: WSD\n"
+                     "      lr_wsd_decay_iters: 91\n"),
+             {"lr_wsd_decay_iters=91", "must lie in [1, lr_decay_iters 100 - lr_warmup_iters 10]"});
+  expect_has(f.error("micro_llama.yaml",
+                     "      lr_decay_style: WSD\n      lr_wsd_decay_iters: 5\n"
+                     "      lr_wsd_decay_style: square\n"),
+             {"lr_wsd_decay_style"});
+  auto titan = [&](const std::string& schedule) {
+    return f.load(
+        "micro_llama.yaml",
+        "      training:\n        steps: 100\n      lr_scheduler:\n        warmup_steps: 10\n" + schedule, {},
+        "torchtitan");
+  };
+  const ResolvedConfig wsd = titan("        decay_ratio: 0.25\n        decay_type: cosine\n");
+  EXPECT_EQ(wsd.train.optim.lr_decay_style, "WSD");
+  EXPECT_EQ(wsd.train.optim.lr_wsd_decay_iters, 25) << "round(100 x 0.25)";
+  EXPECT_EQ(wsd.train.optim.lr_wsd_decay_style, "cosine");
+  EXPECT_EQ(wsd.train.optim.lr_decay_iters.value_or(0), 100);
+  const ResolvedConfig sq = titan("        decay_type: sqrt\n");
+  EXPECT_EQ(sq.train.optim.lr_decay_style, "WSD");
+  EXPECT_EQ(sq.train.optim.lr_wsd_decay_iters, 90) << "every step after the warm-up";
+  EXPECT_EQ(sq.train.optim.lr_wsd_decay_style, "minus_sqrt");
+  const ResolvedConfig none = titan("        decay_ratio: 0.0\n");
+  EXPECT_EQ(none.train.optim.lr_decay_style, "constant");
+  const ResolvedConfig longer = titan("        decay_ratio: 0.95\n");
+  EXPECT_EQ(longer.train.optim.lr_wsd_decay_iters, 90);
+  bool warned = false;
+  for (const std::string& w : longer.warnings)
+    warned = warned || w.find("more than the 90 after") != std::string::npos;
+  EXPECT_TRUE(warned);
+  EXPECT_EQ(titan("        decay_type: linear\n").train.optim.lr_decay_style, "linear");
+}
+
+// The vocabulary sizes known by tokenizer name (config/vocab.h): the HF tokenizer names Primus's experiments
+// use, including TorchTitan's DeepSeek 16B flavor (DeepSeekMoE's tokenizer).
+TEST(ConfigValidate, KnownTokenizersGiveTheirVocabularySize) {
+  EXPECT_EQ(known_vocab_size("meta-llama/Llama-3.1-8B"), 128256);
+  EXPECT_EQ(known_vocab_size("deepseek-ai/deepseek-moe-16b-base"), 102400);
+  EXPECT_EQ(known_vocab_size("deepseek-ai/DeepSeek-V2-Lite/"), 102400);
+  EXPECT_EQ(known_vocab_size("deepseek-ai/DeepSeek-V3"), 129280);
+  EXPECT_FALSE(known_vocab_size("someone/unknown-model").has_value());
 }
 
 TEST(ConfigValidate, TorchTitanDialectMapsSections) {

@@ -31,6 +31,30 @@ TEST(LrSchedule, LinearAndConstant) {
   EXPECT_THROW(LrSchedule(1, 0, 0, 1, "inverse-square-root"), ConfigError);
 }
 
+// WSD (Megatron's lr_wsd_*): warm-up, the peak lr until the anneal's start (lr_decay_iters - wsd), then each
+// anneal shape from lr to min_lr; min_lr after lr_decay_iters.
+TEST(LrSchedule, WarmupStableDecayShapes) {
+  const double lr = 1.0, lo = 0.1, half = 0.5;
+  const std::pair<const char*, double> shapes[] = {{"linear", half},
+                                                   {"cosine", half},
+                                                   {"exponential", 2.0 * std::pow(0.5, half) - 1.0},
+                                                   {"minus_sqrt", 1.0 - std::sqrt(half)}};
+  for (const auto& [shape, coeff] : shapes) {
+    SCOPED_TRACE(shape);
+    LrSchedule s(lr, lo, 10, 100, "WSD", 20, shape);
+    EXPECT_DOUBLE_EQ(s.at(5), 0.5);
+    EXPECT_DOUBLE_EQ(s.at(11), lr);
+    EXPECT_DOUBLE_EQ(s.at(80), lr) << "the anneal starts after iteration 80";
+    EXPECT_NEAR(s.at(90), lo + coeff * (lr - lo), 1e-12);
+    EXPECT_NEAR(s.at(100), lo, 1e-12);
+    EXPECT_DOUBLE_EQ(s.at(101), lo);
+    EXPECT_GT(s.at(81), s.at(89));
+  }
+  EXPECT_THROW(LrSchedule(1, 0, 10, 100, "WSD", 0, "linear"), ConfigError);
+  EXPECT_THROW(LrSchedule(1, 0, 10, 100, "WSD", 91, "linear"), ConfigError);
+  EXPECT_THROW(LrSchedule(1, 0, 10, 100, "WSD", 20, "square"), ConfigError);
+}
+
 TEST(Clip, CoefficientOnlyShrinks) {
   EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0f);
   EXPECT_NEAR(clip_coefficient(4.0, 1.0), 0.25f, 1e-6);
