@@ -4,6 +4,7 @@
 
 #include "model/tp_boundary.h"
 #include "model/weight_grad.h"
+#include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
@@ -99,32 +100,20 @@ MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths, 
   PRIMUS_CHECK(host_i32(tokens) && host_i32(targets) && tokens.shape() == targets.shape(),
                "mtp_batch: tokens and targets must be host i32 [B, T] alike, got {} and {}",
                tokens.describe(), targets.describe());
-  PRIMUS_CHECK(!seg_starts || (host_i32(*seg_starts) && seg_starts->shape() == tokens.shape()),
-               "mtp_batch: sample starts must be host i32 {}, got {}", shape_str(tokens.shape()),
-               seg_starts ? seg_starts->describe() : std::string());
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const int32_t* x = tokens.data<int32_t>();
   const int32_t* y = targets.data<int32_t>();
-  // ends[i]: one past the last position of token i's sequence within its row (the row's end unless packed).
-  std::vector<int64_t> begins(static_cast<size_t>(B * T)), ends(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T;) {
-      int64_t e = t + 1;
-      if (seg_starts) {
-        const int32_t* s = seg_starts->data<int32_t>() + b * T;
-        PRIMUS_CHECK(s[t] == t, "mtp_batch: row {} position {} starts a sample at {}, expected {}", b, t,
-                     s[t], t);
-        while (e < T && s[e] == s[t]) ++e;
-      } else {
-        e = T;
-      }
-      for (int64_t i = t; i < e; ++i) {
-        begins[static_cast<size_t>(b * T + i)] = t;
-        ends[static_cast<size_t>(b * T + i)] = e;
-      }
-      t = e;
+  // Token i's sequence within its row is [s[i], end[i]) when packed (its sample), else the whole row [0, T).
+  if (seg_starts) ops::check_segment_starts("mtp_batch", *seg_starts, B, T);
+  const int32_t* s = seg_starts ? seg_starts->data<int32_t>() : nullptr;
+  std::vector<int64_t> end(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = T; t-- > 0;) {
+      const int64_t i = b * T + t;
+      end[static_cast<size_t>(i)] = s && t + 1 < T && s[i + 1] == s[i] ? end[static_cast<size_t>(i + 1)]
+                                    : s                                ? t + 1
+                                                                       : T;
     }
-  }
   MtpBatch m;
   for (int64_t i = 0; i < B * T; ++i) m.counted += y[i] >= 0;
   for (int64_t k = 1; k <= depths; ++k) {
@@ -134,7 +123,7 @@ MtpBatch mtp_batch(const Tensor& tokens, const Tensor& targets, int64_t depths, 
     int64_t counted = 0;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) {
-        const int64_t i = b * T + t, lo = begins[static_cast<size_t>(i)], hi = ends[static_cast<size_t>(i)];
+        const int64_t i = b * T + t, lo = s ? s[i] : 0, hi = end[static_cast<size_t>(i)];
         u[i] = x[b * T + lo + (t - lo + k) % (hi - lo)];
         v[i] = t + k < hi ? y[i + k] : -1;
         counted += v[i] >= 0;

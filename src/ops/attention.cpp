@@ -45,6 +45,22 @@ Tensor attention_segment_starts(const std::vector<std::vector<int64_t>>& lengths
   return r;
 }
 
+void check_segment_starts(const char* op, const Tensor& seg_starts, int64_t batch, int64_t seq) {
+  PRIMUS_CHECK(seg_starts.device().is_cpu() && seg_starts.dtype() == DType::kI32 &&
+                   seg_starts.is_contiguous() && seg_starts.shape() == Shape({batch, seq}),
+               "{}: seg_starts must be a contiguous host i32 [{}, {}], got {}", op, batch, seq,
+               seg_starts.describe());
+  const int32_t* seg = seg_starts.data<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* r = seg + b * seq;
+    PRIMUS_CHECK(r[0] == 0, "{}: seg_starts[{}, 0] must be 0, got {}", op, b, r[0]);
+    for (int64_t i = 1; i < seq; ++i)
+      PRIMUS_CHECK(r[i] == r[i - 1] || r[i] == i,
+                   "{}: seg_starts[{}, {}] = {} must continue the sample starting at {} or start one at {}",
+                   op, b, i, r[i], r[i - 1], i);
+  }
+}
+
 void attention_forward(const Tensor& qkv, const AttentionShape& shape, Tensor& out, Tensor& lse,
                        const Stream& s) {
   check_same_device("attention_forward", qkv.device(), {&qkv, &out, &lse, shape.seg_starts});

@@ -53,6 +53,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
 // B = lengths.size(). Each row's lengths (each >= 1) must sum to at most T; the tokens after them form one
 // padding sample.
 Tensor attention_segment_starts(const std::vector<std::vector<int64_t>>& lengths, int64_t seq);
+// Checks host sample starts (CPU int32 [batch, seq]) against AttentionShape::seg_starts' rule (each row
+// starts at 0; each token continues the previous token's sample or starts one at itself); throws naming `op`,
+// the row, the token and the values.
+void check_segment_starts(const char* op, const Tensor& seg_starts, int64_t batch, int64_t seq);
 
 // Folds one partial attention result into a running one (context parallelism's ring attention). A query
 // block attends to the key/value blocks one at a time; each partial result (out_p, lse_p) is

@@ -208,9 +208,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iter) {
           const Tensor& t = ahead.back().b.tokens;
           rows.insert(rows.end(), t.data<int32_t>(), t.data<int32_t>() + t.numel());
         }
-        std::sort(rows.begin(), rows.end());
-        rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-        dp_->reserve_sparse_rows(rows);
+        dp_->reserve_sparse_rows(rows);  // (repeats are fine: it marks a presence vector)
       }
       for (int64_t a = 0; a < A; ++a) {
         if (dp_) dp_->begin_micro(a == A - 1);

@@ -75,15 +75,7 @@ void check_segments(const char* op, const AttentionShape& s) {
   if (!s.seg_starts) return;
   PRIMUS_CHECK(s.causal, "{}: seg_starts (packed sequences) needs causal attention", op);
   check_tensor(op, "seg_starts", *s.seg_starts, DType::kI32, {s.batch, s.seq});
-  const int32_t* seg = s.seg_starts->data<int32_t>();
-  for (int64_t bb = 0; bb < s.batch; ++bb) {
-    const int32_t* r = seg + bb * s.seq;
-    PRIMUS_CHECK(r[0] == 0, "{}: seg_starts[{}, 0] must be 0, got {}", op, bb, r[0]);
-    for (int64_t i = 1; i < s.seq; ++i)
-      PRIMUS_CHECK(r[i] == r[i - 1] || r[i] == i,
-                   "{}: seg_starts[{}, {}] = {} must continue the sample starting at {} or start one at {}",
-                   op, bb, i, r[i], r[i - 1], i);
-  }
+  check_segment_starts(op, *s.seg_starts, s.batch, s.seq);
 }
 
 // Attention with fewer multiply-adds than this (per Q K^T product) runs on the calling thread.
