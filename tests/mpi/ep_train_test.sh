@@ -152,7 +152,7 @@ tol=1e-5
 # The micro Qwen2-MoE's gradient norm spikes to 34 at step 16 (its all-expert softmax, unrenormalised): a
 # last-bit difference grows there to 1e-4 (plain data parallelism: 9e-5), as for capacity.
 [ "$mode" = qwen2 ] && tol=1e-3
-# (cpdeepseek: as MpiCp.cpdeepseek, a near-tie of the grouped sigmoid top-k moves under the split attention's
+# (cpdeepseek: as CpLaunch.cpdeepseek, a near-tie of the grouped sigmoid top-k moves under the split attention's
 # rounding.)
 [ "$mode" = cpdeepseek ] && tol=5e-5
 # Every EP case: the micro models' top-k near-ties at steps 16-17 tip under last-bit differences of the split

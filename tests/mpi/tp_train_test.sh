@@ -72,7 +72,7 @@ if [ "$mode" = bad ]; then
     --tensor_model_parallel_size 4 --num_query_groups 4 --ffn_hidden_size 190
   refuse etp "not supported yet: expert_tensor_parallel_size=1" 2 \
     PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2 --expert_tensor_parallel_size 1
-  # EP x TP trains (MpiEp.tp*); EP folds over dp x cp only (expert TP = TP), so TP 2 x EP 4 needs 8 ranks.
+  # EP x TP trains (EpLaunch.tp*); EP folds over dp x cp only (expert TP = TP), so TP 2 x EP 4 needs 8 ranks.
   refuse tpep "expert_model_parallel_size / parallelism.expert_parallel_degree = 4 does not divide dp 2 x cp 1" 4 \
     PRIMUS_E2E_MODEL=micro_mixtral.yaml -- --tensor_model_parallel_size 2 --expert_model_parallel_size 4
   refuse overlap "tp_comm_overlap needs sequence_parallel: true" 2 -- --tensor_model_parallel_size 2 \
@@ -144,7 +144,7 @@ case "$mode" in
     ;;
   moeqwen2)
     # The micro Qwen2-MoE's gradient norm spikes to 34 at step 16 (its all-expert softmax, unrenormalised): a
-    # last-bit difference grows there to 7e-5 (plain data parallelism: 9e-5; MpiEp.qwen2 allows 1e-3 alike).
+    # last-bit difference grows there to 7e-5 (plain data parallelism: 9e-5; EpLaunch.qwen2 allows 1e-3 alike).
     export PRIMUS_E2E_MODEL=micro_qwen2_moe.yaml
     keys=(--sequence_parallel true)
     tol=1e-3
