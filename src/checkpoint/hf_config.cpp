@@ -225,6 +225,14 @@ HfModelInfo model_config_from_hf(const nlohmann::json& c, const std::string& wha
         bad_config(what,
                    fmt::format("layer_types entry {} is not supported (only full_attention)", lt.dump()));
 
+  // Partial rotary: none of these families' attention applies it (see hf_config_from_model).
+  for (const nlohmann::json* o : {&c, c.contains("rope_parameters") ? &c["rope_parameters"] : nullptr})
+    if (o && o->is_object() && o->contains("partial_rotary_factor") &&
+        !(*o)["partial_rotary_factor"].is_null() &&
+        !((*o)["partial_rotary_factor"].is_number() && (*o)["partial_rotary_factor"].get<double>() == 1.0))
+      bad_config(what, fmt::format("partial_rotary_factor {} is not supported for {} (its attention rotates "
+                                   "the whole head)",
+                                   (*o)["partial_rotary_factor"].dump(), type));
   // RoPE theta: exactly one value, from rope_theta and/or rope_parameters.rope_theta.
   std::optional<double> top, nested;
   if (c.contains("rope_theta") && !c["rope_theta"].is_null()) top = req_number(c, "rope_theta", what);
@@ -286,6 +294,13 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
         fmt::format("the model has {} multi-token-prediction layer(s), which only deepseek_v3 "
                     "expresses, not {}",
                     m.mtp_num_layers, model_type));
+  // transformers' Llama / Qwen / Mixtral / DeepSeek classes rotate the whole head (their rotary helper
+  // multiplies q by a cos of the rotary width: a narrower one does not broadcast).
+  if (m.rotary_percent != 1.0)
+    throw ConfigError(
+        fmt::format("the model rotates {} of each head (rotary_percent), which {} does not "
+                    "express (its attention rotates the whole head)",
+                    m.rotary_percent, model_type));
   // A base config.json of another family says nothing about this one: keep only its generic keys.
   const bool same_family = base.is_object() && base.value("model_type", std::string()) == model_type;
 

@@ -34,6 +34,7 @@ nlohmann::ordered_json model_json(const ModelConfig& m) {
   j["normalization"] = m.normalization;
   j["norm_epsilon"] = m.norm_epsilon;
   j["rotary_base"] = m.rotary_base;
+  j["rotary_percent"] = m.rotary_percent;
   j["use_rope_scaling"] = m.use_rope_scaling;
   j["rope_scaling_factor"] = m.rope_scaling_factor;
   j["rope_low_freq_factor"] = m.rope_low_freq_factor;
@@ -114,6 +115,7 @@ ModelConfig model_from(const nlohmann::json& j) {
   m.normalization = j.at("normalization").get<std::string>();
   m.norm_epsilon = j.at("norm_epsilon").get<double>();
   m.rotary_base = j.at("rotary_base").get<double>();
+  m.rotary_percent = j.value("rotary_percent", 1.0);  // absent before partial rotary: the whole head
   m.use_rope_scaling = j.at("use_rope_scaling").get<bool>();
   m.rope_scaling_factor = j.at("rope_scaling_factor").get<double>();
   m.rope_low_freq_factor = j.at("rope_low_freq_factor").get<double>();

@@ -74,9 +74,8 @@ void map_megatron(ResolvedConfig& rc) {
   auto zero_or_null = [&](const char* key) { return k.is_null(key) || k.f(key) == 0.0; };
   only("model_type", k.s("model_type") == "gpt");  // decoder-only
   only("position_embedding_type", k.s("position_embedding_type") == "rope");
-  only("rotary_percent", k.is_null("rotary_percent") || k.f("rotary_percent") == 1.0);  // whole head
-  only("rotary_interleaved", !k.b("rotary_interleaved"));                               // rotate-half pairs
-  only("hidden_dropout", zero_or_null("hidden_dropout"));                               // no dropout
+  only("rotary_interleaved", !k.b("rotary_interleaved"));  // rotate-half pairs
+  only("hidden_dropout", zero_or_null("hidden_dropout"));  // no dropout
   only("attention_dropout", zero_or_null("attention_dropout"));
 
   // Model.
@@ -132,6 +131,8 @@ void map_megatron(ResolvedConfig& rc) {
     rc.set_source("model.norm_epsilon", "layernorm_epsilon", k.origin("layernorm_epsilon"));
   }
   m.rotary_base = k.f("rotary_base");
+  if (!k.is_null("rotary_percent")) m.rotary_percent = k.f("rotary_percent");
+  src("rotary_percent", "rotary_percent");
   m.use_rope_scaling = k.b("use_rope_scaling");
   m.rope_scaling_factor = k.f("rope_scaling_factor");
   m.init_method_std = k.f("init_method_std");

@@ -91,9 +91,8 @@ void add_megatron_model_keys(KeyTable& t) {
             .supports(strings({"rope"}), "only rope is implemented"));
   t.add(unsup("add_position_embedding", kB, "false", "add a learned absolute position embedding"));
   t.add(impl("rotary_base", kF, "10000", "RoPE theta").non_null().check(positive()));
-  t.add(impl("rotary_percent", kF, "1.0", "fraction of the head dimension that RoPE rotates")
-            .check(in_range(0, 1))
-            .supports(null_or_number(1.0), "only 1.0 (rotate the whole head) is implemented"));
+  t.add(impl("rotary_percent", kF, "1.0", "fraction of the head dimension that RoPE rotates (partial rotary)")
+            .check(in_range(0, 1)));
   t.add(impl("rotary_interleaved", kB, "false", "interleaved RoPE pairs (2i, 2i+1) instead of rotate-half")
             .supports(is_bool(false), "only rotate-half (false) is implemented"));
   t.add(unsup("rotary_seq_len_interpolation_factor", kF, "null", "linear RoPE position interpolation",

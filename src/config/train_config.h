@@ -90,6 +90,9 @@ struct ModelConfig {
   std::string normalization = "RMSNorm";
   double norm_epsilon = 1e-5;
   double rotary_base = 10000.0;
+  // Partial rotary (Megatron rotary_percent, HF partial_rotary_factor): RoPE rotates the first
+  // floor(head_dim x rotary_percent) elements of each head (ModelSpec::rope_dim), the rest pass through.
+  double rotary_percent = 1.0;
   bool use_rope_scaling = false;  // Llama-3 frequency scaling
   double rope_scaling_factor = 8.0;
   double rope_low_freq_factor = 1.0;

@@ -34,6 +34,16 @@ void validate_config(ResolvedConfig& rc) {
                     cite("hidden_size", m.hidden_size), cite("num_attention_heads", m.num_attention_heads)));
   if (m.ffn_hidden_size <= 0)
     bad.add(fmt::format("{} must be > 0", cite("ffn_hidden_size", m.ffn_hidden_size)));
+  // Partial rotary: Megatron rotates int(kv_channels x rotary_percent) dimensions of each head, in pairs.
+  if (m.rotary_percent != 1.0 && !m.mla.enabled) {
+    const int64_t head_dim = m.kv_channels > 0 ? m.kv_channels : m.hidden_size / m.num_attention_heads;
+    const auto rotated = static_cast<int64_t>(static_cast<double>(head_dim) * m.rotary_percent);
+    if (rotated < 2 || rotated % 2 != 0)
+      bad.add(
+          fmt::format("{} of the head dimension {} rotates {} dimensions (rule: int(head_dim x "
+                      "rotary_percent) must be even and at least 2)",
+                      cite("rotary_percent", m.rotary_percent), head_dim, rotated));
+  }
   if (m.num_attention_heads % p.tensor_model_parallel_size != 0)
     bad.add(fmt::format("{} is not divisible by {} (rule: num_attention_heads % TP == 0)",
                         cite("num_attention_heads", m.num_attention_heads),
@@ -64,6 +74,15 @@ void validate_config(ResolvedConfig& rc) {
         "(micro_batch_size * DP) == 0)",
         cite("global_batch_size", t.global_batch_size), cite("micro_batch_size", t.micro_batch_size),
         b.data_parallel, b.micro_batch * b.data_parallel));
+
+  // Multi-latent attention rotates its qk_pos_emb_head_dim slice; Megatron's MLA with rope_type rope would
+  // rotate only a percentage of that slice (with yarn it ignores rotary_percent): not built.
+  if (m.mla.enabled && m.rotary_percent != 1.0 && !rc.planning)
+    throw NotSupportedError(
+        fmt::format("{}: not supported yet: rotary_percent {} with multi_latent_attention (a part of MLA's "
+                    "qk_pos_emb_head_dim slice)",
+                    rc.keys.origin("rotary_percent").str(), m.rotary_percent),
+        "set rotary_percent: 1.0, or size the rotary slice with qk_pos_emb_head_dim");
 
   // Packed SFT rows with isolated samples: the positions and sample starts reach the decoder's RoPE (MLA's in
   // its pack step), attention, the MTP depths' shift (mtp_batch) and the pipeline's micro-batches; the

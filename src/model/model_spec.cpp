@@ -45,6 +45,14 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
         static_cast<float>(m2 / std::sqrt(static_cast<double>(a.qk_head_dim + a.qk_pos_emb_head_dim)));
   } else {
     s.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+    if (m.rotary_percent != 1.0) {
+      // Megatron's RotaryEmbedding: int(kv_channels * rotary_percent) dimensions (validate.cpp names a bad
+      // one).
+      s.rotary_dim = static_cast<int64_t>(static_cast<double>(s.head_dim) * m.rotary_percent);
+      PRIMUS_CHECK(s.rotary_dim >= 2 && s.rotary_dim % 2 == 0,
+                   "rotary_percent {} of head_dim {} rotates {} dimensions: must be even and at least 2",
+                   m.rotary_percent, s.head_dim, s.rotary_dim);
+    }
   }
   PRIMUS_CHECK(s.mtp_layers >= 0, "mtp_num_layers must be >= 0, got {}", s.mtp_layers);
   if (s.moe.enabled()) {
@@ -145,9 +153,10 @@ std::string ModelSpec::pipeline_modules() const {
 }
 
 std::string ModelSpec::describe() const {
-  return fmt::format("L={} d={} heads={}/{} head_dim={} ffn={} vocab={}{}{}{}", layers, hidden, heads,
-                     kv_heads, head_dim, ffn, vocab, qkv_bias ? " qkv-bias" : "",
-                     qk_norm && !mla.enabled ? " qk-norm" : "", tied_embeddings ? " tied" : "") +
+  return fmt::format("L={} d={} heads={}/{} head_dim={}{} ffn={} vocab={}{}{}{}", layers, hidden, heads,
+                     kv_heads, head_dim, rotary_dim > 0 ? fmt::format(" rotary={}", rotary_dim) : "", ffn,
+                     vocab, qkv_bias ? " qkv-bias" : "", qk_norm && !mla.enabled ? " qk-norm" : "",
+                     tied_embeddings ? " tied" : "") +
          (moe.enabled() ? fmt::format(" experts={} top-{} expert-ffn={} moe-layers={}", moe.num_experts,
                                       moe.topk, moe.ffn_hidden_size, moe.moe_layers())
                         : "") +

@@ -31,7 +31,12 @@ struct ModelSpec {
   // mla.enabled: every layer's attention is multi-latent (model/mla_attention.h) and RoPE covers only the
   // qk_pos_emb_head_dim rotary slice; head_dim then is unused.
   MlaConfig mla;
-  int64_t rope_dim() const { return mla.enabled ? mla.qk_pos_emb_head_dim : head_dim; }
+  // The elements of each head RoPE rotates: MLA's rotary slice, else head_dim or, with partial rotary
+  // (rotary_percent < 1), the leading rotary_dim of them (ops::rope_apply with a table that wide).
+  int64_t rotary_dim = 0;  // 0: the whole head
+  int64_t rope_dim() const {
+    return mla.enabled ? mla.qk_pos_emb_head_dim : rotary_dim > 0 ? rotary_dim : head_dim;
+  }
   float attn_scale = 1.0f;  // softmax scale: 1/sqrt(D), or MLA's m(factor, mscale_all_dim)^2 / sqrt(dn + dr)
   int64_t mtp_layers = 0;   // multi-token-prediction depths (model/mtp.h)
   double mtp_loss_scale = 0.1;

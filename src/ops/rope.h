@@ -35,9 +35,12 @@ std::vector<float> rope_inv_freq(const RopeConfig& cfg, int64_t head_dim);
 Tensor rope_table(const RopeConfig& cfg, int64_t max_pos, int64_t head_dim);
 
 // In place on x [B, T, total_heads * D]: rotates heads [0, n_heads) of every token by angle (pos_offset + t)
-// * f. inverse = true rotates by the negative angle: the transpose of the forward map, which is the backward
-// pass (also with YaRN's scaled table, where the forward is c R and its transpose c R^T).
-// table lives on x's device.
+// * f. The table's width R (even, <= D) is the rotated part of each head: R = D rotates the whole head, a
+// smaller R (partial rotary: Megatron's rotary_percent, HF's partial_rotary_factor, with the table and its
+// frequencies built for R) rotates elements [0, R) by rotate-half within them and leaves [R, D) as they are.
+// inverse = true rotates by the negative angle: the transpose of the forward map, which is the backward pass
+// (also with YaRN's scaled table, where the forward is c R and its transpose c R^T). table lives on x's
+// device.
 void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int64_t n_heads, int64_t head_dim,
                 const Tensor& table, int64_t pos_offset, bool inverse, const Stream& s);
 

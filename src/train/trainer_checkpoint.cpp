@@ -44,6 +44,7 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
   if (!(saved.mla.enabled && cfg.mla.enabled)) cmp("qk_layernorm", saved.qk_layernorm, cfg.qk_layernorm);
   cmp("norm_epsilon", saved.norm_epsilon, cfg.norm_epsilon);
   cmp("rotary_base", saved.rotary_base, cfg.rotary_base);
+  cmp("rotary_percent", saved.rotary_percent, cfg.rotary_percent);
   cmp("use_rope_scaling", saved.use_rope_scaling, cfg.use_rope_scaling);
   if (saved.use_rope_scaling && cfg.use_rope_scaling) {
     cmp("rope_scaling_factor", saved.rope_scaling_factor, cfg.rope_scaling_factor);

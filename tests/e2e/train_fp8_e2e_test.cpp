@@ -57,14 +57,16 @@ TEST(TrainFp8E2E, EveryRecipeTracksTheFullPrecisionRun) {
   Scratch s("fp8-e2e");
   const std::string exp = fp8_experiment(s.dir, "");
   auto run = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> a = {"train", "pretrain", "--config", exp, "--train_iters", "50"};
+    // 30 steps: the byte entropy has fallen by ~2.4 nats by step 20 (2026-12-07), and each FP8 run costs
+    // three f32 runs on the CPU (every cast emulated), so longer curves only cost CI time.
+    std::vector<std::string> a = {"train", "pretrain", "--config", exp, "--train_iters", "30"};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_primus(a, env_for(s.dir, name), s.dir);
   };
   CliResult base = run("f32", {});
   ASSERT_EQ(base.exit_code, 0) << base.err << base.out;
   const std::vector<double> ref = losses(s.dir + "/amd/ci/f32/metrics.jsonl");
-  ASSERT_EQ(ref.size(), 50u);
+  ASSERT_EQ(ref.size(), 30u);
   struct Case {
     const char* name;
     std::vector<std::string> args;
@@ -83,7 +85,7 @@ TEST(TrainFp8E2E, EveryRecipeTracksTheFullPrecisionRun) {
     EXPECT_NE(r.out.find(std::string("| fp8 ") + c.id + " "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("8 projections on this rank"), std::string::npos) << r.out;
     const auto steps = steps_of(s.dir + "/amd/ci/" + c.name + "/metrics.jsonl");
-    ASSERT_EQ(steps.size(), 50u);
+    ASSERT_EQ(steps.size(), 30u);
     EXPECT_EQ(steps.back()["fp8_recipe"].get<std::string>(), c.id);
     // Every projection GEMM of the two layers is FP8; the output layer (d x vocab) is not.
     EXPECT_GT(steps.back()["fp8_gemm_share"].get<double>(), 0.7);

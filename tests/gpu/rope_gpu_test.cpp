@@ -20,6 +20,7 @@ using fused::gpu_randn;
 struct RopeCase {
   int64_t batch, seq, total, n, hd, offset;
   bool llama3;
+  int64_t rot = 0;  // partial rotary: the table's width, the leading part of each head rotated (0: hd)
 };
 
 void rope_case(Context& ctx, const RopeCase& c, bool timed) {
@@ -28,9 +29,11 @@ void rope_case(Context& ctx, const RopeCase& c, bool timed) {
     cfg.theta = 500000.0;
     cfg.llama3_scaling = true;
   }
-  const std::string sz = fmt::format("B={} T={} heads {}/{} hd={} off={}{}", c.batch, c.seq, c.n, c.total,
-                                     c.hd, c.offset, c.llama3 ? " llama3" : "");
-  Tensor table = ops::rope_table(cfg, c.offset + c.seq, c.hd);
+  const int64_t rot = c.rot > 0 ? c.rot : c.hd;
+  const std::string sz =
+      fmt::format("B={} T={} heads {}/{} hd={}{} off={}{}", c.batch, c.seq, c.n, c.total, c.hd,
+                  c.rot > 0 ? fmt::format(" rotary={}", c.rot) : "", c.offset, c.llama3 ? " llama3" : "");
+  Tensor table = ops::rope_table(cfg, c.offset + c.seq, rot);
   Tensor table_g = table.to(ctx.stream);
   const Shape shape{c.batch, c.seq, c.total * c.hd};
   Tensor x = gpu_randn(ctx, shape, DType::kBF16);
@@ -59,6 +62,12 @@ PRIMUS_GPU_TEST(rope) {
   rope_case(ctx, {1, 31, 2, 2, 34, 0, false}, false);      // half = 17: scalar path
   rope_case(ctx, {3, 127, 4, 4, 128, 1000, true}, false);  // llama3 frequency scaling, offset positions
   rope_case(ctx, {1, 1000, 1, 1, 8, 3, false}, false);     // half = 4: scalar path
+  // Partial rotary (rotary_percent): the head's first `rot` elements rotate, the rest must come back as they
+  // were (the check covers the whole row). Vector path (rot / 2 and hd multiples of 8), then scalar ones.
+  rope_case(ctx, {2, 127, 4, 3, 128, 5, false, 64}, false);  // 0.5 (MiniMax-M2.5, GLM-4)
+  rope_case(ctx, {1, 33, 3, 2, 256, 0, true, 64}, false);    // 0.25 (Qwen3-Next)
+  rope_case(ctx, {2, 31, 3, 2, 34, 1, false, 16}, false);    // hd not a multiple of 8: scalar
+  rope_case(ctx, {1, 33, 2, 2, 64, 0, false, 12}, false);    // rot / 2 = 6: scalar
   // Llama-3-8B q and k of one micro-batch (32 + 8 rotated heads of a fused [q | k | v] row), 4 x 4096 tokens.
   rope_case(ctx, {4, 4096, 48, 40, 128, 0, true}, true);
 }

@@ -218,17 +218,83 @@ TEST(Rope, RejectsBadInputs) {
   Tensor x = rand_tensor(rng, {1, 4, 12}, DType::kF32);
   EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 3, 4, table, 5, false, s), "positions [5, 9) exceed");
   EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 4, 4, table, 0, false, s), "n_heads (4)");
-  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 4, 3, 3, table, 0, false, s), "even head_dim");
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 4, 3, 3, table, 0, false, s), "in [2, head_dim = 3]");
   EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 2, 4, 3, 3, 4, table, 0, false, s),
                       "rope_apply: x must be [2, 4, 12]");
   Tensor t64 = table_f64(RopeConfig{}, 8, 4);
   EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 3, 4, t64, 0, false, s), "table must be f32 or f32");
   Tensor wide = ops::rope_table(RopeConfig{}, 8, 6);
-  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 3, 4, wide, 0, false, s), "table must be [max_pos, 4]");
+  EXPECT_PRIMUS_ERROR(ops::rope_apply(x, 1, 4, 3, 3, 4, wide, 0, false, s), "table must be [max_pos, R]");
   EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(RopeConfig{}, 7), "head_dim must be even");
   RopeConfig bad = llama3_config();
   bad.high_freq_factor = 0.5;
   EXPECT_PRIMUS_ERROR(ops::rope_inv_freq(bad, 8), "low_freq_factor < high_freq_factor");
+}
+
+// Partial rotary (Megatron rotary_percent, HF partial_rotary_factor): a table R < D wide rotates each head's
+// first R elements exactly as a rope over heads of R elements does (bitwise: the same arithmetic on the same
+// values) and leaves [R, D) of every head bitwise as it was; the inverse undoes it; its gradient is the
+// inverse.
+TEST(Rope, PartialRotaryRotatesTheLeadingSliceOnly) {
+  struct Case {
+    int64_t b, t, total, n, d, r, offset;
+  };
+  const Case cases[] = {{1, 3, 2, 2, 8, 4, 0},
+                        {2, 31, 3, 2, 33, 16, 5},
+                        {1, 33, 4, 3, 31, 12, 2},
+                        {2, 127, 2, 2, 64, 16, 1},
+                        {1, 5, 3, 3, 6, 2, 0}};
+  Rng rng;
+  for (DType dt : float_types()) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} b={} t={} heads {}/{} d={} r={} offset={}", dtype_name(dt), c.b, c.t, c.n,
+                               c.total, c.d, c.r, c.offset));
+      Tensor table = ops::rope_table(llama3_config(), c.offset + c.t, c.r);
+      Tensor x = rand_tensor(rng, {c.b, c.t, c.total * c.d}, dt);
+      const auto x0 = host(x);
+      // The leading slices gathered into heads of r elements, rotated as whole heads.
+      std::vector<double> lead(static_cast<size_t>(c.b * c.t * c.total * c.r));
+      for (int64_t tok = 0; tok < c.b * c.t; ++tok)
+        for (int64_t h = 0; h < c.total; ++h)
+          for (int64_t i = 0; i < c.r; ++i)
+            lead[(tok * c.total + h) * c.r + i] = x0[(tok * c.total + h) * c.d + i];
+      Tensor xr = tensor_of(lead, {c.b, c.t, c.total * c.r}, dt);
+      ops::rope_apply(xr, c.b, c.t, c.total, c.n, c.r, table, c.offset, false, Stream::cpu());
+      ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, c.offset, false, Stream::cpu());
+      const auto y = host(x), yr = host(xr);
+      for (int64_t tok = 0; tok < c.b * c.t; ++tok)
+        for (int64_t h = 0; h < c.total; ++h)
+          for (int64_t i = 0; i < c.d; ++i) {
+            const size_t at = static_cast<size_t>((tok * c.total + h) * c.d + i);
+            const double want = i < c.r ? yr[(tok * c.total + h) * c.r + i] : x0[at];
+            ASSERT_EQ(y[at], want) << "token " << tok << " head " << h << " element " << i;
+          }
+      if (c.t > 1) EXPECT_GT(rel_err(x, x0), 1e-4);  // it did rotate
+      // The same through per-token positions, and back.
+      std::vector<int32_t> pos(static_cast<size_t>(c.b * c.t));
+      for (int64_t i = 0; i < c.b * c.t; ++i) pos[i] = static_cast<int32_t>(c.offset + i % c.t);
+      Tensor p = Tensor::from_vector(pos, {c.b, c.t});
+      Tensor xp = tensor_of(x0, x.shape(), dt);
+      ops::rope_apply(xp, c.b, c.t, c.total, c.n, c.d, table, 0, &p, false, Stream::cpu());
+      EXPECT_EQ(host(xp), y);
+      // (The f32 table's cos^2 + sin^2 is 1 to f32 rounding, whatever x's type.)
+      ops::rope_apply(x, c.b, c.t, c.total, c.n, c.d, table, c.offset, true, Stream::cpu());
+      EXPECT_LT(rel_err(x, x0), 1e-6);
+    }
+  }
+  // The backward (the inverse rotation) against finite differences of the forward, f64.
+  const Case c{2, 5, 3, 2, 10, 4, 3};
+  Tensor table = table_f64(llama3_config(), 16, c.r);
+  const Shape shape{c.b, c.t, c.total * c.d};
+  Tensor x = rand_tensor(rng, shape, DType::kF64), dy = rand_tensor(rng, shape, DType::kF64);
+  auto forward = [&] {
+    Tensor y = clone(x);
+    ops::rope_apply(y, c.b, c.t, c.total, c.n, c.d, table, c.offset, false, Stream::cpu());
+    return host(y);
+  };
+  Tensor dx = clone(dy);
+  ops::rope_apply(dx, c.b, c.t, c.total, c.n, c.d, table, c.offset, true, Stream::cpu());
+  EXPECT_LT(fd_rel_error(rng, x, host(dx), forward, host(dy), 200), kGradTol);
 }
 
 RopeConfig yarn_config(double mscale, double mscale_all_dim) {

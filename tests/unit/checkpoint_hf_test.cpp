@@ -252,6 +252,30 @@ TEST(CheckpointHfConfig, ThetaMustBePresentAndUnambiguous) {
   json yarn = nested;
   yarn["rope_parameters"]["rope_type"] = "yarn";
   EXPECT_THROW(ckpt::model_config_from_hf(yarn, "config.json"), Error);
+  // Partial rotary: transformers' Llama / Qwen attention rotates the whole head, so a factor below 1 (top
+  // level or in rope_parameters) cannot be these families' weights; 1 is the whole head.
+  for (json partial : {c, nested}) {
+    json& where = partial.contains("rope_parameters") ? partial["rope_parameters"] : partial;
+    where["partial_rotary_factor"] = 0.5;
+    try {
+      ckpt::model_config_from_hf(partial, "config.json");
+      FAIL() << "partial_rotary_factor 0.5 must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("partial_rotary_factor 0.5 is not supported"), std::string::npos)
+          << e.what();
+    }
+    where["partial_rotary_factor"] = 1.0;
+    EXPECT_NO_THROW(ckpt::model_config_from_hf(partial, "config.json"));
+  }
+  // ... and a model that rotates part of each head is not exported as one of them.
+  ModelConfig m = ckpt::model_config_from_hf(c, "config.json").model;
+  m.rotary_percent = 0.5;
+  try {
+    ckpt::hf_config_from_model(m, "llama", "bfloat16", json());
+    FAIL() << "rotary_percent 0.5 must not export as llama";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rotary_percent"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CheckpointHfConfig, WeightsThatDoNotMatchTheConfigAreRefused) {

@@ -5,6 +5,7 @@
 #include "config/load_config.h"
 #include "config/vocab.h"
 #include "config_test_util.h"
+#include "model/model_spec.h"
 
 namespace primus::config {
 namespace {
@@ -136,6 +137,19 @@ TEST(ConfigValidate, NotSupportedYetNamesKeyAndValue) {
                              "      sequence_parallel: true\n      hidden_dropout: 0\n      fp8: null\n"
                              "      use_turbo_attention: true\n      mtp_num_layers: 0\n");
   EXPECT_EQ(rc.keys.entry("use_turbo_attention")->decl->status, KeyStatus::kNoEffect);
+}
+
+// Partial rotary: Megatron's rotary_percent rotates int(head_dim x percent) dimensions, which must be even.
+TEST(ConfigValidate, PartialRotaryPercentOfTheHead) {
+  Fixture f;
+  ResolvedConfig rc = f.load("micro_llama.yaml", "      rotary_percent: 0.5\n");  // head_dim 16
+  EXPECT_EQ(rc.train.model.rotary_percent, 0.5);
+  EXPECT_EQ(ModelSpec::from_config(rc.train.model).rope_dim(), 8);
+  expect_has(f.error("micro_llama.yaml", "      rotary_percent: 0.1\n"),
+             {"rotary_percent=0.1", "rotates 1 dimensions", "must be even and at least 2"});
+  expect_has(f.error("micro_llama.yaml", "      rotary_percent: 1.5\n"), {"rotary_percent"});
+  expect_has(f.error("micro_deepseek_mla.yaml", "      rotary_percent: 0.5\n"),
+             {"not supported yet: rotary_percent 0.5 with multi_latent_attention"});
 }
 
 // The padded vocabulary is the same table for every TP that divides make_vocab_size_divisible_by (checkpoints

@@ -28,6 +28,15 @@ TEST(ModelGradient, TiedEmbeddingsMatchFiniteDifferences) {
   check_gradients(tiny_model(false, false, true), {});
 }
 
+// Partial rotary (rotary_percent): RoPE on the first 4 of each head's 6 elements, the last 2 position-free.
+TEST(ModelGradient, PartialRotaryMatchesFiniteDifferences) {
+  ModelConfig c = tiny_model(true, false, false);
+  c.kv_channels = 6;
+  c.rotary_percent = 0.7;  // int(6 x 0.7) = 4
+  ASSERT_EQ(ModelSpec::from_config(c).rope_dim(), 4);
+  check_gradients(c, {});
+}
+
 TEST(ModelGradient, RecomputeModesGiveBitwiseIdenticalGradients) {
   ModelConfig c = tiny_model(true, true, false);
   auto grads = [&](const std::string& gran, const std::string& method) {

@@ -1,5 +1,6 @@
-// Rotary position embedding (rotate-half), in place on bf16 q/k with an f32 [max_pos, D] table (cos | sin).
-// One thread rotates 8 pairs (i, i + D/2) of one head: two 16-byte bf16 loads and stores plus four 16-byte
+// Rotary position embedding (rotate-half), in place on bf16 q/k with an f32 [max_pos, R] table (cos | sin),
+// R = D or, for partial rotary, fewer (the head's first R elements rotate, the rest pass through).
+// One thread rotates 8 pairs (i, i + R/2) of one head: two 16-byte bf16 loads and stores plus four 16-byte
 // table loads, which stay in L1/L2 because every head of a token reuses the same table row. Heads of D not a
 // multiple of 16 (or unaligned pointers) take the scalar kernel, one pair per thread.
 // Per-token positions (packed rows) are a template parameter, so the offset path compiles to exactly the
@@ -18,7 +19,8 @@ struct RopeShape {
   int64_t seq;         // tokens per sequence (the position of token t is pos_offset + t % seq)
   int64_t n_heads;     // rotated heads per token
   int64_t row_stride;  // elements per token row (total_heads * D)
-  int64_t half;        // D / 2
+  int64_t head_dim;    // D
+  int64_t half;        // R / 2: the rotated pairs (i, i + R/2) of each head, R = the table's width <= D
   int64_t pos_offset;
   int64_t max_pos;  // table rows: per-token positions are clamped into [0, max_pos)
   float sign;       // +1 forward, -1 inverse (the rotation by the negative angle)
@@ -35,7 +37,7 @@ __global__ void rope_kernel(bf16* __restrict__ x, const float* __restrict__ tabl
   const int64_t j = (idx % per_head) * N;
   const int64_t th = idx / per_head;
   const int64_t h = th % s.n_heads, tok = th / s.n_heads;
-  bf16* x1 = x + tok * s.row_stride + h * 2 * s.half + j;
+  bf16* x1 = x + tok * s.row_stride + h * s.head_dim + j;
   bf16* x2 = x1 + s.half;
   int64_t pos;
   if constexpr (POS) {
@@ -82,15 +84,17 @@ void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int6
   detail::check_cuda_tensor(op, "x", x, DType::kBF16);
   detail::check_cuda_tensor(op, "table", table, DType::kF32);
   detail::check_same_cuda_device(op, x, table);
-  PRIMUS_CHECK(batch >= 1 && seq >= 1 && head_dim >= 2 && head_dim % 2 == 0,
-               "{}: needs batch, seq >= 1 and an even head_dim >= 2, got batch={} seq={} head_dim={}", op,
-               batch, seq, head_dim);
+  PRIMUS_CHECK(batch >= 1 && seq >= 1 && head_dim >= 2,
+               "{}: needs batch, seq >= 1 and head_dim >= 2, got batch={} seq={} head_dim={}", op, batch, seq,
+               head_dim);
   PRIMUS_CHECK(n_heads >= 0 && n_heads <= total_heads, "{}: n_heads ({}) must be in [0, total_heads = {}]",
                op, n_heads, total_heads);
   PRIMUS_CHECK(x.ndim() == 3 && x.size(0) == batch && x.size(1) == seq && x.size(2) == total_heads * head_dim,
                "{}: x must be [{}, {}, {}], got {}", op, batch, seq, total_heads * head_dim, x.describe());
-  PRIMUS_CHECK(table.ndim() == 2 && table.size(1) == head_dim, "{}: table must be [max_pos, {}], got {}", op,
-               head_dim, table.describe());
+  // Partial rotary (rotary_percent < 1): a table narrower than the head rotates that many leading elements.
+  PRIMUS_CHECK(table.ndim() == 2 && table.size(1) >= 2 && table.size(1) % 2 == 0 && table.size(1) <= head_dim,
+               "{}: table must be [max_pos, R] with R even and in [2, head_dim = {}], got {}", op, head_dim,
+               table.describe());
   if (positions) {
     // Only the shape is checked: reading the values back would cost a host sync per call (the kernel clamps
     // them instead; the CPU reference validates them).
@@ -107,10 +111,12 @@ void rope_apply(Tensor& x, int64_t batch, int64_t seq, int64_t total_heads, int6
                  table.size(0));
   }
   if (n_heads == 0) return;
-  const int64_t half = head_dim / 2;
-  const RopeShape shape{seq,        n_heads,       total_heads * head_dim, half,
-                        pos_offset, table.size(0), inverse ? -1.f : 1.f};
-  const bool vec = half % 8 == 0 && detail::aligned16(x.data_ptr()) && detail::aligned16(table.data_ptr());
+  const int64_t half = table.size(1) / 2;
+  const RopeShape shape{seq,  n_heads,    total_heads * head_dim, head_dim,
+                        half, pos_offset, table.size(0),          inverse ? -1.f : 1.f};
+  // 16-byte vectors need every head's start aligned as well (head_dim a multiple of 8 bf16).
+  const bool vec = half % 8 == 0 && head_dim % 8 == 0 && detail::aligned16(x.data_ptr()) &&
+                   detail::aligned16(table.data_ptr());
   const int n = vec ? 8 : 1;
   const int64_t total = batch * seq * n_heads * (half / n);
   constexpr int kBlock = 256;
