@@ -99,6 +99,13 @@ void check_mistyped_options(const std::vector<std::string>& overrides) {
 static std::string fp8_report(const TrainConfig& t) {
   const std::optional<Fp8Recipe> r = Fp8Recipe::from_config(t.fp8);
   if (!r) return {};
+  // A dry run of a tokenizer whose vocabulary is not known here (no tokenizer file at hand, not in
+  // config/vocab's table) has no model to size: say so rather than fail on the sizes of an empty vocabulary.
+  if (t.model.padded_vocab_size <= 0 && t.model.vocab_size <= 0)
+    return fmt::format(
+        "fp8            {} ({}); its GEMM sizes are checked when training starts (the "
+        "vocabulary size is unknown here)\n",
+        r->describe(), t.fp8.source);
   check_fp8_runnable(*r, t, Stream::cpu());
   return fmt::format("fp8            {} ({}); {:.1f}% of the step's GEMM FLOPs in FP8\n", r->describe(),
                      t.fp8.source, 100.0 * fp8_gemm_flop_share(*r, t));

@@ -167,6 +167,9 @@ struct RecomputeConfig {
   std::string granularity;  // "" (off) | full | selective
   std::string method;       // uniform | block (full only)
   int64_t num_layers = 1;
+  // Primus's recompute_layer_ids (full only, without a method): exactly these global layers recompute, sorted
+  // and unique; multi-token-prediction depth k is layer num_layers + k.
+  std::vector<int64_t> layer_ids;
 };
 
 struct CheckpointConfig {

@@ -2,6 +2,7 @@
 // mapping, before anything is built. Each message names the keys, their values, the rule and where the values
 // came from.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 
@@ -134,7 +135,25 @@ void validate_config(ResolvedConfig& rc) {
 
   // Recomputation (Megatron transformer_config.py).
   const RecomputeConfig& r = t.recompute;
-  if (r.granularity == "full") {
+  if (!r.layer_ids.empty()) {
+    // Primus's recompute_layer_ids (validate_specified_recompute_layers): full recomputation of exactly the
+    // listed layers, so no method, and ids within the decoder layers and the MTP depths after them.
+    const std::string ids = cite("recompute_layer_ids", fmt::format("{}", fmt::join(r.layer_ids, ",")));
+    const int64_t last = m.num_layers + m.mtp_num_layers - 1;
+    if (r.granularity != "full")
+      bad.add(fmt::format(
+          "{} needs {} (rule: recompute_layer_ids recompute whole layers)", ids,
+          cite("recompute_granularity", r.granularity.empty() ? "null" : r.granularity) + " to be full"));
+    if (!r.method.empty())
+      bad.add(fmt::format("{} is set with {} (rule: recompute_layer_ids takes recompute_method null)", ids,
+                          cite("recompute_method", r.method)));
+    if (r.layer_ids.back() > last)
+      bad.add(fmt::format(
+          "{}: layer {} does not exist (rule: ids lie in [0, {}]: 0..{} are the decoder "
+          "layers{})",
+          ids, r.layer_ids.back(), last, m.num_layers - 1,
+          m.mtp_num_layers > 0 ? fmt::format(", {}..{} the MTP depths", m.num_layers, last) : ""));
+  } else if (r.granularity == "full") {
     if (r.method.empty())
       bad.add(
           fmt::format("{} needs recompute_method uniform or block (rule: full recomputation names a method)",

@@ -18,7 +18,11 @@ std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t nu
   }
   PRIMUS_CHECK(cfg.granularity == "full", "recompute_granularity '{}' (expected full or selective)",
                cfg.granularity);
-  if (cfg.method == "block") {
+  if (!cfg.layer_ids.empty()) {
+    // Primus's recompute_layer_ids: exactly these global layers (MTP depth k is layer num_layers + k).
+    for (int64_t l : cfg.layer_ids)
+      if (l >= 0 && l < num_layers) plan[static_cast<size_t>(l)] = RecomputeMode::kFull;
+  } else if (cfg.method == "block") {
     // Megatron "block": the first recompute_num_layers layers recompute fully, the rest keep activations.
     for (int64_t l = 0; l < std::min<int64_t>(cfg.num_layers, num_layers); ++l)
       plan[l] = RecomputeMode::kFull;

@@ -65,10 +65,13 @@ double routed_rows(const Setup& s, const Dims& d) {
 
 enum class Mode { kNone, kSelective, kFull };
 
-Mode mode_of_layer(const Setup& s, int index_on_rank) {
+Mode mode_of_layer(const Setup& s, int index_on_rank, int layer) {
   const RecomputeConfig& r = s.train.recompute;
   if (r.granularity == "selective") return Mode::kSelective;
   if (r.granularity != "full") return Mode::kNone;
+  // recompute_layer_ids: exactly the listed (global) layers
+  if (!r.layer_ids.empty())
+    return std::binary_search(r.layer_ids.begin(), r.layer_ids.end(), layer) ? Mode::kFull : Mode::kNone;
   // block: the first num_layers layers of the stage are recomputed, the rest keep everything
   if (r.method == "block" && index_on_rank >= r.num_layers) return Mode::kNone;
   return Mode::kFull;
@@ -260,7 +263,7 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
     for (int layer : r.layers) {
       const bool moe = m.moe.enabled() && m.moe.is_moe_layer(layer);
       const LayerBytes b = layer_bytes(s, d, moe);
-      const Mode mode = mode_of_layer(s, idx++);
+      const Mode mode = mode_of_layer(s, idx++, layer);
       kept.push_back(saved_for_mode(b, mode));
       (moe ? moe_saved : dense_saved) += kept.back();
       const double recomputed = mode == Mode::kFull        ? b.saved_none - b.input

@@ -165,8 +165,13 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
     int idx = 0;
     const int64_t bf16_start = s.train.fp8.bf16_layers_at_start, bf16_end = s.train.fp8.bf16_layers_at_end;
     auto layer = [&](int layer_index, bool moe, bool mtp) {
+      const std::vector<int64_t>& ids = s.train.recompute.layer_ids;
+      // (An MTP depth k is layer num_layers + k in recompute_layer_ids' numbering.)
+      const int64_t id = mtp ? m.num_layers + (idx - static_cast<int>(r.layers.size())) : layer_index;
       const bool full =
-          rg == "full" && !(s.train.recompute.method == "block" && idx >= s.train.recompute.num_layers);
+          rg == "full" &&
+          (ids.empty() ? !(s.train.recompute.method == "block" && idx >= s.train.recompute.num_layers)
+                       : std::binary_search(ids.begin(), ids.end(), id));
       const bool sel = rg == "selective";
       ++idx;
       const bool lfp8 =

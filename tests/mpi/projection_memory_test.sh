@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `primus projection memory --backend cpu` against the CPU trainer's measured peak (the allocator's peak bytes,
 # metrics.jsonl mem_gb) for the layouts the parallel tests train: one process (no / full / selective
-# recompute), DDP, ZeRO-1, FSDP, TP, TP + SP (+ full recompute), CP, CP x TP, PP 1F1B / interleaved / ZB-H1 /
+# recompute, Primus's recompute_layer_ids), DDP, ZeRO-1, FSDP, TP, TP + SP (+ full recompute), CP, CP x TP, PP 1F1B / interleaved / ZB-H1 /
 # ZB-V, tied embeddings over PP, EP (+ ZeRO-1 / FSDP), MoE under TP and CP, and the MoE / MLA / Qwen3 micro
 # models. Each projection must be within 10% of
 # the measurement (issue #22's bar). A small Llama (d 256, 4 layers, T 256) keeps constant overheads below
@@ -48,6 +48,7 @@ PY
 check single micro_llama.yaml 1
 check full_recompute micro_llama.yaml 1 --recompute_granularity full --recompute_method uniform
 check selective micro_llama.yaml 1 --recompute_granularity selective
+check layer_ids micro_llama.yaml 1 --recompute_granularity full --recompute_layer_ids "0,2"
 check ddp2 micro_llama.yaml 2
 check zero1_2 micro_llama.yaml 2 --use_distributed_optimizer true
 check zero1_4 micro_llama.yaml 4 --use_distributed_optimizer true

@@ -152,6 +152,29 @@ TEST(ConfigValidate, PartialRotaryPercentOfTheHead) {
              {"not supported yet: rotary_percent 0.5 with multi_latent_attention"});
 }
 
+// Primus's recompute_layer_ids: a list or a comma-separated string of global layer ids (MTP depths after the
+// decoder's), sorted and unique, with full recomputation and no method.
+TEST(ConfigValidate, RecomputeLayerIdsAsPrimusChecksThem) {
+  Fixture f;  // micro_llama: 2 layers
+  const std::string full = "      recompute_granularity: full\n";
+  ResolvedConfig rc = f.load("micro_llama.yaml", full + "      recompute_layer_ids: \"1, 0,1\"\n");
+  EXPECT_EQ(rc.train.recompute.layer_ids, (std::vector<int64_t>{0, 1}));
+  rc = f.load("micro_llama.yaml", full + "      recompute_layer_ids: [1]\n");
+  EXPECT_EQ(rc.train.recompute.layer_ids, (std::vector<int64_t>{1}));
+  rc = f.load("micro_llama.yaml", full + "      mtp_num_layers: 1\n      recompute_layer_ids: \"2\"\n");
+  EXPECT_EQ(rc.train.recompute.layer_ids, (std::vector<int64_t>{2}));  // the MTP depth
+  expect_has(f.error("micro_llama.yaml", "      recompute_layer_ids: \"0\"\n"),
+             {"recompute_layer_ids=0", "recompute_granularity=null", "to be full"});
+  expect_has(
+      f.error("micro_llama.yaml", full + "      recompute_method: uniform\n      recompute_layer_ids: [0]\n"),
+      {"recompute_method=uniform", "takes recompute_method null"});
+  expect_has(f.error("micro_llama.yaml", full + "      recompute_layer_ids: \"0,2\"\n"),
+             {"layer 2 does not exist", "0..1 are the decoder layers"});
+  expect_has(f.error("micro_llama.yaml", full + "      recompute_layer_ids: []\n"), {"lists no layer"});
+  expect_has(f.error("micro_llama.yaml", full + "      recompute_layer_ids: \"a,1\"\n"),
+             {"recompute_layer_ids", "a list of layer indices"});
+}
+
 // The padded vocabulary is the same table for every TP that divides make_vocab_size_divisible_by (checkpoints
 // move between TP degrees) and always divides TP.
 TEST(ConfigValidate, PaddedVocabularyDoesNotDependOnTensorParallelism) {

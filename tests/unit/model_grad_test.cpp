@@ -39,11 +39,12 @@ TEST(ModelGradient, PartialRotaryMatchesFiniteDifferences) {
 
 TEST(ModelGradient, RecomputeModesGiveBitwiseIdenticalGradients) {
   ModelConfig c = tiny_model(true, true, false);
-  auto grads = [&](const std::string& gran, const std::string& method) {
+  auto grads = [&](const std::string& gran, const std::string& method, std::vector<int64_t> ids = {}) {
     RecomputeConfig rc;
     rc.granularity = gran;
     rc.method = method;
     rc.num_layers = 1;
+    rc.layer_ids = std::move(ids);
     Fixture f(c, rc, 9);
     f.params.grad_flat().zero_(Stream::cpu());
     f.model.forward_backward(f.tokens, f.targets, 0.5f);
@@ -53,6 +54,7 @@ TEST(ModelGradient, RecomputeModesGiveBitwiseIdenticalGradients) {
   EXPECT_EQ(base, grads("full", "uniform"));
   EXPECT_EQ(base, grads("full", "block"));
   EXPECT_EQ(base, grads("selective", ""));
+  EXPECT_EQ(base, grads("full", "", {1}));  // Primus's recompute_layer_ids: the second layer only
 }
 
 TEST(ModelGradient, RecomputePlanFollowsMegatronKeys) {
@@ -65,6 +67,13 @@ TEST(ModelGradient, RecomputePlanFollowsMegatronKeys) {
                                                                RecomputeMode::kNone, RecomputeMode::kNone}));
   rc.method = "uniform";
   EXPECT_EQ(recompute_plan(rc, 2), std::vector<RecomputeMode>(2, RecomputeMode::kFull));
+  // Primus's recompute_layer_ids: exactly the listed layers (the plan's last entries are the MTP depths).
+  rc.method = "";
+  rc.layer_ids = {0, 3, 4};
+  EXPECT_EQ(recompute_plan(rc, 5),
+            (std::vector<RecomputeMode>{RecomputeMode::kFull, RecomputeMode::kNone, RecomputeMode::kNone,
+                                        RecomputeMode::kFull, RecomputeMode::kFull}));
+  rc.layer_ids.clear();
   rc.granularity = "selective";
   EXPECT_EQ(recompute_plan(rc, 2), std::vector<RecomputeMode>(2, RecomputeMode::kSelective));
   rc.granularity = "sometimes";
