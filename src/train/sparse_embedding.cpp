@@ -18,6 +18,8 @@ int64_t sparse_embedding_rows(const TrainConfig& cfg, int64_t world_size) {
   const int mode = sparse_embedding_mode();
   if (mode == 0) return 0;
   if (!cfg.model.untie_embeddings_and_output_weights || cfg.lora.enabled) return 0;
+  // A plan (dry run, projection) of a tokenizer whose vocabulary is not known here has no table to size.
+  if (cfg.model.padded_vocab_size <= 0 && cfg.model.vocab_size <= 0) return 0;
   // One process emulating a data-parallel layout (PRIMUS_DP_EMULATE) sums its virtual ranks' dense
   // gradients.
   if (const char* e = std::getenv("PRIMUS_DP_EMULATE"); e != nullptr && *e != '\0') return 0;
@@ -40,7 +42,7 @@ int64_t sparse_embedding_rows(const TrainConfig& cfg, int64_t world_size) {
   // ranks reserve the union of their rows so that their slots line up (parallel/data_parallel.h).
   const int64_t tokens = batch.micro_batches * cfg.micro_batch_size * cfg.data.seq_length * d.dp() *
                          (1 + std::max<int64_t>(0, cfg.model.mtp_num_layers));
-  if (tokens <= 0 || spec.vocab <= 0) return 0;
+  if (tokens <= 0) return 0;
   const int64_t rows = std::min(spec.vocab, tokens);
   // Slots [rows, D] f32 + their rows (i32) + the map (i32 per table row) against the dense V x D f32.
   const double sparse_bytes = 4.0 * rows * (spec.hidden + 1) + 4.0 * spec.vocab;

@@ -85,6 +85,40 @@ TEST(ConfigCliDryRun, PlanForLlama31_8B) {
   EXPECT_NE(r.out.find("enable_primus_turbo=true"), std::string::npos);
 }
 
+// A planned world (--nnodes) accepts a tokenizer whose vocabulary is not known here (Primus's GLM-5
+// experiments name one): the plan says what it cannot size instead of failing on an empty vocabulary -- the
+// DDP layout's row-sparse embedding decision and the FP8 recipe's size check both needed the model's sizes.
+TEST(ConfigCliDryRun, APlanWithAnUnknownVocabularySaysWhatItCannotSize) {
+  CliResult r = run_primus({"train",
+                            "pretrain",
+                            "--exp",
+                            project_dir() + "/configs/quickstart.yaml",
+                            "--dry-run",
+                            "--nnodes",
+                            "1",
+                            "--nproc-per-node",
+                            "8",
+                            "--global_batch_size",
+                            "64",
+                            "--tokenizer_type",
+                            "HuggingFaceTokenizer",
+                            "--tokenizer_model",
+                            "someone/unknown-model",
+                            "--vocab_size",
+                            "null",
+                            "--fp8",
+                            "hybrid",
+                            "--hidden_size",
+                            "128",
+                            "--ffn_hidden_size",
+                            "384"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(
+      r.out.find("its GEMM sizes are checked when training starts (the vocabulary size is unknown here)"),
+      std::string::npos)
+      << r.out;
+}
+
 TEST(ConfigCliDryRun, OverridesFromTheCommandLineWinAndAreCited) {
   CliResult r =
       run_primus({"train", "pretrain", "--exp", project_dir() + "/configs/quickstart.yaml", "--dry-run",
