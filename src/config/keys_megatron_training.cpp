@@ -179,8 +179,8 @@ void add_megatron_training_keys(KeyTable& t) {
   t.add(impl("recompute_num_layers", kI, "null", "layers per recompute group (uniform) or recomputed (block)")
             .check(non_negative()));
   t.add(impl("recompute_layer_ids", kA, "null",
-              "Primus: recompute exactly these layers (a list, or a comma-separated string as Primus's "
-              "DeepSeek-V4 / Kimi-K3 examples write it)")
+             "Primus: recompute exactly these layers (a list, or a comma-separated string as Primus's "
+             "DeepSeek-V4 / Kimi-K3 examples write it)")
             .check(layer_id_list()));
   t.add(noeff("checkpoint_activations", kB, "false", kWhyDeprecated, "old name of recompute_activations"));
 

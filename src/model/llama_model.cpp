@@ -9,7 +9,8 @@
 
 namespace primus {
 
-std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t num_layers) {
+std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t num_layers,
+                                          const std::vector<char>& held) {
   std::vector<RecomputeMode> plan(static_cast<size_t>(num_layers), RecomputeMode::kNone);
   if (cfg.granularity.empty() || cfg.granularity == "none") return plan;
   if (cfg.granularity == "selective") {
@@ -23,9 +24,15 @@ std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t nu
     for (int64_t l : cfg.layer_ids)
       if (l >= 0 && l < num_layers) plan[static_cast<size_t>(l)] = RecomputeMode::kFull;
   } else if (cfg.method == "block") {
-    // Megatron "block": the first recompute_num_layers layers recompute fully, the rest keep activations.
-    for (int64_t l = 0; l < std::min<int64_t>(cfg.num_layers, num_layers); ++l)
+    // Megatron "block": the first recompute_num_layers layers of the pipeline stage recompute fully, the rest
+    // keep activations (Megatron counts per model chunk; with interleaved chunks this counts over the rank's
+    // chunks together, as the memory projection does).
+    int64_t counted = 0;
+    for (int64_t l = 0; l < num_layers && counted < cfg.num_layers; ++l) {
+      if (l < static_cast<int64_t>(held.size()) && held[static_cast<size_t>(l)] == 0) continue;
       plan[l] = RecomputeMode::kFull;
+      ++counted;
+    }
   } else {
     // "uniform" (and the default): every layer keeps only its input. Megatron checkpoints every
     // recompute_num_layers-th boundary; checkpointing each boundary costs the same compute and one d-wide
@@ -81,7 +88,8 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const RecomputeConfig& recompute,
     owner_backward_.push_back(intern_memory_owner(fmt::format("layer {} backward", l)));
   }
   // MTP depths continue the layer numbering (Primus: depth k is layer L + k) in the recompute plan.
-  const std::vector<RecomputeMode> plan = recompute_plan(recompute, spec_.layers + spec_.mtp_layers);
+  const std::vector<RecomputeMode> plan = recompute_plan(
+      recompute, spec_.layers + spec_.mtp_layers, spec_.pp.split ? spec_.pp.layers : std::vector<char>{});
   recompute_.assign(plan.begin(), plan.begin() + spec_.layers);
   mtp_recompute_.assign(plan.begin() + spec_.layers, plan.end());
   // The depths are the head's stage's under pipeline parallelism (they run between its forward and backward).

@@ -16,8 +16,11 @@
 
 namespace primus {
 
-// Which layers recompute what, from Megatron's keys (recompute_granularity / _method / _num_layers).
-std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t num_layers);
+// Which layers recompute what, from Megatron's keys (recompute_granularity / _method / _num_layers) and
+// Primus's recompute_layer_ids, over num_layers global layers (the decoder's, then the MTP depths). `held`:
+// per decoder layer, whether this pipeline stage holds it (empty: every layer), which "block" counts.
+std::vector<RecomputeMode> recompute_plan(const RecomputeConfig& cfg, int64_t num_layers,
+                                          const std::vector<char>& held = {});
 ops::RopeConfig rope_config(const ModelConfig& m);
 
 class LlamaModel {

@@ -65,6 +65,14 @@ TEST(ModelGradient, RecomputePlanFollowsMegatronKeys) {
   rc.num_layers = 2;
   EXPECT_EQ(recompute_plan(rc, 4), (std::vector<RecomputeMode>{RecomputeMode::kFull, RecomputeMode::kFull,
                                                                RecomputeMode::kNone, RecomputeMode::kNone}));
+  // ... of the pipeline stage: a stage holding layers 2 and 3 recomputes those, not layers 0 and 1 it lacks.
+  EXPECT_EQ(recompute_plan(rc, 4, {0, 0, 1, 1}),
+            (std::vector<RecomputeMode>{RecomputeMode::kNone, RecomputeMode::kNone, RecomputeMode::kFull,
+                                        RecomputeMode::kFull}));
+  rc.num_layers = 1;
+  EXPECT_EQ(recompute_plan(rc, 5, {0, 1, 0, 1}),  // layers 1 and 3 here, then an MTP depth
+            (std::vector<RecomputeMode>{RecomputeMode::kNone, RecomputeMode::kFull, RecomputeMode::kNone,
+                                        RecomputeMode::kNone, RecomputeMode::kNone}));
   rc.method = "uniform";
   EXPECT_EQ(recompute_plan(rc, 2), std::vector<RecomputeMode>(2, RecomputeMode::kFull));
   // Primus's recompute_layer_ids: exactly the listed layers (the plan's last entries are the MTP depths).
