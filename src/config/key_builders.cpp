@@ -45,6 +45,7 @@ KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc, 
 ValueRule layer_id_list() {
   return [](const Value& v) -> std::string {
     const std::string want = "must be a list of layer indices >= 0 or a string like \"0,3,4\"";
+    if (v.is_int()) return v.as_int() >= 0 ? "" : want;  // one layer (`--recompute_layer_ids 3`)
     if (v.is_list()) {
       for (const Value& item : v.items())
         if (!item.is_int() || item.as_int() < 0) return want;

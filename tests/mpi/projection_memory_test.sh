@@ -75,6 +75,8 @@ check cp2_moe micro_mixtral.yaml 2 "${moe[@]}" --context_parallel_size 2
 check pp2_tied micro_llama.yaml 2 --pipeline_model_parallel_size 2 --untie_embeddings_and_output_weights false
 check mla micro_deepseek_mla.yaml 1 "${small[@]}"
 check deepseek_moe micro_deepseek_moe.yaml 1 "${small[@]}"
+check mtp_full micro_deepseek_moe.yaml 1 "${small[@]}" --mtp_num_layers 1 --recompute_granularity full \
+  --recompute_method uniform
 check qwen2_moe micro_qwen2_moe.yaml 1 "${small[@]}"
 check qwen3 micro_qwen3.yaml 1 --hidden_size 128
 [ $failed -eq 0 ] || { echo "projection_memory_test FAILED"; exit 1; }

@@ -161,6 +161,9 @@ TEST(ConfigValidate, RecomputeLayerIdsAsPrimusChecksThem) {
   EXPECT_EQ(rc.train.recompute.layer_ids, (std::vector<int64_t>{0, 1}));
   rc = f.load("micro_llama.yaml", full + "      recompute_layer_ids: [1]\n");
   EXPECT_EQ(rc.train.recompute.layer_ids, (std::vector<int64_t>{1}));
+  rc = f.load("micro_llama.yaml",
+              full + "      recompute_layer_ids: 1\n");  // one layer, as `--recompute_layer_ids 1`
+  EXPECT_EQ(rc.train.recompute.layer_ids, (std::vector<int64_t>{1}));
   rc = f.load("micro_llama.yaml", full + "      mtp_num_layers: 1\n      recompute_layer_ids: \"2\"\n");
   EXPECT_EQ(rc.train.recompute.layer_ids, (std::vector<int64_t>{2}));  // the MTP depth
   expect_has(f.error("micro_llama.yaml", "      recompute_layer_ids: \"0\"\n"),
