@@ -9,10 +9,10 @@
 #include <filesystem>
 
 #include "config/dialect_tensorboard.h"
+#include "config/key_builders.h"
 #include "config/load_config.h"
 #include "config/not_supported.h"
 #include "config/vocab.h"
-#include "config/yaml_scalar.h"
 #include "core/error.h"
 
 namespace primus::config {
@@ -356,21 +356,9 @@ void map_megatron(ResolvedConfig& rc) {
   src("recompute_method", "recompute_method");
   if (!k.is_null("recompute_num_layers")) r.num_layers = k.i("recompute_num_layers");
   src("recompute_num_layers", "recompute_num_layers");
-  // Primus's recompute_layer_ids: a list or a comma-separated string (its key check admits nothing else),
-  // sorted and de-duplicated as Primus's validate_specified_recompute_layers does.
-  for (const std::string& id : string_list(k.value("recompute_layer_ids"))) {
-    std::string part = id;
-    for (char& ch : part)
-      if (ch == ',') ch = ' ';
-    size_t pos = 0;
-    while (pos < part.size()) {
-      const size_t b = part.find_first_not_of(' ', pos);
-      if (b == std::string::npos) break;
-      const size_t e = part.find(' ', b);
-      r.layer_ids.push_back(*python_int(part.substr(b, e == std::string::npos ? std::string::npos : e - b)));
-      pos = e == std::string::npos ? part.size() : e;
-    }
-  }
+  // Primus's recompute_layer_ids (its key check admitted the value), sorted and de-duplicated as Primus's
+  // validate_specified_recompute_layers does.
+  if (!k.is_null("recompute_layer_ids")) r.layer_ids = *keys::layer_ids_of(k.value("recompute_layer_ids"));
   std::sort(r.layer_ids.begin(), r.layer_ids.end());
   r.layer_ids.erase(std::unique(r.layer_ids.begin(), r.layer_ids.end()), r.layer_ids.end());
   if (!k.is_null("recompute_layer_ids") && r.layer_ids.empty())

@@ -42,29 +42,39 @@ KeyDecl unsup(std::string name, KeyType type, std::string def, std::string doc, 
   return d;
 }
 
-ValueRule layer_id_list() {
-  return [](const Value& v) -> std::string {
-    const std::string want = "must be a list of layer indices >= 0 or a string like \"0,3,4\"";
-    if (v.is_int()) return v.as_int() >= 0 ? "" : want;  // one layer (`--recompute_layer_ids 3`)
-    if (v.is_list()) {
-      for (const Value& item : v.items())
-        if (!item.is_int() || item.as_int() < 0) return want;
-      return "";
-    }
-    if (!v.is_string()) return want;
-    std::string text = v.as_string();
+std::optional<std::vector<int64_t>> layer_ids_of(const Value& v) {
+  std::vector<int64_t> ids;
+  auto take = [&](std::optional<int64_t> id) {
+    if (!id || *id < 0) return false;
+    ids.push_back(*id);
+    return true;
+  };
+  if (v.is_int()) {  // one layer (`--recompute_layer_ids 3` arrives as an integer)
+    if (!take(v.as_int())) return std::nullopt;
+  } else if (v.is_list()) {
+    for (const Value& item : v.items())
+      if (!item.is_int() || !take(item.as_int())) return std::nullopt;
+  } else if (v.is_string()) {
+    const std::string text = v.as_string();
     size_t start = 0;
-    while (start <= text.size()) {
-      size_t comma = text.find(',', start);
+    for (;;) {
+      const size_t comma = text.find(',', start);
       std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       while (!part.empty() && part.front() == ' ') part.erase(part.begin());
       while (!part.empty() && part.back() == ' ') part.pop_back();
-      std::optional<int64_t> id = python_int(part);
-      if (!id || *id < 0) return want;
+      if (!take(python_int(part))) return std::nullopt;
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
-    return "";
+  } else {
+    return std::nullopt;
+  }
+  return ids;
+}
+
+ValueRule layer_id_list() {
+  return [](const Value& v) -> std::string {
+    return layer_ids_of(v) ? "" : "must be a list of layer indices >= 0 or a string like \"0,3,4\"";
   };
 }
 

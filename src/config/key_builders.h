@@ -1,7 +1,10 @@
 #pragma once
 // Shorthands for the key tables (keys_*.cpp): one call per key, so each table reads like a list.
+#include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "config/key_decl.h"
 
@@ -47,6 +50,9 @@ ValueRule at_least(double lo);
 ValueRule in_range(double lo, double hi);  // lo <= v <= hi
 ValueRule one_of(std::initializer_list<const char*> choices);
 ValueRule layer_id_list();  // a list of layer indices >= 0, or the same as a comma-separated string "0,3,4"
+// The layer indices such a value holds, in its order (one integer is one index); nullopt when it is none of
+// those forms. The one parser of the form: layer_id_list checks with it, the dialects read with it.
+std::optional<std::vector<int64_t>> layer_ids_of(const Value& v);
 
 // Support rules.
 SupportRule inert_default();                                 // null, false, 0, "", [], {}
