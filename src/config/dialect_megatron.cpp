@@ -51,6 +51,38 @@ std::string family_of(const ModelConfig& m) {
   return "llama";
 }
 
+// Megatron's precision-aware optimizer: the Adam moments' dtypes (bf16 or fp32), with Megatron's rule that
+// every optimizer dtype stays fp32 without it. Gradients stay fp32 here whatever main_grads_dtype says.
+void map_precision_aware_optimizer(const CheckedKeys& k, OptimConfig& o, ResolvedConfig& rc) {
+  const bool on = k.b("use_precision_aware_optimizer");
+  for (const char* key : {"main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"}) {
+    const std::string v = k.s(key);
+    if (!on && v != "fp32")
+      throw ConfigError(fmt::format("{}: {}={} needs use_precision_aware_optimizer: true (without it {} can "
+                                    "only be fp32, as in Megatron)",
+                                    k.origin(key).str(), key, v, key),
+                        "set use_precision_aware_optimizer: true, or " + std::string(key) + ": fp32");
+  }
+  auto moment = [&](const char* key) { return k.s(key) == "bf16" ? DType::kBF16 : DType::kF32; };
+  o.exp_avg_dtype = moment("exp_avg_dtype");
+  o.exp_avg_sq_dtype = moment("exp_avg_sq_dtype");
+  if (on && k.s("main_grads_dtype") == "bf16")
+    rc.warnings.push_back(fmt::format(
+        "{}: main_grads_dtype=bf16: gradients are accumulated and reduced in fp32 here (more precise than "
+        "Megatron's bf16 gradient buffer, and 2 more bytes per parameter; the memory plan counts them)",
+        k.origin("main_grads_dtype").str()));
+  // A stored bf16 value moves only by more than half its ulp (2^-9 to 2^-8 of it, by mantissa): with beta2
+  // above 1 - 2^-8 the second moment's decay step, (1 - beta2) of it, rounds away at some values (above
+  // 1 - 2^-9 at all of them), and the moment stops decaying there.
+  if (o.exp_avg_sq_dtype == DType::kBF16 && o.adam_beta2 > 1.0 - 1.0 / 256)
+    rc.warnings.push_back(fmt::format(
+        "{}: exp_avg_sq_dtype=bf16 with adam_beta2={}: the second moment's decay step ({:.2g} of it) is "
+        "below half a bf16 ulp at {} values, rounds away and leaves the moment stuck there; use adam_beta2 "
+        "<= 0.996 or exp_avg_sq_dtype: fp32",
+        k.origin("exp_avg_sq_dtype").str(), o.adam_beta2, 1.0 - o.adam_beta2,
+        o.adam_beta2 > 1.0 - 1.0 / 512 ? "all" : "some"));
+}
+
 }  // namespace
 
 void map_megatron(ResolvedConfig& rc) {
@@ -270,6 +302,7 @@ void map_megatron(ResolvedConfig& rc) {
   o.adam_beta2 = k.f("adam_beta2");
   o.adam_eps = k.f("adam_eps");
   o.clip_grad = k.f("clip_grad");
+  map_precision_aware_optimizer(k, o, rc);
 
   // Data.
   DataConfig& d = t.data;

@@ -6,11 +6,6 @@
 
 namespace primus::config::keys {
 
-namespace {
-constexpr const char* kWhyPrecisionAware =
-    "applies only with use_precision_aware_optimizer, which is not supported yet";
-}  // namespace
-
 void add_megatron_training_keys(KeyTable& t) {
   t.group("training");
   t.add(impl("train_iters", kI, "null", "optimizer steps to run").check(positive()));
@@ -107,11 +102,29 @@ void add_megatron_training_keys(KeyTable& t) {
               "on resume the schedule always comes from this configuration",
               "ignore the checkpoint's schedule"));
   t.add(unsup("use_checkpoint_opt_param_scheduler", kB, "false", "take the schedule from the checkpoint"));
-  t.add(unsup("use_precision_aware_optimizer", kB, "false", "optimizer state in reduced precision"));
-  t.add(noeff("main_grads_dtype", kS, "fp32", kWhyPrecisionAware, "gradient dtype: fp32 | bf16"));
-  t.add(noeff("main_params_dtype", kS, "fp32", kWhyPrecisionAware, "master-weight dtype: fp32 | fp16"));
-  t.add(noeff("exp_avg_dtype", kS, "fp32", kWhyPrecisionAware, "Adam first moment dtype"));
-  t.add(noeff("exp_avg_sq_dtype", kS, "fp32", kWhyPrecisionAware, "Adam second moment dtype"));
+  // The precision-aware optimizer (Megatron's, TransformerEngine's FusedAdam): optimizer state in a narrower
+  // dtype. The dtypes below must stay fp32 without it (Megatron asserts the same).
+  t.add(impl("use_precision_aware_optimizer", kB, "false",
+             "optimizer state in the dtypes below (exp_avg_dtype, exp_avg_sq_dtype: bf16 saves 4 bytes per "
+             "parameter)")
+            .non_null());
+  t.add(impl("main_grads_dtype", kS, "fp32",
+             "gradient dtype: fp32 | bf16; gradients are kept and reduced in fp32 here either way (bf16 is "
+             "accepted with a warning)")
+            .non_null()
+            .check(one_of({"fp32", "bf16"})));
+  t.add(impl("main_params_dtype", kS, "fp32", "master-weight dtype: fp32 | fp16")
+            .non_null()
+            .check(one_of({"fp32", "fp16"}))
+            .supports(strings({"fp32"}), "fp32 master weights only"));
+  t.add(impl("exp_avg_dtype", kS, "fp32", "Adam first moment dtype: fp32 | bf16 (| fp16 | fp8)")
+            .non_null()
+            .check(one_of({"fp32", "fp16", "bf16", "fp8"}))
+            .supports(strings({"fp32", "bf16"}), "fp32 and bf16 moments"));
+  t.add(impl("exp_avg_sq_dtype", kS, "fp32", "Adam second moment dtype: fp32 | bf16 (| fp16 | fp8)")
+            .non_null()
+            .check(one_of({"fp32", "fp16", "bf16", "fp8"}))
+            .supports(strings({"fp32", "bf16"}), "fp32 and bf16 moments"));
 
   t.group("precision");
   t.add(impl("bf16", kB, "false", "BF16 compute with fp32 master weights (GPU; the CPU computes in fp32)"));

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace primus::parallel {
 struct PipelinePlanInput;  // parallel/pipeline_projection.h
 }
@@ -124,6 +126,10 @@ struct OptimConfig {
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
   double clip_grad = 1.0;  // 0 disables clipping
+  // The Adam moments' storage (Megatron's precision-aware optimizer: exp_avg_dtype, exp_avg_sq_dtype): f32,
+  // or bf16 (stored rounded, computed in f32; ParamStore::set_moment_dtypes).
+  DType exp_avg_dtype = DType::kF32;
+  DType exp_avg_sq_dtype = DType::kF32;
 };
 
 struct DataConfig {

@@ -602,8 +602,12 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
     sparse_ = ops::row_sparse_grad(e.shape[0], e.shape[1], sparse_capacity_, s);
   }
   grad_ = zeros_owned_by(kGradientsOwner, {total_ - grad_base_}, master_dtype, s);
-  adam_m_ = zeros_owned_by(kOptimizerOwner, {total_}, master_dtype, s);
-  adam_v_ = zeros_owned_by(kOptimizerOwner, {total_}, master_dtype, s);
+  PRIMUS_CHECK(master_dtype == DType::kF32 || (moment_m_ == DType::kF32 && moment_v_ == DType::kF32),
+               "bf16 Adam moments need f32 master weights, got {}", dtype_name(master_dtype));
+  // f32 moments follow the master's dtype (f64 in a gradient-check store).
+  auto moment_dtype = [&](DType d) { return d == DType::kF32 ? master_dtype : d; };
+  adam_m_ = zeros_owned_by(kOptimizerOwner, {total_}, moment_dtype(moment_m_), s);
+  adam_v_ = zeros_owned_by(kOptimizerOwner, {total_}, moment_dtype(moment_v_), s);
   if (remainders_) {
     master_ = Tensor();
     remainder_ = zeros_owned_by(kOptimizerOwner, {total_}, DType::kI16, s);
@@ -616,6 +620,15 @@ void ParamStore::allocate(DType compute_dtype, const Stream& s, DType master_dty
   master_ =
       zeros_owned_by(compute_aliases_master_ ? kParametersOwner : kOptimizerOwner, {total_}, master_dtype, s);
   compute_ = compute_aliases_master_ ? master_ : zeros_owned_by(kParametersOwner, {total_}, compute_dtype, s);
+}
+
+void ParamStore::set_moment_dtypes(DType m, DType v) {
+  for (DType d : {m, v})
+    PRIMUS_CHECK(d == DType::kF32 || d == DType::kBF16, "Adam moments must be f32 or bf16, got {}",
+                 dtype_name(d));
+  PRIMUS_CHECK(!adam_m_.defined() && !frozen_, "set_moment_dtypes: the store is already allocated");
+  moment_m_ = m;
+  moment_v_ = v;
 }
 
 void ParamStore::set_sparse_embedding_grad(int64_t capacity) {
@@ -693,8 +706,8 @@ void ParamStore::allocate_sharded(DType compute_dtype, const Stream& s, ShardMod
   }
   const bool aliased = mode != ShardMode::kOptimizer && compute_dtype == DType::kF32;
   master_ = zeros_owned_by(aliased ? kParametersOwner : kOptimizerOwner, {shard_total_}, DType::kF32, s);
-  adam_m_ = zeros_owned_by(kOptimizerOwner, {shard_total_}, DType::kF32, s);
-  adam_v_ = zeros_owned_by(kOptimizerOwner, {shard_total_}, DType::kF32, s);
+  adam_m_ = zeros_owned_by(kOptimizerOwner, {shard_total_}, moment_m_, s);
+  adam_v_ = zeros_owned_by(kOptimizerOwner, {shard_total_}, moment_v_, s);
   if (mode == ShardMode::kOptimizer) {
     grad_ = zeros_owned_by(kGradientsOwner, {total_}, DType::kF32, s);
     // whole, never an alias of the (sharded) master

@@ -1,9 +1,9 @@
 #pragma once
 // All parameters of a model live in a few flat buffers: f32 master weights, the compute copy (bf16 on the
-// GPU; on the CPU it *is* the master), f32 gradients and f32 Adam moments. Each layer owns one contiguous
-// region, so DDP buckets, ZeRO shards and FSDP all-gathers are views of these buffers, not copies. Within a
-// region the tensors that take weight decay come first, so the optimizer runs over two contiguous spans per
-// region.
+// GPU; on the CPU it *is* the master), f32 gradients and Adam moments (f32, or bf16: set_moment_dtypes). Each
+// layer owns one contiguous region, so DDP buckets, ZeRO shards and FSDP all-gathers are views of these
+// buffers, not copies. Within a region the tensors that take weight decay come first, so the optimizer runs
+// over two contiguous spans per region.
 //
 // Master weights in remainders (core/master_split.h): with a bf16 compute copy on CUDA and whole-model
 // buffers (one GPU, DDP) there is no f32 master buffer. The compute copy holds the master's upper 16 bits
@@ -239,6 +239,11 @@ class ParamStore {
   Tensor take_sparse_reservation() { return std::exchange(sparse_reserve_, Tensor()); }
   Tensor& adam_m_flat() { return adam_m_; }
   Tensor& adam_v_flat() { return adam_v_; }
+  // The Adam moments' dtypes (the precision-aware optimizer: Megatron's exp_avg_dtype, exp_avg_sq_dtype):
+  // f32 unless set, before allocating, to bf16 (each on its own; an f32 master only). Only the store the
+  // optimizer updates holds bf16 moments; stores that stage or gather state for checkpoints keep f32, which
+  // holds every bf16 value exactly, and ops::copy_cast converts where the two meet.
+  void set_moment_dtypes(DType m, DType v);
   bool compute_aliases_master() const { return compute_aliases_master_; }
 
   // Gradient zeroing. By default begin_grad_step zeroes the whole gradient buffer and every write
@@ -284,6 +289,7 @@ class ParamStore {
   std::vector<int64_t> replicated_at_;
   Tensor replicated_view(int i) const;
   void set_replicated(int i, const Tensor& value, const Stream& s);  // value: f32, entry i's shape
+  DType moment_m_ = DType::kF32, moment_v_ = DType::kF32;            // set_moment_dtypes
   bool compute_aliases_master_ = false;
   bool remainders_ = false;
   bool frozen_ = false;  // allocate_frozen

@@ -23,6 +23,24 @@ void cast(const Tensor& src, Tensor& dst, const Stream& s) {
   PRIMUS_DISPATCH(src, cast, src, dst, s);
 }
 
+void copy_cast(const Tensor& src, Tensor& dst, const Stream& s) {
+  if (src.dtype() == dst.dtype()) {
+    dst.copy_from(src, s);
+    return;
+  }
+  PRIMUS_CHECK(src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
+               "copy_cast: {} <- {} (same number of elements, both contiguous)", dst.describe(),
+               src.describe());
+  if (src.device().is_cuda() && s.device == src.device()) {
+    Tensor on_src = dst.device() == src.device() ? dst : Tensor::empty(dst.shape(), dst.dtype(), s);
+    cast(src, on_src, s);
+    if (on_src.data_ptr() != dst.data_ptr()) dst.copy_from(on_src, s);
+    return;
+  }
+  const Tensor host = src.device().is_cpu() ? src : src.to(Stream::cpu());
+  dst.copy_from(cpu_cast(host, dst.dtype()).view(dst.shape()), s);
+}
+
 void fill_(Tensor& x, float value, const Stream& s) {
   check_same_device("fill_", x.device(), {&x});
   PRIMUS_DISPATCH(x, fill_, x, value, s);

@@ -9,6 +9,10 @@ void add(const Tensor& a, const Tensor& b, Tensor& out, const Stream& s);
 void scale_(Tensor& x, float factor, const Stream& s);
 // dst = src converted (f32 <-> bf16 <-> f64, same numel).
 void cast(const Tensor& src, Tensor& dst, const Stream& s);
+// dst = src, on any pair of devices, converted to dst's dtype where the two differ (f32 <-> bf16 <-> f64;
+// same numel, both contiguous): a plain copy_from for equal dtypes, else a cast on src's device when `s` runs
+// there, or on the host.
+void copy_cast(const Tensor& src, Tensor& dst, const Stream& s);
 // x[:] = value.
 void fill_(Tensor& x, float value, const Stream& s);
 // Number of non-finite (NaN / Inf) elements of a floating tensor; synchronises.

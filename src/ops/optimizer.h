@@ -14,7 +14,10 @@ struct AdamWParams {
   float grad_scale = 1.0f;  // multiplies the gradient first (gradient clipping folds in here)
 };
 
-// master, grad, m, v: f32, same length. master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master).
+// master, grad, m, v: f32, same length; m and v may each be bf16 instead (the precision-aware optimizer's
+// state, Megatron's exp_avg_dtype / exp_avg_sq_dtype): the step computes with the moments widened and
+// updated in f32 and stores them rounded to nearest even, as TransformerEngine's FusedAdam does.
+// master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master).
 // When param_copy is given (a bf16 view of the same parameters on CUDA) it receives the updated master: bf16
 // by compute_bits (core/master_split.h: nearest, ties away from zero), f32/f64 by a plain cast.
 void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
@@ -23,7 +26,8 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
 // The same update on a master stored as (hi bf16, rem i16) pairs (core/master_split.h): each element is
 // joined to its f32 master, updated exactly as adamw_step updates an f32 master, and split again, so hi and
 // rem are bitwise what adamw_step on the joined master followed by master_split gives (on the same backend).
-// hi, rem, grad, m, v: same length; grad, m, v f32. 28 bytes per parameter on CUDA instead of 30.
+// hi, rem, grad, m, v: same length; grad f32, m and v f32 or bf16. 28 bytes per parameter on CUDA instead of
+// 30 (20 with bf16 moments).
 void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
                       const Stream& s);
 

@@ -667,11 +667,13 @@ void DataParallel::gather_full(ParamStore& full) {
   for (int b = 0; b < 3; ++b) {
     for (int r = 0; r < all_regions(); ++r) {
       const ParamRegion& reg = params_.regions()[r];
-      Tensor whole = Tensor::empty({reg.end - reg.begin}, DType::kF32, compute_);
+      // In the shard's dtype (the moments may be bf16: precision-aware optimizer); the full store is f32.
+      Tensor whole = Tensor::empty({reg.end - reg.begin}, shard_bufs[b]->dtype(), compute_);
       Tensor mine =
           shard_bufs[b]->slice(params_.shard_offset(r), params_.shard_offset(r) + params_.chunk_len(r));
       region_group(r).all_gather(mine, whole, compute_, fmt::format("checkpoint gather {}", r));
-      full_bufs[b]->slice(reg.begin, reg.end).copy_from(whole, compute_);
+      Tensor to = full_bufs[b]->slice(reg.begin, reg.end);
+      ops::copy_cast(whole, to, compute_);
     }
   }
   stream_sync(compute_);
@@ -687,7 +689,8 @@ void DataParallel::load_from_full(ParamStore& full) {
   for (int b = 0; b < 3; ++b)
     for (int r = 0; r < all_regions(); ++r) {
       const int64_t cb = params_.chunk_begin(r), len = params_.chunk_len(r), so = params_.shard_offset(r);
-      shard_bufs[b]->slice(so, so + len).copy_from(full_bufs[b]->slice(cb, cb + len), compute_);
+      Tensor to = shard_bufs[b]->slice(so, so + len);
+      ops::copy_cast(full_bufs[b]->slice(cb, cb + len), to, compute_);
     }
   Tensor& compute = params_.compute_flat();
   if (cfg_.zero1()) {

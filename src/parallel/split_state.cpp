@@ -6,12 +6,21 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/elementwise.h"
 
 namespace primus::parallel {
 
 namespace {
 Tensor flat_entry(Tensor& flat, const ParamEntry& e) {
   return flat.slice(e.offset, e.offset + e.numel);
+}
+
+// x itself when f32, else an f32 copy on x's device (on `s`): the gathers exchange f32.
+Tensor as_f32(const Tensor& x, const Stream& s) {
+  if (x.dtype() == DType::kF32) return x;
+  Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device().is_cpu() ? Stream::cpu() : s);
+  ops::copy_cast(x, out, s);
+  return out;
 }
 
 // The whole model's entry of `local`'s entry e, checked against e's slice.
@@ -62,6 +71,7 @@ void gather_split_state(ParamStore& local, const Stream& s, comm::Communicator& 
     const ParamEntry& g = whole_entry("gather_split_state", e, global);
     Tensor parts[3] = {local.master_f32(i, s).flatten(), flat_entry(local.adam_m_flat(), e),
                        flat_entry(local.adam_v_flat(), e)};
+    for (Tensor& part : parts) part = as_f32(part, s);  // bf16 moments (precision-aware optimizer) widen
     Tensor* dst[3] = {&global.master_flat(), &global.adam_m_flat(), &global.adam_v_flat()};
     for (int b = 0; b < 3; ++b) {
       Tensor out = flat_entry(*dst[b], g);
@@ -119,8 +129,8 @@ void gather_pipeline_state(ParamStore& stage, const Stream& s, comm::Communicato
                              stage.adam_m_flat().slice(e.offset, e.offset + e.numel),
                              stage.adam_v_flat().slice(e.offset, e.offset + e.numel)};
     for (const Tensor& part : parts) {
-      mine.slice(at, at + e.numel)
-          .copy_from(part.device().is_cpu() ? part : part.to(Stream::cpu()), Stream::cpu());
+      Tensor to = mine.slice(at, at + e.numel);
+      ops::copy_cast(part, to, Stream::cpu());  // bf16 moments (precision-aware optimizer) widen exactly
       at += e.numel;
     }
   }
@@ -182,8 +192,10 @@ void copy_param_state(ParamStore& src, ParamStore& dst, const Stream& s) {
                    src.shard_mode() == ShardMode::kNone && dst.shard_mode() == ShardMode::kNone,
                "copy_param_state: the stores are laid out differently");
   for (int i = 0; i < static_cast<int>(src.entries().size()); ++i) dst.set_master(i, src.master(i), s);
-  dst.adam_m_flat().copy_from(src.adam_m_flat(), s);
-  dst.adam_v_flat().copy_from(src.adam_v_flat(), s);
+  // The training store's moments may be bf16 (precision-aware optimizer): a staged f32 value that came from
+  // one rounds back to it exactly.
+  ops::copy_cast(src.adam_m_flat(), dst.adam_m_flat(), s);
+  ops::copy_cast(src.adam_v_flat(), dst.adam_v_flat(), s);
   stream_sync(s);
 }
 

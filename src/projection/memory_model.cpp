@@ -191,7 +191,14 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
   const bool remainders =
       use_master_remainders(s.gpu, bf16 ? DType::kBF16 : DType::kF32, DType::kF32, zero1 || fsdp);
   // bytes per parameter of each piece of state (core/master_split.h, train/optimizer.h)
-  const double w_bytes = bf16 ? 2 : 4, g_bytes = 4, mv_bytes = 8;
+  // The moments: f32 each, or bf16 under the precision-aware optimizer (exp_avg_dtype, exp_avg_sq_dtype).
+  const OptimConfig& oc = s.train.optim;
+  const double mv_bytes = static_cast<double>(dtype_size(oc.exp_avg_dtype) + dtype_size(oc.exp_avg_sq_dtype));
+  const double w_bytes = bf16 ? 2 : 4, g_bytes = 4;
+  const std::string mv_what = oc.exp_avg_dtype == oc.exp_avg_sq_dtype
+                                  ? fmt::format("Adam m, v in {}", dtype_name(oc.exp_avg_dtype))
+                                  : fmt::format("Adam m in {}, v in {}", dtype_name(oc.exp_avg_dtype),
+                                                dtype_name(oc.exp_avg_sq_dtype));
   // the master: a 16-bit remainder, or f32 (bf16 compute); on the CPU the f32 weights are the master except
   // under ZeRO-1, which keeps a sharded f32 master beside the whole compute copy (model/param_store.cpp)
   const double master_bytes = bf16 ? (remainders ? 2 : 4) : zero1 ? 4 : 0;
@@ -248,9 +255,8 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
       } else {
         rm.items.push_back({"gradients", sharded(g_bytes, fsdp), fsdp ? "f32, sharded (FSDP)" : "f32"});
       }
-      rm.items.push_back(
-          {"optimizer state", sharded(mv_bytes, zero1 || fsdp),
-           zero1 || fsdp ? "Adam m, v in f32, sharded over data parallel" : "Adam m, v in f32"});
+      rm.items.push_back({"optimizer state", sharded(mv_bytes, zero1 || fsdp),
+                          zero1 || fsdp ? mv_what + ", sharded over data parallel" : mv_what});
     }
 
     // Saved activations: every layer of the rank, times the micro-batches in flight.

@@ -173,6 +173,12 @@ Trainer::Trainer(const TrainConfig& cfg, const std::string& run_dir, const std::
   log::info("data: {}", data_.summary);
   log::info("device: {} | micro-batch {} x {} micro-batches = global batch {} | seq {}", stream_.device.str(),
             cfg.micro_batch_size, micro_batches_, cfg.global_batch_size, cfg.data.seq_length);
+  const DType mdt = cfg.optim.exp_avg_dtype, vdt = cfg.optim.exp_avg_sq_dtype;
+  if (mdt != DType::kF32 || vdt != DType::kF32)
+    log::info(
+        "optimizer: AdamW with the precision-aware state: exp_avg {}, exp_avg_sq {} ({} bytes per "
+        "parameter instead of 8; the update computes in f32)",
+        dtype_name(mdt), dtype_name(vdt), dtype_size(mdt) + dtype_size(vdt));
 }
 
 Trainer::~Trainer() = default;

@@ -168,6 +168,7 @@ std::unique_ptr<ParamStore> Trainer::local_store_layout() const {
 void Trainer::init_data_parallel() {
   const DType compute = stream_.device.is_cpu() ? DType::kF32 : DType::kBF16;
   params_ = local_store_layout();
+  params_->set_moment_dtypes(cfg_.optim.exp_avg_dtype, cfg_.optim.exp_avg_sq_dtype);
   if (const int64_t rows = sparse_embedding_rows(cfg_, world_size_); rows > 0) {
     params_->set_sparse_embedding_grad(rows);
     const ParamEntry& e = params_->entry(params_->sparse_entry());

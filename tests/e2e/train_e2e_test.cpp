@@ -189,6 +189,64 @@ TEST(TrainE2E, RowSparseEmbeddingGradientResumesBitExactly) {
   }
 }
 
+// Megatron's precision-aware optimizer with bf16 moments: the run says so, tracks the f32-moment run closely
+// without being it, and a run saved at step 5 and resumed continues bit-exactly (the checkpoint holds the
+// moments as the store does).
+TEST(TrainE2E, Bf16AdamMomentsTrackF32AndResumeBitExactly) {
+  if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
+  const std::vector<std::string> bf16 = {
+      "--use_precision_aware_optimizer", "true", "--exp_avg_dtype", "bf16", "--exp_avg_sq_dtype", "bf16"};
+  std::vector<std::string> ov = {"--train_iters", "12", "--lr_warmup_iters", "2", "--eval_interval", "0"};
+  RunOutput f32 =
+      train("tests/e2e/configs/fortunes_micro_llama.yaml", "moments_f32", ov, {{"OMP_NUM_THREADS", "1"}});
+  ov.insert(ov.end(), bf16.begin(), bf16.end());
+  RunOutput low =
+      train("tests/e2e/configs/fortunes_micro_llama.yaml", "moments_bf16", ov, {{"OMP_NUM_THREADS", "1"}});
+  ASSERT_EQ(f32.cli.exit_code, 0) << f32.cli.err;
+  ASSERT_EQ(low.cli.exit_code, 0) << low.cli.err;
+  EXPECT_NE(low.cli.out.find("optimizer: AdamW with the precision-aware state: exp_avg bf16, exp_avg_sq bf16 "
+                             "(4 bytes per parameter instead of 8"),
+            std::string::npos)
+      << low.cli.out;
+  ASSERT_EQ(f32.steps.size(), 12u);
+  ASSERT_EQ(low.steps.size(), 12u);
+  bool differ = false;
+  for (size_t i = 0; i < f32.steps.size(); ++i) {
+    const double a = f32.steps[i]["loss"].get<double>(), b = low.steps[i]["loss"].get<double>();
+    EXPECT_NEAR(a, b, 5e-3 * a) << "step " << i + 1;
+    differ = differ || a != b;
+  }
+  EXPECT_TRUE(differ) << "bf16 moments gave the f32 run's losses bit for bit: were they used?";
+
+  primus::cli_test::Scratch s("moments-resume");
+  auto run = [&](const std::string& name, const std::string& save, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"train",
+                                  "pretrain",
+                                  "--config",
+                                  project_dir() + "/tests/e2e/configs/fortunes_micro_llama.yaml",
+                                  "--train_iters",
+                                  "10",
+                                  "--eval_interval",
+                                  "0",
+                                  "--lr_warmup_iters",
+                                  "2",
+                                  "--save",
+                                  save,
+                                  "--save_interval",
+                                  "5"};
+    a.insert(a.end(), bf16.begin(), bf16.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_primus(a, primus::cli_test::env_for(s.dir, name), s.dir);
+  };
+  const primus::cli_test::StraightAndSplit runs =
+      primus::cli_test::run_straight_and_split(run, s.dir, 5, 10, "e2e");
+  ASSERT_FALSE(runs.straight.empty());
+  for (size_t i = 0; i < runs.straight.size(); ++i) {
+    EXPECT_EQ(runs.straight[i]["loss"].dump(), runs.split[i]["loss"].dump()) << "step " << i + 1;
+    EXPECT_EQ(runs.straight[i]["grad_norm"].dump(), runs.split[i]["grad_norm"].dump()) << "step " << i + 1;
+  }
+}
+
 TEST(TrainE2E, TorchTitanDialectDrivesTheSameTrainer) {
   RunOutput r = train("configs/examples/torchtitan/micro_llama-cpu.yaml", "tt", {"--training.steps", "8"});
   ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err << r.cli.out;

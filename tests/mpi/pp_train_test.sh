@@ -38,6 +38,9 @@
 #                    uninterrupted single process's (a checkpoint holds the whole model)
 #   resumesame NP PP save at iteration 10 with PP (ZB-H1), resume with the same layout: bitwise the
 #                    uninterrupted PP run
+#   resumebf16m NP PP  PP x TP 2 with bf16 Adam moments (precision-aware optimizer): save at iteration 10,
+#                    resume with the same layout: bitwise the uninterrupted run (the moments gathered over tp and
+#                    the stages into the f32 whole-model store, saved, and narrowed back exactly)
 #   resumefp8 NP PP  FP8 delayed scaling (hybrid): save at iteration 10 with PP (1F1B), resume with the same
 #                    layout: bitwise the uninterrupted PP run (every stage's amax histories are in the
 #                    checkpoint and each stage takes its own); the same checkpoint also resumes in one process
@@ -163,13 +166,17 @@ case "$mode" in
     ;;
   resume) ;;
   resumesame) par=(--patch_zero_bubble true --enable_zero_bubble true) ;;
+  resumebf16m)  # PP x TP 2 with the precision-aware optimizer's bf16 moments
+    par=(--tensor_model_parallel_size 2)
+    keys=(--use_precision_aware_optimizer true --exp_avg_dtype bf16 --exp_avg_sq_dtype bf16)
+    ;;
   resumefp8) keys=(--fp8 hybrid) ;;
   *) fail "unknown mode $mode" ;;
 esac
 
 read -ra extra <<<"${PP_EXTRA:-}"  # more overrides for every run of the case (debugging)
 keys+=("${tied[@]}" "${mtp[@]}" "${extra[@]}")
-if [ "$mode" = resumesame ] || [ "$mode" = resumefp8 ]; then
+if [ "$mode" = resumesame ] || [ "$mode" = resumefp8 ] || [ "$mode" = resumebf16m ]; then
   save=(--save "$work/ckpt" --save_interval 10)
   run dist "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}" "${save[@]}" --exit_interval 10
   run dist "$np" -- --pipeline_model_parallel_size "$pp" "${par[@]}" "${keys[@]}" "${save[@]}" \

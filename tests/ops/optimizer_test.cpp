@@ -1,5 +1,6 @@
 #include "ops/optimizer.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -50,6 +51,68 @@ TEST(AdamW, ThreeStepsMatchHandComputedSequence) {
       }
     }
   }
+}
+
+// bf16 moments (the precision-aware optimizer): each step computes with the moments as this step makes them
+// and stores them rounded to nearest even; the next step starts from the stored values. By hand with the
+// reference's own arithmetic, so master and moments agree bit for bit; odd sizes, every pair with a bf16.
+TEST(AdamW, Bf16MomentsStoreTheRoundedMomentsAndStepWithTheExactOnes) {
+  Rng rng;
+  for (auto [mdt, vdt] :
+       {std::pair{DType::kBF16, DType::kBF16}, {DType::kBF16, DType::kF32}, {DType::kF32, DType::kBF16}}) {
+    for (int64_t n : {31L, 33L, 127L}) {
+      AdamWParams p;
+      p.lr = 0.01f;
+      p.beta1 = 0.8f;
+      p.beta2 = 0.95f;
+      p.eps = 1e-6f;
+      p.weight_decay = 0.1f;
+      p.grad_scale = 0.5f;
+      Tensor master = rand_tensor(rng, {n}, DType::kF32);
+      Tensor m = cpu_cast(rand_tensor(rng, {n}, DType::kF32, -0.1, 0.1), mdt);
+      Tensor v = cpu_cast(rand_tensor(rng, {n}, DType::kF32, 0.0, 0.01), vdt);
+      std::vector<float> w = master.to_vector<float>();
+      std::vector<double> em = host(m), ev = host(v);
+      auto stored = [](double x, DType dt) {
+        const float f = static_cast<float>(x);
+        return dt == DType::kBF16 ? static_cast<double>(bf16_to_float(float_to_bf16(f))) : f;
+      };
+      for (int step = 1; step <= 3; ++step) {
+        p.step = step;
+        Tensor grad = rand_tensor(rng, {n}, DType::kF32, -2, 2);
+        const auto g = host(grad);
+        ops::adamw_step(master, grad, m, v, p, nullptr, Stream::cpu());
+        const double b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay,
+                     gs = p.grad_scale;
+        const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step)),
+                     bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
+        for (int64_t i = 0; i < n; ++i) {
+          const double gi = g[i] * gs;
+          const double mi = b1 * em[i] + (1.0 - b1) * gi, vi = b2 * ev[i] + (1.0 - b2) * gi * gi;
+          const double wi = w[i];
+          w[i] = static_cast<float>(wi - lr * ((mi / bc1) / (std::sqrt(vi / bc2) + eps) + wd * wi));
+          em[i] = stored(mi, mdt);
+          ev[i] = stored(vi, vdt);
+        }
+        const std::string what =
+            fmt::format("n={} m {} v {} step {}", n, dtype_name(mdt), dtype_name(vdt), step);
+        ASSERT_EQ(m.dtype(), mdt);
+        ASSERT_EQ(v.dtype(), vdt);
+        EXPECT_EQ(master.to_vector<float>(), w) << what;
+        EXPECT_EQ(host(m), em) << what;
+        EXPECT_EQ(host(v), ev) << what;
+      }
+    }
+  }
+}
+
+TEST(AdamW, Bf16MomentsNeedAnF32Master) {
+  Tensor master = Tensor::zeros({4}, DType::kF64), grad = Tensor::zeros({4}, DType::kF64);
+  Tensor m = Tensor::zeros({4}, DType::kBF16), v = Tensor::zeros({4}, DType::kF64);
+  EXPECT_THROW(ops::adamw_step(master, grad, m, v, AdamWParams{}, nullptr, Stream::cpu()), Error);
+  Tensor m16 = Tensor::zeros({4}, DType::kF16), master32 = Tensor::zeros({4}, DType::kF32),
+         grad32 = Tensor::zeros({4}, DType::kF32), v32 = Tensor::zeros({4}, DType::kF32);
+  EXPECT_THROW(ops::adamw_step(master32, grad32, m16, v32, AdamWParams{}, nullptr, Stream::cpu()), Error);
 }
 
 TEST(AdamW, FirstStepIsSignedLearningRate) {

@@ -1,5 +1,7 @@
 // Typed checks and cross-key rules: each bad configuration is a ConfigError naming the key, the value, the
 // rule and where the value came from.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "config/load_config.h"
@@ -150,6 +152,38 @@ TEST(ConfigValidate, PartialRotaryPercentOfTheHead) {
   expect_has(f.error("micro_llama.yaml", "      rotary_percent: 1.5\n"), {"rotary_percent"});
   expect_has(f.error("micro_deepseek_mla.yaml", "      rotary_percent: 0.5\n"),
              {"not supported yet: rotary_percent 0.5 with multi_latent_attention"});
+}
+
+// Megatron's precision-aware optimizer: the moments' dtypes map to the optimizer (bf16 or fp32), the other
+// values are refused as not supported yet, every dtype must be fp32 without the switch (Megatron asserts it),
+// and the two deviations a user should know of are warnings.
+TEST(ConfigValidate, PrecisionAwareOptimizerDtypes) {
+  Fixture f;
+  const std::string on = "      use_precision_aware_optimizer: true\n";
+  ResolvedConfig rc =
+      f.load("micro_llama.yaml", on + "      exp_avg_dtype: bf16\n      exp_avg_sq_dtype: bf16\n"
+                                      "      adam_beta2: 0.95\n");
+  EXPECT_EQ(rc.train.optim.exp_avg_dtype, DType::kBF16);
+  EXPECT_EQ(rc.train.optim.exp_avg_sq_dtype, DType::kBF16);
+  EXPECT_TRUE(rc.warnings.empty()) << rc.warnings.front();
+  rc = f.load("micro_llama.yaml", on + "      exp_avg_dtype: bf16\n");
+  EXPECT_EQ(rc.train.optim.exp_avg_dtype, DType::kBF16);
+  EXPECT_EQ(rc.train.optim.exp_avg_sq_dtype, DType::kF32);
+  rc = f.load("micro_llama.yaml", "");
+  EXPECT_EQ(rc.train.optim.exp_avg_dtype, DType::kF32);
+  // bf16 gradients are kept in fp32 (said); a bf16 second moment with beta2 0.999 cannot decay (said).
+  rc = f.load("micro_llama.yaml", on + "      main_grads_dtype: bf16\n      exp_avg_sq_dtype: bf16\n"
+                                       "      adam_beta2: 0.999\n");
+  const std::string warned = fmt::format("{}", fmt::join(rc.warnings, "\n"));
+  expect_has(warned, {"main_grads_dtype=bf16: gradients are accumulated and reduced in fp32 here",
+                      "exp_avg_sq_dtype=bf16 with adam_beta2=0.999", "at all values"});
+  expect_has(f.error("micro_llama.yaml", "      exp_avg_dtype: bf16\n"),
+             {"exp_avg_dtype=bf16 needs use_precision_aware_optimizer: true", "can only be fp32"});
+  expect_has(f.error("micro_llama.yaml", on + "      exp_avg_sq_dtype: fp16\n"),
+             {"not supported yet", "exp_avg_sq_dtype", "fp16"});
+  expect_has(f.error("micro_llama.yaml", on + "      main_params_dtype: fp16\n"),
+             {"not supported yet", "main_params_dtype", "fp16"});
+  expect_has(f.error("micro_llama.yaml", on + "      exp_avg_dtype: int4\n"), {"exp_avg_dtype", "int4"});
 }
 
 // Primus's recompute_layer_ids: a list or a comma-separated string of global layer ids (MTP depths after the

@@ -60,13 +60,15 @@ void embedding_forward_updated(const Tensor& tokens, const Tensor& master, const
   const DType dt = check_float(op, "master", master);
   check_ndim(op, "master", master, 2);
   const int64_t vocab = master.size(0), d = master.size(1);
-  for (const Tensor* t : {&grad, &m, &v}) check_tensor(op, "grad/m/v", *t, dt, {vocab, d});
+  check_tensor(op, "grad", grad, dt, {vocab, d});
+  // The moments as adamw_step takes them: the master's dtype, or bf16 (precision-aware optimizer state).
+  for (const Tensor* t : {&m, &v}) check_tensor(op, "m/v", *t, t->dtype(), {vocab, d});
   check_tokens(op, tokens, vocab);
   const int64_t n = tokens.numel();
   check_tensor(op, "out", out, out.dtype(), {n, d});
   // The truth: gather the rows, apply the reference AdamW to the copies, let it write out's dtype.
-  Tensor rows[4] = {Tensor::empty({n, d}, dt), Tensor::empty({n, d}, dt), Tensor::empty({n, d}, dt),
-                    Tensor::empty({n, d}, dt)};
+  Tensor rows[4] = {Tensor::empty({n, d}, dt), Tensor::empty({n, d}, dt), Tensor::empty({n, d}, m.dtype()),
+                    Tensor::empty({n, d}, v.dtype())};
   const Tensor* src[4] = {&master, &grad, &m, &v};
   for (int k = 0; k < 4; ++k) embedding_forward(tokens, *src[k], rows[k], s);
   cpu::adamw_step(rows[0], rows[1], rows[2], rows[3], p, &out, s);

@@ -3,6 +3,8 @@
 // independent of the thread count. The split variant of AdamW is literally join -> adamw_step -> split.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 #include "core/master_split.h"
 #include "ops/cpu/cpu_common.h"
@@ -14,21 +16,42 @@ using namespace detail;
 
 namespace {
 
-template <typename T, typename P>
-void adamw_impl(T* master, const T* grad, T* m, T* v, const AdamWParams& p, P* copy, int64_t n) {
+// A moment element as a double, and back in its storage type: the master's type, or bf16 (precision-aware
+// optimizer state) rounded to nearest even from the f32 value, as the CUDA kernel stores it.
+template <typename M>
+double moment_load(M x) {
+  if constexpr (std::is_same_v<M, bf16_t>) {
+    return static_cast<double>(bf16_to_float(x));
+  } else {
+    return static_cast<double>(x);
+  }
+}
+template <typename M>
+M moment_store(double x) {
+  if constexpr (std::is_same_v<M, bf16_t>) {
+    return float_to_bf16(static_cast<float>(x));
+  } else {
+    return static_cast<M>(x);
+  }
+}
+
+// The update uses the moments as computed in this step; only what is stored for the next one is rounded to
+// the moments' dtype.
+template <typename T, typename P, typename MM, typename MV>
+void adamw_impl(T* master, const T* grad, MM* m, MV* v, const AdamWParams& p, P* copy, int64_t n) {
   const double b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay, gs = p.grad_scale;
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(p.step));
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(p.step));
 #pragma omp parallel for schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
     const double g = static_cast<double>(grad[i]) * gs;
-    const double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
-    const double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
+    const double mi = b1 * moment_load(m[i]) + (1.0 - b1) * g;
+    const double vi = b2 * moment_load(v[i]) + (1.0 - b2) * g * g;
     const double w = static_cast<double>(master[i]);
     const double upd = (mi / bc1) / (std::sqrt(vi / bc2) + eps) + wd * w;
     const T nw = static_cast<T>(w - lr * upd);
-    m[i] = static_cast<T>(mi);
-    v[i] = static_cast<T>(vi);
+    m[i] = moment_store<MM>(mi);
+    v[i] = moment_store<MV>(vi);
     master[i] = nw;
     if constexpr (!std::is_same_v<P, void>) {
       if constexpr (std::is_same_v<P, bf16_t>) {
@@ -37,6 +60,21 @@ void adamw_impl(T* master, const T* grad, T* m, T* v, const AdamWParams& p, P* c
         copy[i] = static_cast<P>(nw);
       }
     }
+  }
+}
+
+// adamw_impl for m and v each in T or bf16.
+template <typename T, typename P>
+void adamw_moments(T* master, const T* grad, Tensor& m, Tensor& v, const AdamWParams& p, P* copy, int64_t n) {
+  const bool mb = m.dtype() == DType::kBF16, vb = v.dtype() == DType::kBF16;
+  if (mb && vb) {
+    adamw_impl<T, P>(master, grad, m.data<bf16_t>(), v.data<bf16_t>(), p, copy, n);
+  } else if (mb) {
+    adamw_impl<T, P>(master, grad, m.data<bf16_t>(), v.data<T>(), p, copy, n);
+  } else if (vb) {
+    adamw_impl<T, P>(master, grad, m.data<T>(), v.data<bf16_t>(), p, copy, n);
+  } else {
+    adamw_impl<T, P>(master, grad, m.data<T>(), v.data<T>(), p, copy, n);
   }
 }
 
@@ -54,8 +92,15 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
                  t.describe());
   };
   check_flat("grad", grad);
-  check_flat("m", m);
-  check_flat("v", v);
+  // The moments: the master's dtype, or bf16 beside an f32 master (the precision-aware optimizer).
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"m", &m}, {"v", &v}}) {
+    check_host(op, name, *t);
+    PRIMUS_CHECK(t->dtype() == dt || (dt == DType::kF32 && t->dtype() == DType::kBF16),
+                 "{}: {} must be {} (or bf16 beside an f32 master), got {}", op, name, dtype_name(dt),
+                 t->describe());
+    PRIMUS_CHECK(t->numel() == n, "{}: {} must have {} elements like master, got {}", op, name, n,
+                 t->describe());
+  }
   PRIMUS_CHECK(!overlaps(master, grad) && !overlaps(master, m) && !overlaps(master, v) && !overlaps(m, v) &&
                    !overlaps(m, grad) && !overlaps(v, grad),
                "adamw_step: master, grad, m and v must not overlap");
@@ -80,16 +125,14 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
     using T = decltype(tag);
     T* w = master.data<T>();
     const T* g = grad.data<T>();
-    T* mp = m.data<T>();
-    T* vp = v.data<T>();
     if (!write_copy) {
-      adamw_impl<T, void>(w, g, mp, vp, p, nullptr, n);
+      adamw_moments<T, void>(w, g, m, v, p, nullptr, n);
     } else if (param_copy->dtype() == DType::kBF16) {
-      adamw_impl<T, bf16_t>(w, g, mp, vp, p, param_copy->data<bf16_t>(), n);
+      adamw_moments<T, bf16_t>(w, g, m, v, p, param_copy->data<bf16_t>(), n);
     } else if (param_copy->dtype() == DType::kF32) {
-      adamw_impl<T, float>(w, g, mp, vp, p, param_copy->data<float>(), n);
+      adamw_moments<T, float>(w, g, m, v, p, param_copy->data<float>(), n);
     } else {
-      adamw_impl<T, double>(w, g, mp, vp, p, param_copy->data<double>(), n);
+      adamw_moments<T, double>(w, g, m, v, p, param_copy->data<double>(), n);
     }
   });
 }

@@ -20,6 +20,7 @@
 // scatter stages with the destination row of table row k at slot_of[k] (the slots are handed out before the
 // scatter, by row_sparse_grad.cu), so every slot row is summed in the dense order: bitwise the dense row. The
 // updated lookups read their gradient row through the slot map the same way. A null slot map is the dense op.
+#include "ops/cuda/adam_kernels.cuh"
 #include "ops/cuda/adam_math.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
@@ -77,12 +78,15 @@ __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const b
 // as (hi, rem) pairs), computed on the fly (adam_math.cuh: the same element update), one element per thread.
 // kSlots false: grad is [V, D] (slot_of null); true: grad is a row-sparse gradient's rows, row t at
 // slot_of[t] (none: zero). A template flag, not a null test, so the dense kernel's code stays as it was.
-template <bool kSplit, bool kSlots>
-__global__ void embedding_fwd_updated_kernel(
-    const int32_t* __restrict__ tokens, const float* __restrict__ master, const uint16_t* __restrict__ hi,
-    const int16_t* __restrict__ rem, const float* __restrict__ grad, const int32_t* __restrict__ slot_of,
-    const float* __restrict__ m, const float* __restrict__ v, bf16* __restrict__ out, int64_t total,
-    int64_t d, int64_t vocab, detail::AdamCoeffs c, int* flag) {
+// MM, MV: the moments' element types (float, or bf16 for the precision-aware optimizer's state).
+template <bool kSplit, bool kSlots, typename MM, typename MV>
+__global__ void embedding_fwd_updated_kernel(const int32_t* __restrict__ tokens,
+                                             const float* __restrict__ master,
+                                             const uint16_t* __restrict__ hi, const int16_t* __restrict__ rem,
+                                             const float* __restrict__ grad,
+                                             const int32_t* __restrict__ slot_of, const MM* __restrict__ m,
+                                             const MV* __restrict__ v, bf16* __restrict__ out, int64_t total,
+                                             int64_t d, int64_t vocab, detail::AdamCoeffs c, int* flag) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int64_t n = idx / d, col = idx % d;
@@ -90,7 +94,7 @@ __global__ void embedding_fwd_updated_kernel(
   if (t >= 0 && t < vocab) {
     const int64_t i = static_cast<int64_t>(t) * d + col;
     float w = kSplit ? detail::join_master(hi[i], rem[i]) : master[i];
-    float mi = m[i], vi = v[i];
+    float mi = detail::to_f32(m[i]), vi = detail::to_f32(v[i]);
     float g;
     if constexpr (kSlots) {
       const int32_t slot = slot_of[t];
@@ -368,7 +372,7 @@ void launch_forward_updated(const char* op, const Tensor& tokens, const Tensor* 
   PRIMUS_CHECK(table.ndim() == 2, "{}: the master table must be [V, D], got {}", op, table.describe());
   const int64_t vocab = table.size(0), d = table.size(1), n = tokens.numel();
   auto check_full = [&](const Tensor& t) {
-    detail::check_cuda_tensor(op, "grad/m/v", t, DType::kF32);
+    detail::check_cuda_tensor(op, "grad/m/v", t, &t == grad ? DType::kF32 : t.dtype());
     detail::check_same_cuda_device(op, table, t);
     PRIMUS_CHECK(t.numel() == vocab * d, "{}: {} must have {} x {} elements like the master table", op,
                  t.describe(), vocab, d);
@@ -400,23 +404,25 @@ void launch_forward_updated(const char* op, const Tensor& tokens, const Tensor* 
   const detail::AdamCoeffs c = detail::adam_coeffs(p);
   const float* gp = sparse ? sparse->rows.data<float>() : grad->data<float>();
   const int32_t* slot = sparse ? sparse->slot_of.data<int32_t>() : nullptr;
-  auto run = [&]<bool kSlots>() {
-    if (master) {
-      embedding_fwd_updated_kernel<false, kSlots><<<g, 256, 0, cuda_stream(s)>>>(
-          tokens.data<int32_t>(), master->data<float>(), nullptr, nullptr, gp, slot, m.data<float>(),
-          v.data<float>(), o, total, d, vocab, c, error_word_device());
+  detail::with_moments(op, m, v, [&]<typename MM, typename MV>(MM* mp, MV* vp) {
+    auto run = [&]<bool kSlots>() {
+      if (master) {
+        embedding_fwd_updated_kernel<false, kSlots, MM, MV>
+            <<<g, 256, 0, cuda_stream(s)>>>(tokens.data<int32_t>(), master->data<float>(), nullptr, nullptr,
+                                            gp, slot, mp, vp, o, total, d, vocab, c, error_word_device());
+      } else {
+        embedding_fwd_updated_kernel<true, kSlots, MM, MV><<<g, 256, 0, cuda_stream(s)>>>(
+            tokens.data<int32_t>(), nullptr, static_cast<const uint16_t*>(hi->data_ptr()),
+            rem->data<int16_t>(), gp, slot, mp, vp, o, total, d, vocab, c, error_word_device());
+      }
+      PRIMUS_CUDA_CHECK_LAUNCH();
+    };
+    if (sparse) {
+      run.template operator()<true>();
     } else {
-      embedding_fwd_updated_kernel<true, kSlots><<<g, 256, 0, cuda_stream(s)>>>(
-          tokens.data<int32_t>(), nullptr, static_cast<const uint16_t*>(hi->data_ptr()), rem->data<int16_t>(),
-          gp, slot, m.data<float>(), v.data<float>(), o, total, d, vocab, c, error_word_device());
+      run.template operator()<false>();
     }
-    PRIMUS_CUDA_CHECK_LAUNCH();
-  };
-  if (sparse) {
-    run.template operator()<true>();
-  } else {
-    run.template operator()<false>();
-  }
+  });
 }
 
 // The backward's device work, dense (dtable [V, D], sparse null) or into a row-sparse gradient (dtable = its

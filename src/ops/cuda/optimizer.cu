@@ -3,7 +3,8 @@
 // master split / join; and a deterministic sum of squares for the gradient norm.
 //
 // adamw_step: one pass, 4 elements per thread (16-byte f32 accesses, 8-byte bf16 stores). Bytes per
-// parameter: read master, grad, m, v (16) + write master, m, v (12) + bf16 copy (2) = 30. adamw_step_split:
+// parameter: read master, grad, m, v (16) + write master, m, v (12) + bf16 copy (2) = 30; with bf16 moments
+// (the precision-aware optimizer) 22. adamw_step_split:
 // read hi, rem, grad, m, v (16) + write hi, rem, m, v (12) = 28, and 2 bytes less memory. sum_squares: a
 // fixed grid (a function of n only) of per-thread f64 accumulators and fixed-order block trees, then one
 // block sums the per-block partials in block order: bitwise reproducible, no float atomics. f64 costs nothing
@@ -180,8 +181,8 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   constexpr const char* op = "adamw_step";
   detail::check_cuda_tensor(op, "master", master, DType::kF32);
   detail::check_cuda_tensor(op, "grad", grad, DType::kF32);
-  detail::check_cuda_tensor(op, "m", m, DType::kF32);
-  detail::check_cuda_tensor(op, "v", v, DType::kF32);
+  detail::check_cuda_tensor(op, "m", m, m.dtype());
+  detail::check_cuda_tensor(op, "v", v, v.dtype());
   const int64_t n = master.numel();
   for (const Tensor* t : std::initializer_list<const Tensor*>{&grad, &m, &v}) {
     detail::check_same_cuda_device(op, master, *t);
@@ -198,7 +199,7 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   if (n == 0) return;
   const AdamCoeffs c = adam_coeffs(p);
   bool vec = detail::aligned16(master.data_ptr()) && detail::aligned16(grad.data_ptr()) &&
-             detail::aligned16(m.data_ptr()) && detail::aligned16(v.data_ptr());
+             detail::moments_aligned4(m, v);
   if (write_copy)
     vec = vec &&
           (reinterpret_cast<uintptr_t>(param_copy->data_ptr()) % (4 * dtype_size(param_copy->dtype())) == 0);
@@ -208,24 +209,26 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   PRIMUS_CHECK(grid < (int64_t{1} << 31), "{}: too large ({} elements)", op, n);
   const dim3 g(static_cast<unsigned>(grid));
   cudaStream_t cs = cuda_stream(s);
-  float *w = master.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
+  float* w = master.data<float>();
   const detail::DenseGrad gp{grad.data<float>()};
-  auto run = [&]<int N>() {
-    if (!write_copy) {
-      detail::adamw_kernel<N, void><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, nullptr, n, c);
-    } else if (param_copy->dtype() == DType::kBF16) {
-      detail::adamw_kernel<N, bf16>
-          <<<g, kBlock, 0, cs>>>(w, gp, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
+  detail::with_moments(op, m, v, [&]<typename MM, typename MV>(MM* mp, MV* vp) {
+    auto run = [&]<int N>() {
+      if (!write_copy) {
+        detail::adamw_kernel<N, void><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, nullptr, n, c);
+      } else if (param_copy->dtype() == DType::kBF16) {
+        detail::adamw_kernel<N, bf16>
+            <<<g, kBlock, 0, cs>>>(w, gp, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
+      } else {
+        detail::adamw_kernel<N, float><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, param_copy->data<float>(), n, c);
+      }
+      PRIMUS_CUDA_CHECK_LAUNCH();
+    };
+    if (vec) {
+      run.template operator()<4>();
     } else {
-      detail::adamw_kernel<N, float><<<g, kBlock, 0, cs>>>(w, gp, mp, vp, param_copy->data<float>(), n, c);
+      run.template operator()<1>();
     }
-    PRIMUS_CUDA_CHECK_LAUNCH();
-  };
-  if (vec) {
-    run.template operator()<4>();
-  } else {
-    run.template operator()<1>();
-  }
+  });
 }
 
 void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
@@ -234,8 +237,8 @@ void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Te
   detail::check_cuda_tensor(op, "hi", hi, DType::kBF16);
   detail::check_cuda_tensor(op, "rem", rem, DType::kI16);
   detail::check_cuda_tensor(op, "grad", grad, DType::kF32);
-  detail::check_cuda_tensor(op, "m", m, DType::kF32);
-  detail::check_cuda_tensor(op, "v", v, DType::kF32);
+  detail::check_cuda_tensor(op, "m", m, m.dtype());
+  detail::check_cuda_tensor(op, "v", v, v.dtype());
   const int64_t n = hi.numel();
   for (const Tensor* t : std::initializer_list<const Tensor*>{&rem, &grad, &m, &v}) {
     detail::check_same_cuda_device(op, hi, *t);
@@ -253,20 +256,21 @@ void adamw_step_split(Tensor& hi, Tensor& rem, const Tensor& grad, Tensor& m, Te
   if (n == 0) return;
   const AdamCoeffs c = adam_coeffs(p);
   const bool vec = aligned8(hi.data_ptr()) && aligned8(rem.data_ptr()) &&
-                   detail::aligned16(grad.data_ptr()) && detail::aligned16(m.data_ptr()) &&
-                   detail::aligned16(v.data_ptr());
+                   detail::aligned16(grad.data_ptr()) && detail::moments_aligned4(m, v);
   constexpr int kBlock = 256;
   const dim3 g = elementwise_grid(op, n, vec ? 4 : 1, kBlock);
   cudaStream_t cs = cuda_stream(s);
   auto* h = static_cast<uint16_t*>(hi.data_ptr());
   int16_t* r = rem.data<int16_t>();
   const detail::DenseGrad gp{grad.data<float>()};
-  if (vec) {
-    detail::adamw_split_kernel<4><<<g, kBlock, 0, cs>>>(h, r, gp, m.data<float>(), v.data<float>(), n, c);
-  } else {
-    detail::adamw_split_kernel<1><<<g, kBlock, 0, cs>>>(h, r, gp, m.data<float>(), v.data<float>(), n, c);
-  }
-  PRIMUS_CUDA_CHECK_LAUNCH();
+  detail::with_moments(op, m, v, [&]<typename MM, typename MV>(MM* mp, MV* vp) {
+    if (vec) {
+      detail::adamw_split_kernel<4><<<g, kBlock, 0, cs>>>(h, r, gp, mp, vp, n, c);
+    } else {
+      detail::adamw_split_kernel<1><<<g, kBlock, 0, cs>>>(h, r, gp, mp, vp, n, c);
+    }
+    PRIMUS_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void master_split(const Tensor& master, Tensor& hi, Tensor* rem, const Stream& s) {

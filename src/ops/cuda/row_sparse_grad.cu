@@ -405,8 +405,8 @@ void adamw_step_sparse(Tensor& master, const RowSparseGrad& g, int64_t first, Te
   detail::check_row_sparse_grad(op, g);
   detail::raise_row_sparse_overflow(op);
   detail::check_cuda_tensor(op, "master", master, DType::kF32);
-  detail::check_cuda_tensor(op, "m", m, DType::kF32);
-  detail::check_cuda_tensor(op, "v", v, DType::kF32);
+  detail::check_cuda_tensor(op, "m", m, m.dtype());
+  detail::check_cuda_tensor(op, "v", v, v.dtype());
   const int64_t n = master.numel();
   for (const Tensor* t : std::initializer_list<const Tensor*>{&m, &v}) {
     detail::check_same_cuda_device(op, master, *t);
@@ -422,8 +422,7 @@ void adamw_step_sparse(Tensor& master, const RowSparseGrad& g, int64_t first, Te
   const bool write_copy = detail::adamw_writes_copy(op, master, param_copy, {&m, &v, &g.rows});
   if (n == 0) return;
   const detail::AdamCoeffs c = detail::adam_coeffs(p);
-  bool vec = detail::aligned16(master.data_ptr()) && detail::aligned16(m.data_ptr()) &&
-             detail::aligned16(v.data_ptr());
+  bool vec = detail::aligned16(master.data_ptr()) && detail::moments_aligned4(m, v);
   if (write_copy)
     vec = vec &&
           (reinterpret_cast<uintptr_t>(param_copy->data_ptr()) % (4 * dtype_size(param_copy->dtype())) == 0);
@@ -431,28 +430,30 @@ void adamw_step_sparse(Tensor& master, const RowSparseGrad& g, int64_t first, Te
   constexpr int kBlock = 256;
   const dim3 grid = elementwise_grid(op, n, vec ? 4 : 1, kBlock);
   cudaStream_t cs = cuda_stream(s);
-  float *w = master.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
+  float* w = master.data<float>();
   const SparseView view = sparse_view(g);
-  auto run = [&]<int N, bool kVecRow>() {
-    const SparseGradSource<kVecRow> src{view, first};
-    if (!write_copy) {
-      detail::adamw_kernel<N, void><<<grid, kBlock, 0, cs>>>(w, src, mp, vp, nullptr, n, c);
-    } else if (param_copy->dtype() == DType::kBF16) {
-      detail::adamw_kernel<N, bf16>
-          <<<grid, kBlock, 0, cs>>>(w, src, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
+  detail::with_moments(op, m, v, [&]<typename MM, typename MV>(MM* mp, MV* vp) {
+    auto run = [&]<int N, bool kVecRow>() {
+      const SparseGradSource<kVecRow> src{view, first};
+      if (!write_copy) {
+        detail::adamw_kernel<N, void><<<grid, kBlock, 0, cs>>>(w, src, mp, vp, nullptr, n, c);
+      } else if (param_copy->dtype() == DType::kBF16) {
+        detail::adamw_kernel<N, bf16>
+            <<<grid, kBlock, 0, cs>>>(w, src, mp, vp, static_cast<bf16*>(param_copy->data_ptr()), n, c);
+      } else {
+        detail::adamw_kernel<N, float>
+            <<<grid, kBlock, 0, cs>>>(w, src, mp, vp, param_copy->data<float>(), n, c);
+      }
+      PRIMUS_CUDA_CHECK_LAUNCH();
+    };
+    if (vec_row) {
+      run.template operator()<4, true>();
+    } else if (vec) {
+      run.template operator()<4, false>();
     } else {
-      detail::adamw_kernel<N, float>
-          <<<grid, kBlock, 0, cs>>>(w, src, mp, vp, param_copy->data<float>(), n, c);
+      run.template operator()<1, false>();
     }
-    PRIMUS_CUDA_CHECK_LAUNCH();
-  };
-  if (vec_row) {
-    run.template operator()<4, true>();
-  } else if (vec) {
-    run.template operator()<4, false>();
-  } else {
-    run.template operator()<1, false>();
-  }
+  });
 }
 
 void adamw_step_split_sparse(Tensor& hi, Tensor& rem, const RowSparseGrad& g, int64_t first, Tensor& m,
@@ -462,8 +463,8 @@ void adamw_step_split_sparse(Tensor& hi, Tensor& rem, const RowSparseGrad& g, in
   detail::raise_row_sparse_overflow(op);
   detail::check_cuda_tensor(op, "hi", hi, DType::kBF16);
   detail::check_cuda_tensor(op, "rem", rem, DType::kI16);
-  detail::check_cuda_tensor(op, "m", m, DType::kF32);
-  detail::check_cuda_tensor(op, "v", v, DType::kF32);
+  detail::check_cuda_tensor(op, "m", m, m.dtype());
+  detail::check_cuda_tensor(op, "v", v, v.dtype());
   const int64_t n = hi.numel();
   for (const Tensor* t : std::initializer_list<const Tensor*>{&rem, &m, &v}) {
     detail::check_same_cuda_device(op, hi, *t);
@@ -479,27 +480,27 @@ void adamw_step_split_sparse(Tensor& hi, Tensor& rem, const RowSparseGrad& g, in
   check_adam_params(op, p, first);
   if (n == 0) return;
   const detail::AdamCoeffs c = detail::adam_coeffs(p);
-  const bool vec = aligned8(hi.data_ptr()) && aligned8(rem.data_ptr()) && detail::aligned16(m.data_ptr()) &&
-                   detail::aligned16(v.data_ptr());
+  const bool vec = aligned8(hi.data_ptr()) && aligned8(rem.data_ptr()) && detail::moments_aligned4(m, v);
   const bool vec_row = vec && vec_rows(g, first);
   constexpr int kBlock = 256;
   const dim3 grid = elementwise_grid(op, n, vec ? 4 : 1, kBlock);
   cudaStream_t cs = cuda_stream(s);
   auto* h = static_cast<uint16_t*>(hi.data_ptr());
   int16_t* r = rem.data<int16_t>();
-  float *mp = m.data<float>(), *vp = v.data<float>();
   const SparseView view = sparse_view(g);
-  if (vec_row) {
-    detail::adamw_split_kernel<4>
-        <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<true>{view, first}, mp, vp, n, c);
-  } else if (vec) {
-    detail::adamw_split_kernel<4>
-        <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<false>{view, first}, mp, vp, n, c);
-  } else {
-    detail::adamw_split_kernel<1>
-        <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<false>{view, first}, mp, vp, n, c);
-  }
-  PRIMUS_CUDA_CHECK_LAUNCH();
+  detail::with_moments(op, m, v, [&]<typename MM, typename MV>(MM* mp, MV* vp) {
+    if (vec_row) {
+      detail::adamw_split_kernel<4>
+          <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<true>{view, first}, mp, vp, n, c);
+    } else if (vec) {
+      detail::adamw_split_kernel<4>
+          <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<false>{view, first}, mp, vp, n, c);
+    } else {
+      detail::adamw_split_kernel<1>
+          <<<grid, kBlock, 0, cs>>>(h, r, SparseGradSource<false>{view, first}, mp, vp, n, c);
+    }
+    PRIMUS_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace primus::ops::cuda
