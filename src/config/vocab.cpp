@@ -54,6 +54,8 @@ constexpr KnownVocab kKnown[] = {
     {"deepseek-r1-distill-qwen", 151936},   // DeepSeek-R1-Distill-Qwen-*: HF config vocab_size
     {"deepseek-r1-distill-llama", 128256},  // DeepSeek-R1-Distill-Llama-*: the Llama 3 vocabulary
     {"gpt2", 50257},
+    {"glm-4", 151552},       // GLM-4 / 4.5 / 4.7 (THUDM/glm-4-9b, zai-org/GLM-4.*): HF config vocab_size
+    {"minimax-m2", 200064},  // MiniMax-M2 / M2.1 / M2.5 (one architecture): HF config vocab_size
 };
 
 }  // namespace

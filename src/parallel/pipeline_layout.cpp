@@ -206,8 +206,11 @@ std::vector<std::vector<StageModules>> split_from_layout(const PipelineSplitSpec
     throw ConfigError(fmt::format("{} places {} decoder layers (t) but {}: the layout must cover every layer",
                                   what, count('t'), cite(s, "num_layers", s.num_layers)));
   if (count('m') != s.mtp_num_layers)
-    throw ConfigError(fmt::format("{} places {} MTP layers (m) but {}", what, count('m'),
-                                  cite(s, "mtp_num_layers", s.mtp_num_layers)));
+    throw ConfigError(fmt::format("{} places {} MTP layers (m) but {} (rule: the layout's m count == "
+                                  "mtp_num_layers, as Megatron's validate_layer_layout asserts)",
+                                  what, count('m'), cite(s, "mtp_num_layers", s.mtp_num_layers)),
+                      "add the MTP depths to the last stage of the layout (\"...|t*2,m,L\"), or set "
+                      "mtp_num_layers to the layout's count");
   if (const size_t first_m = flat.find('m');
       first_m != std::string::npos && flat.find('t', first_m) != flat.npos)
     throw ConfigError(

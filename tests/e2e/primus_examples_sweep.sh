@@ -46,6 +46,10 @@ if [[ -z "$repo" || ! -d "$repo/examples" || ! -d "$repo/primus/configs" ]]; the
 fi
 [[ -n "${PRIMUS_REPO_DIR:-}" ]] && echo "Primus checkout: $repo"
 
+# Errors Megatron raises for the same experiment (its own rules), which the sweep lists as invalid there too.
+invalid_rules='rule: layers % pp == 0 without an explicit split\|rule: the layout.s m count == mtp_num_layers'
+export invalid_rules
+
 # One experiment: prints "<class>\t<file>\t<first error line>".
 try_one() {
   local file="$1" primus="$2" roots="$3" out="$4"
@@ -70,8 +74,7 @@ try_one() {
       (cd "$out" && PRIMUS_CHECK_KEY_USE=1 PRIMUS_CONFIG_PATH="$roots" timeout 60 "$primus" train "$command" \
         --config "$file" --dry-run --nnodes "$nodes" --nproc-per-node 8 >/dev/null 2>"$log.world")
       rc=$?
-      if [[ $rc -eq 0 ]] || grep -q 'not supported yet: \|rule: layers % pp == 0 without an explicit split' \
-        "$log.world"; then
+      if [[ $rc -eq 0 ]] || grep -q "$invalid_rules" "$log.world" || grep -q 'not supported yet: ' "$log.world"; then
         mv "$log.world" "$log"
         world=" (planned for ${nodes}x8 ranks)"
         break
@@ -88,10 +91,11 @@ try_one() {
     # Module keys written beside `extends:` at the experiment's top level: Primus ignores them silently (the
     # LoRA settings of llama3_8B-BF16-lora-sft.yaml never reach its trainer); we name the key.
     printf 'misplaced\t%s\t%s\n' "$file" "$(grep -m1 -o "'[^']*' is a module key" "$log")"
-  elif [[ $rc -eq 2 ]] && grep -q 'rule: layers % pp == 0 without an explicit split' "$log"; then
+  elif [[ $rc -eq 2 ]] && grep -q "$invalid_rules" "$log"; then
     # A layer count the pipeline size does not divide, without an uneven split: Megatron's own
     # get_num_layers_to_build refuses it too (Primus registers allow_padding_num_layers but nothing reads it).
-    printf 'invalid\t%s\t%s\n' "$file" "$(grep -m1 -o 'num_layers=[0-9]*[^)]*) is not divisible by pipeline_model_parallel_size=[0-9]*' "$log")"
+    # A pipeline layout without the MTP depths the model has: Megatron's validate_layer_layout asserts.
+    printf 'invalid\t%s\t%s\n' "$file" "$(grep -m1 -o 'num_layers=[0-9]*[^)]*) is not divisible by pipeline_model_parallel_size=[0-9]*\|places [0-9]* MTP layers (m) but mtp_num_layers=[0-9]*' "$log")"
   elif [[ $rc -eq 2 ]] && grep -q 'not supported yet: ' "$log" &&
     ! grep 'error:' "$log" | grep -Eq "unknown key|wrong type|invalid value|unknown framework|unknown command|missing required"; then
     printf 'refused\t%s\t%s\n' "$file" "$(grep -m1 -o 'not supported yet: .*' "$log" | cut -c1-160)"
@@ -128,7 +132,7 @@ tally() {
   local invalid
   invalid="$(grep -c '^invalid' <<<"$rows")"
   [[ "$invalid" -gt 0 ]] &&
-    printf '%-52s   pipeline splits Megatron refuses as well, refused naming the rule: %d\n' "" "$invalid"
+    printf '%-52s   pipeline splits / layouts Megatron refuses as well, refused naming the rule: %d\n' "" "$invalid"
   return 0
 }
 tally "megatron, torchtitan, megatron_bridge (MI300X/325X/355X)" "$counted" 0
@@ -137,7 +141,7 @@ echo "refusals by feature (first 'not supported yet' of each file):"
 grep '^refused' "$work/results.tsv" | cut -f3 | sed -E 's/^not supported yet: ([^=(]*).*/  \1/' | sort | uniq -c |
   sort -rn | head -40
 if grep -q '^invalid' "$work/results.tsv"; then
-  echo "invalid for Megatron as well (layers % pp):"
+  echo "invalid for Megatron as well (layers % pp, MTP depths missing from the pipeline layout):"
   grep '^invalid' "$work/results.tsv" | cut -f2,3 | sed 's/^/  /'
 fi
 if grep -q '^wrong' "$work/results.tsv"; then

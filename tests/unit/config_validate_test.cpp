@@ -306,6 +306,8 @@ TEST(ConfigValidate, KnownTokenizersGiveTheirVocabularySize) {
   EXPECT_EQ(known_vocab_size("deepseek-ai/deepseek-moe-16b-base"), 102400);
   EXPECT_EQ(known_vocab_size("deepseek-ai/DeepSeek-V2-Lite/"), 102400);
   EXPECT_EQ(known_vocab_size("deepseek-ai/DeepSeek-V3"), 129280);
+  EXPECT_EQ(known_vocab_size("THUDM/glm-4-9b"), 151552);  // Primus's GLM-5 experiments use its tokenizer
+  EXPECT_EQ(known_vocab_size("MiniMaxAI/MiniMax-M2.5"), 200064);
   EXPECT_FALSE(known_vocab_size("someone/unknown-model").has_value());
 }
 
