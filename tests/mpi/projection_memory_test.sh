@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `primus projection memory --backend cpu` against the CPU trainer's measured peak (the allocator's peak bytes,
 # metrics.jsonl mem_gb) for the layouts the parallel tests train: one process (no / full / selective
-# recompute, Primus's recompute_layer_ids), DDP, ZeRO-1, FSDP, TP, TP + SP (+ full recompute), CP, CP x TP, PP 1F1B / interleaved / ZB-H1 /
+# recompute, Primus's recompute_layer_ids, bf16 Adam moments), DDP, ZeRO-1 (+ bf16 moments), FSDP, TP, TP + SP (+ full recompute), CP, CP x TP, PP 1F1B / interleaved / ZB-H1 /
 # ZB-V, tied embeddings over PP, EP (+ ZeRO-1 / FSDP), MoE under TP and CP, and the MoE / MLA / Qwen3 micro
 # models. Each projection must be within 10% of
 # the measurement (issue #22's bar). A small Llama (d 256, 4 layers, T 256) keeps constant overheads below
@@ -50,6 +50,10 @@ check full_recompute micro_llama.yaml 1 --recompute_granularity full --recompute
 check selective micro_llama.yaml 1 --recompute_granularity selective
 check layer_ids micro_llama.yaml 1 --recompute_granularity full --recompute_layer_ids "0,2"
 check ddp2 micro_llama.yaml 2
+# The precision-aware optimizer's bf16 moments: 4 bytes per parameter less, whole and sharded.
+bf16m=(--use_precision_aware_optimizer true --exp_avg_dtype bf16 --exp_avg_sq_dtype bf16)
+check single_bf16m micro_llama.yaml 1 "${bf16m[@]}"
+check zero1_4_bf16m micro_llama.yaml 4 --use_distributed_optimizer true "${bf16m[@]}"
 check zero1_2 micro_llama.yaml 2 --use_distributed_optimizer true
 check zero1_4 micro_llama.yaml 4 --use_distributed_optimizer true
 check fsdp4 micro_llama.yaml 4 --use_torch_fsdp2 true
