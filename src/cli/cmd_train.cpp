@@ -204,6 +204,24 @@ int report_or_train(const config::ResolvedConfig& rc, bool dry_run, int nproc) {
   return run_pretrain(rc.train, config::resolved_yaml(rc));
 }
 
+// A world the run is not in (--nnodes x --nproc-per-node, --dry-run only): its size replaces WORLD_SIZE
+// (planning mode), and features not supported yet are listed as warnings instead of refusing, so the layout
+// can be checked. Returns whether a world was given.
+bool plan_world(const PretrainArgs& args, const char* command, config::ResolveOptions& options) {
+  if (args.nnodes <= 0 && args.nproc_per_node <= 0) return false;
+  if (!args.dry_run)
+    throw ConfigError("--nnodes / --nproc-per-node plan a world for --dry-run only",
+                      fmt::format("to run on several processes use `primus launch --nnodes N "
+                                  "--nproc-per-node G -- train {} ...`",
+                                  command));
+  if (args.nnodes < 1 || args.nproc_per_node < 1)
+    throw ConfigError(fmt::format("--nnodes {} --nproc-per-node {}: both must be given, each >= 1",
+                                  args.nnodes, args.nproc_per_node));
+  options.planning = true;
+  options.plan_world_size = int64_t{args.nnodes} * args.nproc_per_node;
+  return true;
+}
+
 int run_pretrain_command(const PretrainArgs& given) {
   const PretrainArgs args = with_override_files(given);
   if (args.config.empty()) {
@@ -218,22 +236,7 @@ int run_pretrain_command(const PretrainArgs& given) {
   check_mistyped_options(args.overrides);
   config::ResolveOptions options;
   options.cli_overrides = args.overrides;
-  // A world the run is not in: its size replaces WORLD_SIZE (planning mode), and features not supported yet
-  // (tensor, pipeline, context, expert parallelism) are listed as warnings instead of refusing, so the layout
-  // can be checked.
-  const bool planned_world = args.nnodes > 0 || args.nproc_per_node > 0;
-  if (planned_world) {
-    if (!args.dry_run)
-      throw ConfigError(
-          "--nnodes / --nproc-per-node plan a world for --dry-run only",
-          "to run on several processes use `primus launch --nnodes N --nproc-per-node G -- train "
-          "pretrain ...`");
-    if (args.nnodes < 1 || args.nproc_per_node < 1)
-      throw ConfigError(fmt::format("--nnodes {} --nproc-per-node {}: both must be given, each >= 1",
-                                    args.nnodes, args.nproc_per_node));
-    options.planning = true;
-    options.plan_world_size = int64_t{args.nnodes} * args.nproc_per_node;
-  }
+  const bool planned_world = plan_world(args, "pretrain", options);
   config::ResolvedConfig rc = config::load_config(args.config, options);
   if (!args.backend_path.empty())
     rc.warnings.push_back(
@@ -259,6 +262,7 @@ int run_posttrain_command(const PretrainArgs& given) {
   check_mistyped_options(args.overrides);
   config::ResolveOptions options;
   options.cli_overrides = args.overrides;
+  const bool planned_world = plan_world(args, "posttrain", options);
   options.module_name = "post_trainer";
   config::ResolvedConfig rc;
   try {
@@ -275,7 +279,8 @@ int run_posttrain_command(const PretrainArgs& given) {
                       "set stage: sft with sft_dataset_name (Primus's sft_trainer.yaml does), or run `primus "
                       "train pretrain`");
   apply_resume(rc, args.resume);
-  return report_or_train(rc, args.dry_run, static_cast<int>(rc.world_size));
+  return report_or_train(rc, args.dry_run,
+                         planned_world ? args.nproc_per_node : static_cast<int>(rc.world_size));
 }
 
 }  // namespace
@@ -329,6 +334,10 @@ void attach_train(CLI::App& root, CliContext& ctx) {
                       "Print the resolved configuration and the plan; touch no GPU");
   posttrain->add_option("--backend_path", post_args->backend_path,
                         "Accepted for Primus compatibility; no effect");
+  posttrain->add_option("--nnodes", post_args->nnodes,
+                        "With --dry-run: plan for this many nodes (as `train pretrain --nnodes`)");
+  posttrain->add_option("--nproc-per-node,--nproc_per_node", post_args->nproc_per_node,
+                        "With --dry-run and --nnodes: processes (GPUs) per node");
   posttrain->add_option("--resume", post_args->resume, "auto, or a checkpoint / HF directory to load");
   posttrain->add_option("--overrides", post_args->overrides_files, "A YAML file of key: value overrides");
   posttrain->allow_extras();

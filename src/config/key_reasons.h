@@ -18,8 +18,9 @@ inline constexpr const char* kWhyLogExtra =
 inline constexpr const char* kWhyProfile =
     "PyTorch profiler switch; Primus-C++ traces come from `primus report`";
 inline constexpr const char* kWhyWorld1 =
-    "distributed-training switch that does not change results; no effect at world size 1 (the distributed "
-    "issue implements it)";
+    "a setting of Megatron's / PyTorch's distributed machinery (timeouts, NCCL buffer registration, FSDP "
+    "resharding and buffering, reduction dtypes of other implementations) that does not change results; the "
+    "data-parallel layouts here have their own (docs/distributed.md)";
 inline constexpr const char* kWhyDpKnob =
     "a tuning knob of Megatron's / PyTorch's data-parallel machinery; here the parameter regions (one per "
     "layer) are the buckets, shards and gather units, and use_distributed_optimizer / use_torch_fsdp2 / "
@@ -32,9 +33,24 @@ inline constexpr const char* kWhyMoeAlways =
 inline constexpr const char* kWhyMoeEp1 =
     "how tokens reach experts on other ranks: Primus-C++ always dispatches by all-to-all-v on the compute "
     "stream (the results of every dispatcher type; overlapping it is not done yet)";
-inline constexpr const char* kWhyPP = "applies only to pipeline parallelism (PP > 1), not supported yet";
-inline constexpr const char* kWhyTP = "applies only to tensor parallelism (TP > 1), not supported yet";
-inline constexpr const char* kWhyCP = "applies only to context parallelism (CP > 1), not supported yet";
+// Knobs of Megatron's own parallel implementations: the layouts themselves are implemented here, by other
+// code.
+inline constexpr const char* kWhyPP =
+    "a knob of Megatron's pipeline implementation (p2p backend and overlap, encoder split, deferred "
+    "embedding "
+    "wgrad, warm-up, dumps); the pipeline here runs its generated schedules (docs/pipeline.md)";
+inline constexpr const char* kWhyTP =
+    "a knob of Megatron's / Transformer Engine's tensor-parallel implementation (userbuffers overlap, async "
+    "all-reduce, TorchTitan's loss parallelism switch); tensor parallelism here has its own collectives, "
+    "overlapped by tp_comm_overlap (docs/parallelism.md)";
+inline constexpr const char* kWhyCP =
+    "a knob of Megatron's context-parallel variants (hierarchical and hybrid CP groups, per-rank sequence "
+    "caps); context parallelism here splits each sequence in 2·CP chunks over one group "
+    "(docs/parallelism.md)";
+// TorchTitan's pipeline settings: its dialect takes pipeline_parallel_degree 1 only.
+inline constexpr const char* kWhyTitanPP =
+    "applies only to pipeline parallelism, which the TorchTitan dialect does not take yet (degree 1; the "
+    "Megatron dialect's pipeline keys run it)";
 inline constexpr const char* kWhyFp8 =
     "a Transformer Engine / kitchen FP8 hook with no counterpart here (FP8 is model/fp8_linear.h)";
 inline constexpr const char* kWhyFp4 = "applies only when fp4 is set, which is not supported yet";
@@ -60,7 +76,8 @@ inline constexpr const char* kWhyResilience =
 inline constexpr const char* kWhyOptOther =
     "applies only to another optimizer (sgd, muon), not supported yet";
 inline constexpr const char* kWhyZeroBubble =
-    "applies only to Primus's zero-bubble / custom pipeline schedules (PP > 1), not supported yet";
+    "a knob of Primus's zero-bubble runtime (schedule tables, timers, optimizer post-validation); the "
+    "zero-bubble schedules here are generated and checked before they run (docs/pipeline.md)";
 inline constexpr const char* kWhyOffload = "CPU offload setting; applies only when offload is enabled";
 inline constexpr const char* kWhyInfo = "descriptive value; recorded in the run directory";
 inline constexpr const char* kWhyData =

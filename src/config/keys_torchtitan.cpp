@@ -137,7 +137,7 @@ void add_torchtitan_keys(KeyTable& t) {
   t.add(
       noeff("parallelism.fsdp_reshard_after_forward", kS, "default", kWhyWorld1, "default | always | never"));
   add_all(
-      t, kWhyPP,
+      t, kWhyTitanPP,
       {{"parallelism.module_fqns_per_model_part", kL, "null", "modules per pipeline stage"},
        {"parallelism.pipeline_parallel_first_stage_less_layers", kI, "1", "fewer layers on the first stage"},
        {"parallelism.pipeline_parallel_last_stage_less_layers", kI, "1", "fewer layers on the last stage"},

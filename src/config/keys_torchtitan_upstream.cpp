@@ -52,7 +52,7 @@ void add_torchtitan_upstream_keys(KeyTable& t) {
   t.add(unsup("lr_scheduler.total_steps", kI, "null", "schedule length independent of training.steps"));
 
   t.group("parallelism");
-  t.add(noeff("parallelism.pipeline_parallel_expert_parallel_overlap", kB, "true", kWhyPP,
+  t.add(noeff("parallelism.pipeline_parallel_expert_parallel_overlap", kB, "true", kWhyTitanPP,
               "overlap PP and EP communication"));
   t.add(noeff("parallelism.context_parallel_load_balancer", kS, "headtail", kWhyCP, "CP sequence split"));
   t.add(noeff("parallelism.expert_parallel_comm_backend", kS, "standard", kWhyMoE,

@@ -85,6 +85,23 @@ TEST(ConfigCliDryRun, PlanForLlama31_8B) {
   EXPECT_NE(r.out.find("enable_primus_turbo=true"), std::string::npos);
 }
 
+// `train posttrain` plans a world too (it once knew no --nnodes and suggested the very option it refused).
+TEST(ConfigCliDryRun, PosttrainPlansAWorldItIsNotIn) {
+  CliResult r = run_primus({"train", "posttrain", "--config",
+                            project_dir() + "/tests/e2e/configs/sft_lora_micro_llama.yaml", "--dry-run",
+                            "--nnodes", "1", "--nproc-per-node", "4", "--tensor_model_parallel_size", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("world          4 rank(s) = 1 node(s) x 4 process(es)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("x tp 2 x"), std::string::npos) << r.out;
+  r = run_primus({"train", "posttrain", "--config",
+                  project_dir() + "/tests/e2e/configs/sft_lora_micro_llama.yaml", "--nnodes", "1",
+                  "--nproc-per-node", "4"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--nnodes / --nproc-per-node plan a world for --dry-run only"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("train posttrain ..."), std::string::npos) << r.err;
+}
+
 // A planned world (--nnodes) accepts a tokenizer whose vocabulary is not known here (Primus's GLM-5
 // experiments name one): the plan says what it cannot size instead of failing on an empty vocabulary -- the
 // DDP layout's row-sparse embedding decision and the FP8 recipe's size check both needed the model's sizes.

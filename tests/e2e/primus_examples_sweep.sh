@@ -112,6 +112,7 @@ mkdir -p "$work/logs"
     >"$work/results.tsv"
 
 sed -i "s|$repo/||" "$work/results.tsv"
+[[ -n "${SWEEP_RESULTS:-}" ]] && cp "$work/results.tsv" "$SWEEP_RESULTS"  # every file's class and first error
 counted='^[a-z]+\texamples/(megatron|torchtitan|megatron_bridge)/configs/MI[0-9]+X/[^/]+\.yaml\t'
 tally() {
   local label="$1" pattern="$2" invert="$3"
