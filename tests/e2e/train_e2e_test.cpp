@@ -5,6 +5,10 @@
 #include <unistd.h>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
@@ -56,6 +60,41 @@ RunOutput train(const std::string& experiment, const std::string& exp_name,
   for (nlohmann::json& j : primus::read_jsonl_records(r.run_dir + "/metrics.jsonl"))
     (j.contains("loss") ? r.steps : r.evals).push_back(j);
   return r;
+}
+
+// The micro Llama trained 10 steps straight and as 5 + a resume from the step-5 checkpoint + 5, with `args`
+// and `env` added to every run: the two curves must be bitwise equal.
+void expect_resume_is_bit_exact(const std::string& tag, const std::vector<std::string>& args,
+                                const std::map<std::string, std::optional<std::string>>& env) {
+  primus::cli_test::Scratch s(tag);
+  auto run = [&](const std::string& name, const std::string& save, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"train",
+                                  "pretrain",
+                                  "--config",
+                                  project_dir() + "/tests/e2e/configs/fortunes_micro_llama.yaml",
+                                  "--train_iters",
+                                  "10",
+                                  "--eval_interval",
+                                  "0",
+                                  "--lr_warmup_iters",
+                                  "2",
+                                  "--save",
+                                  save,
+                                  "--save_interval",
+                                  "5"};
+    a.insert(a.end(), args.begin(), args.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto e = primus::cli_test::env_for(s.dir, name);
+    for (const auto& [k, v] : env) e[k] = v;
+    return run_primus(a, e, s.dir);
+  };
+  const primus::cli_test::StraightAndSplit runs =
+      primus::cli_test::run_straight_and_split(run, s.dir, 5, 10, "e2e");
+  ASSERT_FALSE(runs.straight.empty());
+  for (size_t i = 0; i < runs.straight.size(); ++i) {
+    EXPECT_EQ(runs.straight[i]["loss"].dump(), runs.split[i]["loss"].dump()) << "step " << i + 1;
+    EXPECT_EQ(runs.straight[i]["grad_norm"].dump(), runs.split[i]["grad_norm"].dump()) << "step " << i + 1;
+  }
 }
 
 double mean_last(const std::vector<nlohmann::json>& steps, size_t n) {
@@ -159,34 +198,7 @@ TEST(TrainE2E, RowSparseEmbeddingGradientTrainsLikeDense) {
 // deferred embedding update and the slots' clearing leave nothing behind in the checkpoint).
 TEST(TrainE2E, RowSparseEmbeddingGradientResumesBitExactly) {
   if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "Debian fortunes not installed";
-  primus::cli_test::Scratch s("sparse-resume");
-  auto run = [&](const std::string& name, const std::string& save, std::vector<std::string> extra) {
-    std::vector<std::string> a = {"train",
-                                  "pretrain",
-                                  "--config",
-                                  project_dir() + "/tests/e2e/configs/fortunes_micro_llama.yaml",
-                                  "--train_iters",
-                                  "10",
-                                  "--eval_interval",
-                                  "0",
-                                  "--lr_warmup_iters",
-                                  "2",
-                                  "--save",
-                                  save,
-                                  "--save_interval",
-                                  "5"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    auto env = primus::cli_test::env_for(s.dir, name);
-    env["PRIMUS_SPARSE_EMBEDDING_GRAD"] = "2";
-    return run_primus(a, env, s.dir);
-  };
-  const primus::cli_test::StraightAndSplit runs =
-      primus::cli_test::run_straight_and_split(run, s.dir, 5, 10, "e2e");
-  ASSERT_FALSE(runs.straight.empty());
-  for (size_t i = 0; i < runs.straight.size(); ++i) {
-    EXPECT_EQ(runs.straight[i]["loss"].dump(), runs.split[i]["loss"].dump()) << "step " << i + 1;
-    EXPECT_EQ(runs.straight[i]["grad_norm"].dump(), runs.split[i]["grad_norm"].dump()) << "step " << i + 1;
-  }
+  expect_resume_is_bit_exact("sparse-resume", {}, {{"PRIMUS_SPARSE_EMBEDDING_GRAD", "2"}});
 }
 
 // Megatron's precision-aware optimizer with bf16 moments: the run says so, tracks the f32-moment run closely
@@ -218,33 +230,7 @@ TEST(TrainE2E, Bf16AdamMomentsTrackF32AndResumeBitExactly) {
   }
   EXPECT_TRUE(differ) << "bf16 moments gave the f32 run's losses bit for bit: were they used?";
 
-  primus::cli_test::Scratch s("moments-resume");
-  auto run = [&](const std::string& name, const std::string& save, std::vector<std::string> extra) {
-    std::vector<std::string> a = {"train",
-                                  "pretrain",
-                                  "--config",
-                                  project_dir() + "/tests/e2e/configs/fortunes_micro_llama.yaml",
-                                  "--train_iters",
-                                  "10",
-                                  "--eval_interval",
-                                  "0",
-                                  "--lr_warmup_iters",
-                                  "2",
-                                  "--save",
-                                  save,
-                                  "--save_interval",
-                                  "5"};
-    a.insert(a.end(), bf16.begin(), bf16.end());
-    a.insert(a.end(), extra.begin(), extra.end());
-    return run_primus(a, primus::cli_test::env_for(s.dir, name), s.dir);
-  };
-  const primus::cli_test::StraightAndSplit runs =
-      primus::cli_test::run_straight_and_split(run, s.dir, 5, 10, "e2e");
-  ASSERT_FALSE(runs.straight.empty());
-  for (size_t i = 0; i < runs.straight.size(); ++i) {
-    EXPECT_EQ(runs.straight[i]["loss"].dump(), runs.split[i]["loss"].dump()) << "step " << i + 1;
-    EXPECT_EQ(runs.straight[i]["grad_norm"].dump(), runs.split[i]["grad_norm"].dump()) << "step " << i + 1;
-  }
+  expect_resume_is_bit_exact("moments-resume", bf16, {});
 }
 
 TEST(TrainE2E, TorchTitanDialectDrivesTheSameTrainer) {

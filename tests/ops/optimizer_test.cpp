@@ -16,17 +16,23 @@ namespace {
 
 using ops::AdamWParams;
 
+// Hyper-parameters away from the defaults, each visible in the result.
+AdamWParams hand_params() {
+  AdamWParams p;
+  p.lr = 0.01f;
+  p.beta1 = 0.8f;
+  p.beta2 = 0.95f;
+  p.eps = 1e-6f;
+  p.weight_decay = 0.1f;
+  p.grad_scale = 0.5f;
+  return p;
+}
+
 TEST(AdamW, ThreeStepsMatchHandComputedSequence) {
   Rng rng;
   for (DType dt : float_types()) {
     for (int64_t n : {37L, 70001L}) {
-      AdamWParams p;
-      p.lr = 0.01f;
-      p.beta1 = 0.8f;
-      p.beta2 = 0.95f;
-      p.eps = 1e-6f;
-      p.weight_decay = 0.1f;
-      p.grad_scale = 0.5f;
+      AdamWParams p = hand_params();
       Tensor master = rand_tensor(rng, {n}, dt), m = Tensor::zeros({n}, dt), v = Tensor::zeros({n}, dt);
       std::vector<double> w = host(master), em(n, 0.0), ev(n, 0.0);
       for (int step = 1; step <= 3; ++step) {
@@ -61,13 +67,7 @@ TEST(AdamW, Bf16MomentsStoreTheRoundedMomentsAndStepWithTheExactOnes) {
   for (auto [mdt, vdt] :
        {std::pair{DType::kBF16, DType::kBF16}, {DType::kBF16, DType::kF32}, {DType::kF32, DType::kBF16}}) {
     for (int64_t n : {31L, 33L, 127L}) {
-      AdamWParams p;
-      p.lr = 0.01f;
-      p.beta1 = 0.8f;
-      p.beta2 = 0.95f;
-      p.eps = 1e-6f;
-      p.weight_decay = 0.1f;
-      p.grad_scale = 0.5f;
+      AdamWParams p = hand_params();
       Tensor master = rand_tensor(rng, {n}, DType::kF32);
       Tensor m = cpu_cast(rand_tensor(rng, {n}, DType::kF32, -0.1, 0.1), mdt);
       Tensor v = cpu_cast(rand_tensor(rng, {n}, DType::kF32, 0.0, 0.01), vdt);
