@@ -9,7 +9,7 @@ namespace primus::config {
 ParamCounts count_parameters(const ModelConfig& m) {
   ParamCounts c;
   const int64_t h = m.hidden_size;
-  const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+  const int64_t vocab = m.vocab_rows();
   const int64_t hd = m.kv_channels > 0 ? m.kv_channels : h / std::max<int64_t>(1, m.num_attention_heads);
   const int64_t q = m.num_attention_heads * hd;
   const int64_t kv = (m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads) * hd;
@@ -81,7 +81,7 @@ FlopsPerToken flops_per_token(const ModelConfig& m, int64_t seq_length) {
   // not: a tied head is outside N' but still a GEMM per depth).
   const double layers = static_cast<double>(m.num_layers + m.mtp_num_layers);
   const double attn = layers * static_cast<double>(seq_length) * width;
-  const double vocab = static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size);
+  const double vocab = static_cast<double>(m.vocab_rows());
   n += static_cast<double>(m.mtp_num_layers) * vocab * static_cast<double>(m.hidden_size);
   return {6.0 * n + 6.0 * attn, 6.0 * n + 12.0 * attn};
 }

@@ -82,6 +82,8 @@ struct ModelConfig {
   int64_t kv_channels = 16;       // head dim (hidden_size / heads unless set)
   int64_t vocab_size = 0;         // tokenizer vocabulary (before padding)
   int64_t padded_vocab_size = 0;  // rounded up to make_vocab_size_divisible_by (x TP)
+  // The embedding's and head's rows: the padded vocabulary once it is set, else the tokenizer's.
+  int64_t vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
   int64_t make_vocab_size_divisible_by = 128;
   int64_t max_position_embeddings = 4096;
   bool untie_embeddings_and_output_weights = true;

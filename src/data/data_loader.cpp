@@ -204,8 +204,7 @@ DataSources build_data_sources(const TrainConfig& cfg) {
   const int64_t seq = cfg.data.seq_length;
   if (cfg.sft.enabled) {
     auto tok = make_tokenizer(tokenizer_spec(cfg));
-    const int64_t model_vocab =
-        cfg.model.padded_vocab_size > 0 ? cfg.model.padded_vocab_size : cfg.model.vocab_size;
+    const int64_t model_vocab = cfg.model.vocab_rows();
     if (model_vocab > 0 && tok->vocab_size() > model_vocab)
       throw ConfigError(
           fmt::format("vocab_size: the model has {} embedding rows but the tokenizer ({}) has {} ids",
@@ -224,8 +223,7 @@ DataSources build_data_sources(const TrainConfig& cfg) {
   src.tokenizer = make_tokenizer(tokenizer_spec(cfg));
   src.eod_id = src.tokenizer->eod_id();
   // The model's embedding must hold every id the tokenizer (and so the data) can produce.
-  const int64_t model_vocab =
-      cfg.model.padded_vocab_size > 0 ? cfg.model.padded_vocab_size : cfg.model.vocab_size;
+  const int64_t model_vocab = cfg.model.vocab_rows();
   if (model_vocab > 0 && src.tokenizer->vocab_size() > model_vocab)
     throw ConfigError(
         fmt::format("vocab_size: the model has {} embedding rows but the tokenizer ({}) has {} ids",

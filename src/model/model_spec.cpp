@@ -18,7 +18,7 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
   s.kv_heads = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
   s.head_dim = m.kv_channels > 0 ? m.kv_channels : m.hidden_size / m.num_attention_heads;
   s.ffn = m.ffn_hidden_size;
-  s.vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+  s.vocab = m.vocab_rows();
   s.qkv_bias = m.add_qkv_bias;
   s.qk_norm = m.qk_layernorm;
   s.tied_embeddings = !m.untie_embeddings_and_output_weights;

@@ -89,7 +89,7 @@ std::string layout_report(const config::ResolvedConfig& rc, int world_size, int 
     // What each tensor-parallel rank holds (ModelSpec::with_tensor_shard's split, docs/parallelism.md).
     const ModelConfig& m = cfg.model;
     const int64_t kv = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
-    const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+    const int64_t vocab = m.vocab_rows();
     out += fmt::format(
         "tensor         per tp rank: {} of {} heads, {} kv head(s){}, ffn {} of {}, vocabulary {} of {}{}\n",
         m.num_attention_heads / d.tp(), m.num_attention_heads, kv >= d.tp() ? kv / d.tp() : 1,

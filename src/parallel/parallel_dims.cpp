@@ -190,7 +190,7 @@ void ParallelDims::validate_training(const TrainConfig& cfg, bool pipeline_split
         fmt::format("ffn_hidden_size {} is not divisible by the tensor-parallel degree {} ({}) "
                     "(rule: every TP rank holds ffn / TP columns)",
                     m.ffn_hidden_size, tp(), kTp));
-  const int64_t vocab = m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size;
+  const int64_t vocab = m.vocab_rows();
   if (tp() > 1 && vocab % tp() != 0)
     bad.push_back(
         fmt::format("the vocabulary {} is not divisible by the tensor-parallel degree {} ({}) (rule: "

@@ -305,8 +305,7 @@ MemoryProjection project_memory(const Setup& s, const GpuSpec& gpu) {
     // set (plus the layer being recomputed).
     double head = 0;
     if (r.loss) {
-      const double vocab =
-          static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size) / s.tp();
+      const double vocab = static_cast<double>(m.vocab_rows()) / s.tp();
       const double full_rows = d.n * (s.sequence_parallel() ? s.tp() : 1);
       const double rows = std::min(full_rows, std::max(64.0, std::floor(kLogitsBudget / (vocab * d.e))));
       head = rows * vocab * d.e + full_rows * d.h * d.e + full_rows * 8;  // logits chunk, normed h, losses

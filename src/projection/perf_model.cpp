@@ -123,7 +123,7 @@ PerformanceProjection project_performance(const Setup& s, const GpuSpec& gpu, co
   const double KV = std::max(
       1.0, static_cast<double>(m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads) / tp);
   const double q = H * hd, kv = KV * hd, f = static_cast<double>(m.ffn_hidden_size) / tp;
-  const double vocab = static_cast<double>(m.padded_vocab_size > 0 ? m.padded_vocab_size : m.vocab_size) / tp;
+  const double vocab = static_cast<double>(m.vocab_rows()) / tp;
   const double stream = gpu.stream_tbps * 1e12;
   const double gemm_ceiling = gpu.gemm_bf16_tflops * 1e12;
   const bool fp8 = s.train.fp8.enabled;

@@ -91,8 +91,8 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
     cmp("mscale_all_dim", saved.mla.mscale_all_dim, cfg.mla.mscale_all_dim);
   }
   cmp("mtp_num_layers", saved.mtp_num_layers, cfg.mtp_num_layers);
-  const int64_t saved_rows = saved.padded_vocab_size > 0 ? saved.padded_vocab_size : saved.vocab_size;
-  const int64_t cfg_rows = cfg.padded_vocab_size > 0 ? cfg.padded_vocab_size : cfg.vocab_size;
+  const int64_t saved_rows = saved.vocab_rows();
+  const int64_t cfg_rows = cfg.vocab_rows();
   if (weights_only ? saved_rows > cfg_rows : saved_rows != cfg_rows)
     diffs.push_back(fmt::format("vocabulary rows: checkpoint {}, config {} (padded_vocab_size{})", saved_rows,
                                 cfg_rows, weights_only ? " must be at least the checkpoint's" : ""));
