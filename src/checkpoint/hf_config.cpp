@@ -301,6 +301,11 @@ nlohmann::ordered_json hf_config_from_model(const ModelConfig& m, const std::str
         fmt::format("the model rotates {} of each head (rotary_percent), which {} does not "
                     "express (its attention rotates the whole head)",
                     m.rotary_percent, model_type));
+  // Grok-2's soft-capping: none of the families we export has it (Gemma-2's final_logit_softcapping is
+  // another family).
+  if (m.final_logit_softcap > 0 || m.moe.router_softcap > 0)
+    throw ConfigError(fmt::format("the model soft-caps its {} logits, which {} does not express",
+                                  m.final_logit_softcap > 0 ? "output" : "router", model_type));
   // A base config.json of another family says nothing about this one: keep only its generic keys.
   const bool same_family = base.is_object() && base.value("model_type", std::string()) == model_type;
 

@@ -35,6 +35,7 @@ nlohmann::ordered_json model_json(const ModelConfig& m) {
   j["norm_epsilon"] = m.norm_epsilon;
   j["rotary_base"] = m.rotary_base;
   j["rotary_percent"] = m.rotary_percent;
+  j["final_logit_softcapping"] = m.final_logit_softcap;
   j["use_rope_scaling"] = m.use_rope_scaling;
   j["rope_scaling_factor"] = m.rope_scaling_factor;
   j["rope_low_freq_factor"] = m.rope_low_freq_factor;
@@ -64,6 +65,7 @@ nlohmann::ordered_json model_json(const ModelConfig& m) {
     o["load_balancing"] = e.load_balancing;
     o["aux_loss_coeff"] = e.aux_loss_coeff;
     o["z_loss_coeff"] = e.z_loss_coeff;
+    o["router_logit_softcapping"] = e.router_softcap;
     o["capacity_factor"] = e.capacity_factor;
     o["pad_to_capacity"] = e.pad_to_capacity;
     o["drop_policy"] = e.drop_policy;
@@ -116,6 +118,7 @@ ModelConfig model_from(const nlohmann::json& j) {
   m.norm_epsilon = j.at("norm_epsilon").get<double>();
   m.rotary_base = j.at("rotary_base").get<double>();
   m.rotary_percent = j.value("rotary_percent", 1.0);  // absent before partial rotary: the whole head
+  m.final_logit_softcap = j.value("final_logit_softcapping", 0.0);  // absent before soft-capping: off
   m.use_rope_scaling = j.at("use_rope_scaling").get<bool>();
   m.rope_scaling_factor = j.at("rope_scaling_factor").get<double>();
   m.rope_low_freq_factor = j.at("rope_low_freq_factor").get<double>();
@@ -143,6 +146,7 @@ ModelConfig model_from(const nlohmann::json& j) {
     e.load_balancing = o.at("load_balancing").get<std::string>();
     e.aux_loss_coeff = o.at("aux_loss_coeff").get<double>();
     e.z_loss_coeff = o.at("z_loss_coeff").get<double>();
+    e.router_softcap = o.value("router_logit_softcapping", 0.0);  // absent before soft-capping: off
     e.capacity_factor = o.at("capacity_factor").get<double>();
     e.pad_to_capacity = o.at("pad_to_capacity").get<bool>();
     e.drop_policy = o.at("drop_policy").get<std::string>();

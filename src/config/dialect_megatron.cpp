@@ -167,6 +167,7 @@ void map_megatron(ResolvedConfig& rc) {
   m.rotary_base = k.f("rotary_base");
   if (!k.is_null("rotary_percent")) m.rotary_percent = k.f("rotary_percent");
   src("rotary_percent", "rotary_percent");
+  if (!k.is_null("final_logit_softcapping")) m.final_logit_softcap = k.f("final_logit_softcapping");
   m.use_rope_scaling = k.b("use_rope_scaling");
   m.rope_scaling_factor = k.f("rope_scaling_factor");
   m.init_method_std = k.f("init_method_std");

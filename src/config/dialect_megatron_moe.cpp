@@ -47,6 +47,7 @@ void map_megatron_moe(ResolvedConfig& rc) {
   e.load_balancing = k.s("moe_router_load_balancing_type");
   e.aux_loss_coeff = number_or_single(k, "moe_aux_loss_coeff");
   e.z_loss_coeff = k.is_null("moe_z_loss_coeff") ? 0.0 : k.f("moe_z_loss_coeff");
+  e.router_softcap = k.is_null("router_logit_softcapping") ? 0.0 : k.f("router_logit_softcapping");
   e.capacity_factor = k.is_null("moe_expert_capacity_factor") ? 0.0 : k.f("moe_expert_capacity_factor");
   e.pad_to_capacity = k.b("moe_pad_expert_input_to_capacity");
   e.drop_policy = k.s("moe_token_drop_policy");

@@ -60,7 +60,10 @@ void add_megatron_model_keys(KeyTable& t) {
   t.add(impl("attention_dropout", kF, "0.1", "dropout of the attention probabilities")
             .check(in_range(0, 1))
             .supports(null_or_number(0), "only 0 (no dropout) is implemented"));
-  t.add(unsup("final_logit_softcapping", kF, "null", "tanh soft-capping of the output logits (Grok-2)"));
+  t.add(impl("final_logit_softcapping", kF, "null",
+             "soft-cap the output logits to (-c, c): c tanh(logits / c) before the loss (Grok-2; null or 0: "
+             "off)")
+            .check(non_negative()));
   t.add(unsup("attn_logit_softcapping", kF, "null", "tanh soft-capping of the attention scores"));
   t.add(unsup("lfm_layer_types", kL, "null", "per-layer types of an LFM2 hybrid model"));
   t.add(noeff("conv_L_cache", kI, "3", kWhyOtherModel, "LFM2 convolution cache length"));

@@ -66,7 +66,10 @@ void add_megatron_moe_keys(KeyTable& t) {
             .check(non_negative()));
   t.add(unsup("moe_input_jitter_eps", kF, "null", "router input jitter"));
   t.add(unsup("moe_use_upcycling", kB, "false", "upcycle a dense checkpoint into MoE"));
-  t.add(unsup("router_logit_softcapping", kF, "null", "tanh soft-capping of router logits"));
+  t.add(impl("router_logit_softcapping", kF, "null",
+             "soft-cap the router's logits to (-c, c): c tanh(z / c) before routing (Grok-2; null or 0: off, "
+             "as Primus)")
+            .check(non_negative()));
   t.add(unsup_unless_default("moe_router_dtype", kS, "null", "router compute dtype: fp32 (ours) | fp64")
             .supports(null_or({"fp32"}), "fp32 (the router always computes its scores in fp32)"));
 

@@ -34,6 +34,9 @@ struct MoeConfig {
   std::string load_balancing = "aux_loss";  // aux_loss | seq_aux_loss | none
   double aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
+  // Grok-2's router_logit_softcapping: the router's logits become cap * tanh(z / cap) before anything reads
+  // them (selection, scores, the balancing and z losses); 0: off.
+  double router_softcap = 0.0;
   double capacity_factor = 0.0;  // 0: dropless
   bool pad_to_capacity = false;
   std::string drop_policy = "probs";  // probs | position
@@ -97,6 +100,8 @@ struct ModelConfig {
   // Partial rotary (Megatron rotary_percent, HF partial_rotary_factor): RoPE rotates the first
   // floor(head_dim x rotary_percent) elements of each head (ModelSpec::rope_dim), the rest pass through.
   double rotary_percent = 1.0;
+  // Grok-2's final_logit_softcapping: the output logits become cap * tanh(x / cap) before the loss; 0: off.
+  double final_logit_softcap = 0.0;
   bool use_rope_scaling = false;  // Llama-3 frequency scaling
   double rope_scaling_factor = 8.0;
   double rope_low_freq_factor = 1.0;

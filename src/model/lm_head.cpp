@@ -7,6 +7,7 @@
 #include "ops/gemm.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
+#include "ops/softcap.h"
 
 namespace primus {
 
@@ -68,31 +69,38 @@ void LmHead::project(const StepContext& ctx, const Tensor& h, const Tensor& targ
   const Stream& s = ctx.stream;
   Tensor w = params_.param(weight_);
   Tensor dw = params_.grad(weight_);
-  const int64_t rows = chunk_rows(n, v, dtype_size(ctx.act_dtype), kLogitsBudget);
+  // Soft-capped logits (final_logit_softcapping) go to the loss from a second chunk buffer, the loss writes
+  // its gradient over the raw logits, and the cap's backward reads the capped ones: the budget covers both.
+  const float cap = spec_.logit_softcap;
+  const int64_t rows = chunk_rows(n, v, dtype_size(ctx.act_dtype) * (cap > 0 ? 2 : 1), kLogitsBudget);
   Tensor logits_buf = ctx.act({std::min(rows, n), v});
+  Tensor capped_buf = cap > 0 ? ctx.act({std::min(rows, n), v}) : Tensor();
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r1 = std::min(n, r0 + rows);
     Tensor hc = h.slice(r0, r1);
     Tensor logits = logits_buf.slice(0, r1 - r0);
     primus::project(ctx, fp8_slot_, hc, w, nullptr, logits);
+    Tensor capped = cap > 0 ? capped_buf.slice(0, r1 - r0) : logits;
+    if (cap > 0) ops::softcap_forward(logits, cap, capped, s);
     Tensor lc = losses.slice(r0, r1);
     Tensor tc = targets.slice(r0, r1);
     if (ctx.tp) {
       // Vocabulary-parallel: every rank's (max, sum of exp, target logit) per row, merged alike everywhere.
       const int64_t rows_c = r1 - r0, P = ctx.tp->size();
       Tensor stats = ctx.empty({rows_c, 3}, ctx.stat_dtype());
-      ops::vocab_parallel_ce_stats(logits, tc, spec_.vocab_begin(), spec_.whole_vocab(), stats, s);
+      ops::vocab_parallel_ce_stats(capped, tc, spec_.vocab_begin(), spec_.whole_vocab(), stats, s);
       Tensor all = ctx.empty({P, rows_c, 3}, ctx.stat_dtype());
       ctx.tp->group().all_gather(stats.flatten(), all.flatten(), s, "vocab-parallel loss statistics");
-      ops::vocab_parallel_ce_finish(logits, tc, spec_.vocab_begin(), all, grad_scale, lc,
+      ops::vocab_parallel_ce_finish(capped, tc, spec_.vocab_begin(), all, grad_scale, lc,
                                     dh ? &logits : nullptr, s);
       if (!dh) continue;
     } else if (!dh) {
-      ops::softmax_cross_entropy(logits, tc, grad_scale, lc, nullptr, s);
+      ops::softmax_cross_entropy(capped, tc, grad_scale, lc, nullptr, s);
       continue;
     } else {
-      ops::softmax_cross_entropy(logits, tc, grad_scale, lc, &logits, s);  // in place
+      ops::softmax_cross_entropy(capped, tc, grad_scale, lc, &logits, s);  // in place without a cap
     }
+    if (cap > 0) ops::softcap_backward(capped, logits, cap, logits, s);
     Tensor dhc = dh->slice(r0, r1);
     // The weight gradient runs now even in a zero-bubble schedule's input-gradient pass: its operand, the
     // logits gradient, lives in logits_buf, which the next chunk overwrites (deferring it would need a copy

@@ -25,6 +25,7 @@ ModelSpec ModelSpec::from_config(const ModelConfig& m) {
   s.norm_eps = static_cast<float>(m.norm_epsilon);
   s.init_std = m.init_method_std;
   s.moe = m.moe;
+  s.logit_softcap = static_cast<float>(m.final_logit_softcap);
   s.mla = m.mla;
   s.mtp_layers = m.mtp_num_layers;
   s.mtp_loss_scale = m.mtp_loss_scaling_factor;
@@ -166,6 +167,9 @@ std::string ModelSpec::describe() const {
                             mla.yarn ? fmt::format(" yarn x{}", mla.rotary_scaling_factor) : "")
               : "") +
          (mtp_layers > 0 ? fmt::format(" mtp={}", mtp_layers) : "") +
+         (logit_softcap > 0 ? fmt::format(" logit-softcap={}", logit_softcap) : "") +
+         (moe.enabled() && moe.router_softcap > 0 ? fmt::format(" router-softcap={}", moe.router_softcap)
+                                                  : "") +
          (ep.size > 1 ? fmt::format(" experts-here={}..{}", first_local_expert(),
                                     first_local_expert() + local_experts() - 1)
                       : "") +

@@ -37,6 +37,7 @@ struct ModelSpec {
   int64_t rope_dim() const {
     return mla.enabled ? mla.qk_pos_emb_head_dim : rotary_dim > 0 ? rotary_dim : head_dim;
   }
+  float logit_softcap = 0.0f;  // final_logit_softcapping (0: off), model/lm_head.cpp
   float attn_scale = 1.0f;  // softmax scale: 1/sqrt(D), or MLA's m(factor, mscale_all_dim)^2 / sqrt(dn + dr)
   int64_t mtp_layers = 0;   // multi-token-prediction depths (model/mtp.h)
   double mtp_loss_scale = 0.1;

@@ -14,6 +14,7 @@
 #include "ops/gemm.h"
 #include "ops/grouped_gemm.h"
 #include "ops/sigmoid_gate.h"
+#include "ops/softcap.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 
@@ -135,6 +136,10 @@ void MoeMlp::forward(const StepContext& ctx, const Tensor& h, Tensor& y, MoeActi
   // Router: f32 logits from the (bf16 on the GPU) input and weights; selection and probabilities in f32.
   a.logits = ctx.empty({n, E}, st);
   ops::gemm(h, false, params_.param(router_), true, a.logits, 1.0f, 0.0f, s);
+  // Grok-2's router soft-cap, in place: from here on a.logits are the capped ones, which the backward's
+  // cap derivative reads (ops/softcap.h).
+  if (moe.router_softcap > 0)
+    ops::softcap_forward(a.logits, static_cast<float>(moe.router_softcap), a.logits, s);
   if (force_ == ForceBalance::kUniform) {
     // Megatron's apply_random_logits: everything downstream (selection, weights, balancing losses, the bias
     // loads) sees the random logits, and backward treats them as the GEMM's output (straight-through).
@@ -458,6 +463,9 @@ void MoeMlp::backward(const StepContext& ctx, const Tensor& dy, const Tensor& h,
   if (moe.z_loss_coeff > 0)
     ops::moe_z_loss(a.logits, static_cast<float>(moe.z_loss_coeff), z_loss_tokens(ctx), ctx.aux_grad_scale,
                     scratch, &dlogits, s);
+  // Back through the soft-cap (random logits replace the capped ones and pass the gradient straight through).
+  if (moe.router_softcap > 0 && force_ != ForceBalance::kUniform)
+    ops::softcap_backward(a.logits, dlogits, static_cast<float>(moe.router_softcap), dlogits, s);
   Tensor dl = dlogits;
   if (ctx.act_dtype != st) {
     dl = ctx.act({n, E});

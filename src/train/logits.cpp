@@ -13,6 +13,7 @@
 #include "ops/gemm.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/softcap.h"
 #include "train/trainer.h"
 
 namespace primus {
@@ -103,6 +104,7 @@ Tensor compute_logits(const InferenceModel& im, const Tensor& tokens_host) {
   Tensor w = params.param(spec.tied_embeddings ? "embed_tokens.weight" : "lm_head.weight");
   Tensor logits = ctx.act({n, spec.vocab});
   ops::linear_forward(h, w, nullptr, logits, s);
+  if (spec.logit_softcap > 0) ops::softcap_forward(logits, spec.logit_softcap, logits, s);
   Tensor host = logits.to(Stream::cpu());
   if (host.dtype() != DType::kF32) host = cpu_cast(host, DType::kF32);
   const int64_t v = im.config.vocab_size;

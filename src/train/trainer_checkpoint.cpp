@@ -45,6 +45,7 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
   cmp("norm_epsilon", saved.norm_epsilon, cfg.norm_epsilon);
   cmp("rotary_base", saved.rotary_base, cfg.rotary_base);
   cmp("rotary_percent", saved.rotary_percent, cfg.rotary_percent);
+  cmp("final_logit_softcapping", saved.final_logit_softcap, cfg.final_logit_softcap);
   cmp("use_rope_scaling", saved.use_rope_scaling, cfg.use_rope_scaling);
   if (saved.use_rope_scaling && cfg.use_rope_scaling) {
     cmp("rope_scaling_factor", saved.rope_scaling_factor, cfg.rope_scaling_factor);
@@ -78,6 +79,7 @@ void check_same_model(const ModelConfig& saved, const ModelConfig& cfg, bool wei
     cmp("moe_router_group_topk", a.group_topk, b.group_topk);
     cmp("moe_router_topk_scaling_factor", a.topk_scaling_factor, b.topk_scaling_factor);
     cmp("moe_router_enable_expert_bias", a.expert_bias, b.expert_bias);
+    cmp("router_logit_softcapping", a.router_softcap, b.router_softcap);
   }
   cmp("multi_latent_attention", saved.mla.enabled, cfg.mla.enabled);
   if (saved.mla.enabled && cfg.mla.enabled) {

@@ -3,7 +3,8 @@
 // group-limited routing, expert bias, shared expert) resumes bit-exactly from a checkpoint taken mid-run,
 // which needs the expert bias (moved by every step) restored with the weights; a micro Qwen2-MoE (gated
 // shared expert, a dense layer between MoE layers) trains, saves, exports to a Hugging Face directory and
-// back with bitwise the same logits; forced balancing (even, uniform) trains and resumes bit-exactly.
+// back with bitwise the same logits; forced balancing (even, uniform) trains and resumes bit-exactly;
+// Grok-2's soft-capped router and output logits train.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +51,41 @@ TEST(TrainMoeE2E, MicroMixtralLearnsAndLogsItsRouting) {
     // Balanced routing gives aux = coeff x E / (k T^2) x sum_e count_e x sum_t p_te >= coeff (= 0.01).
     EXPECT_GE(j["moe_layers"][0]["aux_loss"].get<double>(), 0.01 * 0.999);
   }
+}
+
+// Grok-2's soft-caps on the micro Mixtral: the run names them, learns, and differs from the uncapped run (the
+// caps are small enough to bite: 2 for the router's logits, 3 for the output logits).
+TEST(TrainMoeE2E, SoftcappedGrokStyleMoeTrains) {
+  Scratch s("moe-e2e");
+  if (!fs::exists("/usr/share/games/fortunes")) GTEST_SKIP() << "Debian's fortunes not installed";
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::map<std::string, std::optional<std::string>> env = env_for(s.dir, name);
+    env["PRIMUS_E2E_MODEL"] = "micro_mixtral.yaml";
+    std::vector<std::string> a = {"train",
+                                  "pretrain",
+                                  "--config",
+                                  project_dir() + "/tests/e2e/configs/fortunes_micro_llama.yaml",
+                                  "--train_iters",
+                                  "20",
+                                  "--lr_warmup_iters",
+                                  "3",
+                                  "--eval_interval",
+                                  "0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_primus(a, env);
+  };
+  const CliResult capped =
+      run("capped", {"--final_logit_softcapping", "3", "--router_logit_softcapping", "2"});
+  const CliResult plain = run("plain", {});
+  ASSERT_EQ(capped.exit_code, 0) << capped.err << capped.out;
+  ASSERT_EQ(plain.exit_code, 0) << plain.err << plain.out;
+  EXPECT_NE(capped.out.find("logit-softcap=3 router-softcap=2"), std::string::npos) << capped.out;
+  const auto a = steps_of(s.dir + "/e2e/ci/capped/metrics.jsonl"),
+             b = steps_of(s.dir + "/e2e/ci/plain/metrics.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  EXPECT_LT(a.back()["loss"].get<double>(), a.front()["loss"].get<double>() - 0.3);
+  EXPECT_NE(a.back()["loss"].dump(), b.back()["loss"].dump());
 }
 
 TEST(TrainMoeE2E, DeepSeekStyleMoeResumesBitExactlyWithItsExpertBias) {

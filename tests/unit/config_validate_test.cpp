@@ -154,6 +154,24 @@ TEST(ConfigValidate, PartialRotaryPercentOfTheHead) {
              {"not supported yet: rotary_percent 0.5 with multi_latent_attention"});
 }
 
+// Grok-2's soft-caps: the output logits' (ModelSpec::logit_softcap) and the router's; positive or null.
+TEST(ConfigValidate, SoftcappingKeysMapToTheModel) {
+  Fixture f;
+  ResolvedConfig rc = f.load("micro_mixtral.yaml",
+                             "      final_logit_softcapping: 30.0\n      router_logit_softcapping: 5.0\n");
+  EXPECT_EQ(rc.train.model.final_logit_softcap, 30.0);
+  EXPECT_EQ(rc.train.model.moe.router_softcap, 5.0);
+  EXPECT_EQ(ModelSpec::from_config(rc.train.model).logit_softcap, 30.0f);
+  rc = f.load("micro_llama.yaml", "");
+  EXPECT_EQ(rc.train.model.final_logit_softcap, 0.0);
+  expect_has(f.error("micro_llama.yaml", "      final_logit_softcapping: -1.0\n"),
+             {"final_logit_softcapping"});
+  rc = f.load("micro_mixtral.yaml", "      router_logit_softcapping: 0\n");  // Primus: 0 is off
+  EXPECT_EQ(rc.train.model.moe.router_softcap, 0.0);
+  expect_has(f.error("micro_mixtral.yaml", "      router_logit_softcapping: -2.0\n"),
+             {"router_logit_softcapping"});
+}
+
 // Megatron's precision-aware optimizer: the moments' dtypes map to the optimizer (bf16 or fp32), the other
 // values are refused as not supported yet, every dtype must be fp32 without the switch (Megatron asserts it),
 // and the two deviations a user should know of are warnings.

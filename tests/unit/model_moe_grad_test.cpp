@@ -1,7 +1,8 @@
 // Whole-model gradient checks of MoE decoders (model/moe_mlp.h) in f64 on the CPU reference ops: the explicit
 // backward through router, permutation, grouped expert GEMMs, unpermutation, shared expert and the
 // balancing losses against central finite differences of (token losses + aux / z losses), for the routing
-// variants of Mixtral, Qwen2/3-MoE (with Qwen2-MoE's gated shared expert) and DeepSeek, dropless and with
+// variants of Mixtral, Qwen2/3-MoE (with Qwen2-MoE's gated shared expert), DeepSeek and Grok-2 (soft-capped
+// router and output logits), dropless and with
 // capacity dropping; recompute modes give bitwise the same gradients; the expert bias moves selection only
 // and follows the balancing rule.
 #include <gtest/gtest.h>
@@ -29,6 +30,15 @@ ModelConfig tiny_moe(int64_t experts, int64_t topk, std::vector<char> layers) {
 
 TEST(ModelMoeGradient, MixtralStyleTopkThenSoftmaxWithAuxAndZLoss) {
   check_gradients(tiny_moe(4, 2, {1, 1}), {});
+}
+
+// Grok-2: the router's logits and the output logits soft-capped (c tanh(z / c)); caps small enough that the
+// tiny model's logits reach tanh's curved part, so a missing cap derivative would show.
+TEST(ModelMoeGradient, Grok2StyleSoftcappedRouterAndOutputLogits) {
+  ModelConfig m = tiny_moe(4, 2, {1, 1});
+  m.moe.router_softcap = 0.3;
+  m.final_logit_softcap = 0.5;
+  check_gradients(m, {});
 }
 
 TEST(ModelMoeGradient, QwenStylePreSoftmaxSharedExpertAndADenseLayer) {
