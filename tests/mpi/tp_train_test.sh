@@ -36,6 +36,8 @@
 #   moenosp NP TP    the same without sequence parallelism (the partial outputs all-reduced)
 #   moedeepseek NP TP  micro DeepSeek-style MoE (groups, expert bias, per-sequence aux loss, a shared expert
 #                    split like the dense MLP, a dense first layer), SP
+#   softcap NP TP    micro Mixtral with Grok-2's soft-caps (output logits 3, router logits 2), SP: each rank caps
+#                    its vocabulary columns before the vocabulary-parallel loss
 #   moeqwen2 NP TP   micro Qwen2-MoE (the shared expert behind a sigmoid gate whose gradient sums over tp), SP
 #   moecp NP TP      CP 2 x TP (SP) of micro Mixtral
 #   moezero1 NP TP   TP (SP) x DP with the distributed optimizer, micro Mixtral
@@ -141,6 +143,11 @@ case "$mode" in
   moedeepseek)
     export PRIMUS_E2E_MODEL=micro_deepseek_moe.yaml
     keys=(--sequence_parallel true)
+    ;;
+  softcap)  # Grok-2's soft-caps: the vocabulary-parallel loss on capped logits, the router's capped on every rank
+    export PRIMUS_E2E_MODEL=micro_mixtral.yaml
+    keys=(--sequence_parallel true --final_logit_softcapping 3 --router_logit_softcapping 2)
+    tol=2e-5 tol_grad=$moe_grad_tol  # loss measured 9e-6 (2026-12-08): the micro Mixtral's routing near-ties
     ;;
   moeqwen2)
     # The micro Qwen2-MoE's gradient norm spikes to 34 at step 16 (its all-expert softmax, unrenormalised): a
