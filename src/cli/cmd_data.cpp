@@ -492,9 +492,9 @@ int run_sft_inspect(const SftInspectArgs& a) {
   std::vector<data::TextSpan> spans;
   data::SftTokens t;
   try {
-    spans = data::render_sft_spans(tmpl, sample.messages, setup.chat.bos_token, setup.chat.eos_token);
-    t = data::tokenize_sft_messages(*tok, tmpl, sample.messages, setup.chat.bos_token, setup.chat.eos_token,
-                                    data::sft_required_bos(*tok));
+    spans = data::sft_sample_spans(tmpl, sample, setup.chat.bos_token, setup.chat.eos_token);
+    t = data::tokenize_sft_sample(*tok, tmpl, sample, setup.chat.bos_token, setup.chat.eos_token,
+                                  data::sft_required_bos(*tok));
   } catch (const Error& e) {
     throw ConfigError(fmt::format("{}: {}", where, e.what()), e.hint());
   }

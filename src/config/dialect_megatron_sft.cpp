@@ -181,19 +181,14 @@ void map_megatron_sft(ResolvedConfig& rc) {
   }
   s.split = split;
   if (format == "" || format == "auto" || format == "alpaca" || format == "messages" || format == "openai" ||
-      format == "chatml" || format == "prompt_response") {
+      format == "chatml" || format == "prompt_response" || format == "squad" || format == "bridge_squad") {
+    // squad: Primus's SQuAD formatter, "Context: c Question: q Answer: a" without a chat template
+    // (data/sft_sample.h), read from local JSONL records of the squad dataset.
     s.format = format == "auto" ? "" : format;
-  } else if (format == "squad" || format == "bridge_squad") {
-    // Primus's SQuAD formatter ("Context: c Question: q Answer: a", Megatron-Bridge's text) reads records
-    // of the HF squad dataset, which is on the hub.
-    throw NotSupportedError(
-        fmt::format("{}: not supported yet: sft_conversation_format {} (SQuAD records)",
-                    at("sft_conversation_format"), format),
-        "convert the records to alpaca form (instruction = question, input = context, output = the answer)");
   } else {
     throw ConfigError(
         fmt::format("{}: sft_conversation_format '{}' is not one of alpaca, messages (openai, "
-                    "chatml), prompt_response, or null (detected per record)",
+                    "chatml), prompt_response, squad, or null (detected per record)",
                     at("sft_conversation_format"), format));
   }
   rc.set_source("sft.data", "sft_dataset_name", k.origin("sft_dataset_name"));

@@ -98,7 +98,8 @@ void add_megatron_sft_keys(KeyTable& t) {
   t.add(impl("sft_dataset_name", kS, "null",
              "SFT data: a JSONL file, a directory of *.jsonl, or a comma list"));
   t.add(impl("sft_conversation_format", kS, "null",
-             "SFT record format: alpaca | messages (openai, chatml) | prompt_response | null (per record)"));
+             "SFT record format: alpaca | messages (openai, chatml) | prompt_response | squad (Primus's "
+             "\"Context: c Question: q Answer: a\", no chat template) | null (per record)"));
   t.add(impl("sft_dataset_split", kS, "train", "a dataset directory's <split>.jsonl"));
   t.add(impl("enable_packed_sequences", kB, "false", "pack short samples into rows (first-fit-decreasing)"));
   t.add(impl("use_packed_attention", kB, "false",

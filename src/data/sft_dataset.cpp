@@ -65,11 +65,11 @@ int32_t sft_required_bos(const Tokenizer& tokenizer) {
   return !with.empty() && with.front() == bos ? bos : -1;
 }
 
-SftTokens tokenize_sft_messages(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
-                                const std::vector<ChatMessage>& messages, const std::string& bos_token,
-                                const std::string& eos_token, int32_t prepend_bos) {
+namespace {
+SftTokens tokenize_spans(const Tokenizer& tokenizer, const std::vector<TextSpan>& spans,
+                         int32_t prepend_bos) {
   SftTokens out;
-  for (const TextSpan& span : render_sft_spans(tmpl, messages, bos_token, eos_token)) {
+  for (const TextSpan& span : spans) {
     if (span.text.empty()) continue;
     const std::vector<int32_t> ids = tokenizer.encode(span.text, /*add_special_tokens=*/false);
     out.ids.insert(out.ids.end(), ids.begin(), ids.end());
@@ -78,6 +78,26 @@ SftTokens tokenize_sft_messages(const Tokenizer& tokenizer, const ChatTemplate& 
   if (prepend_bos >= 0 && (out.ids.empty() || out.ids.front() != prepend_bos)) {
     out.ids.insert(out.ids.begin(), prepend_bos);
     out.loss.insert(out.loss.begin(), 0);
+  }
+  return out;
+}
+}  // namespace
+
+SftTokens tokenize_sft_messages(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                                const std::vector<ChatMessage>& messages, const std::string& bos_token,
+                                const std::string& eos_token, int32_t prepend_bos) {
+  return tokenize_spans(tokenizer, render_sft_spans(tmpl, messages, bos_token, eos_token), prepend_bos);
+}
+
+SftTokens tokenize_sft_sample(const Tokenizer& tokenizer, const ChatTemplate& tmpl, const SftSample& sample,
+                              const std::string& bos_token, const std::string& eos_token,
+                              int32_t prepend_bos) {
+  SftTokens out = tokenize_spans(tokenizer, sft_sample_spans(tmpl, sample, bos_token, eos_token), prepend_bos);
+  // A raw sample has no template to end it: the end-of-document token closes the answer and is learned with
+  // it (Megatron-Bridge's add_eos), so that the model learns to stop.
+  if (!sample.raw.empty()) {
+    out.ids.push_back(tokenizer.eod_id());
+    out.loss.push_back(1);
   }
   return out;
 }
@@ -171,8 +191,7 @@ SftDataset::SftDataset(const SftDatasetOptions& o) : seq_(o.seq_length), seed_(o
       const std::string where = fmt::format("{}:{}", path, line_no);
       SftTokens t;
       try {
-        t = tokenize_sft_messages(*o.tokenizer, tmpl, sample.messages, setup.chat.bos_token,
-                                  setup.chat.eos_token, bos);
+        t = tokenize_sft_sample(*o.tokenizer, tmpl, sample, setup.chat.bos_token, setup.chat.eos_token, bos);
       } catch (const Error& e) {
         throw ConfigError(fmt::format("{}: {}", where, e.what()), e.hint());
       }

@@ -1,6 +1,7 @@
 #include "data/sft_sample.h"
 
 #include <fstream>
+#include <initializer_list>
 
 #include "core/error.h"
 
@@ -11,7 +12,8 @@ namespace {
 const char* const kFormatHint =
     "one of: {\"messages\": [{\"role\", \"content\"}, ...]} (openai/chatml), "
     "{\"instruction\", \"input\"?, \"output\", \"system\"?} (alpaca), "
-    "{\"prompt\", \"response\" | \"completion\", \"system\"?} (prompt/response)";
+    "{\"prompt\", \"response\" | \"completion\", \"system\"?} (prompt/response), "
+    "{\"question\", \"context\"?, \"answers\": {\"text\": [...]}} (squad)";
 
 std::string keys_of(const nlohmann::ordered_json& record) {
   std::string out;
@@ -63,6 +65,62 @@ std::vector<ChatMessage> read_messages(const nlohmann::ordered_json& record, con
   return out;
 }
 
+// The first of `keys` the record has (not null), else nullptr.
+const nlohmann::ordered_json* first_of(const nlohmann::ordered_json& record,
+                                       std::initializer_list<const char*> keys, const char** found) {
+  for (const char* k : keys) {
+    auto it = record.find(k);
+    if (it != record.end() && !it->is_null()) {
+      *found = k;
+      return &*it;
+    }
+  }
+  return nullptr;
+}
+
+// Primus's SquadFormatter (Megatron-Bridge's squad processor and its "{input} {output}" template): the
+// question (or instruction / prompt), the context (or input), the first answer (answers.text[0], answers[0],
+// or answer / output / response), each with spaces stripped at both ends.
+void read_squad(const nlohmann::ordered_json& record, const std::string& where, SftSample& s) {
+  auto text = [&](std::initializer_list<const char*> keys, bool required) -> std::string {
+    const char* key = nullptr;
+    const nlohmann::ordered_json* v = first_of(record, keys, &key);
+    if (!v) {
+      if (required) bad_record(where, record, fmt::format("squad record without '{}'", *keys.begin()));
+      return "";
+    }
+    if (!v->is_string())
+      bad_record(where, record, fmt::format("'{}' must be a string, not {}", key, v->type_name()));
+    return v->get<std::string>();
+  };
+  auto strip = [](std::string x) {
+    x.erase(0, x.find_first_not_of(' '));
+    x.erase(x.find_last_not_of(' ') + 1);
+    return x;
+  };
+  const std::string question = strip(text({"question", "instruction", "prompt"}, true));
+  const std::string context = strip(text({"context", "input"}, false));
+  std::string answer;
+  const char* found = nullptr;
+  auto answers = record.find("answers");
+  if (answers != record.end() && !answers->is_null()) {
+    const nlohmann::ordered_json& list =
+        answers->is_object() && answers->contains("text") ? (*answers)["text"] : *answers;
+    if (!list.is_array() || list.empty() || !list[0].is_string())
+      bad_record(where, record,
+                 "'answers' must be {\"text\": [string, ...]} or a list of strings, not empty");
+    answer = list[0].get<std::string>();
+  } else {
+    if (!first_of(record, {"answer", "output", "response"}, &found))
+      bad_record(where, record, "squad record without 'answers'");
+    answer = text({"answer", "output", "response"}, true);
+  }
+  answer = strip(answer);
+  const std::string prompt = "Context: " + context + " Question: " + question + " Answer:";
+  s.raw = {{prompt, false}, {" " + answer, true}};
+  s.messages = {{"user", prompt}, {"assistant", answer}};
+}
+
 }  // namespace
 
 SftFormat parse_sft_format(const std::string& name) {
@@ -70,9 +128,10 @@ SftFormat parse_sft_format(const std::string& name) {
   if (name == "alpaca") return SftFormat::kAlpaca;
   if (name == "messages" || name == "openai" || name == "chatml") return SftFormat::kMessages;
   if (name == "prompt_response") return SftFormat::kPromptResponse;
+  if (name == "squad" || name == "bridge_squad") return SftFormat::kSquad;
   throw ConfigError(
-      fmt::format("unknown SFT data format '{}' (expected auto, alpaca, messages, openai, chatml "
-                  "or prompt_response)",
+      fmt::format("unknown SFT data format '{}' (expected auto, alpaca, messages, openai, chatml, "
+                  "prompt_response or squad)",
                   name));
 }
 
@@ -86,6 +145,8 @@ const char* sft_format_name(SftFormat format) {
       return "messages";
     case SftFormat::kPromptResponse:
       return "prompt_response";
+    case SftFormat::kSquad:
+      return "squad";
   }
   return "?";
 }
@@ -125,6 +186,9 @@ SftSample parse_sft_record(const nlohmann::ordered_json& record, SftFormat forma
       s.messages.push_back({"assistant", answer});
       break;
     }
+    case SftFormat::kSquad:
+      read_squad(record, where, s);
+      break;
     case SftFormat::kAuto:
       break;
   }
@@ -220,6 +284,14 @@ std::pair<size_t, size_t> loss_range(const std::string& turn, const std::string&
 }
 
 }  // namespace
+
+std::vector<TextSpan> sft_sample_spans(const ChatTemplate& tmpl, const SftSample& sample,
+                                       const std::string& bos_token, const std::string& eos_token) {
+  if (sample.raw.empty()) return render_sft_spans(tmpl, sample.messages, bos_token, eos_token);
+  std::vector<TextSpan> out;
+  for (const auto& [text, loss] : sample.raw) out.push_back({text, loss});
+  return out;
+}
 
 std::vector<TextSpan> render_sft_spans(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
                                        const std::string& bos_token, const std::string& eos_token) {

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data/chat_template.h"
@@ -18,15 +19,22 @@ enum class SftFormat {
   kAlpaca,          // {instruction, input?, output, system?}
   kMessages,        // OpenAI / ChatML: {messages: [{role, content}, ...]}
   kPromptResponse,  // {prompt, response | completion, system?}
+  // SQuAD ({question, context?, answers: {text: [...]}}), Primus's `squad` / Megatron-Bridge's text: no chat
+  // template, "Context: c Question: q Answer:" then " a" (the loss) and the end-of-sequence token.
+  kSquad,
 };
 
-// "auto", "alpaca", "messages" (also "openai", "chatml"), "prompt_response"; other names throw ConfigError.
+// "auto", "alpaca", "messages" (also "openai", "chatml"), "prompt_response", "squad" (also "bridge_squad");
+// other names throw ConfigError.
 SftFormat parse_sft_format(const std::string& name);
 const char* sft_format_name(SftFormat format);
 
 struct SftSample {
   SftFormat format = SftFormat::kAuto;  // the format the record was read as (never kAuto)
   std::vector<ChatMessage> messages;
+  // A sample the chat template does not render (kSquad): its text as spans, without the end-of-sequence
+  // token (tokenize_sft_sample appends the tokenizer's, as a loss token). Empty for every other format.
+  std::vector<std::pair<std::string, bool>> raw;  // (text, loss)
 };
 
 // Reads one record. `where` ("file:line") prefixes errors, which name the keys the record has when its format
@@ -54,6 +62,9 @@ struct TextSpan {
 // </s>), not over what follows the marker. Everything else (system and user turns, role headers, the
 // generation prompt) is loss-free.
 std::vector<TextSpan> render_sft_spans(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
+                                       const std::string& bos_token, const std::string& eos_token);
+// A sample's spans: its raw spans when it has them (kSquad), else render_sft_spans of its messages.
+std::vector<TextSpan> sft_sample_spans(const ChatTemplate& tmpl, const SftSample& sample,
                                        const std::string& bos_token, const std::string& eos_token);
 
 // The template used for models whose tokenizer has none: ChatML, exactly the class-level default that

@@ -62,6 +62,11 @@ bool blank(std::string_view line) {
 
 void check_sample(const SftSample& s) {
   if (s.format == SftFormat::kAuto || s.messages.empty()) __builtin_trap();
+  // A SQuAD record: its prompt loss-free, then " answer" as the loss; no other format has raw spans.
+  if ((s.format == SftFormat::kSquad) != !s.raw.empty()) __builtin_trap();
+  if (!s.raw.empty() && (s.raw.size() != 2 || s.raw[0].second || !s.raw[1].second || s.raw[1].first.empty() ||
+                         s.raw[1].first[0] != ' '))
+    __builtin_trap();
   bool assistant = false;
   for (const auto& m : s.messages) assistant = assistant || m.role == "assistant";
   if (!assistant) __builtin_trap();
@@ -133,7 +138,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Templates templates;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   static const SftFormat kFormats[] = {SftFormat::kAuto, SftFormat::kAlpaca, SftFormat::kMessages,
-                                       SftFormat::kPromptResponse};
+                                       SftFormat::kPromptResponse, SftFormat::kSquad};
   size_t rendered = 0;
   size_t from = 0;
   for (size_t line_no = 1; from <= text.size() && line_no <= 32; ++line_no) {
@@ -142,7 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view line = text.substr(from, nl - from);
     from = nl + 1;
     if (blank(line)) continue;
-    for (SftFormat format : {SftFormat::kAuto, kFormats[line_no % 4]}) {
+    for (SftFormat format : {SftFormat::kAuto, kFormats[line_no % 5]}) {
       try {
         const SftSample s = parse_sft_line(line, "fuzz.jsonl", line_no, format);
         check_sample(s);

@@ -106,6 +106,30 @@ TEST(SftDataset, PackedRowSemanticsExactly) {
   EXPECT_NE(ds.describe().find("2 samples"), std::string::npos) << ds.describe();
 }
 
+// SQuAD records: their own text, no template; the loss on " answer" and the end-of-document token after it.
+TEST(SftDataset, SquadSamplesLearnTheAnswerAndTheEnd) {
+  ScratchDir dir;
+  const std::string path = dir.path("squad.jsonl");
+  data_test::write_bytes(path, R"({"question": "q?", "context": "c", "answers": {"text": ["ab"]}})"
+                               "\n");
+  ByteTokenizer tok;
+  SftDatasetOptions o = tiny_options(path, tok, 40);
+  o.format = SftFormat::kSquad;
+  const SftDataset ds(o);
+  const Row r = read_row(ds, 0);
+  const std::string text = "Context: c Question: q? Answer: ab";
+  std::vector<int32_t> tokens = bytes(text);
+  tokens.push_back(256);  // the end-of-document token
+  tokens.resize(40, 256);
+  EXPECT_EQ(r.tokens, tokens);
+  // ':' of "Answer:" predicts ' ', then ' ' -> 'a', 'a' -> 'b', 'b' -> EOD; nothing else.
+  std::vector<int32_t> targets(40, -1);
+  const int colon = static_cast<int>(text.size()) - 4;
+  targets[colon] = ' ', targets[colon + 1] = 'a', targets[colon + 2] = 'b', targets[colon + 3] = 256;
+  EXPECT_EQ(r.targets, targets);
+  EXPECT_EQ(ds.stats().loss_tokens, 4);
+}
+
 TEST(SftDataset, PlainDatasetsHaveNoRows) {
   MockDataset mock(100, 8, 1);
   int32_t buf[8];

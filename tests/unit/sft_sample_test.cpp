@@ -77,6 +77,50 @@ TEST(SftSample, MessagesAndPromptResponse) {
   EXPECT_THROW(parse_sft_format("sharegpt"), ConfigError);
 }
 
+// Primus's SQuAD formatter (Megatron-Bridge's text): "Context: c Question: q Answer:" loss-free, then " a" as
+// the loss, every field stripped of spaces, the first answer of several; no chat template renders it.
+TEST(SftSample, SquadRecordsAsPrimusFormatsThem) {
+  EXPECT_EQ(parse_sft_format("squad"), SftFormat::kSquad);
+  EXPECT_EQ(parse_sft_format("bridge_squad"), SftFormat::kSquad);
+  const std::string rec =
+      R"({"id": "5733be", "title": "Notre_Dame", "context": " The Grotto is a replica. ",)"
+      R"( "question": "What is the Grotto? ", "answers": {"text": [" a replica", "replica"],)"
+      R"( "answer_start": [16, 18]}})";
+  SftSample s = parse_sft_line(rec, "d.jsonl", 1, SftFormat::kSquad);
+  EXPECT_EQ(s.format, SftFormat::kSquad);
+  using Raw = std::vector<std::pair<std::string, bool>>;
+  EXPECT_EQ(s.raw, (Raw{{"Context: The Grotto is a replica. Question: What is the Grotto? Answer:", false},
+                        {" a replica", true}}));
+  const ChatTemplate tmpl = real_template("meta-llama-Llama-3.1-8B-Instruct");  // unused for a raw sample
+  const std::vector<TextSpan> spans = sft_sample_spans(tmpl, s, "<|begin_of_text|>", "<|eot_id|>");
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[1].text, " a replica");
+  EXPECT_TRUE(spans[1].loss);
+  EXPECT_FALSE(spans[0].loss);
+  // The other spellings Primus reads: answers as a list, answer / output, instruction and input.
+  s = parse_sft_line(R"({"question": "q", "context": "c", "answers": ["x", "y"]})", "d.jsonl", 2,
+                     SftFormat::kSquad);
+  EXPECT_EQ(s.raw, (Raw{{"Context: c Question: q Answer:", false}, {" x", true}}));
+  s = parse_sft_line(R"({"instruction": "q", "input": "c", "output": "z"})", "d.jsonl", 3, SftFormat::kSquad);
+  EXPECT_EQ(s.raw, (Raw{{"Context: c Question: q Answer:", false}, {" z", true}}));
+  s = parse_sft_line(R"({"question": "q", "answer": "w"})", "d.jsonl", 4, SftFormat::kSquad);
+  EXPECT_EQ(s.raw, (Raw{{"Context:  Question: q Answer:", false}, {" w", true}}));
+  // Errors name the line and the missing or bad key.
+  EXPECT_NE(config_error_of([] {
+              parse_sft_line(R"({"context": "c", "answers": ["x"]})", "d.jsonl", 5, SftFormat::kSquad);
+            }).find("d.jsonl:5: squad record without 'question'"),
+            std::string::npos);
+  EXPECT_NE(config_error_of([] {
+              parse_sft_line(R"({"question": "q", "answers": {"text": []}})", "d.jsonl", 6,
+                             SftFormat::kSquad);
+            }).find("'answers' must be"),
+            std::string::npos);
+  EXPECT_NE(config_error_of([] {
+              parse_sft_line(R"({"question": "q", "context": "c"})", "d.jsonl", 7, SftFormat::kSquad);
+            }).find("squad record without 'answers'"),
+            std::string::npos);
+}
+
 TEST(SftSample, BadLinesNameFileLineAndKeys) {
   EXPECT_EQ(config_error_of([] { parse_sft_line(R"({"text": "x", "id": 3})", "data/train.jsonl", 7); }),
             "data/train.jsonl:7: cannot tell the SFT format of this record (keys found: text, id)");
