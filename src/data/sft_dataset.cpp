@@ -92,7 +92,8 @@ SftTokens tokenize_sft_messages(const Tokenizer& tokenizer, const ChatTemplate& 
 SftTokens tokenize_sft_sample(const Tokenizer& tokenizer, const ChatTemplate& tmpl, const SftSample& sample,
                               const std::string& bos_token, const std::string& eos_token,
                               int32_t prepend_bos) {
-  SftTokens out = tokenize_spans(tokenizer, sft_sample_spans(tmpl, sample, bos_token, eos_token), prepend_bos);
+  SftTokens out =
+      tokenize_spans(tokenizer, sft_sample_spans(tmpl, sample, bos_token, eos_token), prepend_bos);
   // A raw sample has no template to end it: the end-of-document token closes the answer and is learned with
   // it (Megatron-Bridge's add_eos), so that the model learns to stop.
   if (!sample.raw.empty()) {

@@ -51,7 +51,8 @@ SftTokens tokenize_sft_messages(const Tokenizer& tokenizer, const ChatTemplate& 
                                 const std::vector<ChatMessage>& messages, const std::string& bos_token,
                                 const std::string& eos_token, int32_t prepend_bos);
 // The same for a sample: its spans as sft_sample_spans gives them (a SQuAD record's own text, else its
-// messages through the template), tokenized alike; a raw (SQuAD) sample then ends with eod_id(), a loss token.
+// messages through the template), tokenized alike; a raw (SQuAD) sample then ends with eod_id(), a loss
+// token.
 SftTokens tokenize_sft_sample(const Tokenizer& tokenizer, const ChatTemplate& tmpl, const SftSample& sample,
                               const std::string& bos_token, const std::string& eos_token,
                               int32_t prepend_bos);
