@@ -1,6 +1,7 @@
 // Elementwise ops on bf16 / f32 / f64 device tensors: add, scale_, cast, fill_, count_nonfinite.
 // Each thread handles 8 consecutive elements with 16-byte accesses when every pointer is 16-byte aligned
 // (else one element); the thread that owns the last, partial group handles it element by element.
+#include "ops/cuda/elementwise_utils.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
 #include "ops/cuda/elementwise_cuda.h"
@@ -8,34 +9,7 @@
 namespace primus::ops::cuda {
 namespace {
 
-using detail::bf16;
-using detail::from_f32;
-using detail::load_vec;
-using detail::store_vec;
-using detail::Vec;
-
-constexpr int kBlock = 256;
-
-// Arithmetic type of an element: f64 stays f64, everything else computes in f32.
-template <typename T>
-using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename T>
-__device__ __forceinline__ Acc<T> to_acc(T x) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return __bfloat162float(x);
-  } else {
-    return x;
-  }
-}
-template <typename T, typename A>
-__device__ __forceinline__ T from_acc(A x) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return __float2bfloat16_rn(static_cast<float>(x));
-  } else {
-    return static_cast<T>(x);
-  }
-}
+using namespace elementwise_detail;
 
 template <typename T>
 __device__ __forceinline__ bool is_finite(T x) {
@@ -44,10 +18,6 @@ __device__ __forceinline__ bool is_finite(T x) {
   } else {
     return isfinite(x);
   }
-}
-
-__device__ __forceinline__ int64_t thread_first(int n) {
-  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * n;
 }
 
 template <typename T, int N>
@@ -124,41 +94,6 @@ __global__ void nonfinite_kernel(const T* __restrict__ x, int64_t n, unsigned lo
   // At most 8 * 1024 per block: exact in f32.
   const float total = detail::block_sum(static_cast<float>(local), scratch);
   if (threadIdx.x == 0 && total > 0.f) atomicAdd(count, static_cast<unsigned long long>(total));
-}
-
-// Calls f(T{}) for the element type of a floating tensor (bf16, f32, f64).
-template <typename F>
-void with_type(const char* op, const Tensor& t, F&& f) {
-  switch (t.dtype()) {
-    case DType::kBF16:
-      return f(bf16{});
-    case DType::kF32:
-      return f(float{});
-    case DType::kF64:
-      return f(double{});
-    default:
-      PRIMUS_FAIL("{}: {} must be bf16, f32 or f64", op, t.describe());
-  }
-}
-
-void check_float_cuda(const char* op, const char* name, const Tensor& t) {
-  PRIMUS_CHECK(t.defined() && t.device().is_cuda() && t.is_contiguous(),
-               "{}: {} must be a contiguous CUDA tensor, got {}", op, name,
-               t.defined() ? t.describe() : "undefined");
-  PRIMUS_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF32 || t.dtype() == DType::kF64,
-               "{}: {} must be bf16, f32 or f64, got {}", op, name, t.describe());
-}
-
-bool all_aligned(std::initializer_list<const void*> ptrs) {
-  for (const void* p : ptrs)
-    if (!detail::aligned16(p)) return false;
-  return true;
-}
-
-unsigned grid_for(const char* op, int64_t n, int per_thread) {
-  const int64_t g = ceil_div<int64_t>(ceil_div<int64_t>(n, per_thread), kBlock);
-  PRIMUS_CHECK(g < (int64_t{1} << 31), "{}: too large ({} elements)", op, n);
-  return static_cast<unsigned>(g);
 }
 
 }  // namespace

@@ -1,51 +1,42 @@
-// Soft-capping on the GPU: y = cap * tanh(x / cap) and dx = dy * (1 - (y / cap)^2), elementwise on bf16 or
-// f32 tensors with the math in f32; 4 elements per thread where the pointers allow vector accesses.
+// Soft-capping on the GPU: y = cap * tanh(x / cap) and dx = dy * (1 - (y / cap)^2), elementwise one-pass
+// kernels on the shared machinery of elementwise_utils.cuh (bf16 / f32 with the math in f32, f64 in f64).
 // Memory-bound: forward 4 bytes per bf16 element (read x, write y), backward 6 (read y, dy, write dx).
+#include "ops/cuda/elementwise_utils.cuh"
 #include "ops/cuda/kernel_utils.cuh"
 
 #include <cmath>
-#include <initializer_list>
-#include <utility>
 
 #include "ops/cuda/softcap_cuda.h"
 
 namespace primus::ops::cuda {
 namespace {
 
-using detail::bf16;
-using detail::from_f32;
-using detail::load_vec;
-using detail::store_vec;
-using detail::to_f32;
-using detail::Vec;
+using namespace elementwise_detail;
 
-constexpr int kBlock = 256;
-
-// tanhf, not the approximate tanh.approx.f32 (2^-11 relative error), so the GPU's capped logits stay within
-// an f32 rounding of the CPU reference before they are stored.
+// tanh (tanhf for f32), not the approximate tanh.approx.f32 (2^-11 relative error), so the GPU's capped
+// logits stay within an f32 rounding of the CPU reference before they are stored.
 template <typename T, int N>
-__global__ void softcap_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, float cap,
-                                   float inv_cap) {
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+__global__ void softcap_fwd_kernel(const T* x, T* y, int64_t n, Acc<T> cap, Acc<T> inv_cap) {
+  const int64_t i0 = thread_first(N);
   if (i0 >= n) return;
   if (i0 + N <= n) {
     const Vec<T, N> xv = load_vec<T, N>(x + i0);
     Vec<T, N> out;
 #pragma unroll
-    for (int e = 0; e < N; ++e) out.v[e] = from_f32<T>(cap * tanhf(to_f32(xv.v[e]) * inv_cap));
+    for (int e = 0; e < N; ++e) out.v[e] = from_acc<T>(cap * tanh(to_acc(xv.v[e]) * inv_cap));
     store_vec<T, N>(y + i0, out);
   } else {
-    for (int64_t i = i0; i < n; ++i) y[i] = from_f32<T>(cap * tanhf(to_f32(x[i]) * inv_cap));
+    for (int64_t i = i0; i < n; ++i) y[i] = from_acc<T>(cap * tanh(to_acc(x[i]) * inv_cap));
   }
 }
 
 template <typename T, int N>
-__global__ void softcap_bwd_kernel(const T* __restrict__ y, const T* dy, T* dx, int64_t n, float inv_cap) {
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+__global__ void softcap_bwd_kernel(const T* __restrict__ y, const T* dy, T* dx, int64_t n, Acc<T> inv_cap) {
+  const int64_t i0 = thread_first(N);
   if (i0 >= n) return;
   auto grad = [inv_cap](T yi, T gi) {
-    const float t = to_f32(yi) * inv_cap;
-    return from_f32<T>(to_f32(gi) * (1.0f - t * t));
+    const Acc<T> t = to_acc(yi) * inv_cap;
+    return from_acc<T>(to_acc(gi) * (Acc<T>(1) - t * t));
   };
   if (i0 + N <= n) {
     const Vec<T, N> yv = load_vec<T, N>(y + i0), gv = load_vec<T, N>(dy + i0);
@@ -58,88 +49,65 @@ __global__ void softcap_bwd_kernel(const T* __restrict__ y, const T* dy, T* dx, 
   }
 }
 
-bool aligned_for4(const Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % (4 * dtype_size(t.dtype())) == 0;
-}
-
-dim3 grid_for(const char* op, int64_t n, int per_thread) {
-  const int64_t g = ((n + per_thread - 1) / per_thread + kBlock - 1) / kBlock;
-  PRIMUS_CHECK(g < (int64_t{1} << 31), "{}: too large ({} elements)", op, n);
-  return dim3(static_cast<unsigned>(g));
-}
-
-// The dtype every tensor of the call shares: bf16 or f32.
-DType check_all(const char* op, float cap, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+// Every tensor a float CUDA tensor of `first`'s dtype and size, on its device; the cap positive.
+void check_args(const char* op, float cap, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
   PRIMUS_CHECK(cap > 0.0f && std::isfinite(cap), "{}: the cap must be positive and finite, got {}", op, cap);
   const Tensor& first = *ts.begin()->second;
-  const DType dt = first.dtype();
-  PRIMUS_CHECK(dt == DType::kBF16 || dt == DType::kF32, "{}: {} must be bf16 or f32, got {}", op,
-               ts.begin()->first, first.describe());
   for (const auto& [name, t] : ts) {
-    detail::check_cuda_tensor(op, name, *t, dt);
+    check_float_cuda(op, name, *t);
     detail::check_same_cuda_device(op, first, *t);
-    PRIMUS_CHECK(t->numel() == first.numel(), "{}: {} must have {} elements, got {}", op, name, first.numel(),
-                 t->describe());
+    PRIMUS_CHECK(t->dtype() == first.dtype() && t->numel() == first.numel(),
+                 "{}: {} must be {} with {} elements like {}, got {}", op, name, dtype_name(first.dtype()),
+                 first.numel(), ts.begin()->first, t->describe());
   }
-  return dt;
 }
 
 }  // namespace
 
 void softcap_forward(const Tensor& x, float cap, Tensor& y, const Stream& s) {
   constexpr const char* op = "softcap_forward";
-  const DType dt = check_all(op, cap, {{"x", &x}, {"y", &y}});
+  check_args(op, cap, {{"x", &x}, {"y", &y}});
   PRIMUS_CHECK(x.data_ptr() == y.data_ptr() || !detail::overlaps(x, y),
                "{}: y must be x itself or not overlap it", op);
   const int64_t n = x.numel();
   if (n == 0) return;
-  const bool vec = aligned_for4(x) && aligned_for4(y);
-  const dim3 g = grid_for(op, n, vec ? 4 : 1);
-  cudaStream_t cs = cuda_stream(s);
-  auto run = [&]<typename T>(T*) {
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    T* yp = static_cast<T*>(y.data_ptr());
+  const bool vec = all_aligned({x.data_ptr(), y.data_ptr()});
+  with_type(op, x, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* xp = static_cast<const T*>(x.data_ptr());
+    auto* yp = static_cast<T*>(y.data_ptr());
+    const Acc<T> c = cap, inv = Acc<T>(1) / c;
     if (vec) {
-      softcap_fwd_kernel<T, 4><<<g, kBlock, 0, cs>>>(xp, yp, n, cap, 1.0f / cap);
+      softcap_fwd_kernel<T, 8><<<grid_for(op, n, 8), kBlock, 0, cuda_stream(s)>>>(xp, yp, n, c, inv);
     } else {
-      softcap_fwd_kernel<T, 1><<<g, kBlock, 0, cs>>>(xp, yp, n, cap, 1.0f / cap);
+      softcap_fwd_kernel<T, 1><<<grid_for(op, n, 1), kBlock, 0, cuda_stream(s)>>>(xp, yp, n, c, inv);
     }
-  };
-  if (dt == DType::kBF16) {
-    run(static_cast<bf16*>(nullptr));
-  } else {
-    run(static_cast<float*>(nullptr));
-  }
-  PRIMUS_CUDA_CHECK_LAUNCH();
+    PRIMUS_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void softcap_backward(const Tensor& y, const Tensor& dy, float cap, Tensor& dx, const Stream& s) {
   constexpr const char* op = "softcap_backward";
-  const DType dt = check_all(op, cap, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
+  check_args(op, cap, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
   PRIMUS_CHECK(dx.data_ptr() == dy.data_ptr() || !detail::overlaps(dx, dy),
                "{}: dx must be dy itself or not overlap it", op);
   PRIMUS_CHECK(!detail::overlaps(dx, y), "{}: dx must not overlap y", op);
   const int64_t n = y.numel();
   if (n == 0) return;
-  const bool vec = aligned_for4(y) && aligned_for4(dy) && aligned_for4(dx);
-  const dim3 g = grid_for(op, n, vec ? 4 : 1);
-  cudaStream_t cs = cuda_stream(s);
-  auto run = [&]<typename T>(T*) {
-    const T* yp = static_cast<const T*>(y.data_ptr());
-    const T* gp = static_cast<const T*>(dy.data_ptr());
-    T* out = static_cast<T*>(dx.data_ptr());
+  const bool vec = all_aligned({y.data_ptr(), dy.data_ptr(), dx.data_ptr()});
+  with_type(op, y, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* yp = static_cast<const T*>(y.data_ptr());
+    const auto* gp = static_cast<const T*>(dy.data_ptr());
+    auto* out = static_cast<T*>(dx.data_ptr());
+    const Acc<T> inv = Acc<T>(1) / Acc<T>(cap);
     if (vec) {
-      softcap_bwd_kernel<T, 4><<<g, kBlock, 0, cs>>>(yp, gp, out, n, 1.0f / cap);
+      softcap_bwd_kernel<T, 8><<<grid_for(op, n, 8), kBlock, 0, cuda_stream(s)>>>(yp, gp, out, n, inv);
     } else {
-      softcap_bwd_kernel<T, 1><<<g, kBlock, 0, cs>>>(yp, gp, out, n, 1.0f / cap);
+      softcap_bwd_kernel<T, 1><<<grid_for(op, n, 1), kBlock, 0, cuda_stream(s)>>>(yp, gp, out, n, inv);
     }
-  };
-  if (dt == DType::kBF16) {
-    run(static_cast<bf16*>(nullptr));
-  } else {
-    run(static_cast<float*>(nullptr));
-  }
-  PRIMUS_CUDA_CHECK_LAUNCH();
+    PRIMUS_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace primus::ops::cuda

@@ -1,5 +1,5 @@
 #pragma once
-// CUDA implementations (src/ops/cuda/softcap.cu): bf16 or f32 tensors, the math in f32.
+// CUDA implementations (src/ops/cuda/softcap.cu): bf16 or f32 tensors with the math in f32 (f64 in f64).
 // Same contract as ops/softcap.h, which documents every function.
 #include "ops/softcap.h"
 
