@@ -82,11 +82,12 @@ const nlohmann::ordered_json* first_of(const nlohmann::ordered_json& record,
 // question (or instruction / prompt), the context (or input), the first answer (answers.text[0], answers[0],
 // or answer / output / response), each with spaces stripped at both ends.
 void read_squad(const nlohmann::ordered_json& record, const std::string& where, SftSample& s) {
-  auto text = [&](std::initializer_list<const char*> keys, bool required) -> std::string {
+  // The first of `keys` as a string; absent: "" when `missing` is null, else an error naming `missing`.
+  auto text = [&](std::initializer_list<const char*> keys, const char* missing) -> std::string {
     const char* key = nullptr;
     const nlohmann::ordered_json* v = first_of(record, keys, &key);
     if (!v) {
-      if (required) bad_record(where, record, fmt::format("squad record without '{}'", *keys.begin()));
+      if (missing) bad_record(where, record, fmt::format("squad record without '{}'", missing));
       return "";
     }
     if (!v->is_string())
@@ -98,10 +99,9 @@ void read_squad(const nlohmann::ordered_json& record, const std::string& where, 
     x.erase(x.find_last_not_of(' ') + 1);
     return x;
   };
-  const std::string question = strip(text({"question", "instruction", "prompt"}, true));
-  const std::string context = strip(text({"context", "input"}, false));
+  const std::string question = strip(text({"question", "instruction", "prompt"}, "question"));
+  const std::string context = strip(text({"context", "input"}, nullptr));
   std::string answer;
-  const char* found = nullptr;
   auto answers = record.find("answers");
   if (answers != record.end() && !answers->is_null()) {
     const nlohmann::ordered_json& list =
@@ -111,9 +111,7 @@ void read_squad(const nlohmann::ordered_json& record, const std::string& where, 
                  "'answers' must be {\"text\": [string, ...]} or a list of strings, not empty");
     answer = list[0].get<std::string>();
   } else {
-    if (!first_of(record, {"answer", "output", "response"}, &found))
-      bad_record(where, record, "squad record without 'answers'");
-    answer = text({"answer", "output", "response"}, true);
+    answer = text({"answer", "output", "response"}, "answers");
   }
   answer = strip(answer);
   const std::string prompt = "Context: " + context + " Question: " + question + " Answer:";
